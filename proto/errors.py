@@ -1,0 +1,50 @@
+"""The one exception type of simnpu: NpuError carries an ACL return code.
+
+Callers branch on `.code`, never on the message. Out-of-memory is also a MemoryError.
+Everything here pickles, so errors cross process boundaries (workers, tests) intact.
+"""
+
+from simnpu.proto import codes
+
+
+class NpuError(Exception):
+    """An ACL-level failure: `.code` is the ACL return code, `.message` says why."""
+
+    def __init__(self, code: int, message: str = ""):
+        self.code = int(code)
+        self.message = message
+        super().__init__(f"{codes.error_name(self.code)} ({self.code}): {message}")
+
+    def __reduce__(self):
+        return (type(self), (self.code, self.message))
+
+
+class NpuMemoryError(NpuError, MemoryError):
+    """Device memory could not be allocated (207001 unless stated otherwise)."""
+
+    def __init__(self, message: str = "", code: int = codes.ACL_ERROR_RT_MEMORY_ALLOCATION):
+        super().__init__(code, message)
+
+    def __reduce__(self):
+        return (type(self), (self.message, self.code))
+
+
+class NotSupportedError(NpuError):
+    """A call the simulated NPU does not simulate (ACL_ERROR_RT_FEATURE_NOT_SUPPORT)."""
+
+    def __init__(self, what: str, code: int = codes.ACL_ERROR_RT_FEATURE_NOT_SUPPORT):
+        super().__init__(code, f"{what} is not supported by the simulated NPU")
+        self.what = what
+
+    def __reduce__(self):
+        return (type(self), (self.what, self.code))
+
+
+def invalid(message: str) -> NpuError:
+    """A runtime parameter error (107000), the code of most bad-input cases."""
+    return NpuError(codes.ACL_ERROR_RT_PARAM_INVALID, message)
+
+
+def bad_handle(kind: str, handle: int) -> NpuError:
+    """An unknown, stale or foreign handle (107017)."""
+    return NpuError(codes.ACL_ERROR_RT_INVALID_HANDLE, f"{kind} handle {handle:#x} is not valid in this session")

@@ -1,1 +1,1 @@
-"""TODO"""
+"""The simnpu device daemon: gRPC service, sessions, scheduler, workers, kernels."""

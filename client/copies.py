@@ -1,0 +1,167 @@
+"""How a memcpy / memset travels, decided on the host from the pointers alone.
+
+- device <-> device, and device <-> pinned memory in shared-memory mode: one command for a
+  copy engine, asynchronous when stream-ordered (aclrtMemcpyAsync from pinned memory is
+  truly asynchronous: one copy, no staging).
+- pageable host memory (and everything in in-stream mode): through the session's staging
+  area in chunks, two in flight, the call returning once the last chunk has landed (as
+  CUDA does for pageable copies). In in-stream mode the chunk bytes ride in the request
+  or the reply and the daemon fills/drains the staging area itself.
+- host <-> host: memmove in this process.
+"""
+
+from __future__ import annotations
+
+import collections
+import ctypes
+
+from simnpu.client.hostmem import DEVICE, PAGEABLE, PINNED
+from simnpu.client.transport import caller_site
+from simnpu.proto import codes, commands, npu_pb2
+from simnpu.proto.errors import NpuError, invalid
+
+_KIND_SIDES = {  # kind -> (src is device, dst is device)
+    codes.ACL_MEMCPY_HOST_TO_HOST: (False, False),
+    codes.ACL_MEMCPY_HOST_TO_DEVICE: (False, True),
+    codes.ACL_MEMCPY_DEVICE_TO_HOST: (True, False),
+    codes.ACL_MEMCPY_DEVICE_TO_DEVICE: (True, True),
+    codes.ACL_MEMCPY_HOST_TO_BUF_TO_DEVICE: (False, True),
+    codes.ACL_MEMCPY_INNER_DEVICE_TO_DEVICE: (True, True),
+    codes.ACL_MEMCPY_INTER_DEVICE_TO_DEVICE: (True, True),
+}
+IN_STREAM_CHUNK = 1 << 20
+
+
+class CopyPaths:
+    def __init__(self, runtime, staging, staging_bytes: int):
+        self.runtime = runtime
+        self.staging = staging
+        self.shared = staging is not None
+        self.staging_address = staging.address() if staging is not None else 0
+        self.slot = staging_bytes // 2 if self.shared else IN_STREAM_CHUNK
+
+    def close(self) -> None:
+        if self.staging is not None:
+            self.staging.close()
+            self.staging = None
+
+    # ---- checks ---------------------------------------------------------------------------
+    def _side(self, address: int, count: int) -> str:
+        side = self.runtime.host.classify(address)
+        if side == DEVICE:
+            self.runtime.device_range(address, count)
+        elif side == PINNED:
+            block = self.runtime.host.find(address)
+            if address + count > block.address + block.size:
+                raise invalid(f"{count} bytes at {address:#x} run past the end of pinned memory "
+                              f"[{block.address:#x}, +{block.size})")
+            if not self.shared:
+                side = PAGEABLE
+        return side
+
+    def _location(self, address: int, side: str) -> commands.Location:
+        if side == DEVICE:
+            return commands.Location(commands.SPACE_DEVICE, 0, address)
+        block = self.runtime.host.find(address)
+        return commands.Location(commands.SPACE_PINNED, block.handle, address - block.address)
+
+    # ---- memcpy ---------------------------------------------------------------------------
+    def copy(self, dst: int, dest_max: int, src: int, count: int, kind: int, stream: int | None) -> None:
+        """aclrtMemcpy (stream None) or aclrtMemcpyAsync."""
+        if not dst or not src:
+            raise NpuError(codes.ACL_ERROR_INVALID_PARAM, "null pointer passed to memcpy")
+        if count < 0 or dest_max < 0:
+            raise invalid("negative size passed to memcpy")
+        if count > dest_max:
+            raise invalid(f"count {count} exceeds destMax {dest_max}")
+        if kind != codes.ACL_MEMCPY_DEFAULT and kind not in _KIND_SIDES:
+            raise invalid(f"unknown memcpy kind {kind}")
+        if count == 0:
+            return
+        src_side, dst_side = self._side(src, count), self._side(dst, count)
+        if kind != codes.ACL_MEMCPY_DEFAULT:
+            expected = _KIND_SIDES[kind]
+            actual = (src_side == DEVICE, dst_side == DEVICE)
+            if expected != actual:
+                raise invalid(f"memcpy kind {kind} does not match the pointers: source is "
+                              f"{src_side} memory, destination is {dst_side} memory")
+        if src_side != DEVICE and dst_side != DEVICE:
+            if stream is not None:
+                raise NpuError(codes.ACL_ERROR_RT_FEATURE_NOT_SUPPORT,
+                               "asynchronous host-to-host copies are not supported in ACL_HOST run mode")
+            ctypes.memmove(dst, src, count)
+            return
+        if PAGEABLE in (src_side, dst_side):
+            self._staged(dst, dst_side, src, src_side, count, stream)
+            return
+        target = commands.IMMEDIATE if stream is None else stream
+        dst_loc, src_loc = self._location(dst, dst_side), self._location(src, src_side)
+        if stream is None:
+            self._request(npu_pb2.OP_MEMCPY, [target, *dst_loc, *src_loc, count, 0])
+        else:
+            self.runtime.connection.send_command(commands.pack_copy(stream, dst_loc, src_loc, count), caller_site())
+
+    def _staged(self, dst, dst_side, src, src_side, count, stream) -> None:
+        """Chunks through the staging area, two in flight (one per half of it)."""
+        target = commands.IMMEDIATE if stream is None else stream
+        inline = 0 if self.shared else 1
+        to_device = dst_side == DEVICE
+        in_flight: collections.deque = collections.deque()
+        site = caller_site()
+        for index, offset in enumerate(range(0, count, self.slot)):
+            size = min(self.slot, count - offset)
+            slot = (index % 2) * self.slot if self.shared else 0
+            if len(in_flight) == 2:
+                self._land(in_flight.popleft())
+            staging = commands.Location(commands.SPACE_STAGING, 0, slot)
+            if to_device:
+                data = b""
+                if self.shared:
+                    ctypes.memmove(self.staging_address + slot, src + offset, size)
+                else:
+                    data = ctypes.string_at(src + offset, size)
+                dst_loc = self._location(dst + offset, DEVICE)
+                args = [target, *dst_loc, *staging, size, inline]
+                pending = self.runtime.connection.request_async(npu_pb2.OP_MEMCPY, args, data, "", site)
+                in_flight.append((pending, None, 0, 0))
+            else:
+                src_loc = self._location(src + offset, DEVICE)
+                args = [target, *staging, *src_loc, size, inline]
+                pending = self.runtime.connection.request_async(npu_pb2.OP_MEMCPY, args, b"", "", site)
+                in_flight.append((pending, dst + offset, slot, size))
+        while in_flight:
+            self._land(in_flight.popleft())
+
+    def _land(self, entry) -> None:
+        pending, destination, slot, size = entry
+        reply = self.runtime.connection.wait(pending)
+        if destination is not None:
+            if self.shared:
+                ctypes.memmove(destination, self.staging_address + slot, size)
+            else:
+                ctypes.memmove(destination, reply.data, size)
+
+    def _request(self, op, args):
+        return self.runtime.connection.request(op, args, b"", "", caller_site())
+
+    # ---- memset ---------------------------------------------------------------------------
+    def fill(self, dst: int, dest_max: int, value: int, count: int, stream: int | None) -> None:
+        """aclrtMemset (stream None) or aclrtMemsetAsync: host or device decided by address."""
+        if not dst:
+            raise NpuError(codes.ACL_ERROR_INVALID_PARAM, "null pointer passed to memset")
+        if count < 0 or dest_max < 0:
+            raise invalid("negative size passed to memset")
+        if count > dest_max:
+            raise invalid(f"count {count} exceeds destMax {dest_max}")
+        if count == 0:
+            return
+        side = self._side(dst, count)
+        if side != DEVICE:
+            ctypes.memset(dst, value & 0xFF, count)
+            return
+        location = self._location(dst, side)
+        if stream is None:
+            self._request(npu_pb2.OP_MEMSET, [commands.IMMEDIATE, *location, value & 0xFF, count])
+        else:
+            self.runtime.connection.send_command(
+                commands.pack_memset(stream, location, value & 0xFF, count), caller_site())

@@ -1,0 +1,487 @@
+"""The raw layer: one method per AscendCL runtime call, every status checked.
+
+A Runtime is this process's session with the daemon plus what the host side of ACL
+keeps: device reference counts, contexts, the current context of each thread, and tables
+of the handles and allocations this process owns, so that what the host can check is
+checked here, at once, without a round trip. Failures raise NpuError (and are kept as
+the thread's last error). The Pythonic API and the `acl` facade both stand on this.
+
+Calls marked "async" return at once; the rest block until the daemon answers.
+"""
+
+from __future__ import annotations
+
+import bisect
+import os
+import sys
+import threading
+
+from simnpu.client.copies import CopyPaths
+from simnpu.client.hostmem import HostMemory
+from simnpu.client.transport import Connection, caller_site
+from simnpu.proto import codes, commands, npu_pb2
+from simnpu.proto.errors import NpuError, bad_handle, invalid
+from simnpu.proto.kernel_abi import KernelSignature
+from simnpu.shm.region import Region
+
+_MEM_ATTRS = range(codes.ACL_DDR_MEM, codes.ACL_MEM_P2P_HUGE1G + 1)
+
+
+class ContextInfo:
+    __slots__ = ("handle", "device", "default_stream", "streams", "events")
+
+    def __init__(self, handle, device, default_stream):
+        self.handle = handle
+        self.device = device
+        self.default_stream = default_stream
+        self.streams = {default_stream}
+        self.events = set()
+
+
+def records_errors(method):
+    """Keep a raised NpuError as the calling thread's last error (aclrtGetLastError)."""
+
+    def wrapper(self, *args, **kwargs):
+        try:
+            return method(self, *args, **kwargs)
+        except NpuError as error:
+            self._local.last_error = error
+            raise
+
+    wrapper.__name__ = method.__name__
+    wrapper.__qualname__ = method.__qualname__
+    wrapper.__doc__ = method.__doc__
+    return wrapper
+
+
+class Runtime:
+    """This process's view of the simulated NPU. Thread-safe; one per process is usual."""
+
+    def __init__(self, address: str | None = None, token: str | None = None):
+        self.connection = Connection(address, token)
+        self._local = threading.local()
+        self._lock = threading.Lock()
+        hello = self.connection.request(npu_pb2.OP_HELLO, [os.getpid(), 0],
+                                        text=os.path.basename(sys.argv[0] or "python") or "python")
+        self.session_id, self.device_count, staging_bytes, self.ai_cores, self.copy_engines = hello.values
+        self.host = HostMemory()
+        staging = _attach_staging(hello.text, staging_bytes, hello.data)
+        self.copies = CopyPaths(self, staging, staging_bytes)
+        self.contexts: dict[int, ContextInfo] = {}
+        self.device_refs: dict[int, int] = {}
+        self.device_contexts: dict[int, int] = {}  # device -> its default context (aclrtSetDevice)
+        self.stream_context: dict[int, ContextInfo] = {}
+        self.event_context: dict[int, ContextInfo] = {}
+        self.allocation_starts: list[int] = []
+        self.allocations: dict[int, tuple[int, int]] = {}  # address -> (size, device)
+        self.functions: dict[int, KernelSignature] = {}
+        self.binaries: set[int] = {commands.BUILTIN_BINARY}
+
+    @property
+    def uses_shared_memory(self) -> bool:
+        """False when the daemon's /dev/shm is out of reach and bytes travel in-stream."""
+        return self.copies.shared
+
+    def _request(self, op, args=(), data=b"", text=""):
+        return self.connection.request(op, args, data, text, caller_site())
+
+    # ---- devices and contexts ---------------------------------------------------------------
+    def _current(self) -> ContextInfo:
+        context = getattr(self._local, "context", None)
+        if context is None:
+            raise NpuError(codes.ACL_ERROR_RT_CONTEXT_NULL,
+                           "no current context in this thread: call set_device or set_context first")
+        return context
+
+    def _check_device(self, device: int) -> None:
+        if not isinstance(device, int) or not 0 <= device < self.device_count:
+            raise NpuError(codes.ACL_ERROR_RT_INVALID_DEVICEID,
+                           f"device {device} does not exist (device count {self.device_count})")
+
+    @records_errors
+    def set_device(self, device: int) -> None:
+        """aclrtSetDevice: bind the device to this thread (its default context becomes current)."""
+        self._check_device(device)
+        with self._lock:
+            if device not in self.device_contexts:
+                self.device_contexts[device] = self._new_context(device).handle
+            self.device_refs[device] = self.device_refs.get(device, 0) + 1
+            self._local.context = self.contexts[self.device_contexts[device]]
+
+    @records_errors
+    def reset_device(self, device: int) -> None:
+        """aclrtResetDevice: drop one reference; the last one waits for the device's work
+        and frees its default context and streams. Blocks."""
+        self._check_device(device)
+        with self._lock:
+            refs = self.device_refs.get(device, 0)
+            if refs == 0:
+                raise invalid(f"device {device} was not set by this process")
+            self.device_refs[device] = refs - 1
+            release = refs == 1
+            handle = self.device_contexts.pop(device) if release else None
+        if release:
+            self._destroy_context(handle)
+
+    @records_errors
+    def get_device(self) -> int:
+        """aclrtGetDevice: the device of this thread's current context."""
+        return self._current().device
+
+    @records_errors
+    def get_device_count(self) -> int:
+        return self.device_count
+
+    def _new_context(self, device: int) -> ContextInfo:
+        reply = self._request(npu_pb2.OP_CREATE_CONTEXT, [device])
+        context = ContextInfo(reply.values[0], device, reply.values[1])
+        self.contexts[context.handle] = context
+        self.stream_context[context.default_stream] = context
+        return context
+
+    @records_errors
+    def create_context(self, device: int) -> int:
+        """aclrtCreateContext: a new context on `device`, made current for this thread."""
+        self._check_device(device)
+        context = self._new_context(device)
+        self._local.context = context
+        return context.handle
+
+    @records_errors
+    def destroy_context(self, handle: int) -> None:
+        """aclrtDestroyContext: waits for its streams, then frees them. Blocks."""
+        self._context(handle)
+        if handle in self.device_contexts.values():
+            raise invalid("the default context of a device is released by reset_device, not destroy_context")
+        self._destroy_context(handle)
+
+    def _destroy_context(self, handle: int) -> None:
+        context = self.contexts.pop(handle)
+        for stream in context.streams:
+            self.stream_context.pop(stream, None)
+        for event in context.events:
+            self.event_context.pop(event, None)
+        if getattr(self._local, "context", None) is context:
+            self._local.context = None
+        self._request(npu_pb2.OP_DESTROY_CONTEXT, [handle])
+
+    def _context(self, handle: int) -> ContextInfo:
+        context = self.contexts.get(handle)
+        if context is None:
+            raise bad_handle("context", handle)
+        return context
+
+    @records_errors
+    def set_context(self, handle: int) -> None:
+        """aclrtSetCurrentContext (per thread)."""
+        self._local.context = self._context(handle)
+
+    @records_errors
+    def get_context(self) -> int:
+        """aclrtGetCurrentContext."""
+        return self._current().handle
+
+    @records_errors
+    def synchronize_device(self, timeout_ms: int = -1) -> None:
+        """aclrtSynchronizeDevice(WithTimeout): wait for all this process's work on the
+        current device. Blocks; raises the first failure of that work."""
+        self._request(npu_pb2.OP_SYNCHRONIZE_DEVICE, [self._current().device, timeout_ms])
+
+    # ---- streams ----------------------------------------------------------------------------------
+    def stream(self, handle: int) -> int:
+        """The stream a call means: 0 is the current context's default stream."""
+        if handle == 0 or handle is None:
+            return self._current().default_stream
+        if handle not in self.stream_context:
+            raise bad_handle("stream", handle)
+        return handle
+
+    @records_errors
+    def create_stream(self, priority: int = 0, flags: int = 0) -> int:
+        """aclrtCreateStreamWithConfig: priority 0 (highest) .. 7, clamped."""
+        context = self._current()
+        handle = self._request(npu_pb2.OP_CREATE_STREAM, [context.handle, priority, flags]).values[0]
+        context.streams.add(handle)
+        self.stream_context[handle] = context
+        return handle
+
+    @records_errors
+    def destroy_stream(self, handle: int, force: bool = False) -> None:
+        """aclrtDestroyStream (waits for its tasks) / aclrtDestroyStreamForce (drops queued ones)."""
+        context = self.stream_context.get(handle)
+        if context is None:
+            raise bad_handle("stream", handle)
+        if handle == context.default_stream:
+            raise invalid("the default stream cannot be destroyed")
+        self._request(npu_pb2.OP_DESTROY_STREAM, [handle, int(force)])
+        context.streams.discard(handle)
+        self.stream_context.pop(handle, None)
+
+    @records_errors
+    def synchronize_stream(self, handle: int, timeout_ms: int = -1) -> None:
+        """aclrtSynchronizeStream(WithTimeout). Blocks; 507046 on timeout."""
+        self._request(npu_pb2.OP_SYNCHRONIZE_STREAM, [self.stream(handle), timeout_ms])
+
+    @records_errors
+    def stream_query(self, handle: int) -> int:
+        """aclrtStreamQuery: ACL_STREAM_STATUS_COMPLETE or _NOT_READY."""
+        return self._request(npu_pb2.OP_QUERY_STREAM, [self.stream(handle)]).values[0]
+
+    @records_errors
+    def set_stream_failure_mode(self, handle: int, mode: int) -> None:
+        """aclrtSetStreamFailureMode: STOP_ON_FAILURE stops every stream of the context."""
+        self._request(npu_pb2.OP_SET_STREAM_FAILURE_MODE, [self.stream(handle), mode])
+
+    # ---- events -----------------------------------------------------------------------------------
+    def _event(self, handle: int) -> int:
+        if handle not in self.event_context:
+            raise bad_handle("event", handle)
+        return handle
+
+    @records_errors
+    def create_event(self, flags: int = 0) -> int:
+        """aclrtCreateEvent / aclrtCreateEventWithFlag."""
+        context = self._current()
+        handle = self._request(npu_pb2.OP_CREATE_EVENT, [context.handle, flags]).values[0]
+        context.events.add(handle)
+        self.event_context[handle] = context
+        return handle
+
+    @records_errors
+    def destroy_event(self, handle: int) -> None:
+        self._request(npu_pb2.OP_DESTROY_EVENT, [self._event(handle)])
+        self.event_context.pop(handle).events.discard(handle)
+
+    @records_errors
+    def record_event(self, event: int, stream: int) -> None:
+        """aclrtRecordEvent (async)."""
+        self.connection.send_command(
+            commands.pack_event(commands.CMD_RECORD_EVENT, self._event(event), self.stream(stream)), caller_site())
+
+    @records_errors
+    def reset_event(self, event: int, stream: int) -> None:
+        """aclrtResetEvent (async)."""
+        self.connection.send_command(
+            commands.pack_event(commands.CMD_RESET_EVENT, self._event(event), self.stream(stream)), caller_site())
+
+    @records_errors
+    def stream_wait_event(self, stream: int, event: int) -> None:
+        """aclrtStreamWaitEvent (async): the stream waits for the event's latest record."""
+        self.connection.send_command(
+            commands.pack_event(commands.CMD_WAIT_EVENT, self._event(event), self.stream(stream)), caller_site())
+
+    @records_errors
+    def query_event_status(self, event: int) -> int:
+        """aclrtQueryEventStatus: ACL_EVENT_RECORDED_STATUS_COMPLETE (1) or _NOT_READY (0)."""
+        return self._request(npu_pb2.OP_QUERY_EVENT, [self._event(event)]).values[0]
+
+    @records_errors
+    def synchronize_event(self, event: int, timeout_ms: int = -1) -> None:
+        """aclrtSynchronizeEvent(WithTimeout). Blocks; 507047 on timeout."""
+        self._request(npu_pb2.OP_SYNCHRONIZE_EVENT, [self._event(event), timeout_ms])
+
+    @records_errors
+    def event_elapsed_time(self, start: int, end: int) -> float:
+        """aclrtEventElapsedTime: milliseconds between two completed records (device clock)."""
+        reply = self._request(npu_pb2.OP_EVENT_ELAPSED_TIME, [self._event(start), self._event(end)])
+        return reply.values[0] / 1e6
+
+    # ---- device memory --------------------------------------------------------------------------
+    @records_errors
+    def malloc(self, size: int, policy: int = codes.ACL_MEM_MALLOC_HUGE_FIRST) -> int:
+        """aclrtMalloc on the current device: a device address (not dereferenceable here)."""
+        if not isinstance(size, int) or size <= 0:
+            raise NpuError(codes.ACL_ERROR_INVALID_PARAM, f"cannot allocate {size!r} bytes")
+        device = self._current().device
+        address = self._request(npu_pb2.OP_MALLOC, [device, size, policy]).values[0]
+        with self._lock:
+            bisect.insort(self.allocation_starts, address)
+            self.allocations[address] = (size, device)
+        return address
+
+    @records_errors
+    def free(self, address: int) -> None:
+        """aclrtFree: returns the block to the pool at once (does not wait for tasks)."""
+        with self._lock:
+            if address not in self.allocations:
+                raise invalid(f"{address:#x} is not the start of a live device allocation of this process"
+                              " (double free or bad pointer)")
+            del self.allocations[address]
+            self.allocation_starts.remove(address)
+        self._request(npu_pb2.OP_FREE, [address])
+
+    def device_range(self, address: int, count: int) -> None:
+        """Check [address, address+count) lies in one allocation of this process (107000)."""
+        index = bisect.bisect_right(self.allocation_starts, address) - 1
+        if index >= 0:
+            start = self.allocation_starts[index]
+            size = self.allocations[start][0]
+            if address + count <= start + size:
+                return
+            if address < start + size:
+                raise invalid(f"{count} bytes at {address:#x} run past the end of the allocation "
+                              f"[{start:#x}, +{size})")
+        raise invalid(f"{address:#x} is not inside a device allocation of this process")
+
+    @records_errors
+    def get_mem_info(self, attr: int = codes.ACL_HBM_MEM) -> tuple[int, int]:
+        """aclrtGetMemInfo: (free, total) bytes of the current device's memory."""
+        if attr not in _MEM_ATTRS:
+            raise invalid(f"unknown memory attribute {attr}")
+        values = self._request(npu_pb2.OP_GET_MEM_INFO, [self._current().device]).values
+        return values[0], values[1]
+
+    @records_errors
+    def memory_stats(self, device: int | None = None) -> dict:
+        """The device pool's statistics (torch.cuda.memory_stats key names)."""
+        import json
+
+        device = self._current().device if device is None else device
+        self._check_device(device)
+        return json.loads(self._request(npu_pb2.OP_MEMORY_STATS, [device]).text)
+
+    # ---- pinned host memory -------------------------------------------------------------------------
+    @records_errors
+    def malloc_host(self, size: int) -> int:
+        """aclrtMallocHost: page-locked host memory; the address is usable with ctypes/numpy."""
+        if not isinstance(size, int) or size <= 0:
+            raise NpuError(codes.ACL_ERROR_INVALID_PARAM, f"cannot allocate {size!r} bytes of host memory")
+        if not self.copies.shared:
+            return self.host.add_private(0, size).address
+        reply = self._request(npu_pb2.OP_MALLOC_HOST, [size])
+        return self.host.add_shared(reply.values[0], size, reply.text).address
+
+    @records_errors
+    def free_host(self, address: int) -> None:
+        """aclrtFreeHost."""
+        block = self.host.find(address)
+        if block is None or block.address != address:
+            raise invalid(f"{address:#x} is not the start of pinned host memory of this process")
+        self.host.remove(address)
+        if block.region is not None:
+            self._request(npu_pb2.OP_FREE_HOST, [block.handle])
+            try:
+                block.region.close()
+            except BufferError:  # numpy views still alive: the mapping goes when they do
+                pass
+
+    # ---- copies ----------------------------------------------------------------------------------------
+    @records_errors
+    def memcpy(self, dst: int, dest_max: int, src: int, count: int, kind: int) -> None:
+        """aclrtMemcpy: synchronous, not ordered with any stream. Blocks."""
+        self.copies.copy(dst, dest_max, src, count, kind, None)
+
+    @records_errors
+    def memcpy_async(self, dst: int, dest_max: int, src: int, count: int, kind: int, stream: int) -> None:
+        """aclrtMemcpyAsync: stream-ordered; async from pinned memory, blocking from pageable."""
+        self.copies.copy(dst, dest_max, src, count, kind, self.stream(stream))
+
+    @records_errors
+    def memset(self, dst: int, dest_max: int, value: int, count: int) -> None:
+        """aclrtMemset: synchronous byte fill. Blocks."""
+        self.copies.fill(dst, dest_max, value, count, None)
+
+    @records_errors
+    def memset_async(self, dst: int, dest_max: int, value: int, count: int, stream: int) -> None:
+        """aclrtMemsetAsync (async for device memory)."""
+        self.copies.fill(dst, dest_max, value, count, self.stream(stream))
+
+    # ---- kernels ---------------------------------------------------------------------------------------
+    @records_errors
+    def binary_load(self, source: str, filename: str = "<kernel module>") -> int:
+        """aclrtBinaryLoadFromFile/FromData: the source of a Python kernel module."""
+        handle = self._request(npu_pb2.OP_BINARY_LOAD, data=filename.encode(), text=source).values[0]
+        self.binaries.add(handle)
+        return handle
+
+    @records_errors
+    def binary_unload(self, binary: int) -> None:
+        """aclrtBinaryUnLoad: its functions become invalid handles."""
+        if binary not in self.binaries:
+            raise bad_handle("binary", binary)
+        self._request(npu_pb2.OP_BINARY_UNLOAD, [binary])
+        self.binaries.discard(binary)
+
+    @records_errors
+    def get_function(self, binary: int, name: str) -> int:
+        """aclrtBinaryGetFunction: a kernel of the binary, by name."""
+        if binary not in self.binaries:
+            raise bad_handle("binary", binary)
+        reply = self._request(npu_pb2.OP_GET_FUNCTION, [binary], text=name)
+        self.functions[reply.values[0]] = KernelSignature.from_wire(reply.text)
+        return reply.values[0]
+
+    def signature(self, function: int) -> KernelSignature:
+        signature = self.functions.get(function)
+        if signature is None:
+            raise bad_handle("function", function)
+        return signature
+
+    @records_errors
+    def launch_kernel(self, function: int, num_blocks: int, args: bytes, stream: int) -> None:
+        """aclrtLaunchKernelWithHostArgs (async): `args` is the packed parameter buffer."""
+        signature = self.signature(function)
+        if num_blocks <= 0:
+            raise invalid("numBlocks must be at least 1")
+        if len(args) < signature.end:
+            raise invalid(f"argument buffer of {len(args)} bytes is shorter than the {signature.end} "
+                          f"bytes the kernel's parameters ({signature.to_wire()}) need")
+        self.connection.send_command(
+            commands.pack_launch(num_blocks, self.stream(stream), function, bytes(args)), caller_site())
+
+    @records_errors
+    def launch_kernel_devargs(self, function: int, num_blocks: int, args_ptr: int, args_size: int,
+                              stream: int) -> None:
+        """aclrtLaunchKernel (async): the parameter buffer lies in device memory."""
+        signature = self.signature(function)
+        if num_blocks <= 0:
+            raise invalid("numBlocks must be at least 1")
+        if args_size < signature.end:
+            raise invalid(f"argument buffer of {args_size} bytes is shorter than the {signature.end} bytes needed")
+        self.device_range(args_ptr, args_size)
+        self.connection.send_command(
+            commands.pack_launch_devargs(num_blocks, self.stream(stream), function, args_ptr, args_size),
+            caller_site())
+
+    @records_errors
+    def set_op_execute_timeout(self, milliseconds: int) -> None:
+        """aclrtSetOpExecuteTimeOutWithMs: 0 restores the daemon's default."""
+        self._request(npu_pb2.OP_SET_OP_EXECUTE_TIMEOUT, [milliseconds])
+
+    # ---- errors and the end ------------------------------------------------------------------------
+    def get_last_error(self) -> int:
+        """aclrtGetLastError: this thread's last error code, cleared."""
+        error = getattr(self._local, "last_error", None)
+        self._local.last_error = None
+        return error.code if error is not None else codes.ACL_SUCCESS
+
+    def peek_at_last_error(self) -> int:
+        """aclrtPeekAtLastError: the same, not cleared."""
+        error = getattr(self._local, "last_error", None)
+        return error.code if error is not None else codes.ACL_SUCCESS
+
+    def close(self) -> None:
+        """End the session; the daemon frees whatever this process still owns."""
+        for block in self.host.blocks():
+            if block.region is not None:
+                try:
+                    block.region.close()
+                except BufferError:
+                    pass
+        self.copies.close()
+        self.connection.close()
+
+
+def _attach_staging(name: str, size: int, probe: bytes) -> Region | None:
+    """Map the session's staging area if this process shares the daemon's /dev/shm
+    (checked with the probe bytes, not just the name); None means in-stream copies."""
+    if os.environ.get("SIMNPU_NO_SHM") == "1":
+        return None
+    try:
+        region = Region.attach(name)
+    except Exception:
+        return None
+    if region.size < size + len(probe) or bytes(region.map[size:size + len(probe)]) != probe:
+        region.close()
+        return None
+    return region

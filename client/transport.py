@@ -1,0 +1,203 @@
+"""The client end of a session: one gRPC bidirectional stream to the daemon.
+
+Asynchronous commands are packed records appended to a queue; one sender (the request
+iterator gRPC drains) coalesces whatever is queued into a single ClientMessage, so a
+burst of launches costs one message. Requests wait for their Reply. Every command and
+request takes the next sequence number, as on the daemon, and the call site of each is
+kept in a ring so that a task failing later is reported with where it was submitted.
+"""
+
+from __future__ import annotations
+
+import collections
+import os
+import sys
+import threading
+
+import grpc
+
+from simnpu.client import autostart
+from simnpu.proto import codes, npu_pb2, service
+from simnpu.proto.errors import NpuError
+
+_SITE_RING = 1 << 16
+_OWN_MODULES = ("simnpu.", "acl", "hccl")
+_Item = npu_pb2.Item
+_Request = npu_pb2.Request
+
+
+def caller_site() -> str:
+    """file:line of the first frame outside simnpu's client packages (the user's call)."""
+    frame = sys._getframe(2)
+    while frame is not None and frame.f_globals.get("__name__", "").startswith(_OWN_MODULES):
+        frame = frame.f_back
+    return f"{frame.f_code.co_filename}:{frame.f_lineno}" if frame is not None else "?"
+
+
+class _Pending:
+    __slots__ = ("event", "reply")
+
+    def __init__(self):
+        self.event = threading.Event()
+        self.reply = None
+
+
+class Connection:
+    """A live session with the daemon at `address`."""
+
+    def __init__(self, address: str | None = None, token: str | None = None):
+        self.address = address or service.configured_address()
+        self.token = token if token is not None else os.environ.get("SIMNPU_TOKEN")
+        self._pending_items: collections.deque = collections.deque()
+        self._wake = threading.Event()
+        self._lock = threading.Lock()
+        self._seq = 0
+        self._replies: dict[int, _Pending] = {}
+        self._sites: list = [None] * _SITE_RING
+        self._broken: NpuError | None = None
+        self._closing = False
+        self._open()
+
+    def _open(self) -> None:
+        if not autostart.reachable(self.address):
+            autostart.ensure_daemon(self.address)
+        target = self.address
+        self._channel = grpc.insecure_channel(target, options=service.CHANNEL_OPTIONS)
+        metadata = [(service.TOKEN_METADATA_KEY, self.token)] if self.token else None
+        session = self._channel.stream_stream(
+            service.SESSION_METHOD, request_serializer=npu_pb2.ClientMessage.SerializeToString,
+            response_deserializer=npu_pb2.ServerMessage.FromString)
+        self._call = session(self._messages(), metadata=metadata)
+        self._receiver = threading.Thread(target=self._receive, name="simnpu-receiver", daemon=True)
+        self._receiver.start()
+
+    # ---- sending --------------------------------------------------------------------------
+    def send_command(self, record: bytes, site: str) -> int:
+        """Queue one packed asynchronous command; returns its sequence number. Never blocks."""
+        if self._broken is not None:
+            raise self._broken
+        with self._lock:
+            self._seq += 1
+            seq = self._seq
+            self._sites[seq & (_SITE_RING - 1)] = (seq, site)
+            self._pending_items.append(record)
+        if not self._wake.is_set():
+            self._wake.set()
+        return seq
+
+    def request_async(self, op: int, args=(), data: bytes = b"", text: str = "", site: str = "") -> _Pending:
+        """Queue a request; the returned handle is passed to wait()."""
+        if self._broken is not None:
+            raise self._broken
+        pending = _Pending()
+        with self._lock:
+            self._seq += 1
+            seq = self._seq
+            self._sites[seq & (_SITE_RING - 1)] = (seq, site)
+            self._replies[seq] = pending
+            self._pending_items.append(_Request(id=seq, op=op, args=args, data=data, text=text))
+        self._wake.set()
+        return pending
+
+    def wait(self, pending: _Pending) -> npu_pb2.Reply:
+        """Block until the reply arrives; raise NpuError if it carries an error code."""
+        pending.event.wait()
+        reply = pending.reply
+        if isinstance(reply, NpuError):
+            raise reply
+        if reply.code:
+            raise NpuError(reply.code, self._describe_failure(reply))
+        return reply
+
+    def request(self, op: int, args=(), data: bytes = b"", text: str = "", site: str = "") -> npu_pb2.Reply:
+        """Send a request and block until its reply (the path of every call that answers)."""
+        return self.wait(self.request_async(op, args, data, text, site))
+
+    def _describe_failure(self, reply) -> str:
+        if not reply.task_seq:
+            return reply.message
+        entry = self._sites[reply.task_seq & (_SITE_RING - 1)]
+        where = entry[1] if entry is not None and entry[0] == reply.task_seq else "an earlier call"
+        return f"{reply.message}\n(the failing task was submitted at {where})"
+
+    def _messages(self):
+        """The request iterator gRPC drains: one message per wake-up, holding all queued items."""
+        pending = self._pending_items
+        while True:
+            self._wake.wait()
+            self._wake.clear()
+            if not pending:
+                if self._closing:
+                    return
+                continue
+            items = []
+            run: list = []
+            while pending:
+                item = pending.popleft()
+                if item.__class__ is bytes:
+                    run.append(item)
+                    continue
+                if run:
+                    items.append(_Item(commands=b"".join(run)))
+                    run = []
+                items.append(_Item(request=item))
+            if run:
+                items.append(_Item(commands=b"".join(run)))
+            yield npu_pb2.ClientMessage(items=items)
+
+    # ---- receiving ----------------------------------------------------------------------------
+    def _receive(self) -> None:
+        try:
+            for message in self._call:
+                for reply in message.replies:
+                    pending = self._replies.pop(reply.id, None)
+                    if pending is not None:
+                        pending.reply = reply
+                        pending.event.set()
+                for notice in message.notices:
+                    if notice.kind == npu_pb2.Notice.KIND_DEVICE_GONE:
+                        self._fail_all(codes.ACL_ERROR_RT_DRV_INTERNAL_ERROR,
+                                       f"the simnpu daemon at {self.address} is gone: {notice.message}")
+            self._fail_all(codes.ACL_ERROR_RT_DRV_INTERNAL_ERROR,
+                           f"the simnpu daemon at {self.address} closed the session")
+        except grpc.RpcError as error:
+            self._fail_all(*_describe_rpc_error(self.address, error))
+
+    def _fail_all(self, code: int, message: str) -> None:
+        if self._broken is None:
+            self._broken = NpuError(code, message)
+        with self._lock:
+            pending, self._replies = list(self._replies.values()), {}
+        for item in pending:
+            item.reply = self._broken
+            item.event.set()
+
+    @property
+    def broken(self) -> NpuError | None:
+        return self._broken
+
+    def close(self) -> None:
+        """End the session: the daemon frees everything it still owned. Idempotent."""
+        if self._closing:
+            return
+        self._closing = True
+        self._wake.set()
+        try:
+            self._receiver.join(5)
+        finally:
+            self._call.cancel()
+            self._channel.close()
+
+
+
+
+
+def _describe_rpc_error(address: str, error: grpc.RpcError) -> tuple[int, str]:
+    """The ACL code and message a failed session stream becomes."""
+    status = error.code() if hasattr(error, "code") else None
+    details = error.details() if hasattr(error, "details") else str(error)
+    if status == grpc.StatusCode.UNAUTHENTICATED:
+        return codes.ACL_ERROR_RT_NO_PERMISSION, f"the simnpu daemon at {address} refused this client: {details}"
+    if status == grpc.StatusCode.RESOURCE_EXHAUSTED:
+        return codes.ACL_ERROR_RT_RESOURCE_ALLOC_FAIL, f"the simnpu daemon at {address}: {details}"
+    return codes.ACL_ERROR_RT_DRV_INTERNAL_ERROR, f"lost the simnpu daemon at {address}: {details}"

@@ -1,0 +1,184 @@
+"""Packed asynchronous command records, and the argument lists of requests.
+
+Asynchronous calls (launch, memcpy_async, memset_async, record/reset/wait event) never
+get a reply, so they travel as fixed-layout little-endian records packed back to back in
+Item.commands: a 2-byte op code, the op's fixed fields, and for launches the argument
+buffer. Packing one costs a single struct call on the client; decoding walks the buffer.
+
+A memory location in a copy or memset is (space, id, offset):
+  SPACE_DEVICE  - id unused, offset is the absolute device address
+  SPACE_PINNED  - id is the pinned segment's handle, offset is within it
+  SPACE_STAGING - id unused, offset is within the session's staging area
+"""
+
+from __future__ import annotations
+
+import struct
+from typing import Iterator, NamedTuple
+
+from simnpu.proto import codes
+from simnpu.proto.errors import NpuError
+
+SPACE_DEVICE = 0
+SPACE_PINNED = 1
+SPACE_STAGING = 2
+
+CMD_LAUNCH = 1          # host arguments follow the record
+CMD_LAUNCH_DEVARGS = 2  # arguments in device memory (aclrtLaunchKernel)
+CMD_COPY = 3
+CMD_MEMSET = 4
+CMD_RECORD_EVENT = 5
+CMD_RESET_EVENT = 6
+CMD_WAIT_EVENT = 7
+
+_OP = struct.Struct("<H")
+LAUNCH = struct.Struct("<HIQQI")          # op, num_blocks, stream, function, args_len
+LAUNCH_DEVARGS = struct.Struct("<HIQQQI")  # op, num_blocks, stream, function, args_ptr, args_size
+COPY = struct.Struct("<HQBQQBQQQ")        # op, stream, dst(space, id, off), src(space, id, off), count
+MEMSET = struct.Struct("<HQBQQBQ")        # op, stream, dst(space, id, off), value, count
+EVENT = struct.Struct("<HQQ")             # op, event, stream (record / reset / wait alike)
+
+_FIXED = {
+    CMD_LAUNCH: LAUNCH,
+    CMD_LAUNCH_DEVARGS: LAUNCH_DEVARGS,
+    CMD_COPY: COPY,
+    CMD_MEMSET: MEMSET,
+    CMD_RECORD_EVENT: EVENT,
+    CMD_RESET_EVENT: EVENT,
+    CMD_WAIT_EVENT: EVENT,
+}
+
+
+class Location(NamedTuple):
+    space: int
+    id: int
+    offset: int
+
+
+class Launch(NamedTuple):
+    num_blocks: int
+    stream: int
+    function: int
+    args: bytes
+
+
+class LaunchDevArgs(NamedTuple):
+    num_blocks: int
+    stream: int
+    function: int
+    args_ptr: int
+    args_size: int
+
+
+class Copy(NamedTuple):
+    stream: int
+    dst: Location
+    src: Location
+    count: int
+
+
+class Memset(NamedTuple):
+    stream: int
+    dst: Location
+    value: int
+    count: int
+
+
+class EventCommand(NamedTuple):
+    op: int
+    event: int
+    stream: int
+
+
+def pack_launch(num_blocks: int, stream: int, function: int, args: bytes) -> bytes:
+    return LAUNCH.pack(CMD_LAUNCH, num_blocks, stream, function, len(args)) + args
+
+
+def pack_launch_devargs(num_blocks: int, stream: int, function: int, args_ptr: int, size: int) -> bytes:
+    return LAUNCH_DEVARGS.pack(CMD_LAUNCH_DEVARGS, num_blocks, stream, function, args_ptr, size)
+
+
+def pack_copy(stream: int, dst: Location, src: Location, count: int) -> bytes:
+    return COPY.pack(CMD_COPY, stream, *dst, *src, count)
+
+
+def pack_memset(stream: int, dst: Location, value: int, count: int) -> bytes:
+    return MEMSET.pack(CMD_MEMSET, stream, *dst, value, count)
+
+
+def pack_event(op: int, event: int, stream: int) -> bytes:
+    return EVENT.pack(op, event, stream)
+
+
+def decode(buffer: bytes) -> Iterator[object]:
+    """Yield the commands packed in `buffer`, in order.
+
+    A truncated or unknown record raises NpuError(107000); the records before it have
+    already been yielded (and executed), as they would have been on the wire.
+    """
+    view = memoryview(buffer)
+    pos, end = 0, len(view)
+    while pos < end:
+        if end - pos < _OP.size:
+            raise _malformed(f"truncated op code at byte {pos}")
+        (op,) = _OP.unpack_from(view, pos)
+        layout = _FIXED.get(op)
+        if layout is None:
+            raise _malformed(f"unknown command op {op} at byte {pos}")
+        if end - pos < layout.size:
+            raise _malformed(f"truncated command op {op} at byte {pos}")
+        fields = layout.unpack_from(view, pos)
+        pos += layout.size
+        if op == CMD_LAUNCH:
+            args_len = fields[4]
+            if end - pos < args_len:
+                raise _malformed(f"launch arguments truncated at byte {pos}")
+            yield Launch(fields[1], fields[2], fields[3], bytes(view[pos:pos + args_len]))
+            pos += args_len
+        elif op == CMD_LAUNCH_DEVARGS:
+            yield LaunchDevArgs(*fields[1:])
+        elif op == CMD_COPY:
+            yield Copy(fields[1], Location(*fields[2:5]), Location(*fields[5:8]), fields[8])
+        elif op == CMD_MEMSET:
+            yield Memset(fields[1], Location(*fields[2:5]), fields[5], fields[6])
+        else:
+            yield EventCommand(op, fields[1], fields[2])
+
+
+def _malformed(what: str) -> NpuError:
+    return NpuError(codes.ACL_ERROR_RT_PARAM_INVALID, f"malformed command buffer: {what}")
+
+
+# Arguments of each request (Request.args) and what its reply carries (Reply.values).
+# IMMEDIATE as a stream means "not stream-ordered" (synchronous aclrtMemcpy / aclrtMemset).
+IMMEDIATE = -1
+REQUEST_ARGS = {
+    "HELLO": ("pid", "memory_limit") ,  # text: process name -> values (session, devices, staging size); text: staging name; data: probe
+    "CREATE_CONTEXT": ("device",),  # -> (context, default stream)
+    "DESTROY_CONTEXT": ("context",),
+    "SYNCHRONIZE_DEVICE": ("device", "timeout_ms"),
+    "CREATE_STREAM": ("context", "priority", "flags"),  # -> (stream,)
+    "DESTROY_STREAM": ("stream", "force"),
+    "SYNCHRONIZE_STREAM": ("stream", "timeout_ms"),
+    "QUERY_STREAM": ("stream",),  # -> (aclrtStreamStatus,)
+    "SET_STREAM_FAILURE_MODE": ("stream", "mode"),
+    "CREATE_EVENT": ("context", "flags"),  # -> (event,)
+    "DESTROY_EVENT": ("event",),
+    "QUERY_EVENT": ("event",),  # -> (aclrtEventRecordedStatus,)
+    "SYNCHRONIZE_EVENT": ("event", "timeout_ms"),
+    "EVENT_ELAPSED_TIME": ("start", "end"),  # -> (nanoseconds,)
+    "MALLOC": ("device", "size", "policy"),  # -> (device address,)
+    "FREE": ("address",),
+    "MALLOC_HOST": ("size",),  # -> (segment handle, size); text: segment name
+    "FREE_HOST": ("segment",),
+    "MEMCPY": ("stream", "dst_space", "dst_id", "dst_offset", "src_space", "src_id", "src_offset",
+               "count", "inline"),  # inline=1: data travels in Request.data / Reply.data
+    "MEMSET": ("stream", "dst_space", "dst_id", "dst_offset", "value", "count"),
+    "GET_MEM_INFO": ("device",),  # -> (free, total)
+    "BINARY_LOAD": (),  # text: source, data: file name -> (binary,)
+    "BINARY_UNLOAD": ("binary",),
+    "GET_FUNCTION": ("binary",),  # text: name -> (function,); text: signature
+    "SET_OP_EXECUTE_TIMEOUT": ("milliseconds",),
+    "MEMORY_STATS": ("device",),  # -> text: JSON
+}
+BUILTIN_BINARY = 1  # handle of the built-in kernel library, present in every session

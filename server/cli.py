@@ -1,0 +1,68 @@
+"""The `simnpu` command: `simnpu serve` runs the device daemon."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+
+from simnpu.proto.service import configured_address
+from simnpu.server.config import DaemonConfig, parse_size
+
+
+def _serve_parser(sub) -> None:
+    p = sub.add_parser("serve", help="run the device daemon")
+    env = os.environ.get
+    p.add_argument("--listen", action="append",
+                   help="gRPC address: unix:///abs/path.sock, host:port, [::1]:port, 0.0.0.0:port "
+                        "(repeatable; default $SIMNPU_ADDRESS or the per-user Unix socket)")
+    p.add_argument("--devices", type=int, default=int(env("SIMNPU_DEVICES", "1")))
+    p.add_argument("--memory", type=parse_size, default=parse_size(env("SIMNPU_MEMORY", "2GiB")),
+                   help="device memory per device, e.g. 512MiB, 2GiB")
+    p.add_argument("--ai-cores", type=int, default=int(env("SIMNPU_AI_CORES", "2")))
+    p.add_argument("--copy-engines", type=int, default=int(env("SIMNPU_COPY_ENGINES", "1")))
+    p.add_argument("--staging", type=parse_size, default=parse_size("8MiB"),
+                   help="per-client staging area for pageable copies")
+    p.add_argument("--token-file", help="file holding the shared token TCP clients must send "
+                                        "(default: $SIMNPU_TOKEN)")
+    p.add_argument("--idle-exit", type=float, default=None, metavar="SECONDS",
+                   help="exit this long after the last client is gone")
+    p.add_argument("--op-timeout", type=float, default=300.0, metavar="SECONDS",
+                   help="default operator execution timeout (aclrtSetOpExecuteTimeOut)")
+    p.add_argument("--log-level", default=env("SIMNPU_LOG_LEVEL", "INFO"))
+
+
+def serve(args) -> int:
+    from simnpu.server.daemon import Daemon
+
+    logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s simnpu %(levelname)s %(message)s")
+    token = os.environ.get("SIMNPU_TOKEN")
+    if args.token_file:
+        with open(args.token_file, encoding="utf-8") as handle:
+            token = handle.read().strip()
+    config = DaemonConfig(listen=args.listen or [configured_address()], devices=args.devices,
+                          memory_bytes=args.memory, ai_cores=args.ai_cores, copy_engines=args.copy_engines,
+                          staging_bytes=args.staging, token=token, idle_exit_s=args.idle_exit,
+                          op_timeout_s=args.op_timeout)
+    try:
+        daemon = Daemon(config)
+        daemon.install_signal_handlers()
+        daemon.start()
+    except (ValueError, RuntimeError, OSError) as error:
+        print(f"simnpu: cannot start the daemon: {error}", file=sys.stderr)
+        return 2
+    daemon.wait()
+    return 0
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="simnpu", description="a simulated Ascend NPU shared by many processes")
+    sub = parser.add_subparsers(dest="command", required=True)
+    _serve_parser(sub)
+    args = parser.parse_args(argv)
+    return serve(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,249 @@
+"""The device daemon: devices, workers, the scheduler and the gRPC server, started and
+stopped in the right order. Workers are spawned before gRPC starts."""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import os
+import signal
+import socket
+import threading
+import time
+from concurrent import futures
+from importlib import resources
+
+import grpc
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+
+from simnpu.proto import codes, npu_pb2, service
+from simnpu.proto.errors import NpuError
+from simnpu.proto.kernel_abi import discover_kernels
+from simnpu.server import worker_pool
+from simnpu.server.config import DaemonConfig, is_unix, unix_path
+from simnpu.server.device import Device
+from simnpu.server.resources import Binary
+from simnpu.server.scheduler import Scheduler
+from simnpu.server.service import NpuServicer
+from simnpu.server.session import CLOSED, Session
+
+log = logging.getLogger("simnpu.daemon")
+
+
+class Daemon:
+    def __init__(self, config: DaemonConfig):
+        config.validate()
+        self.config = config
+        self.devices: list[Device] = []
+        self.sessions: dict[int, Session] = {}
+        self._session_ids = itertools.count(1)
+        self._binary_ids = itertools.count(2)
+        self._lock = threading.Lock()
+        self._streams = [0] * config.devices
+        self._events = [0] * config.devices
+        self._stopped = threading.Event()
+        self._last_activity = time.monotonic()
+        self.server = None
+        self.health = None
+        self.scheduler = None
+        source = resources.files("simnpu.server.kernels").joinpath("builtin.py").read_text()
+        self.builtin_binary = Binary(1, source, "<simnpu builtin kernels>", discover_kernels(source))
+
+    # ---- start and stop ---------------------------------------------------------------------------
+    def start(self) -> None:
+        """Create device memory, start workers and the scheduler, then serve gRPC."""
+        check_shm_space(self.config.devices * (self.config.memory_bytes + self.config.staging_bytes))
+        try:
+            for index in range(self.config.devices):
+                self.devices.append(Device(index, self.config.memory_bytes, self.config.ai_cores,
+                                           self.config.copy_engines))
+            names = [d.region.name for d in self.devices]
+            handles = []
+            for device in self.devices:
+                handles += device.create_workers(names, len(handles))
+            for handle in handles:
+                handle.start()
+            worker_pool.wait_ready(handles)
+            self.scheduler = Scheduler(self.devices, self.config.op_timeout_s)
+            self.scheduler.start()
+            self._start_grpc()
+        except BaseException:
+            self.stop()
+            raise
+        if self.config.idle_exit_s is not None:
+            threading.Thread(target=self._idle_watch, name="simnpu-idle", daemon=True).start()
+        log.info("simnpu daemon %d serving %s: %d device(s) of %d MiB, %d AI cores + %d copy engines each",
+                 os.getpid(), ", ".join(self.config.listen), self.config.devices,
+                 self.config.memory_bytes >> 20, self.config.ai_cores, self.config.copy_engines)
+
+    def _start_grpc(self) -> None:
+        self.server = grpc.server(
+            futures.ThreadPoolExecutor(max_workers=2 * self.config.max_sessions + 8, thread_name_prefix="simnpu-rpc"),
+            options=service.CHANNEL_OPTIONS)
+        self.server.add_generic_rpc_handlers([NpuServicer(self).handlers()])
+        self.health = health.HealthServicer()
+        health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)
+        for address in self.config.listen:
+            if is_unix(address):
+                prepare_socket_path(unix_path(address))
+            if not self.server.add_insecure_port(address):
+                raise RuntimeError(f"cannot listen on {address}")
+        self.server.start()
+        for address in self.config.listen:
+            if is_unix(address):
+                os.chmod(unix_path(address), 0o600)
+        self.health.set("", health_pb2.HealthCheckResponse.SERVING)
+        self.health.set(service.SERVICE, health_pb2.HealthCheckResponse.SERVING)
+
+    def wait(self) -> None:
+        """Block until stop() is called (by a signal, the idle timer, or another thread)."""
+        self._stopped.wait()
+
+    def install_signal_handlers(self) -> None:
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(signum, lambda *_: threading.Thread(target=self.stop, daemon=True).start())
+
+    def stop(self) -> None:
+        """Tell clients the device is gone, stop serving, stop workers, unlink all memory."""
+        if self._stopped.is_set():
+            return
+        if self.health is not None:
+            self.health.enter_graceful_shutdown()
+        with self._lock:
+            sessions = list(self.sessions.values())
+        for session in sessions:
+            session.outbox.put(npu_pb2.Notice(kind=npu_pb2.Notice.KIND_DEVICE_GONE,
+                                              message="the simnpu daemon is shutting down"))
+            session.outbox.put(CLOSED)
+        if self.server is not None:
+            self.server.stop(grace=1).wait(5)
+        if self.scheduler is not None:
+            self.scheduler.stop()
+        for device in self.devices:
+            for worker in device.cores + device.engines:
+                worker.stop()
+        for session in sessions:
+            session.release_all()
+        for device in self.devices:
+            device.close()
+        for address in self.config.listen:
+            if is_unix(address):
+                remove_socket_file(unix_path(address))
+        self._stopped.set()
+        log.info("simnpu daemon %d stopped", os.getpid())
+
+    def _idle_watch(self) -> None:
+        while not self._stopped.wait(0.2):
+            with self._lock:
+                idle = not self.sessions and time.monotonic() - self._last_activity > self.config.idle_exit_s
+            if idle:
+                log.info("no client for %.1f s: exiting", self.config.idle_exit_s)
+                self.stop()
+
+    # ---- sessions ------------------------------------------------------------------------------
+    def open_session(self, peer: str) -> Session | None:
+        with self._lock:
+            if len(self.sessions) >= self.config.max_sessions or self._stopped.is_set():
+                return None
+            session = Session(self, next(self._session_ids), peer)
+            self.sessions[session.id] = session
+            self._last_activity = time.monotonic()
+        return session
+
+    def close_session(self, session: Session) -> None:
+        if self._stopped.is_set() or self.scheduler is None:
+            return
+        session.close(self._session_closed)
+
+    def _session_closed(self, session: Session) -> None:
+        with self._lock:
+            self.sessions.pop(session.id, None)
+            self._last_activity = time.monotonic()
+        session.outbox.put(CLOSED)
+        log.info("%r ended; its resources are freed", session)
+
+    # ---- device-wide counters and helpers (any thread) -----------------------------------------
+    def count_stream(self, device: int, delta: int) -> None:
+        self._count(self._streams, device, delta, codes.MAX_STREAMS_PER_DEVICE,
+                    codes.ACL_ERROR_RT_NO_STREAM_RESOURCE, "streams")
+
+    def count_event(self, device: int, delta: int) -> None:
+        self._count(self._events, device, delta, codes.MAX_EVENTS_PER_DEVICE,
+                    codes.ACL_ERROR_RT_NO_EVENT_RESOURCE, "events")
+
+    def _count(self, counts, device, delta, limit, code, what) -> None:
+        with self._lock:
+            if delta > 0 and counts[device] + delta > limit:
+                raise NpuError(code, f"device {device} has all of its {limit} {what} in use")
+            counts[device] += delta
+
+    def next_binary_id(self) -> int:
+        with self._lock:
+            return next(self._binary_ids)
+
+    def forget_segment(self, name: str) -> None:
+        """A pinned/staging segment was unlinked: workers drop their mapping (scheduler thread)."""
+        for device in self.devices:
+            for engine in device.engines:
+                engine.forget.append(name)
+
+    def describe(self, what: str, device_index: int) -> object:
+        """Read-only views for tools (the Query RPC)."""
+        if what == "memory_stats":
+            device = self.devices[device_index]
+            with device.lock:
+                return device.allocator.stats()
+        if what == "memory_snapshot":
+            device = self.devices[device_index]
+            with device.lock:
+                blocks = device.allocator.snapshot()
+            for block in blocks:
+                block["owner"] = repr(block["owner"])
+            return blocks
+        with self._lock:
+            sessions = list(self.sessions.values())
+        return {
+            "pid": os.getpid(),
+            "devices": [{
+                "index": d.index, "memory_total": d.capacity, "memory_free": d.allocator.free_bytes,
+                "ai_cores": len(d.cores), "copy_engines": len(d.engines),
+                "ai_core_utilisation": self.scheduler.utilisation(d) if self.scheduler else 0.0,
+                "worker_restarts": sum(w.restarts for w in d.cores + d.engines),
+            } for d in self.devices],
+            "processes": [{
+                "session": s.id, "pid": s.pid, "name": s.process_name, "memory": s.memory_in_use(),
+                "streams": sum(len(c.streams) for c in s.contexts),
+            } for s in sessions],
+        }
+
+
+def check_shm_space(needed: int) -> None:
+    """Refuse to start when /dev/shm cannot hold the device memory (a late SIGBUS otherwise)."""
+    stat = os.statvfs("/dev/shm")
+    available = stat.f_bavail * stat.f_frsize
+    if available < needed:
+        raise RuntimeError(f"/dev/shm has {available >> 20} MiB free but the devices need {needed >> 20} MiB: "
+                           "lower --memory or --devices, or enlarge /dev/shm (docker: shm_size)")
+
+
+def prepare_socket_path(path: str) -> None:
+    directory = os.path.dirname(path)
+    if not os.path.isdir(directory):
+        os.makedirs(directory, mode=0o700, exist_ok=True)
+    if os.path.exists(path):
+        probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            probe.connect(path)
+        except OSError:
+            os.unlink(path)  # left behind by a daemon that died
+        else:
+            raise RuntimeError(f"another simnpu daemon is already listening on {path}")
+        finally:
+            probe.close()
+
+
+def remove_socket_file(path: str) -> None:
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass

@@ -1,0 +1,388 @@
+"""The scheduler: one thread that owns every stream queue, event and worker of the daemon.
+
+Sessions never touch scheduler state; they post batches of (function, args) to the inbox
+and the scheduler thread runs them in order. The thread sleeps in one wait() on all worker
+pipes plus a wake-up pipe, so an idle daemon burns no CPU.
+
+Per stream, tasks run strictly in order: only the head task is ever on a worker (except
+a run of single-block launches handed to one core at once, which that core also runs in
+order). Event records, waits and resets are executed by the scheduler itself when they
+reach the head. Launches are split into block ranges over the device's free AI cores;
+copies and memsets go to its copy engines. Higher-priority ready streams are served first.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import logging
+import os
+import threading
+import time
+from collections import deque
+from multiprocessing.connection import wait as wait_for
+
+from simnpu.proto import codes
+from simnpu.server import policy
+from simnpu.server.worker_pool import AI_CORE
+from simnpu.server.objects import (
+    COPY, DONE, DISPATCHED, KERNEL, MEMSET, PENDING, RECORD, RESET, WAIT, Failure, Task, Waiter,
+)
+
+log = logging.getLogger("simnpu.scheduler")
+
+
+class Scheduler:
+    def __init__(self, devices, op_timeout_s: float):
+        self.devices = devices
+        self.op_timeout_s = op_timeout_s
+        self.inbox: deque = deque()
+        self._wake_r, self._wake_w = os.pipe()
+        os.set_blocking(self._wake_r, False)
+        os.set_blocking(self._wake_w, False)
+        self._timers: list = []
+        self._timer_ids = itertools.count()
+        self._dirty: deque = deque()
+        self._tokens = itertools.count(1)
+        self._stopping = False
+        self._workers = [w for d in devices for w in d.cores + d.engines]
+        self._thread = threading.Thread(target=self._run, name="simnpu-scheduler", daemon=True)
+
+    # ---- any thread ---------------------------------------------------------------------
+    def start(self) -> None:
+        self._thread.start()
+
+    def post(self, batch: list) -> None:
+        """Run each (function, args) of `batch` on the scheduler thread, in order."""
+        self.inbox.append(batch)
+        try:
+            os.write(self._wake_w, b"\0")
+        except BlockingIOError:  # the pipe is full of wake-ups already
+            pass
+
+    def call(self, function, *args) -> None:
+        self.post([(function, args)])
+
+    def stop(self) -> None:
+        self._stopping = True
+        self.post([])
+        self._thread.join(10)
+        os.close(self._wake_r)
+        os.close(self._wake_w)
+
+    def utilisation(self, device) -> float:
+        """Fraction of the device's AI-core time spent executing since the daemon started."""
+        cores = device.cores
+        busy = sum(w.busy_ns for w in cores)
+        elapsed = (time.monotonic_ns() - self._started_ns) * max(len(cores), 1)
+        return busy / elapsed if elapsed > 0 else 0.0
+
+    # ---- the thread -----------------------------------------------------------------------
+    def _run(self) -> None:
+        self._started_ns = time.monotonic_ns()
+        while not self._stopping:
+            ready = wait_for([self._wake_r] + [w.conn for w in self._workers], self._next_timeout())
+            for source in ready:
+                if source == self._wake_r:
+                    try:
+                        os.read(self._wake_r, 65536)
+                    except BlockingIOError:
+                        pass
+                else:
+                    self._on_worker_message(self._worker_of(source))
+            while self.inbox:
+                for function, args in self.inbox.popleft():
+                    try:
+                        function(*args)
+                    except Exception:
+                        log.exception("scheduler operation %s failed", getattr(function, "__name__", function))
+            self._pump()
+            self._expire()
+
+    def _pump(self) -> None:
+        while True:
+            while self._dirty:
+                self._advance(self._dirty.popleft())
+            self._dispatch()
+            if not self._dirty:
+                return
+
+    def _worker_of(self, conn):
+        for worker in self._workers:
+            if worker.conn is conn:
+                return worker
+        raise LookupError("message from an unknown worker pipe")
+
+    # ---- stream progress ------------------------------------------------------------------
+    def submit(self, task: Task) -> None:
+        """Queue a task at the tail of its stream."""
+        stream = task.stream
+        if task.kind == RECORD:
+            task.payload[0].latest_record = task
+        elif task.kind == WAIT:  # a wait binds to the latest record at the time of the wait
+            task.payload = (task.payload[0].latest_record,)
+        if stream.context.failure is not None:  # stopped on failure: nothing more runs
+            self._discard(task)
+            return
+        if not stream.tasks:
+            stream.clock = max(stream.clock, time.monotonic_ns())
+            stream.tasks.append(task)
+            self._dirty.append(stream)
+        else:
+            stream.tasks.append(task)
+
+    def _advance(self, stream) -> None:
+        """Execute the control tasks at the head of `stream`; queue device work as ready."""
+        tasks = stream.tasks
+        while tasks:
+            task = tasks[0]
+            if task.state != PENDING:
+                return
+            kind = task.kind
+            if kind == RECORD:
+                task.timestamp = stream.clock
+                self._complete(task)
+            elif kind == WAIT:
+                record = task.payload[0]
+                if record is not None and record.state != DONE:
+                    if stream not in record.waiters:
+                        record.waiters.append(stream)
+                    return
+                if record is not None:
+                    stream.clock = max(stream.clock, record.timestamp)
+                self._complete(task)
+            elif kind == RESET:
+                event = task.payload[0]
+                if event.latest_record is not None and event.latest_record.state == DONE:
+                    event.latest_record = None
+                self._complete(task)
+            else:
+                if not stream.queued_ready:
+                    device = self.devices[stream.device]
+                    (device.ready_kernels if kind == KERNEL else device.ready_copies).append(stream)
+                    stream.queued_ready = True
+                return
+
+    def _complete(self, task: Task) -> None:
+        task.state = DONE
+        stream = task.stream
+        head = stream.tasks.popleft()
+        assert head is task, "tasks complete in stream order"
+        if task.kind in (KERNEL, COPY, MEMSET):
+            stream.clock = max(stream.clock, task.timestamp)
+        if task.failure is not None:
+            self._fail(stream, task.failure)
+        for waiter in task.waiters:
+            if isinstance(waiter, Waiter):
+                waiter.settle()
+            else:
+                self._dirty.append(waiter)
+        task.waiters = []
+        self._recheck(stream)
+        if stream.tasks:
+            self._dirty.append(stream)
+
+    def _fail(self, stream, failure: Failure) -> None:
+        context = stream.context
+        if context.failure_mode == codes.ACL_STOP_ON_FAILURE:
+            if context.failure is None:
+                context.failure = failure
+            for other in context.streams:
+                self.drop_pending(other)
+        elif stream.failure is None:
+            stream.failure = failure
+
+    def drop_pending(self, stream) -> None:
+        """Discard a stream's tasks that no worker has started (STOP mode, force destroy,
+        session end). Their event records fire, so nobody waits on them forever."""
+        kept = deque(t for t in stream.tasks if t.state != PENDING)
+        dropped = [t for t in stream.tasks if t.state == PENDING]
+        stream.tasks = kept
+        for task in dropped:
+            self._discard(task)
+        self._unready(stream)
+        self._recheck(stream)
+
+    def _discard(self, task: Task) -> None:
+        task.state = DONE
+        task.timestamp = task.stream.clock
+        for waiter in task.waiters:
+            if isinstance(waiter, Waiter):
+                waiter.settle()
+            else:
+                self._dirty.append(waiter)
+        task.waiters = []
+
+    def _unready(self, stream) -> None:
+        if stream.queued_ready:
+            device = self.devices[stream.device]
+            for ready in (device.ready_kernels, device.ready_copies):
+                if stream in ready:
+                    ready.remove(stream)
+            stream.queued_ready = False
+
+    # ---- handing work to workers ------------------------------------------------------------
+    def _dispatch(self) -> None:
+        for device in self.devices:
+            if device.ready_kernels:
+                self._dispatch_kernels(device)
+            if device.ready_copies:
+                self._dispatch_copies(device)
+
+    def _dispatch_kernels(self, device) -> None:
+        ready = device.ready_kernels
+        for core in device.cores:
+            if not ready:
+                return
+            if not core.idle:
+                continue
+            stream = ready[policy.pick_stream([s.priority for s in ready])]
+            task = stream.tasks[0]
+            num_blocks = task.payload[3]
+            first = task.blocks_next
+            last = min(num_blocks, first + policy.block_chunk(num_blocks - first, len(device.cores)))
+            items: list = []
+            self._add_kernel_item(core, task, first, last, items)
+            if last == num_blocks:
+                ready.remove(stream)
+                stream.queued_ready = False
+                if num_blocks == 1 and stream.context.failure_mode == codes.ACL_CONTINUE_ON_FAILURE:
+                    self._add_run(core, stream, items)
+            self._send(core, items)
+
+    def _add_kernel_item(self, core, task, first, last, items) -> None:
+        binary, name, args, num_blocks, bounds = task.payload
+        if binary.id not in core.loaded:
+            items.append(("load", binary.id, binary.source, binary.filename))
+            core.loaded.add(binary.id)
+        token = next(self._tokens)
+        core.inflight[token] = task
+        task.state = DISPATCHED
+        task.blocks_next = last
+        task.chunks_out += 1
+        items.append(("kernel", token, binary.id, name, args, first, last, num_blocks, bounds))
+
+    def _add_run(self, core, stream, items) -> None:
+        following = []
+        for task in itertools.islice(stream.tasks, 1, policy.MAX_RUN):
+            if task.kind != KERNEL or task.state != PENDING:
+                break
+            following.append(task)
+        count = policy.run_length([t.payload[3] for t in following])
+        for task in following[:count]:
+            self._add_kernel_item(core, task, 0, 1, items)
+
+    def _dispatch_copies(self, device) -> None:
+        ready = device.ready_copies
+        for engine in device.engines:
+            if not ready:
+                return
+            if not engine.idle:
+                continue
+            stream = ready.pop(policy.pick_stream([s.priority for s in ready]))
+            stream.queued_ready = False
+            task = stream.tasks[0]
+            token = next(self._tokens)
+            engine.inflight[token] = task
+            task.state = DISPATCHED
+            self._send(engine, [(task.kind, token, *task.payload)])
+
+    def _send(self, worker, items) -> None:
+        task = next(iter(worker.inflight.values()))
+        timeout = task.stream.session.op_timeout_s or self.op_timeout_s
+        worker.deadline = time.monotonic() + timeout * len(worker.inflight)
+        try:
+            worker.send(items)
+        except (OSError, ValueError):
+            self._worker_lost(worker, _death_code(worker), worker.exit_description())
+
+    # ---- results ------------------------------------------------------------------------------
+    def _on_worker_message(self, worker) -> None:
+        try:
+            message = worker.conn.recv()
+        except (EOFError, OSError):
+            self._worker_lost(worker, _death_code(worker), worker.exit_description())
+            return
+        if message == ("ready",):
+            worker.ready = True
+            return
+        for token, code, start, end, text in message:
+            task = worker.inflight.pop(token)
+            worker.busy_ns += end - start
+            self._chunk_done(task, code, end, text)
+        worker.deadline = None
+
+    def _chunk_done(self, task, code, end_ns, text) -> None:
+        if code and task.failure is None:
+            task.failure = Failure(code, text, task.seq)
+        task.timestamp = max(task.timestamp, end_ns)
+        if task.kind == KERNEL:
+            task.chunks_out -= 1
+            if task.chunks_out or task.blocks_next < task.payload[3]:
+                return
+        self._complete(task)
+
+    def _worker_lost(self, worker, code: int, how: str) -> None:
+        """A worker died or timed out: fail what it was running, replace it, carry on."""
+        tasks = list(worker.inflight.values())
+        worker.kill()
+        log.error("%s %s while running %d task(s); restarting it", worker.name, how, len(tasks))
+        now = time.monotonic_ns()
+        for task in tasks:
+            what = task.payload[1] if task.kind == KERNEL else task.kind
+            self._chunk_done(task, code, now, f"{worker.name} {how} while running {what} "
+                                              f"(task {task.seq}); the worker was replaced")
+        worker.restarts += 1
+        worker.start()
+
+    # ---- waiting ------------------------------------------------------------------------------
+    def watch(self, waiter: Waiter, streams=(), tasks=()) -> None:
+        """Settle `waiter` once `waiter.ready()` holds (checked as the streams/tasks progress)
+        or its deadline passes."""
+        if waiter.ready():
+            waiter.settle()
+            return
+        for stream in streams:
+            stream.watchers.append(waiter)
+        for task in tasks:
+            task.waiters.append(waiter)
+        if waiter.deadline is not None:
+            heapq.heappush(self._timers, (waiter.deadline, next(self._timer_ids), waiter))
+
+    def _recheck(self, stream) -> None:
+        if not stream.watchers:
+            return
+        pending = []
+        for waiter in stream.watchers:
+            if waiter.finished:
+                continue
+            if waiter.ready():
+                waiter.settle()
+            else:
+                pending.append(waiter)
+        stream.watchers = pending
+
+    def _next_timeout(self) -> float | None:
+        deadlines = [w.deadline for w in self._workers if w.deadline is not None]
+        if self._timers:
+            deadlines.append(self._timers[0][0])
+        if not deadlines:
+            return None
+        return max(0.0, min(deadlines) - time.monotonic())
+
+    def _expire(self) -> None:
+        now = time.monotonic()
+        while self._timers and self._timers[0][0] <= now:
+            _, _, waiter = heapq.heappop(self._timers)
+            waiter.settle(timed_out=True)
+        for worker in self._workers:
+            if worker.deadline is not None and worker.deadline <= now and worker.inflight:
+                self._worker_lost(worker, codes.ACL_ERROR_RT_AICORE_TIMEOUT,
+                                  "exceeded the operator execution timeout")
+        if self._dirty:
+            self._pump()
+
+
+def _death_code(worker) -> int:
+    """The ACL code of tasks lost with their worker: an AI-core exception, or a DMA error."""
+    return codes.ACL_ERROR_RT_AICORE_EXCEPTION if worker.kind == AI_CORE else codes.ACL_ERROR_RT_SYS_DMA

@@ -1,0 +1,86 @@
+"""The gRPC servicer: authenticate, open a session, pump messages in and replies out.
+
+Nothing else happens here: decoding and execution live in simnpu.server.session.
+"""
+
+from __future__ import annotations
+
+import hmac
+import json
+import logging
+import threading
+
+import grpc
+
+from simnpu.proto import npu_pb2, service
+from simnpu.server.session import CLOSED
+
+log = logging.getLogger("simnpu.service")
+
+
+class NpuServicer:
+    def __init__(self, daemon):
+        self.daemon = daemon
+
+    def handlers(self) -> grpc.GenericRpcHandler:
+        return grpc.method_handlers_generic_handler(service.SERVICE, {
+            "Session": grpc.stream_stream_rpc_method_handler(
+                self.Session, request_deserializer=npu_pb2.ClientMessage.FromString,
+                response_serializer=npu_pb2.ServerMessage.SerializeToString),
+            "Query": grpc.unary_unary_rpc_method_handler(
+                self.Query, request_deserializer=npu_pb2.QueryRequest.FromString,
+                response_serializer=npu_pb2.QueryReply.SerializeToString),
+        })
+
+    def _authorize(self, context) -> None:
+        """TCP peers must present the shared token; Unix-socket peers rely on file permissions."""
+        if context.peer().startswith("unix:"):
+            return
+        presented = dict(context.invocation_metadata()).get(service.TOKEN_METADATA_KEY, "")
+        expected = self.daemon.config.token or ""
+        if not expected or not hmac.compare_digest(presented.encode(), expected.encode()):
+            context.abort(grpc.StatusCode.UNAUTHENTICATED,
+                          "simnpu: missing or wrong token (set SIMNPU_TOKEN to the daemon's token)")
+
+    def Session(self, request_iterator, context):
+        self._authorize(context)
+        session = self.daemon.open_session(context.peer())
+        if session is None:
+            context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED,
+                          f"simnpu: the daemon serves at most {self.daemon.config.max_sessions} sessions")
+        reader = threading.Thread(target=self._read, args=(session, request_iterator),
+                                  name=f"simnpu-session-{session.id}", daemon=True)
+        reader.start()
+        outbox = session.outbox
+        while True:
+            item = outbox.get()
+            if item is CLOSED:
+                return
+            message = npu_pb2.ServerMessage()
+            while True:
+                if isinstance(item, npu_pb2.Reply):
+                    message.replies.append(item)
+                else:
+                    message.notices.append(item)
+                if outbox.empty():
+                    break
+                item = outbox.get()
+                if item is CLOSED:
+                    yield message
+                    return
+            yield message
+
+    def _read(self, session, request_iterator) -> None:
+        try:
+            for message in request_iterator:
+                session.handle_message(message)
+        except grpc.RpcError:
+            pass  # the client went away; that is how most sessions end
+        except Exception:
+            log.exception("%r: reading the session failed", session)
+        finally:
+            self.daemon.close_session(session)
+
+    def Query(self, request, context):
+        self._authorize(context)
+        return npu_pb2.QueryReply(json=json.dumps(self.daemon.describe(request.what, request.device)))

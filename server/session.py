@@ -1,0 +1,708 @@
+"""A client session: the handles a client process owns, and the decoding of its messages.
+
+One Session per gRPC Session stream. Its reader thread calls `handle_message` for each
+ClientMessage; work for the scheduler is collected in order and posted once per message.
+Replies go to `outbox`, which the gRPC response stream drains. When the stream ends for
+any reason, `close` frees everything the session owned once its in-flight work is done.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import logging
+import os
+import queue
+import time
+
+from simnpu.proto import codes, commands, npu_pb2
+from simnpu.proto.errors import NpuError, bad_handle, invalid
+from simnpu.proto.kernel_abi import discover_kernels
+from simnpu.server.objects import (
+    COPY, KERNEL, MEMSET, RECORD, RESET, WAIT, Context, Event, Stream, Task, Waiter,
+)
+from simnpu.server.resources import Binary, Function, Pinned
+from simnpu.shm.addresses import is_device_address, split_device_address
+from simnpu.shm.region import Region, segment_name
+
+log = logging.getLogger("simnpu.session")
+
+DEFERRED = object()  # a handler's result when the scheduler will send the reply
+CLOSED = object()    # the outbox sentinel that ends the response stream
+IMMEDIATE_PRIORITY = -1  # synchronous copies jump every stream queue, as aclrtMemcpy does
+_PROBE_BYTES = 16
+
+
+class Session:
+    def __init__(self, daemon, session_id: int, peer: str):
+        self.daemon = daemon
+        self.scheduler = daemon.scheduler
+        self.id = session_id
+        self.peer = peer
+        self.pid = 0
+        self.process_name = "?"
+        self.outbox: queue.SimpleQueue = queue.SimpleQueue()
+        self.seq = 0
+        self.handles: dict[int, object] = {}
+        self._handle_ids = itertools.count(1)
+        self.contexts: list[Context] = []
+        self.allocations: dict[int, int] = {}  # device address -> device index
+        self.immediate: dict[int, Stream] = {}  # device -> hidden stream of synchronous copies
+        self.staging: Region | None = None
+        self.submit_failure: NpuError | None = None
+        self.op_timeout_s: float | None = None
+        self.closed = False
+        self._batch: list = []
+        self._handlers = {
+            npu_pb2.OP_HELLO: self._hello,
+            npu_pb2.OP_CREATE_CONTEXT: self._create_context,
+            npu_pb2.OP_DESTROY_CONTEXT: self._destroy_context,
+            npu_pb2.OP_SYNCHRONIZE_DEVICE: self._synchronize_device,
+            npu_pb2.OP_CREATE_STREAM: self._create_stream,
+            npu_pb2.OP_DESTROY_STREAM: self._destroy_stream,
+            npu_pb2.OP_SYNCHRONIZE_STREAM: self._synchronize_stream,
+            npu_pb2.OP_QUERY_STREAM: self._query_stream,
+            npu_pb2.OP_SET_STREAM_FAILURE_MODE: self._set_stream_failure_mode,
+            npu_pb2.OP_CREATE_EVENT: self._create_event,
+            npu_pb2.OP_DESTROY_EVENT: self._destroy_event,
+            npu_pb2.OP_QUERY_EVENT: self._query_event,
+            npu_pb2.OP_SYNCHRONIZE_EVENT: self._synchronize_event,
+            npu_pb2.OP_EVENT_ELAPSED_TIME: self._event_elapsed_time,
+            npu_pb2.OP_MALLOC: self._malloc,
+            npu_pb2.OP_FREE: self._free,
+            npu_pb2.OP_MALLOC_HOST: self._malloc_host,
+            npu_pb2.OP_FREE_HOST: self._free_host,
+            npu_pb2.OP_MEMCPY: self._memcpy,
+            npu_pb2.OP_MEMSET: self._memset,
+            npu_pb2.OP_GET_MEM_INFO: self._get_mem_info,
+            npu_pb2.OP_BINARY_LOAD: self._binary_load,
+            npu_pb2.OP_BINARY_UNLOAD: self._binary_unload,
+            npu_pb2.OP_GET_FUNCTION: self._get_function,
+            npu_pb2.OP_SET_OP_EXECUTE_TIMEOUT: self._set_op_execute_timeout,
+            npu_pb2.OP_MEMORY_STATS: self._memory_stats,
+        }
+        self.handles[commands.BUILTIN_BINARY] = daemon.builtin_binary
+
+    def __repr__(self) -> str:
+        return f"session {self.id} (pid {self.pid} {self.process_name})"
+
+    # ---- messages ---------------------------------------------------------------------------
+    def handle_message(self, message: npu_pb2.ClientMessage) -> None:
+        """Execute one ClientMessage's items in order (reader thread)."""
+        for item in message.items:
+            if item.HasField("request"):
+                self._handle_request(item.request)
+            else:
+                self._handle_commands(item.commands)
+        if self._batch:
+            batch, self._batch = self._batch, []
+            self.scheduler.post(batch)
+
+    def _handle_commands(self, buffer: bytes) -> None:
+        try:
+            for command in commands.decode(buffer):
+                self.seq += 1
+                try:
+                    self._submit(command)
+                except NpuError as error:
+                    self._defer_failure(error)
+        except NpuError as error:  # a malformed buffer: the rest of it is lost
+            self._defer_failure(error)
+
+    def _defer_failure(self, error: NpuError) -> None:
+        """An asynchronous call that the daemon rejected: reported at the next synchronize."""
+        log.info("%r: rejected asynchronous call %d: %s", self, self.seq, error)
+        if self.submit_failure is None:
+            self.submit_failure = NpuError(error.code, f"{error.message} (task {self.seq})")
+            self.submit_failure.seq = self.seq
+
+    def _handle_request(self, request: npu_pb2.Request) -> None:
+        self.seq += 1
+        handler = self._handlers.get(request.op)
+        try:
+            if handler is None:
+                raise invalid(f"unknown request op {request.op}")
+            result = handler(request)
+        except NpuError as error:
+            self.respond(request.id, error.code, error.message)
+            return
+        except Exception as error:  # a bug of ours: the client gets a code, the daemon lives
+            log.exception("%r: request %s failed", self, npu_pb2.Op.Name(request.op) if request.op in npu_pb2.Op.values() else request.op)
+            self.respond(request.id, codes.ACL_ERROR_RT_INTERNAL_ERROR, f"internal error: {error!r}")
+            return
+        if result is DEFERRED:
+            return
+        if isinstance(result, npu_pb2.Reply):
+            result.id = request.id
+            self._send(result)
+        else:
+            self.respond(request.id, 0, values=result or ())
+
+    def respond(self, request_id: int, code: int = 0, message: str = "", values=(), text: str = "",
+                data: bytes = b"", task_seq: int = 0) -> None:
+        """Queue the reply to request `request_id` (any thread)."""
+        if request_id:
+            self._send(npu_pb2.Reply(id=request_id, code=code, message=message, values=values,
+                                     text=text, data=data, task_seq=task_seq))
+
+    def _send(self, reply: npu_pb2.Reply) -> None:
+        self.outbox.put(reply)
+
+    def respond_failure(self, request_id: int, failure) -> None:
+        if failure is None:
+            self.respond(request_id)
+        else:
+            self.respond(request_id, failure.code, failure.message, task_seq=failure.seq)
+
+    # ---- handles -------------------------------------------------------------------------------
+    def _new_handle(self, obj, kind: int) -> int:
+        handle = (kind << 40) | next(self._handle_ids)
+        self.handles[handle] = obj
+        return handle
+
+    def _get(self, handle: int, cls, kind: str):
+        obj = self.handles.get(handle)
+        if not isinstance(obj, cls):
+            raise bad_handle(kind, handle)
+        return obj
+
+    def _stream(self, handle: int) -> Stream:
+        return self._get(handle, Stream, "stream")
+
+    def _event(self, handle: int) -> Event:
+        return self._get(handle, Event, "event")
+
+    def _context(self, handle: int) -> Context:
+        return self._get(handle, Context, "context")
+
+    def _device(self, index: int):
+        if not 0 <= index < len(self.daemon.devices):
+            raise NpuError(codes.ACL_ERROR_RT_INVALID_DEVICEID,
+                           f"device {index} does not exist (this daemon simulates {len(self.daemon.devices)})")
+        return self.daemon.devices[index]
+
+    # ---- asynchronous commands -------------------------------------------------------------------
+    def _submit(self, command) -> None:
+        kind = type(command)
+        if kind is commands.Launch:
+            function = self._get(command.function, Function, "function")
+            values = function.signature.unpack(command.args)
+            self._queue_launch(command.stream, function, command.num_blocks, values)
+        elif kind is commands.Copy:
+            stream = self._stream(command.stream)
+            self._queue(stream, COPY, self._copy_payload(command.dst, command.src, command.count))
+        elif kind is commands.Memset:
+            stream = self._stream(command.stream)
+            dst = self._resolve(command.dst, command.count)
+            self._queue(stream, MEMSET, (dst, command.value & 0xFF, command.count))
+        elif kind is commands.EventCommand:
+            event, stream = self._event(command.event), self._stream(command.stream)
+            task_kind = {commands.CMD_RECORD_EVENT: RECORD, commands.CMD_RESET_EVENT: RESET,
+                         commands.CMD_WAIT_EVENT: WAIT}[command.op]
+            self._queue(stream, task_kind, (event,))
+        elif kind is commands.LaunchDevArgs:
+            function = self._get(command.function, Function, "function")
+            args = self._read_device(command.args_ptr, command.args_size)
+            self._queue_launch(command.stream, function, command.num_blocks, function.signature.unpack(args))
+
+    def _queue(self, stream: Stream, kind: str, payload: tuple) -> None:
+        self._batch.append((self.scheduler.submit, (Task(self.seq, kind, stream, payload),)))
+
+    def _queue_launch(self, stream_handle: int, function: Function, num_blocks: int, values: tuple) -> None:
+        stream = self._stream(stream_handle)
+        if num_blocks <= 0:
+            raise invalid("numBlocks must be at least 1")
+        bounds = []
+        for kind, value in zip(function.signature.types, values):
+            if kind == "ptr" and value:
+                allocation = self._own_allocation(value)
+                if allocation is not None:
+                    bounds.append(allocation)
+        self._queue(stream, KERNEL, (function.binary, function.name, values, num_blocks, tuple(bounds)))
+
+    def _own_allocation(self, address: int):
+        """(start address, requested size) of this session's allocation holding `address`."""
+        if not is_device_address(address):
+            return None
+        device_index, _ = split_device_address(address)
+        if device_index >= len(self.daemon.devices):
+            return None
+        allocation = self.daemon.devices[device_index].lookup(address)
+        if allocation is None or allocation.owner is not self:
+            return None
+        start = address - (split_device_address(address)[1] - allocation.offset)
+        return start, allocation.size
+
+    def _read_device(self, address: int, size: int) -> bytes:
+        device, offset = self._device_range(address, size)
+        return bytes(device.region.map[offset:offset + size])
+
+    def _device_range(self, address: int, count: int):
+        found = self._own_allocation(address)
+        if found is None:
+            raise invalid(f"{address:#x} is not inside a device allocation of this process")
+        start, size = found
+        if address + count > start + size:
+            raise invalid(f"{count} bytes at {address:#x} run past the end of its allocation "
+                          f"[{start:#x}, +{size})")
+        device_index, offset = split_device_address(address)
+        return self.daemon.devices[device_index], offset
+
+    def _resolve(self, location: commands.Location, count: int) -> tuple:
+        """A wire location turned into what a copy engine maps: ("dev"|"seg", key, offset)."""
+        space, ident, offset = location
+        if space == commands.SPACE_DEVICE:
+            device, device_offset = self._device_range(offset, count)
+            return ("dev", device.index, device_offset)
+        if space == commands.SPACE_PINNED:
+            region = self._get(ident, Pinned, "pinned host memory").region
+        elif space == commands.SPACE_STAGING and self.staging is not None:
+            region = self.staging
+        else:
+            raise invalid(f"unknown memory space {space}")
+        if offset < 0 or count < 0 or offset + count > _data_size(region, self):
+            raise invalid(f"{count} bytes at offset {offset} exceed the host buffer of {region.size} bytes")
+        return ("seg", region.name, offset)
+
+    def _copy_payload(self, dst, src, count) -> tuple:
+        return (self._resolve(dst, count), self._resolve(src, count), count)
+
+    # ---- requests ------------------------------------------------------------------------------------
+    def _hello(self, request):
+        self.pid, memory_limit = (list(request.args) + [0, 0])[:2]
+        self.process_name = request.text or "?"
+        config = self.daemon.config
+        if self.staging is None:
+            self.staging = Region.create(segment_name(f"s{self.id}", "staging"),
+                                         config.staging_bytes + _PROBE_BYTES)
+        probe = os.urandom(_PROBE_BYTES)
+        self.staging.map[config.staging_bytes:config.staging_bytes + _PROBE_BYTES] = probe
+        return npu_pb2.Reply(values=[self.id, len(self.daemon.devices), config.staging_bytes,
+                                     config.ai_cores, config.copy_engines],
+                             text=self.staging.name, data=probe)
+
+    def _create_context(self, request):
+        device = self._device(request.args[0])
+        context = Context(0, device.index, self)
+        context.handle = self._new_handle(context, 1)
+        self.contexts.append(context)
+        stream = self._add_stream(context, 0, 0)
+        return [context.handle, stream.handle]
+
+    def _add_stream(self, context: Context, priority: int, flags: int) -> Stream:
+        self.daemon.count_stream(context.device, +1)
+        stream = Stream(0, context, priority, flags)
+        stream.handle = self._new_handle(stream, 2)
+        context.streams.append(stream)
+        return stream
+
+    def _destroy_context(self, request):
+        context = self._context(request.args[0])
+        del self.handles[context.handle]
+        self.contexts.remove(context)
+        streams = list(context.streams)
+        for stream in streams:
+            stream.destroyed = True
+            self.handles.pop(stream.handle, None)
+        for handle, obj in list(self.handles.items()):
+            if isinstance(obj, Event) and obj.context is context:
+                self._forget_event(handle)
+
+        def begin():
+            waiter = Waiter(lambda: all(not s.tasks for s in streams), lambda timed_out: finish())
+            self.scheduler.watch(waiter, streams=streams)
+
+        def finish():
+            for stream in streams:
+                self.daemon.count_stream(context.device, -1)
+            self.respond(request.id)
+
+        self._batch.append((begin, ()))
+        return DEFERRED
+
+    def _timeout_deadline(self, timeout_ms: int) -> float | None:
+        if timeout_ms < -1:
+            raise invalid(f"timeout {timeout_ms} ms: use -1 (wait forever), 0 or a positive number")
+        return None if timeout_ms == -1 else time.monotonic() + timeout_ms / 1000.0
+
+    def _wait_streams(self, request_id: int, streams: list, deadline, timeout_code: int, failure_of) -> None:
+        """Reply to `request_id` when the given streams have run all they had when this was
+        called (scheduler thread), or with `timeout_code` at the deadline."""
+        targets = [(s, s.tasks[-1].seq) for s in streams if s.tasks]
+
+        def finish(timed_out: bool) -> None:
+            if timed_out:
+                self.respond(request_id, timeout_code, "synchronize timed out")
+            else:
+                self.respond_failure(request_id, failure_of())
+
+        waiter = Waiter(lambda: all(s.drained_upto(seq) for s, seq in targets), finish, deadline)
+        self.scheduler.watch(waiter, streams=[s for s, _ in targets])
+
+    def _take_failure(self, streams):
+        """The failure a synchronize reports: a stopped context's, else a stream's (once)."""
+        if self.submit_failure is not None:
+            error, self.submit_failure = self.submit_failure, None
+            return _AsFailure(error)
+        for stream in streams:
+            if stream.context.failure is not None:
+                return stream.context.failure
+        for stream in streams:
+            if stream.failure is not None:
+                failure, stream.failure = stream.failure, None
+                return failure
+        return None
+
+    def _synchronize_device(self, request):
+        device = self._device(request.args[0])
+        deadline = self._timeout_deadline(request.args[1])
+        streams = [s for c in self.contexts if c.device == device.index for s in c.streams]
+        self._batch.append((self._wait_streams, (request.id, streams, deadline,
+                                                 codes.ACL_ERROR_RT_STREAM_SYNC_TIMEOUT,
+                                                 lambda: self._take_failure(streams))))
+        return DEFERRED
+
+    def _create_stream(self, request):
+        context = self._context(request.args[0])
+        priority = min(max(request.args[1], codes.STREAM_PRIORITY_GREATEST), codes.STREAM_PRIORITY_LEAST)
+        return [self._add_stream(context, priority, request.args[2]).handle]
+
+    def _destroy_stream(self, request):
+        stream = self._stream(request.args[0])
+        if stream is stream.context.streams[0]:
+            raise invalid("the default stream of a context cannot be destroyed")
+        force = bool(request.args[1])
+        del self.handles[stream.handle]
+        stream.destroyed = True
+
+        def begin():
+            if force:
+                self.scheduler.drop_pending(stream)
+            waiter = Waiter(lambda: not stream.tasks, lambda timed_out: finish())
+            self.scheduler.watch(waiter, streams=[stream])
+
+        def finish():
+            stream.context.streams.remove(stream)
+            self.daemon.count_stream(stream.device, -1)
+            self.respond(request.id)
+
+        self._batch.append((begin, ()))
+        return DEFERRED
+
+    def _synchronize_stream(self, request):
+        stream = self._stream(request.args[0])
+        deadline = self._timeout_deadline(request.args[1])
+        self._batch.append((self._wait_streams, (request.id, [stream], deadline,
+                                                 codes.ACL_ERROR_RT_STREAM_SYNC_TIMEOUT,
+                                                 lambda: self._take_failure([stream]))))
+        return DEFERRED
+
+    def _query_stream(self, request):
+        stream = self._stream(request.args[0])
+
+        def answer():
+            failure = self._take_failure([stream])
+            if failure is not None:
+                self.respond_failure(request.id, failure)
+            else:
+                status = codes.ACL_STREAM_STATUS_NOT_READY if stream.tasks else codes.ACL_STREAM_STATUS_COMPLETE
+                self.respond(request.id, values=[status])
+
+        self._batch.append((answer, ()))
+        return DEFERRED
+
+    def _set_stream_failure_mode(self, request):
+        stream, mode = self._stream(request.args[0]), request.args[1]
+        if mode not in (codes.ACL_CONTINUE_ON_FAILURE, codes.ACL_STOP_ON_FAILURE):
+            raise invalid(f"unknown failure mode {mode}")
+        context = stream.context
+        if context.failure_mode == codes.ACL_STOP_ON_FAILURE and mode == codes.ACL_CONTINUE_ON_FAILURE:
+            raise NpuError(codes.ACL_ERROR_RT_FEATURE_NOT_SUPPORT,
+                           "a context in ACL_STOP_ON_FAILURE cannot go back to ACL_CONTINUE_ON_FAILURE")
+
+        def apply():
+            context.failure_mode = mode
+            self.respond(request.id)
+
+        self._batch.append((apply, ()))
+        return DEFERRED
+
+    def _create_event(self, request):
+        context = self._context(request.args[0])
+        self.daemon.count_event(context.device, +1)
+        event = Event(0, context, request.args[1])
+        event.handle = self._new_handle(event, 3)
+        return [event.handle]
+
+    def _forget_event(self, handle: int) -> None:
+        event = self.handles.pop(handle)
+        self.daemon.count_event(event.context.device, -1)
+
+    def _destroy_event(self, request):
+        self._event(request.args[0])
+        self._forget_event(request.args[0])
+        return []
+
+    def _query_event(self, request):
+        event = self._event(request.args[0])
+
+        def answer():
+            record = event.latest_record
+            done = record is not None and record.state == 2
+            self.respond(request.id, values=[codes.ACL_EVENT_RECORDED_STATUS_COMPLETE if done
+                                             else codes.ACL_EVENT_RECORDED_STATUS_NOT_READY])
+
+        self._batch.append((answer, ()))
+        return DEFERRED
+
+    def _synchronize_event(self, request):
+        event = self._event(request.args[0])
+        deadline = self._timeout_deadline(request.args[1])
+
+        def begin():
+            record = event.latest_record
+
+            def finish(timed_out: bool) -> None:
+                if timed_out:
+                    self.respond(request.id, codes.ACL_ERROR_RT_EVENT_SYNC_TIMEOUT, "event synchronize timed out")
+                else:
+                    self.respond_failure(request.id, event.context.failure)
+
+            waiter = Waiter(lambda: record is None or record.state == 2, finish, deadline)
+            self.scheduler.watch(waiter, tasks=[record] if record is not None else [])
+
+        self._batch.append((begin, ()))
+        return DEFERRED
+
+    def _event_elapsed_time(self, request):
+        start, end = self._event(request.args[0]), self._event(request.args[1])
+
+        def answer():
+            records = (start.latest_record, end.latest_record)
+            if None in records:
+                self.respond(request.id, codes.ACL_ERROR_RT_PARAM_INVALID, "both events must have been recorded")
+            elif any(r.state != 2 for r in records):
+                self.respond(request.id, codes.ACL_ERROR_RT_EVENT_NOT_COMPLETE,
+                             "an event has not completed yet: synchronize it first")
+            elif records[1].timestamp < records[0].timestamp:
+                self.respond(request.id, codes.ACL_ERROR_RT_EVENT_TIMESTAMP_REVERSAL,
+                             "the end event completed before the start event")
+            else:
+                self.respond(request.id, values=[records[1].timestamp - records[0].timestamp])
+
+        self._batch.append((answer, ()))
+        return DEFERRED
+
+    def _malloc(self, request):
+        device = self._device(request.args[0])
+        size, policy = request.args[1], request.args[2]
+        if size <= 0:
+            raise NpuError(codes.ACL_ERROR_INVALID_PARAM, f"cannot allocate {size} bytes")
+        address = device.allocate(size, policy, self)
+        self.allocations[address] = device.index
+        return [address]
+
+    def _free(self, request):
+        address = request.args[0]
+        device_index = self.allocations.pop(address, None)
+        if device_index is None:
+            owner = self._owner_of(address)
+            raise invalid(f"{address:#x} is not the start of a live allocation of this process"
+                          + (f" (it belongs to {owner})" if owner else " (double free or bad pointer)"))
+        self.daemon.devices[device_index].free(address)
+        return []
+
+    def _owner_of(self, address: int):
+        if not is_device_address(address):
+            return None
+        device_index, _ = split_device_address(address)
+        if device_index >= len(self.daemon.devices):
+            return None
+        allocation = self.daemon.devices[device_index].lookup(address)
+        return None if allocation is None or allocation.owner is self else allocation.owner
+
+    def _malloc_host(self, request):
+        size = request.args[0]
+        if size <= 0:
+            raise NpuError(codes.ACL_ERROR_INVALID_PARAM, f"cannot allocate {size} bytes of host memory")
+        region = Region.create(segment_name(f"s{self.id}", f"pin{next(self._handle_ids)}"), size)
+        handle = self._new_handle(Pinned(region), 6)
+        return npu_pb2.Reply(values=[handle, size], text=region.name)
+
+    def _free_host(self, request):
+        pinned = self._get(request.args[0], Pinned, "pinned host memory")
+        del self.handles[request.args[0]]
+        self._release_segment(pinned.region)
+        return []
+
+    def _release_segment(self, region: Region) -> None:
+        region.close()
+        self.scheduler.call(self.daemon.forget_segment, region.name)
+
+    def _immediate_stream(self, device_index: int) -> Stream:
+        stream = self.immediate.get(device_index)
+        if stream is None:
+            context = Context(0, device_index, self)
+            stream = self.immediate[device_index] = Stream(0, context, IMMEDIATE_PRIORITY)
+            context.streams.append(stream)
+        return stream
+
+    def _memcpy(self, request):
+        args = request.args
+        if len(args) != 9:
+            raise invalid("MEMCPY takes 9 arguments")
+        stream_handle, count, inline = args[0], args[7], args[8]
+        dst = commands.Location(*args[1:4])
+        src = commands.Location(*args[4:7])
+        payload = self._copy_payload(dst, src, count)
+        if inline and src.space == commands.SPACE_STAGING:
+            if len(request.data) != count:
+                raise invalid(f"inline copy carries {len(request.data)} bytes, not {count}")
+            self.staging.map[src.offset:src.offset + count] = request.data
+        read_back = (dst.offset, count) if inline and dst.space == commands.SPACE_STAGING else None
+        self._queue_answered(request.id, stream_handle, COPY, payload, read_back)
+        return DEFERRED
+
+    def _memset(self, request):
+        args = request.args
+        if len(args) != 6:
+            raise invalid("MEMSET takes 6 arguments")
+        dst = commands.Location(*args[1:4])
+        payload = (self._resolve(dst, args[5]), args[4] & 0xFF, args[5])
+        self._queue_answered(request.id, args[0], MEMSET, payload, None)
+        return DEFERRED
+
+    def _queue_answered(self, request_id, stream_handle, kind, payload, read_back) -> None:
+        """Queue a copy or memset and reply when it has run (synchronous ACL calls)."""
+        if stream_handle == commands.IMMEDIATE:
+            location = payload[0] if payload[0][0] == "dev" else payload[1]
+            device_index = location[1] if location[0] == "dev" else 0
+            stream = self._immediate_stream(device_index)
+        else:
+            stream = self._stream(stream_handle)
+        task = Task(self.seq, kind, stream, payload)
+
+        def finish(timed_out: bool) -> None:
+            if stream.priority == IMMEDIATE_PRIORITY:
+                stream.failure = None
+            if task.failure is not None:
+                self.respond_failure(request_id, task.failure)
+            elif read_back is not None:
+                offset, count = read_back
+                self.respond(request_id, data=bytes(self.staging.map[offset:offset + count]))
+            else:
+                self.respond(request_id)
+
+        def begin():
+            self.scheduler.submit(task)
+            self.scheduler.watch(Waiter(lambda: task.state == 2, finish), tasks=[task])
+
+        self._batch.append((begin, ()))
+
+    def _get_mem_info(self, request):
+        device = self._device(request.args[0])
+        return [device.allocator.free_bytes, device.capacity]
+
+    def _memory_stats(self, request):
+        device = self._device(request.args[0])
+        with device.lock:
+            stats = device.allocator.stats()
+        return npu_pb2.Reply(text=json.dumps(stats))
+
+    def _binary_load(self, request):
+        source, filename = request.text, request.data.decode("utf-8", "replace") or "<kernel module>"
+        try:
+            kernels = discover_kernels(source, filename)
+        except (SyntaxError, ValueError) as error:
+            raise NpuError(codes.ACL_ERROR_INVALID_FILE, f"cannot load kernel module {filename}: {error}")
+        binary = Binary(self.daemon.next_binary_id(), source, filename, kernels)
+        return [self._new_handle(binary, 4)]
+
+    def _binary_unload(self, request):
+        binary = self._get(request.args[0], Binary, "binary")
+        if request.args[0] == commands.BUILTIN_BINARY:
+            raise invalid("the built-in kernel library cannot be unloaded")
+        for handle, obj in list(self.handles.items()):
+            if obj is binary or (isinstance(obj, Function) and obj.binary is binary):
+                del self.handles[handle]
+        return []
+
+    def _get_function(self, request):
+        binary = self._get(request.args[0], Binary, "binary")
+        signature = binary.kernels.get(request.text)
+        if signature is None:
+            raise NpuError(codes.ACL_ERROR_RT_KERNEL_LOOKUP,
+                           f"no kernel named {request.text!r} in {binary.filename} "
+                           f"(it has: {', '.join(sorted(binary.kernels)) or 'none'})")
+        handle = self._new_handle(Function(binary, request.text, signature), 5)
+        return npu_pb2.Reply(values=[handle], text=signature.to_wire())
+
+    def _set_op_execute_timeout(self, request):
+        milliseconds = request.args[0]
+        if milliseconds < 0:
+            raise invalid("the operator execution timeout cannot be negative")
+        self.op_timeout_s = milliseconds / 1000.0 if milliseconds else None
+        return []
+
+    # ---- the end -------------------------------------------------------------------------------------------
+    def close(self, on_closed) -> None:
+        """The client is gone: drop its queued work, wait for what is running, free all."""
+        if self.closed:
+            return
+        self.closed = True
+        streams = [s for c in self.contexts for s in c.streams] + list(self.immediate.values())
+
+        def begin():
+            for stream in streams:
+                self.scheduler.drop_pending(stream)
+            waiter = Waiter(lambda: all(not s.tasks for s in streams), lambda timed_out: finish())
+            self.scheduler.watch(waiter, streams=streams)
+
+        def finish():
+            try:
+                self.release_all()
+            finally:
+                on_closed(self)
+
+        self.scheduler.call(begin)
+
+    def release_all(self) -> None:
+        """Free device memory, pinned segments and the staging area; forget the counts."""
+        for address, device_index in list(self.allocations.items()):
+            self.daemon.devices[device_index].free(address)
+        self.allocations.clear()
+        for context in self.contexts:
+            self.daemon.count_stream(context.device, -len(context.streams))
+        for handle, obj in list(self.handles.items()):
+            if isinstance(obj, Pinned):
+                self._release_segment(obj.region)
+            elif isinstance(obj, Event):
+                self.daemon.count_event(obj.context.device, -1)
+        self.handles.clear()
+        if self.staging is not None:
+            self._release_segment(self.staging)
+            self.staging = None
+
+    def memory_in_use(self) -> int:
+        total = 0
+        for address, device_index in list(self.allocations.items()):
+            allocation = self.daemon.devices[device_index].lookup(address)
+            if allocation is not None:
+                total += allocation.reserved
+        return total
+
+
+class _AsFailure:
+    """An NpuError of a rejected asynchronous call, shaped like objects.Failure."""
+
+    def __init__(self, error: NpuError):
+        self.code = error.code
+        self.message = error.message
+        self.seq = getattr(error, "seq", 0)
+
+
+def _data_size(region: Region, session: Session) -> int:
+    """Usable bytes of a host segment (the staging area ends with the probe bytes)."""
+    if region is session.staging:
+        return session.daemon.config.staging_bytes
+    return region.size

@@ -1,0 +1,212 @@
+"""The worker process: an AI core or a copy engine of one simulated device.
+
+Started with the spawn context by simnpu.server.worker_pool. It maps the device memory
+regions, then loops: receive a batch of work items over its pipe, execute them in order,
+send back one result per executable item. Items:
+
+  ("load", binary_id, source, filename)           exec a kernel module once, keep it
+  ("forget", segment_name)                        unmap a pinned/staging segment
+  ("kernel", token, binary_id, name, args, first_block, last_block, block_num, bounds)
+  ("copy", token, dst, src, count)                dst/src: ("dev", device, offset) | ("seg", name, offset)
+  ("memset", token, dst, value, count)
+
+Results are (token, code, start_ns, end_ns, message); code 0 is success. Timestamps come
+from CLOCK_MONOTONIC, which the daemon shares, so they are the device's clock.
+"""
+
+from __future__ import annotations
+
+import signal
+import sys
+import time
+import traceback
+import types
+
+import numpy as np
+
+from simnpu.proto import codes
+from simnpu.proto.kernel_abi import canonical_type
+from simnpu.shm.addresses import split_device_address
+from simnpu.shm.region import Region
+
+_NUMPY_OF_CANONICAL = {
+    "i8": "int8", "i16": "int16", "i32": "int32", "i64": "int64",
+    "u8": "uint8", "u16": "uint16", "u32": "uint32", "u64": "uint64",
+    "f16": "float16", "f32": "float32", "f64": "float64",
+}
+
+
+class MemoryFault(Exception):
+    """A kernel asked for device memory outside the allocations it was given."""
+
+
+class KernelContext:
+    """What a kernel sees as `ctx`: its block, its core, and bounded views of device memory."""
+
+    __slots__ = ("block_idx", "block_num", "core_id", "_bounds", "_maps")
+
+    def __init__(self, block_idx, block_num, core_id, bounds, maps):
+        self.block_idx = block_idx
+        self.block_num = block_num
+        self.core_id = core_id
+        self._bounds = bounds
+        self._maps = maps
+
+    def gm(self, ptr, dtype, count, access="rw"):
+        """A numpy view of `count` elements of device memory at `ptr` (global memory).
+
+        The view may not extend past the allocation containing `ptr`; access="r" gives
+        a read-only view.
+        """
+        if access not in ("r", "w", "rw"):
+            raise ValueError(f"access must be 'r', 'w' or 'rw', not {access!r}")
+        dt = _dtype(dtype)
+        count = int(count)
+        if count < 0:
+            raise ValueError(f"negative element count {count}")
+        nbytes = count * dt.itemsize
+        for start, size in self._bounds:
+            if start <= ptr < start + size or (nbytes == 0 and ptr == start + size):
+                if ptr + nbytes > start + size:
+                    raise MemoryFault(
+                        f"view of {nbytes} bytes at {ptr:#x} runs {ptr + nbytes - start - size} bytes "
+                        f"past the end of its allocation [{start:#x}, +{size})")
+                device, offset = split_device_address(ptr)
+                view = np.frombuffer(self._maps[device], dt, count, offset)
+                if access == "r":
+                    view.flags.writeable = False
+                return view
+        raise MemoryFault(f"address {ptr:#x} is not inside any allocation passed to this kernel")
+
+
+def _dtype(dtype) -> np.dtype:
+    if isinstance(dtype, str) and dtype not in ("float32", "float16", "float64"):
+        try:
+            return np.dtype(_NUMPY_OF_CANONICAL[canonical_type(dtype)])
+        except (ValueError, KeyError):
+            pass
+    return np.dtype(dtype)
+
+
+class Worker:
+    def __init__(self, core_id, device_regions, conn):
+        self.core_id = core_id
+        self.conn = conn
+        self.regions = [Region.attach(name) for name in device_regions]
+        self.maps = [region.map for region in self.regions]
+        self.modules: dict[int, types.ModuleType] = {}
+        self.segments: dict[str, Region] = {}
+
+    def serve(self) -> None:
+        self.conn.send(("ready",))
+        while True:
+            try:
+                batch = self.conn.recv()
+            except EOFError:  # the daemon is gone
+                return
+            if batch is None:
+                return
+            results = []
+            for item in batch:
+                result = self.execute(item)
+                if result is not None:
+                    results.append(result)
+            self.conn.send(results)
+
+    def execute(self, item):
+        kind = item[0]
+        if kind == "kernel":
+            return self.run_kernel(*item[1:])
+        if kind == "copy":
+            return self.timed(item[1], self.copy, *item[2:])
+        if kind == "memset":
+            return self.timed(item[1], self.memset, *item[2:])
+        if kind == "load":
+            self.load(*item[1:])
+        elif kind == "forget":
+            segment = self.segments.pop(item[1], None)
+            if segment is not None:
+                segment.close()
+        return None
+
+    def load(self, binary_id, source, filename):
+        module = types.ModuleType(f"simnpu_kernels_{binary_id}")
+        module.__file__ = filename
+        try:
+            exec(compile(source, filename, "exec"), module.__dict__)
+        except BaseException as exc:  # reported by every launch from this binary
+            module.__dict__["__simnpu_load_error__"] = _describe(exc)
+        self.modules[binary_id] = module
+
+    def run_kernel(self, token, binary_id, name, args, first, last, block_num, bounds):
+        start = time.monotonic_ns()
+        module = self.modules[binary_id]
+        load_error = module.__dict__.get("__simnpu_load_error__")
+        if load_error:
+            return (token, codes.ACL_ERROR_RT_AICORE_EXCEPTION, start, time.monotonic_ns(),
+                    f"kernel module failed to load on AI core {self.core_id}:\n{load_error}")
+        function = getattr(module, name)
+        block = first
+        try:
+            for block in range(first, last):
+                function(KernelContext(block, block_num, self.core_id, bounds, self.maps), *args)
+        except MemoryFault as fault:
+            return (token, codes.ACL_ERROR_RT_DEVICE_MEM_ERROR, start, time.monotonic_ns(),
+                    f"memory fault in kernel {name} block {block}/{block_num} on AI core "
+                    f"{self.core_id}: {fault}\n{_describe(fault)}")
+        except BaseException as exc:
+            return (token, codes.ACL_ERROR_RT_AICORE_EXCEPTION, start, time.monotonic_ns(),
+                    f"kernel {name} raised in block {block}/{block_num} on AI core {self.core_id}:\n"
+                    f"{_describe(exc)}")
+        return (token, 0, start, time.monotonic_ns(), "")
+
+    def timed(self, token, action, *args):
+        start = time.monotonic_ns()
+        try:
+            action(*args)
+        except Exception as exc:  # a segment vanished, a bad offset: fail the task, not the engine
+            return (token, codes.ACL_ERROR_RT_DEVICE_MEM_ERROR, start, time.monotonic_ns(),
+                    f"copy engine {self.core_id}: {exc}")
+        return (token, 0, start, time.monotonic_ns(), "")
+
+    def buffer(self, location, count):
+        space, key, offset = location
+        memory = self.maps[key] if space == "dev" else self.segment(key).map
+        if offset < 0 or offset + count > len(memory):
+            raise IndexError(f"range [{offset}, +{count}) outside {space} memory of {len(memory)} bytes")
+        return memoryview(memory)[offset:offset + count]
+
+    def segment(self, name):
+        region = self.segments.get(name)
+        if region is None:
+            region = self.segments[name] = Region.attach(name)
+        return region
+
+    def copy(self, dst, src, count):
+        target, source = self.buffer(dst, count), self.buffer(src, count)
+        target[:] = source
+        target.release()
+        source.release()
+
+    def memset(self, dst, value, count):
+        space, key, offset = dst
+        memory = self.maps[key] if space == "dev" else self.segment(key).map
+        if offset < 0 or offset + count > len(memory):
+            raise IndexError(f"range [{offset}, +{count}) outside {space} memory")
+        np.frombuffer(memory, np.uint8, count, offset).fill(value)
+
+
+def _describe(exc: BaseException) -> str:
+    """The kernel's own traceback, without the worker's frames."""
+    frames = traceback.extract_tb(exc.__traceback__)
+    own = [f for f in frames if not f.filename.endswith(("server/worker.py",))]
+    lines = traceback.format_list(own) + traceback.format_exception_only(type(exc), exc)
+    return "Traceback (most recent call last):\n" + "".join(lines)
+
+
+def main(core_id, device_regions, conn) -> None:
+    """Entry point of a spawned worker process."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the daemon decides when workers stop
+    worker = Worker(core_id, device_regions, conn)
+    worker.serve()
+    sys.exit(0)

@@ -1,0 +1,73 @@
+"""Named POSIX shared-memory regions: the device memory, pinned host buffers, staging areas.
+
+The process that creates a region owns it and is the only one that unlinks it; others
+attach by name with size 0 (a non-zero size would ftruncate, i.e. resize, the owner's
+segment). Mappings stay valid after unlink until every process has closed them.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import mmap
+import os
+
+import posix_ipc
+
+NAME_PREFIX = "/simnpu"
+
+
+def segment_name(*parts: object) -> str:
+    """A segment name unique to this daemon: /simnpu-<daemon pid>-<parts...>."""
+    return "-".join([NAME_PREFIX, str(os.getpid()), *map(str, parts)])
+
+
+class Region:
+    """One mapped shared-memory segment. Use create() or attach()."""
+
+    def __init__(self, name: str, memory: posix_ipc.SharedMemory, owner: bool):
+        self.name = name
+        self.owner = owner
+        self.size = memory.size
+        self.map = mmap.mmap(memory.fd, self.size) if self.size else None
+        memory.close_fd()
+        self._closed = False
+
+    @classmethod
+    def create(cls, name: str, size: int) -> "Region":
+        """Create a new segment of `size` bytes (fails if the name exists)."""
+        memory = posix_ipc.SharedMemory(name, posix_ipc.O_CREX, mode=0o600, size=size)
+        return cls(name, memory, owner=True)
+
+    @classmethod
+    def attach(cls, name: str) -> "Region":
+        """Map an existing segment created by someone else; never resizes it."""
+        return cls(name, posix_ipc.SharedMemory(name), owner=False)
+
+    def address(self) -> int:
+        """The address of the mapping in this process (for ctypes / pyACL-style pointers)."""
+        return ctypes.addressof(ctypes.c_char.from_buffer(self.map))
+
+    def close(self) -> None:
+        """Unmap (and unlink, if this process created it). Idempotent.
+
+        Raises BufferError while numpy views of the mapping are alive; drop them first.
+        """
+        if self._closed:
+            return
+        if self.map is not None:
+            self.map.close()
+        self._closed = True
+        if self.owner:
+            unlink_quietly(self.name)
+
+    def unlink(self) -> None:
+        """Remove the name now (mappings stay valid); only for the owner."""
+        if self.owner:
+            unlink_quietly(self.name)
+
+
+def unlink_quietly(name: str) -> None:
+    try:
+        posix_ipc.unlink_shared_memory(name)
+    except posix_ipc.ExistentialError:
+        pass

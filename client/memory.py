@@ -1,0 +1,126 @@
+"""Device and pinned host buffers that move numpy arrays in and out."""
+
+from __future__ import annotations
+
+import ctypes
+
+import numpy as np
+
+from simnpu.client.device import runtime
+from simnpu.client.stream import Stream, current_stream
+from simnpu.proto import codes
+
+
+class DeviceBuffer:
+    """`nbytes` of device memory at `ptr` (aclrtMalloc); free() or `with` releases it."""
+
+    def __init__(self, nbytes: int, policy: int = codes.ACL_MEM_MALLOC_HUGE_FIRST):
+        self.ptr = runtime().malloc(nbytes, policy)
+        self.nbytes = nbytes
+
+    @classmethod
+    def from_array(cls, array, stream: Stream | None = None) -> "DeviceBuffer":
+        """A new buffer holding a copy of `array` (synchronous unless `stream` is given)."""
+        array = np.ascontiguousarray(array)
+        buffer = cls(max(array.nbytes, 1))
+        buffer.copy_from_host(array, stream)
+        return buffer
+
+    def __repr__(self) -> str:
+        return f"<simnpu DeviceBuffer {self.ptr:#x} {self.nbytes} bytes>"
+
+    def __enter__(self) -> "DeviceBuffer":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.free()
+
+    def __int__(self) -> int:
+        return self.ptr
+
+    def free(self) -> None:
+        """aclrtFree. Idempotent."""
+        if self.ptr:
+            ptr, self.ptr = self.ptr, 0
+            runtime().free(ptr)
+
+    def copy_from_host(self, array, stream: Stream | None = None, offset: int = 0) -> None:
+        """Host -> device: aclrtMemcpy, or aclrtMemcpyAsync on `stream` (keep `array` alive
+        until the stream has run the copy)."""
+        array = _contiguous(array)
+        self._copy(self.ptr + offset, self.nbytes - offset, array.ctypes.data, array.nbytes,
+                   codes.ACL_MEMCPY_HOST_TO_DEVICE, stream)
+
+    def copy_to_host(self, out: np.ndarray, stream: Stream | None = None, offset: int = 0) -> np.ndarray:
+        """Device -> host into `out` (C-contiguous); returns `out`."""
+        if not out.flags.c_contiguous or not out.flags.writeable:
+            raise ValueError("out must be a writeable C-contiguous array")
+        self._copy(out.ctypes.data, out.nbytes, self.ptr + offset, out.nbytes,
+                   codes.ACL_MEMCPY_DEVICE_TO_HOST, stream)
+        return out
+
+    def to_numpy(self, dtype=np.uint8, shape=None) -> np.ndarray:
+        """A new host array with the buffer's contents (synchronous aclrtMemcpy)."""
+        dtype = np.dtype(dtype)
+        shape = (self.nbytes // dtype.itemsize,) if shape is None else shape
+        return self.copy_to_host(np.empty(shape, dtype))
+
+    def copy_from(self, source: "DeviceBuffer", nbytes: int | None = None, stream: Stream | None = None) -> None:
+        """Device -> device."""
+        nbytes = source.nbytes if nbytes is None else nbytes
+        self._copy(self.ptr, self.nbytes, source.ptr, nbytes, codes.ACL_MEMCPY_DEVICE_TO_DEVICE, stream)
+
+    def fill(self, value: int, nbytes: int | None = None, stream: Stream | None = None) -> None:
+        """aclrtMemset / aclrtMemsetAsync: every byte set to `value`."""
+        nbytes = self.nbytes if nbytes is None else nbytes
+        if stream is None:
+            runtime().memset(self.ptr, self.nbytes, value, nbytes)
+        else:
+            runtime().memset_async(self.ptr, self.nbytes, value, nbytes, stream.handle)
+
+    @staticmethod
+    def _copy(dst, dest_max, src, count, kind, stream) -> None:
+        if stream is None:
+            runtime().memcpy(dst, dest_max, src, count, kind)
+        else:
+            runtime().memcpy_async(dst, dest_max, src, count, kind, stream.handle)
+
+
+class PinnedBuffer:
+    """Page-locked host memory (aclrtMallocHost): copies from it are truly asynchronous."""
+
+    def __init__(self, nbytes: int):
+        self.ptr = runtime().malloc_host(nbytes)
+        self.nbytes = nbytes
+
+    def __repr__(self) -> str:
+        return f"<simnpu PinnedBuffer {self.ptr:#x} {self.nbytes} bytes>"
+
+    def __enter__(self) -> "PinnedBuffer":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.free()
+
+    def array(self, dtype=np.uint8, shape=None) -> np.ndarray:
+        """A numpy view of the memory (drop it before free())."""
+        dtype = np.dtype(dtype)
+        count = self.nbytes // dtype.itemsize
+        view = np.frombuffer((ctypes.c_char * self.nbytes).from_address(self.ptr), dtype, count)
+        return view if shape is None else view.reshape(shape)
+
+    def free(self) -> None:
+        """aclrtFreeHost. Idempotent."""
+        if self.ptr:
+            ptr, self.ptr = self.ptr, 0
+            runtime().free_host(ptr)
+
+
+def _contiguous(array) -> np.ndarray:
+    array = np.asarray(array)
+    if not array.flags.c_contiguous:
+        raise ValueError("copies need a C-contiguous array (np.ascontiguousarray makes one)")
+    return array
+
+
+__all__ = ["DeviceBuffer", "PinnedBuffer", "current_stream"]

@@ -1,0 +1,178 @@
+"""Fixtures that start real daemons, and the checks that nothing outlives a test.
+
+Every daemon here is a real `python -m simnpu.server` process on a private Unix socket.
+After each test, every simnpu shared-memory segment must belong to a daemon that is
+still running; after the run, none may exist and no daemon or worker may be alive.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+
+from simnpu.client import autostart
+
+os.environ["SIMNPU_AUTOSTART"] = "0"  # a test that wants autostart says so itself
+os.environ.pop("SIMNPU_ADDRESS", None)
+os.environ.pop("SIMNPU_NO_SHM", None)
+
+SHM_DIR = "/dev/shm"
+_started: list["DaemonProcess"] = []
+
+
+def simnpu_segments() -> list[str]:
+    return sorted(name for name in os.listdir(SHM_DIR) if name.startswith("simnpu-"))
+
+
+def children_of(pid: int) -> list[int]:
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as stat:
+                    fields = stat.read().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if int(fields[1]) == pid:
+                found.append(int(entry))
+    return found
+
+
+def alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+class DaemonProcess:
+    """A daemon started by a test; stop() checks it left nothing behind."""
+
+    def __init__(self, directory, *flags, env=None, address=None):
+        self.address = address or f"unix://{directory}/npu.sock"
+        self.log_path = os.path.join(directory, "daemon.log")
+        self.log = open(self.log_path, "wb")
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "simnpu.server", "--listen", self.address, "--memory", "256MiB",
+             "--log-level", "WARNING", *flags],
+            stdout=self.log, stderr=subprocess.STDOUT, env={**os.environ, **(env or {})})
+        self.pid = self.process.pid
+        _started.append(self)
+        self.workers: list[int] = []
+        self._wait_ready()
+
+    def _wait_ready(self, timeout: float = 60.0) -> None:
+        deadline = time.monotonic() + timeout
+        while not autostart.reachable(self.address):
+            if self.process.poll() is not None:
+                raise RuntimeError(f"daemon exited with {self.process.returncode}:\n{self.output()}")
+            if time.monotonic() > deadline:
+                self.stop()
+                raise RuntimeError(f"daemon did not come up:\n{self.output()}")
+            time.sleep(0.02)
+        self.workers = children_of(self.pid)
+
+    def output(self) -> str:
+        self.log.flush()
+        with open(self.log_path, encoding="utf-8", errors="replace") as handle:
+            return handle.read()
+
+    def segments(self) -> list[str]:
+        return [name for name in simnpu_segments() if name.startswith(f"simnpu-{self.pid}-")]
+
+    def stop(self, sig: int = signal.SIGTERM) -> int:
+        """Stop the daemon; assert its segments and worker processes are gone."""
+        if self.process.poll() is None:
+            self.process.send_signal(sig)
+            try:
+                self.process.wait(20)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait(5)
+                raise AssertionError(f"daemon ignored signal {sig}:\n{self.output()}")
+        self.log.close()
+        deadline = time.monotonic() + 10
+        while any(alive(pid) for pid in self.workers) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not [pid for pid in self.workers if alive(pid)], "worker processes outlived the daemon"
+        assert not self.segments(), f"daemon left shared memory behind: {self.segments()}"
+        return self.process.returncode
+
+
+@pytest.fixture(scope="module")
+def daemon(tmp_path_factory):
+    """A daemon shared by the tests of one module (1 device, 256 MiB, 2 AI cores)."""
+    process = DaemonProcess(tmp_path_factory.mktemp("npu"))
+    yield process
+    assert process.stop() == 0, process.output()
+
+
+@pytest.fixture
+def start_daemon(tmp_path):
+    """Factory for a daemon with its own flags, stopped (and checked) after the test."""
+    made = []
+
+    def start(*flags, env=None, address=None):
+        directory = tmp_path / f"d{len(made)}"
+        directory.mkdir()
+        made.append(DaemonProcess(directory, *flags, env=env, address=address))
+        return made[-1]
+
+    yield start
+    for process in made:
+        process.stop()
+
+
+@pytest.fixture
+def npu(daemon):
+    """This test process as a client of the module's daemon (the Pythonic API)."""
+    import simnpu.client as client
+
+    client.connect(daemon.address)
+    yield client
+    client.shutdown()
+
+
+def run_client(address: str, code: str, timeout: float = 120, env=None) -> subprocess.CompletedProcess:
+    """Run `code` in a new Python process whose SIMNPU_ADDRESS is `address`."""
+    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True,
+                          timeout=timeout, env={**os.environ, "SIMNPU_ADDRESS": address, **(env or {})})
+
+
+def start_client(address: str, code: str, env=None) -> subprocess.Popen:
+    """Like run_client, without waiting."""
+    return subprocess.Popen([sys.executable, "-c", textwrap.dedent(code)], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, "SIMNPU_ADDRESS": address, **(env or {})})
+
+
+@pytest.fixture(autouse=True)
+def no_leaked_segments():
+    """After each test every simnpu segment belongs to a daemon that is still running."""
+    yield
+    deadline = time.monotonic() + 5
+    while True:
+        orphans = [name for name in simnpu_segments() if not alive(int(name.split("-")[1]))]
+        if not orphans or time.monotonic() > deadline:
+            break
+        time.sleep(0.05)
+    assert not orphans, f"shared memory of dead daemons left behind: {orphans}"
+
+
+def pytest_sessionfinish(session, exitstatus):
+    """After the run: no daemon or worker we started is alive, no simnpu segment exists."""
+    leftovers = [p.pid for p in _started if p.process.poll() is None]
+    workers = [pid for p in _started for pid in p.workers if alive(pid)]
+    for pid in leftovers + workers:
+        os.kill(pid, signal.SIGKILL)
+    segments = [n for n in simnpu_segments() if int(n.split("-")[1]) in {p.pid for p in _started}]
+    if leftovers or workers or segments:
+        print(f"\nLEAK: daemons {leftovers}, workers {workers}, segments {segments}", file=sys.stderr)
+        session.exitstatus = 1

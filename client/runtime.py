@@ -16,6 +16,7 @@ import os
 import sys
 import threading
 
+from simnpu.client.callbacks import HostCallbacks
 from simnpu.client.copies import CopyPaths
 from simnpu.client.hostmem import HostMemory
 from simnpu.client.transport import Connection, caller_site
@@ -58,7 +59,8 @@ class Runtime:
     """This process's view of the simulated NPU. Thread-safe; one per process is usual."""
 
     def __init__(self, address: str | None = None, token: str | None = None):
-        self.connection = Connection(address, token)
+        self.connection = Connection(address, token, on_callback=self._callback_arrived)
+        self.callbacks = HostCallbacks(self.connection)
         self._local = threading.local()
         self._lock = threading.Lock()
         hello = self.connection.request(npu_pb2.OP_HELLO, [os.getpid(), 0],
@@ -447,6 +449,37 @@ class Runtime:
     def set_op_execute_timeout(self, milliseconds: int) -> None:
         """aclrtSetOpExecuteTimeOutWithMs: 0 restores the daemon's default."""
         self._request(npu_pb2.OP_SET_OP_EXECUTE_TIMEOUT, [milliseconds])
+
+    # ---- host callbacks ----------------------------------------------------------------------------
+    def _callback_arrived(self, callback: int) -> None:
+        self.callbacks.arrived(callback)
+
+    @records_errors
+    def subscribe_report(self, thread_id: int, stream: int) -> None:
+        """aclrtSubscribeReport: thread `thread_id` runs the stream's callbacks (process_report)."""
+        self.callbacks.subscribe(thread_id, self.stream(stream))
+
+    @records_errors
+    def unsubscribe_report(self, thread_id: int, stream: int) -> None:
+        """aclrtUnSubscribeReport."""
+        self.callbacks.unsubscribe(thread_id, self.stream(stream))
+
+    @records_errors
+    def launch_callback(self, function, data, block_type: int, stream: int) -> None:
+        """aclrtLaunchCallback (async): ACL_CALLBACK_BLOCK holds the stream until it returns."""
+        if block_type not in (codes.ACL_CALLBACK_NO_BLOCK, codes.ACL_CALLBACK_BLOCK):
+            raise invalid(f"unknown callback block type {block_type}")
+        self.callbacks.launch_callback(function, data, block_type == codes.ACL_CALLBACK_BLOCK, self.stream(stream))
+
+    @records_errors
+    def process_report(self, timeout_ms: int = -1) -> None:
+        """aclrtProcessReport: run one callback of this thread's streams. Blocks."""
+        self.callbacks.process_report(timeout_ms)
+
+    @records_errors
+    def launch_host_func(self, stream: int, function, data) -> None:
+        """aclrtLaunchHostFunc (async): function(data) runs in stream order on a runtime thread."""
+        self.callbacks.launch_host_func(function, data, self.stream(stream))
 
     # ---- errors and the end ------------------------------------------------------------------------
     def get_last_error(self) -> int:

@@ -45,7 +45,8 @@ class _Pending:
 class Connection:
     """A live session with the daemon at `address`."""
 
-    def __init__(self, address: str | None = None, token: str | None = None):
+    def __init__(self, address: str | None = None, token: str | None = None, on_callback=None):
+        self.on_callback = on_callback  # called (receiver thread) with a host callback's id
         self.address = address or service.configured_address()
         self.token = token if token is not None else os.environ.get("SIMNPU_TOKEN")
         self._pending_items: collections.deque = collections.deque()
@@ -155,7 +156,9 @@ class Connection:
                         pending.reply = reply
                         pending.event.set()
                 for notice in message.notices:
-                    if notice.kind == npu_pb2.Notice.KIND_DEVICE_GONE:
+                    if notice.kind == npu_pb2.Notice.KIND_HOST_CALLBACK and self.on_callback:
+                        self.on_callback(notice.callback)
+                    elif notice.kind == npu_pb2.Notice.KIND_DEVICE_GONE:
                         self._fail_all(codes.ACL_ERROR_RT_DRV_INTERNAL_ERROR,
                                        f"the simnpu daemon at {self.address} is gone: {notice.message}")
             self._fail_all(codes.ACL_ERROR_RT_DRV_INTERNAL_ERROR,

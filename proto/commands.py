@@ -30,6 +30,8 @@ CMD_MEMSET = 4
 CMD_RECORD_EVENT = 5
 CMD_RESET_EVENT = 6
 CMD_WAIT_EVENT = 7
+CMD_HOST_CALLBACK = 8   # run a host callback in the client when the stream reaches it
+CMD_HOST_DONE = 9       # the client finished a blocking host callback
 
 _OP = struct.Struct("<H")
 LAUNCH = struct.Struct("<HIQQI")          # op, num_blocks, stream, function, args_len
@@ -37,6 +39,7 @@ LAUNCH_DEVARGS = struct.Struct("<HIQQQI")  # op, num_blocks, stream, function, a
 COPY = struct.Struct("<HQBQQBQQQ")        # op, stream, dst(space, id, off), src(space, id, off), count
 MEMSET = struct.Struct("<HQBQQBQ")        # op, stream, dst(space, id, off), value, count
 EVENT = struct.Struct("<HQQ")             # op, event, stream (record / reset / wait alike)
+HOST = struct.Struct("<HQQB")             # op, stream, callback id, blocking (callback; done: 0)
 
 _FIXED = {
     CMD_LAUNCH: LAUNCH,
@@ -46,7 +49,16 @@ _FIXED = {
     CMD_RECORD_EVENT: EVENT,
     CMD_RESET_EVENT: EVENT,
     CMD_WAIT_EVENT: EVENT,
+    CMD_HOST_CALLBACK: HOST,
+    CMD_HOST_DONE: HOST,
 }
+
+
+class HostCallback(NamedTuple):
+    op: int
+    stream: int
+    callback: int
+    blocking: int
 
 
 class Location(NamedTuple):
@@ -110,6 +122,10 @@ def pack_event(op: int, event: int, stream: int) -> bytes:
     return EVENT.pack(op, event, stream)
 
 
+def pack_host(op: int, stream: int, callback: int, blocking: bool) -> bytes:
+    return HOST.pack(op, stream, callback, int(blocking))
+
+
 def decode(buffer: bytes) -> Iterator[object]:
     """Yield the commands packed in `buffer`, in order.
 
@@ -141,6 +157,8 @@ def decode(buffer: bytes) -> Iterator[object]:
             yield Copy(fields[1], Location(*fields[2:5]), Location(*fields[5:8]), fields[8])
         elif op == CMD_MEMSET:
             yield Memset(fields[1], Location(*fields[2:5]), fields[5], fields[6])
+        elif op in (CMD_HOST_CALLBACK, CMD_HOST_DONE):
+            yield HostCallback(*fields)
         else:
             yield EventCommand(op, fields[1], fields[2])
 

@@ -18,6 +18,7 @@ MEMSET = "memset"
 RECORD = "record"
 WAIT = "wait"
 RESET = "reset"
+HOST = "host"  # a host callback or host function, run by the client
 
 DEVICE_WORK = (KERNEL, COPY, MEMSET)
 

@@ -26,7 +26,7 @@ from simnpu.proto import codes
 from simnpu.server import policy
 from simnpu.server.worker_pool import AI_CORE
 from simnpu.server.objects import (
-    COPY, DONE, DISPATCHED, KERNEL, MEMSET, PENDING, RECORD, RESET, WAIT, Failure, Task, Waiter,
+    COPY, DONE, DISPATCHED, HOST, KERNEL, MEMSET, PENDING, RECORD, RESET, WAIT, Failure, Task, Waiter,
 )
 
 log = logging.getLogger("simnpu.scheduler")
@@ -156,6 +156,13 @@ class Scheduler:
                 if event.latest_record is not None and event.latest_record.state == DONE:
                     event.latest_record = None
                 self._complete(task)
+            elif kind == HOST:
+                callback, blocking = task.payload
+                stream.session.run_host_callback(callback, task if blocking else None)
+                if blocking:
+                    task.state = DISPATCHED
+                    return
+                self._complete(task)
             else:
                 if not stream.queued_ready:
                     device = self.devices[stream.device]
@@ -163,12 +170,18 @@ class Scheduler:
                     stream.queued_ready = True
                 return
 
+    def host_done(self, task: Task) -> None:
+        """The client finished a blocking host callback: the stream goes on."""
+        if task.state == DISPATCHED:
+            task.timestamp = time.monotonic_ns()
+            self._complete(task)
+
     def _complete(self, task: Task) -> None:
         task.state = DONE
         stream = task.stream
         head = stream.tasks.popleft()
         assert head is task, "tasks complete in stream order"
-        if task.kind in (KERNEL, COPY, MEMSET):
+        if task.kind in (KERNEL, COPY, MEMSET, HOST):
             stream.clock = max(stream.clock, task.timestamp)
         if task.failure is not None:
             self._fail(stream, task.failure)

@@ -19,7 +19,7 @@ from simnpu.proto import codes, commands, npu_pb2
 from simnpu.proto.errors import NpuError, bad_handle, invalid
 from simnpu.proto.kernel_abi import discover_kernels
 from simnpu.server.objects import (
-    COPY, KERNEL, MEMSET, RECORD, RESET, WAIT, Context, Event, Stream, Task, Waiter,
+    COPY, HOST, KERNEL, MEMSET, RECORD, RESET, WAIT, Context, Event, Stream, Task, Waiter,
 )
 from simnpu.server.resources import Binary, Function, Pinned
 from simnpu.shm.addresses import is_device_address, split_device_address
@@ -50,6 +50,7 @@ class Session:
         self.immediate: dict[int, Stream] = {}  # device -> hidden stream of synchronous copies
         self.staging: Region | None = None
         self.submit_failure: NpuError | None = None
+        self.waiting_callbacks: dict[int, Task] = {}  # blocking host callbacks (scheduler thread)
         self.op_timeout_s: float | None = None
         self.closed = False
         self._batch: list = []
@@ -200,10 +201,28 @@ class Session:
             task_kind = {commands.CMD_RECORD_EVENT: RECORD, commands.CMD_RESET_EVENT: RESET,
                          commands.CMD_WAIT_EVENT: WAIT}[command.op]
             self._queue(stream, task_kind, (event,))
+        elif kind is commands.HostCallback:
+            stream = self._stream(command.stream)
+            if command.op == commands.CMD_HOST_CALLBACK:
+                self._queue(stream, HOST, (command.callback, bool(command.blocking)))
+            else:
+                self._batch.append((self._host_done, (command.callback,)))
         elif kind is commands.LaunchDevArgs:
             function = self._get(command.function, Function, "function")
             args = self._read_device(command.args_ptr, command.args_size)
             self._queue_launch(command.stream, function, command.num_blocks, function.signature.unpack(args))
+
+    def run_host_callback(self, callback: int, blocking_task: Task | None) -> None:
+        """Ask the client to run host callback `callback` now (scheduler thread); a blocking
+        one holds its stream until the client says it is done."""
+        if blocking_task is not None:
+            self.waiting_callbacks[callback] = blocking_task
+        self.outbox.put(npu_pb2.Notice(kind=npu_pb2.Notice.KIND_HOST_CALLBACK, callback=callback))
+
+    def _host_done(self, callback: int) -> None:
+        task = self.waiting_callbacks.pop(callback, None)
+        if task is not None:
+            self.scheduler.host_done(task)
 
     def _queue(self, stream: Stream, kind: str, payload: tuple) -> None:
         self._batch.append((self.scheduler.submit, (Task(self.seq, kind, stream, payload),)))
@@ -655,6 +674,9 @@ class Session:
         def begin():
             for stream in streams:
                 self.scheduler.drop_pending(stream)
+            for task in list(self.waiting_callbacks.values()):  # nobody is left to run them
+                self.scheduler.host_done(task)
+            self.waiting_callbacks.clear()
             waiter = Waiter(lambda: all(not s.tasks for s in streams), lambda timed_out: finish())
             self.scheduler.watch(waiter, streams=streams)
 

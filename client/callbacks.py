@@ -1,0 +1,111 @@
+"""Host callbacks and host functions: host code that runs in stream order.
+
+aclrtLaunchCallback queues a callback task; when the stream reaches it the daemon tells
+this process, and the thread subscribed to that stream (aclrtSubscribeReport) runs it in
+its aclrtProcessReport loop. A blocking callback holds its stream until it returns.
+aclrtLaunchHostFunc needs no subscription: a thread owned by the runtime runs it, and the
+stream always waits for it.
+"""
+
+from __future__ import annotations
+
+import itertools
+import queue
+import sys
+import threading
+import traceback
+
+from simnpu.client.transport import caller_site
+from simnpu.proto import codes, commands
+from simnpu.proto.errors import NpuError
+
+
+class HostCallbacks:
+    def __init__(self, connection):
+        self.connection = connection
+        self._ids = itertools.count(1)
+        self._lock = threading.Lock()
+        self._pending: dict[int, tuple] = {}          # id -> (function, data, stream, blocking, queue)
+        self._subscriptions: dict[int, int] = {}      # stream -> thread id
+        self._reports: dict[int, queue.SimpleQueue] = {}  # thread id -> callbacks for it to run
+        self._host_functions: queue.SimpleQueue | None = None
+
+    # ---- aclrtSubscribeReport / aclrtUnSubscribeReport --------------------------------------
+    def subscribe(self, thread_id: int, stream: int) -> None:
+        with self._lock:
+            if stream in self._subscriptions:
+                raise NpuError(codes.ACL_ERROR_REPEAT_SUBSCRIBE, f"stream {stream:#x} is already subscribed")
+            self._subscriptions[stream] = thread_id
+            self._reports.setdefault(thread_id, queue.SimpleQueue())
+
+    def unsubscribe(self, thread_id: int, stream: int) -> None:
+        with self._lock:
+            if self._subscriptions.get(stream) != thread_id:
+                raise NpuError(codes.ACL_ERROR_STREAM_NOT_SUBSCRIBE,
+                               f"stream {stream:#x} is not subscribed to thread {thread_id}")
+            del self._subscriptions[stream]
+
+    # ---- queueing ---------------------------------------------------------------------------
+    def launch_callback(self, function, data, blocking: bool, stream: int) -> None:
+        """aclrtLaunchCallback (async)."""
+        with self._lock:
+            thread_id = self._subscriptions.get(stream)
+            if thread_id is None:
+                raise NpuError(codes.ACL_ERROR_RT_STREAM_NO_CB_REG,
+                               "launch_callback on a stream no thread subscribed to (subscribe_report first)")
+            target = self._reports[thread_id]
+        self._queue(function, data, blocking, stream, target)
+
+    def launch_host_func(self, function, data, stream: int) -> None:
+        """aclrtLaunchHostFunc (async): the stream waits until `function(data)` has returned."""
+        with self._lock:
+            if self._host_functions is None:
+                self._host_functions = queue.SimpleQueue()
+                threading.Thread(target=self._run_host_functions, name="simnpu-host-func", daemon=True).start()
+        self._queue(function, data, True, stream, self._host_functions)
+
+    def _queue(self, function, data, blocking, stream, target) -> None:
+        callback = next(self._ids)
+        with self._lock:
+            self._pending[callback] = (function, data, stream, blocking, target)
+        self.connection.send_command(
+            commands.pack_host(commands.CMD_HOST_CALLBACK, stream, callback, blocking), caller_site())
+
+    # ---- running -----------------------------------------------------------------------------
+    def arrived(self, callback: int) -> None:
+        """The daemon reached callback `callback` (receiver thread): hand it to its runner."""
+        with self._lock:
+            entry = self._pending.pop(callback, None)
+        if entry is not None:
+            entry[4].put((callback, entry))
+
+    def process_report(self, timeout_ms: int) -> None:
+        """aclrtProcessReport: run the next callback for this thread's streams. Blocks up to
+        `timeout_ms` (-1: forever); 507012 when none arrives in time."""
+        if timeout_ms < -1:
+            raise NpuError(codes.ACL_ERROR_RT_PARAM_INVALID, f"timeout {timeout_ms} ms")
+        reports = self._reports.get(threading.get_ident())
+        if reports is None:
+            raise NpuError(codes.ACL_ERROR_THREAD_NOT_SUBSCRIBE, "no stream is subscribed to this thread")
+        try:
+            callback, entry = reports.get(timeout=None if timeout_ms == -1 else timeout_ms / 1000)
+        except queue.Empty:
+            raise NpuError(codes.ACL_ERROR_RT_REPORT_TIMEOUT, f"no callback within {timeout_ms} ms") from None
+        self._run(callback, entry)
+
+    def _run_host_functions(self) -> None:
+        while True:
+            callback, entry = self._host_functions.get()
+            self._run(callback, entry)
+
+    def _run(self, callback: int, entry: tuple) -> None:
+        function, data, stream, blocking, _ = entry
+        try:
+            function(data)
+        except Exception:  # the stream must not hang on a failing callback
+            print(f"simnpu: host callback {function!r} raised:", file=sys.stderr)
+            traceback.print_exc()
+        finally:
+            if blocking and self.connection.broken is None:
+                self.connection.send_command(
+                    commands.pack_host(commands.CMD_HOST_DONE, stream, callback, False), "host callback")

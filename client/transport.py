@@ -14,10 +14,13 @@ import os
 import sys
 import threading
 
-import grpc
-
-from simnpu.client import autostart
 from simnpu.proto import codes, npu_pb2, service
+
+service.prefer_fast_grpc()
+
+import grpc  # noqa: E402  (after choosing the polling engine)
+
+from simnpu.client import autostart  # noqa: E402
 from simnpu.proto.errors import NpuError
 
 _SITE_RING = 1 << 16

@@ -7,6 +7,7 @@ import logging
 import os
 import sys
 
+from simnpu.proto import service
 from simnpu.proto.service import configured_address
 from simnpu.server.config import DaemonConfig, parse_size
 
@@ -34,6 +35,7 @@ def _serve_parser(sub) -> None:
 
 
 def serve(args) -> int:
+    service.prefer_fast_grpc()
     from simnpu.server.daemon import Daemon
 
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s simnpu %(levelname)s %(message)s")

@@ -45,6 +45,7 @@ class Daemon:
         self._last_activity = time.monotonic()
         self.server = None
         self.health = None
+        self._socket_paths: list[str] = []  # socket files this daemon created (and removes)
         self.scheduler = None
         source = resources.files("simnpu.server.kernels").joinpath("builtin.py").read_text()
         self.builtin_binary = Binary(1, source, "<simnpu builtin kernels>", discover_kernels(source))
@@ -88,6 +89,8 @@ class Daemon:
                 prepare_socket_path(unix_path(address))
             if not self.server.add_insecure_port(address):
                 raise RuntimeError(f"cannot listen on {address}")
+            if is_unix(address):
+                self._socket_paths.append(unix_path(address))
         self.server.start()
         for address in self.config.listen:
             if is_unix(address):
@@ -126,9 +129,8 @@ class Daemon:
             session.release_all()
         for device in self.devices:
             device.close()
-        for address in self.config.listen:
-            if is_unix(address):
-                remove_socket_file(unix_path(address))
+        for path in self._socket_paths:
+            remove_socket_file(path)
         self._stopped.set()
         log.info("simnpu daemon %d stopped", os.getpid())
 

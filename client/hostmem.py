@@ -39,7 +39,7 @@ class HostMemory:
         self._blocks: dict[int, PinnedBlock] = {}
 
     def add_shared(self, handle: int, size: int, name: str) -> PinnedBlock:
-        region = Region.attach(name)
+        region = Region.attach(name, populate=True)  # page-locked memory is resident
         return self._add(PinnedBlock(handle, region.address(), size, region=region))
 
     def add_private(self, handle: int, size: int) -> PinnedBlock:

@@ -10,6 +10,9 @@ send back one result per executable item. Items:
   ("copy", token, dst, src, count)                dst/src: ("dev", device, offset) | ("seg", name, offset)
   ("memset", token, dst, value, count)
 
+While a batch runs, the daemon may send ("cancel", [token, ...]): kernels of the batch
+not started yet are skipped (a force-destroyed stream, a stopped context).
+
 Results are (token, code, start_ns, end_ns, message); code 0 is success. Timestamps come
 from CLOCK_MONOTONIC, which the daemon shares, so they are the device's clock.
 """
@@ -92,7 +95,7 @@ class Worker:
     def __init__(self, core_id, device_regions, conn):
         self.core_id = core_id
         self.conn = conn
-        self.regions = [Region.attach(name) for name in device_regions]
+        self.regions = [Region.attach(name, populate=True) for name in device_regions]  # device memory is resident
         self.maps = [region.map for region in self.regions]
         self.modules: dict[int, types.ModuleType] = {}
         self.segments: dict[str, Region] = {}
@@ -106,12 +109,34 @@ class Worker:
                 return
             if batch is None:
                 return
+            if isinstance(batch, tuple):  # a cancellation that came after its batch was done
+                continue
             results = []
+            cancelled: set[int] = set()
             for item in batch:
+                if not self.take_cancellations(cancelled):
+                    return
+                if item[0] == "kernel" and item[1] in cancelled:
+                    now = time.monotonic_ns()
+                    results.append((item[1], 0, now, now, ""))
+                    continue
                 result = self.execute(item)
                 if result is not None:
                     results.append(result)
             self.conn.send(results)
+
+    def take_cancellations(self, cancelled: set) -> bool:
+        """Add the tokens of cancellations received so far to `cancelled` (while a batch
+        runs, nothing else arrives); False if the daemon asked this worker to stop."""
+        while self.conn.poll():
+            try:
+                message = self.conn.recv()
+            except EOFError:
+                return False
+            if message is None:
+                return False
+            cancelled.update(message[1])
+        return True
 
     def execute(self, item):
         kind = item[0]
@@ -179,7 +204,7 @@ class Worker:
     def segment(self, name):
         region = self.segments.get(name)
         if region is None:
-            region = self.segments[name] = Region.attach(name)
+            region = self.segments[name] = Region.attach(name, populate=True)
         return region
 
     def copy(self, dst, src, count):

@@ -1,0 +1,203 @@
+"""simnpu's side of the benchmarks: each probe is a pyACL program run as its own process.
+
+`python bench/probes.py NAME [ARGS...]` runs one probe against the daemon at
+SIMNPU_ADDRESS and prints one JSON object. Everything goes through the `acl` facade, as a
+user's program would.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import sys
+import time
+
+import numpy as np
+
+import acl
+
+H2D, D2H = acl.ACL_MEMCPY_HOST_TO_DEVICE, acl.ACL_MEMCPY_DEVICE_TO_HOST
+
+
+def check(ret, what="call"):
+    if ret != acl.ACL_SUCCESS:
+        raise SystemExit(f"{what} failed with {ret}: {acl.get_recent_err_msg()}")
+
+
+def value(result, what="call"):
+    *values, ret = result
+    check(ret, what)
+    return values[0] if len(values) == 1 else values
+
+
+def setup():
+    check(acl.init(), "init")
+    check(acl.rt.set_device(0), "set_device")
+    return value(acl.rt.create_stream(), "create_stream")
+
+
+def builtin(name):
+    return value(acl.rt.binary_get_function(acl.SIMNPU_BUILTIN_BINARY, name), name)
+
+
+def launch(func, blocks, stream, args: bytes = b""):
+    if args:
+        buffer = ctypes.create_string_buffer(args, len(args))
+        return acl.rt.launch_kernel_with_host_args(func, blocks, stream, None, ctypes.addressof(buffer), len(args))
+    return acl.rt.launch_kernel_with_host_args(func, blocks, stream, None, 0, 0)
+
+
+def launch_rate(count: str = "100000"):
+    """Async empty-kernel launches per second, host side (until the last launch returns)."""
+    count = int(count)
+    stream = setup()
+    empty = builtin("empty")
+    for _ in range(2000):
+        launch(empty, 1, stream)
+    check(acl.rt.synchronize_stream(stream))
+    start = time.perf_counter()
+    for _ in range(count):
+        launch(empty, 1, stream)
+    host = time.perf_counter() - start
+    check(acl.rt.synchronize_stream(stream))
+    total = time.perf_counter() - start
+    return {"host_rate": count / host, "completed_rate": count / total}
+
+
+def round_trip(rounds: str = "3000"):
+    """Launch of an empty kernel + synchronize, p50 and p99 in µs."""
+    stream = setup()
+    empty = builtin("empty")
+    samples = []
+    for i in range(int(rounds) + 200):
+        start = time.perf_counter()
+        launch(empty, 1, stream)
+        check(acl.rt.synchronize_stream(stream))
+        if i >= 200:
+            samples.append(time.perf_counter() - start)
+    samples.sort()
+    return {"p50": samples[len(samples) // 2] * 1e6, "p99": samples[int(len(samples) * 0.99)] * 1e6}
+
+
+def device_throughput(streams: str = "1", count: str = "50000"):
+    """Tiny (empty) kernels completed per second over 1 or more streams."""
+    setup()
+    handles = [value(acl.rt.create_stream()) for _ in range(int(streams))]
+    empty = builtin("empty")
+    count = int(count)
+    for stream in handles:
+        launch(empty, 1, stream)
+    check(acl.rt.synchronize_device())
+    start = time.perf_counter()
+    for i in range(count):
+        launch(empty, 1, handles[i % len(handles)])
+    check(acl.rt.synchronize_device())
+    return {"rate": count / (time.perf_counter() - start)}
+
+
+def copy_bandwidth(nbytes: str, memory: str):
+    """Best-of-5 GB/s of synchronous H2D and D2H copies of `nbytes` from pinned or pageable memory."""
+    nbytes = int(nbytes)
+    setup()
+    device = value(acl.rt.malloc(nbytes, acl.ACL_MEM_MALLOC_HUGE_FIRST))
+    if memory == "pinned":
+        host = value(acl.rt.malloc_host(nbytes))
+    else:
+        array = np.ones(nbytes, np.uint8)
+        host = array.ctypes.data
+    result = {}
+    for name, dst, src, kind in (("h2d", device, host, H2D), ("d2h", host, device, D2H)):
+        best = 0.0
+        for _ in range(5):
+            start = time.perf_counter()
+            check(acl.rt.memcpy(dst, nbytes, src, nbytes, kind), name)
+            best = max(best, nbytes / (time.perf_counter() - start) / 1e9)
+        result[name] = best
+    if memory == "pinned":
+        check(acl.rt.free_host(host))
+    check(acl.rt.free(device))
+    result["shared_memory"] = _uses_shared_memory()
+    return result
+
+
+def _uses_shared_memory():
+    from simnpu.client.device import runtime
+
+    return runtime().uses_shared_memory
+
+
+def kernel_rate(kind: str, elements: str = "16777216"):
+    """add (GB/s, 3 arrays) or exp (Gelem/s) of float32 with numBlocks = AI cores, best of 5."""
+    from simnpu.client.device import runtime
+
+    elements = int(elements)
+    stream = setup()
+    cores = runtime().ai_cores
+    buffers = [value(acl.rt.malloc(elements * 4, acl.ACL_MEM_MALLOC_HUGE_FIRST)) for _ in range(3)]
+    for buffer in buffers:
+        check(acl.rt.memset(buffer, elements * 4, 0, elements * 4))
+    if kind == "add":
+        func = builtin("add_f32")
+        args = struct_pack("<QQQI", *buffers, elements)
+    else:
+        func = builtin("exp_f32")
+        args = struct_pack("<QQI", buffers[0], buffers[1], elements)
+    best = 0.0
+    for _ in range(6):
+        start = time.perf_counter()
+        check(launch(func, cores, stream, args))
+        check(acl.rt.synchronize_stream(stream))
+        elapsed = time.perf_counter() - start
+        best = max(best, (elements * 12 / 1e9 if kind == "add" else elements / 1e9) / elapsed)
+    return {"rate": best, "blocks": cores}
+
+
+def struct_pack(layout, *values):
+    import struct
+
+    return struct.pack(layout, *values)
+
+
+def pipeline(chunks: str = "12", chunk_bytes: str = str(16 << 20)):
+    """Copy/compute pipeline: H2D copies on one stream, a compute-bound kernel (exp, 1 block)
+    on another, ordered by events; against the same work on one stream. Returns both times."""
+    chunks, chunk_bytes = int(chunks), int(chunk_bytes)
+    setup()
+    copy_stream, compute_stream = value(acl.rt.create_stream()), value(acl.rt.create_stream())
+    host = value(acl.rt.malloc_host(chunks * chunk_bytes))
+    inputs = [value(acl.rt.malloc(chunk_bytes, 0)) for _ in range(chunks)]
+    outputs = [value(acl.rt.malloc(chunk_bytes, 0)) for _ in range(chunks)]
+    events = [value(acl.rt.create_event()) for _ in range(chunks)]
+    exp = builtin("exp_f32")
+    elements = chunk_bytes // 4
+
+    def run(copy_on, compute_on):
+        start = time.perf_counter()
+        for i in range(chunks):
+            check(acl.rt.memcpy_async(inputs[i], chunk_bytes, host + i * chunk_bytes, chunk_bytes, H2D, copy_on))
+            check(acl.rt.record_event(events[i], copy_on))
+            check(acl.rt.stream_wait_event(compute_on, events[i]))
+            check(launch(exp, 1, compute_on, struct_pack("<QQI", inputs[i], outputs[i], elements)))
+        check(acl.rt.synchronize_device())
+        return time.perf_counter() - start
+
+    run(compute_stream, compute_stream)  # warm-up
+    one = min(run(compute_stream, compute_stream) for _ in range(3))
+    two = min(run(copy_stream, compute_stream) for _ in range(3))
+    return {"one_stream_s": one, "two_streams_s": two}
+
+
+def first_call():
+    """Nothing to measure inside: the parent times this whole process (init + set_device)."""
+    setup()
+    return {}
+
+
+PROBES = {f.__name__: f for f in (launch_rate, round_trip, device_throughput, copy_bandwidth,
+                                   kernel_rate, pipeline, first_call)}
+
+if __name__ == "__main__":
+    result = PROBES[sys.argv[1]](*sys.argv[2:])
+    acl.rt.reset_device(0)
+    acl.finalize()
+    print(json.dumps(result))

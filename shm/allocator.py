@@ -4,13 +4,15 @@ Mirrors what the driver does behind aclrtMalloc/aclrtFree. It hands out offsets 
 `[0, capacity)` and never touches the memory itself (TLSF-EXT style: no headers in the
 client-visible region), so it is tested without shared memory.
 
-Algorithm: address-ordered best fit. The free set is a `SortedList` ordered by
-`(size, offset)` (stored as one int, `size << shift | offset`, which sorts the same and
-compares faster than a tuple): the first entry >= the request is the smallest block that
-fits, lowest address on ties.
+Algorithm: address-ordered best fit. The free set (`FreeSet`) is ordered by `(size, offset)`
+(stored as one int, `size << shift | offset`, which sorts the same and compares faster
+than a tuple): the first entry >= the request is the smallest block that fits, lowest
+address on ties; it is binned by size like TLSF, so a look-up is O(1) bin arithmetic plus
+a bisect in one short bin.
 The chosen block is split; on free a block merges at once with free physical neighbours,
-found in O(1) through the dicts `start -> size` and `end -> start`. Live blocks sit in a
-`SortedList` of offsets, so `lookup` of any interior offset is O(log n).
+found in O(1) through the dicts `start -> size` and `end -> start`. Live blocks are
+indexed by 1 MiB page (the starts in each page, sorted, and the block covering each page's
+first byte), so `lookup` of any interior offset is O(1) plus a bisect within one page.
 
 Sizes follow ACL: `ALIGN_UP(size, 32) + 32`, then up to the 64-byte start alignment
 (so every block boundary stays 64-aligned and no split leaves a sliver under 64 bytes;
@@ -39,20 +41,30 @@ against memory already in use, where later small blocks fill it; and one address
 simpler. Top placement's one advantage, huge blocks packed edge to edge on a fresh region,
 did not show up in the numbers. The margin is small (0-2.5 points).
 
-Thread safety: every public method holds one internal lock, so the daemon may call the
-allocator from several gRPC threads.
+Per-owner totals (`used_by`, `usage_by_owner`) are kept up to date, so a per-owner limit
+(the daemon's memory quotas) is one more placement constraint: `allocate(..., limit=n)`
+places nothing that would take the owner past n reserved bytes.
+
+Speed (the daemon serves malloc/free from here): see `bench/memory_bench.py`. What it costs
+is CPython interpretation (every bytecode counts), so the hot paths are written flat: no
+lock of its own, counters are plain attributes updated with `if`, "freed" totals are
+derived (allocated - current), `Allocation`s are built with `tuple.__new__`, the normal
+placement and the release are written out in `allocate`/`free`, and the free set is a
+size-binned list of sorted lists, not a `SortedList`.
+
+Thread safety: none of its own. The caller serialises calls (the daemon holds `Device.lock`).
 """
 
 from __future__ import annotations
 
 import operator
-import threading
+from bisect import bisect_right, insort
 from collections.abc import Hashable
 from typing import Any, NamedTuple
 
 from simnpu.proto import codes
 from simnpu.proto.errors import NotSupportedError, NpuError, NpuMemoryError
-from sortedcontainers import SortedList
+from simnpu.shm.freeset import FreeSet
 
 ALIGN = 64
 """Start alignment of every block, and the smallest block the allocator keeps."""
@@ -60,7 +72,7 @@ ALIGN = 64
 PAD = 32
 """ACL adds 32 bytes after rounding the size up to 32."""
 
-_HUGE_FIRST, _HUGE_ONLY, _NORMAL_ONLY = 0, 1, 2
+_HUGE_FIRST, _HUGE_ONLY, _NORMAL_ONLY, _HUGE1G = 0, 1, 2, 3
 
 _MODE_OF_POLICY = {
     codes.ACL_MEM_MALLOC_HUGE_FIRST: _HUGE_FIRST,
@@ -69,6 +81,8 @@ _MODE_OF_POLICY = {
     codes.ACL_MEM_MALLOC_HUGE_FIRST_P2P: _HUGE_FIRST,
     codes.ACL_MEM_MALLOC_HUGE_ONLY_P2P: _HUGE_ONLY,
     codes.ACL_MEM_MALLOC_NORMAL_ONLY_P2P: _NORMAL_ONLY,
+    codes.ACL_MEM_MALLOC_HUGE1G_ONLY: _HUGE1G,
+    codes.ACL_MEM_MALLOC_HUGE1G_ONLY_P2P: _HUGE1G,
 }
 
 _POLICY_NAMES = {
@@ -86,6 +100,9 @@ _FREED_MEMORY = 4096
 """At least this many freed starts are remembered to tell a double free from a wild pointer."""
 
 _TOP_USERS = 5
+
+_PAGE_SHIFT = 20
+"""`lookup` index pages are 1 MiB: a block costs one entry per page it reaches past its first."""
 
 
 class Allocation(NamedTuple):
@@ -106,6 +123,9 @@ class Allocation(NamedTuple):
     @property
     def end(self) -> int:
         return self.offset + self.reserved
+
+
+_new_allocation = tuple.__new__  # Allocation(...) without the generated __new__'s call overhead
 
 
 def policy_name(policy: int) -> str:
@@ -146,31 +166,34 @@ class DeviceAllocator:
         self._capacity = capacity
         self._granule = huge_granule
         self._threshold = huge_threshold
-        self._lock = threading.Lock()
 
         # Free set: keys `size << shift | start` in best-fit order, plus boundary maps for
         # O(1) merging. Every start is < 2**shift, so the key order is (size, start) order.
         self._shift = shift = capacity.bit_length()
         self._mask = (1 << shift) - 1
-        self._free: SortedList = SortedList([capacity << shift])
+        self._free = FreeSet(shift, [capacity << shift])
         self._free_at: dict[int, int] = {0: capacity}  # start -> size
         self._free_end: dict[int, int] = {capacity: 0}  # end -> start
         self._free_bytes = capacity
 
-        # Live blocks: start -> Allocation, and the starts in address order.
+        # Live blocks: start -> Allocation, and an address index for `lookup`: the region
+        # is cut in 2**_PAGE_SHIFT-byte pages; `_starts[page]` lists (sorted) the starts of
+        # the live blocks that begin in the page, `_covers[page]` the start of the one live
+        # block, begun in an earlier page, that covers the page's first byte.
         self._live: dict[int, Allocation] = {}
-        self._live_offsets: SortedList = SortedList()
-        self._by_owner: dict[Any, int] = {}
+        self._starts: dict[int, list[int]] = {}
+        self._covers: dict[int, int] = {}
+        self._by_owner: dict[Any, int] = {}  # owner -> reserved bytes (0 once all freed)
         # Starts freed lately (kept for messages only): a free of one of these that is not
         # live again and not inside a live block is a double free.
         self._freed: dict[int, Allocation] = {}
 
-        # Counters (torch.cuda.memory_stats names in stats()).
-        self._huge_cur = self._huge_peak = self._huge_alloc = self._huge_freed = 0
-        self._norm_cur = self._norm_peak = self._norm_alloc = self._norm_freed = 0
-        self._all_peak = 0
+        # Counters (torch.cuda.memory_stats names in stats()); "freed" = allocated - current.
+        self._huge_cur = self._huge_peak = self._huge_alloc = 0
+        self._norm_peak = 0
+        self._all_alloc = self._all_peak = 0
         self._req_cur = self._req_peak = 0
-        self._n_cur = self._n_peak = self._n_alloc = self._n_freed = 0
+        self._n_peak = self._n_alloc = 0
         self._num_ooms = 0
 
     # ---------------------------------------------------------------- public API
@@ -185,138 +208,207 @@ class DeviceAllocator:
 
     @property
     def largest_free_block(self) -> int:
-        with self._lock:
-            return self._largest()
+        return self._largest()
 
-    def allocate(self, size: int, policy: int = 0, owner: Hashable = None) -> Allocation:
-        """Mirrors aclrtMalloc(devPtr, size, policy); raises NpuMemoryError when it does not fit."""
-        try:
-            size = operator.index(size)
-            policy = operator.index(policy)
-        except TypeError as e:
-            raise NpuError(
-                codes.ACL_ERROR_INVALID_PARAM, f"size and policy must be integers: {e}"
-            ) from None
+    def allocate(
+        self, size: int, policy: int = 0, owner: Hashable = None, limit: int | None = None
+    ) -> Allocation:
+        """Mirrors aclrtMalloc(devPtr, size, policy); raises NpuMemoryError when it does not fit.
+
+        `limit`, if given, caps the bytes `owner` may have reserved in all (a quota): a
+        placement that would take the owner past it is not made (HUGE_FIRST then tries
+        normal memory), and when nothing fits the error says the limit was the reason.
+        """
+        if size.__class__ is not int or policy.__class__ is not int:
+            size, policy = _as_ints(size, policy)
         if size <= 0:
             raise NpuError(codes.ACL_ERROR_INVALID_PARAM, f"size must be positive, got {size}")
-        base = policy & 0xFF
-        if base in (codes.ACL_MEM_MALLOC_HUGE1G_ONLY, codes.ACL_MEM_MALLOC_HUGE1G_ONLY_P2P):
-            raise NotSupportedError("1 GiB huge pages (ACL_MEM_MALLOC_HUGE1G_ONLY)")
-        mode = _MODE_OF_POLICY.get(base, _HUGE_FIRST)
-        padded = ((size + 31) & ~31) + PAD  # ACL: ALIGN_UP(size, 32) + 32
-        normal = (padded + ALIGN - 1) & -ALIGN
-        huge_wanted = mode == _HUGE_ONLY or (mode == _HUGE_FIRST and size > self._threshold)
-        granules = -(-padded // self._granule) * self._granule if huge_wanted else 0
-
-        with self._lock:
-            placed = None
-            huge = False
-            if huge_wanted:
-                placed = self._take_huge(granules)
-                huge = placed is not None
-            if placed is None and mode != _HUGE_ONLY:
-                placed = self._take_normal(normal)
-            if placed is None:
+        mode = _MODE_OF_POLICY.get(policy & 0xFF, _HUGE_FIRST)
+        want = (((size + 31) & -32) + PAD + ALIGN - 1) & -ALIGN  # ACL: ALIGN_UP(size,32)+32
+        huge = False
+        if mode == _NORMAL_ONLY or (mode == _HUGE_FIRST and size <= self._threshold):
+            # The common case, written out (_take_normal does the same for fallbacks).
+            key = None
+            if limit is None or want <= limit - self._by_owner.get(owner, 0):
+                key = self._free.pop_ceil(want << self._shift)
+            if key is None:
                 self._num_ooms += 1
-                raise NpuMemoryError(
-                    self._oom_message(size, policy, mode, huge_wanted, normal, granules)
-                )
-            offset, reserved = placed
-            a = Allocation(offset, size, reserved, owner, huge)
-            self._live[offset] = a
-            self._live_offsets.add(offset)
-            self._by_owner[owner] = self._by_owner.get(owner, 0) + reserved
-            self._count_alloc(a)
-            return a
+                raise NpuMemoryError(self._oom_message(size, policy, mode, owner, limit))
+            offset = key & self._mask
+            block = key >> self._shift
+            end = offset + block
+            del self._free_at[offset]
+            tail = block - want
+            if tail < ALIGN:  # never leave a sliver; only an unaligned capacity end can
+                want = block  # cause one
+                del self._free_end[end]
+            else:  # the remainder keeps the block's end
+                rest = offset + want
+                self._free.add(tail << self._shift | rest)
+                self._free_at[rest] = tail
+                self._free_end[end] = rest
+            self._free_bytes -= want
+        else:
+            offset, want, huge = self._place_huge(size, policy, mode, want, owner, limit)
+        a = _new_allocation(Allocation, (offset, size, want, owner, huge))
+        self._live[offset] = a
+        page = offset >> _PAGE_SHIFT
+        starts = self._starts.get(page)
+        if starts is None:
+            self._starts[page] = [offset]
+        else:
+            insort(starts, offset)
+        if (offset + want - 1) >> _PAGE_SHIFT != page:
+            self._cover(page + 1, ((offset + want - 1) >> _PAGE_SHIFT) + 1, offset)
+        by_owner = self._by_owner
+        by_owner[owner] = by_owner.get(owner, 0) + want
+        # Counters, flat: normal = all - huge, freed = allocated - current.
+        cur = self._capacity - self._free_bytes
+        if cur > self._all_peak:
+            self._all_peak = cur
+        self._all_alloc += want
+        if huge:
+            self._huge_alloc += want
+            cur = self._huge_cur = self._huge_cur + want
+            if cur > self._huge_peak:
+                self._huge_peak = cur
+        elif cur - self._huge_cur > self._norm_peak:
+            self._norm_peak = cur - self._huge_cur
+        cur = self._req_cur = self._req_cur + size
+        if cur > self._req_peak:
+            self._req_peak = cur
+        self._n_alloc += 1
+        if len(self._live) > self._n_peak:
+            self._n_peak = len(self._live)
+        return a
+
+    def _place_huge(
+        self, size: int, policy: int, mode: int, normal: int, owner: Hashable, limit: int | None
+    ) -> tuple[int, int, bool]:
+        """(offset, reserved, huge) for HUGE_ONLY and for HUGE_FIRST over the threshold."""
+        if mode == _HUGE1G:
+            raise NotSupportedError("1 GiB huge pages (ACL_MEM_MALLOC_HUGE1G_ONLY)")
+        budget = None if limit is None else limit - self._by_owner.get(owner, 0)
+        g = self._granule
+        granules = -(-(((size + 31) & -32) + PAD) // g) * g
+        if budget is None or granules <= budget:
+            placed = self._take_huge(granules)
+            if placed is not None:
+                return placed[0], placed[1], True
+        if mode != _HUGE_ONLY and (budget is None or normal <= budget):
+            placed = self._take_normal(normal)
+            if placed is not None:
+                return placed[0], placed[1], False
+        self._num_ooms += 1
+        raise NpuMemoryError(self._oom_message(size, policy, mode, owner, limit))
 
     def free(self, offset: int) -> Allocation:
         """Mirrors aclrtFree(devPtr): `offset` must be the start of a live allocation. Never waits."""
-        offset = operator.index(offset)
-        with self._lock:
-            a = self._live.pop(offset, None)
-            if a is None:
-                raise NpuError(codes.ACL_ERROR_RT_MEMORY_FREE, self._bad_free_message(offset))
-            self._live_offsets.remove(offset)
-            left = self._by_owner[a.owner] - a.reserved
-            if left:
-                self._by_owner[a.owner] = left
-            else:
-                del self._by_owner[a.owner]
-            self._release(a.offset, a.reserved)
-            self._freed[offset] = a
-            if len(self._freed) > 2 * _FREED_MEMORY:  # keep the newest, trimmed in bulk
-                self._freed = dict(list(self._freed.items())[-_FREED_MEMORY:])
-            self._count_free(a)
-            return a
+        if offset.__class__ is not int:
+            offset = operator.index(offset)
+        a = self._live.pop(offset, None)
+        if a is None:
+            raise NpuError(codes.ACL_ERROR_RT_MEMORY_FREE, self._bad_free_message(offset))
+        _, size, reserved, owner, huge = a
+        page = offset >> _PAGE_SHIFT
+        starts = self._starts[page]
+        if len(starts) == 1:
+            del self._starts[page]
+        else:
+            starts.remove(offset)
+        last = (offset + reserved - 1) >> _PAGE_SHIFT
+        if last != page:
+            self._cover(page + 1, last + 1, None)
+        self._by_owner[owner] -= reserved
+        # Return the block to the free set, merged with its free neighbours (as _release).
+        self._free_bytes += reserved
+        end = offset + reserved
+        shift = self._shift
+        free, free_at, free_end = self._free, self._free_at, self._free_end
+        start = free_end.pop(offset, None)
+        if start is None:
+            start = offset
+        else:
+            free.remove((offset - start) << shift | start)
+        nsize = free_at.pop(end, None)
+        if nsize is not None:
+            free.remove(nsize << shift | end)
+            end += nsize
+        free.add((end - start) << shift | start)
+        free_at[start] = end - start
+        free_end[end] = start
+        freed = self._freed
+        freed[offset] = a
+        if len(freed) > 2 * _FREED_MEMORY:  # keep the newest, trimmed in bulk
+            self._freed = dict(list(freed.items())[-_FREED_MEMORY:])
+        if huge:
+            self._huge_cur -= reserved
+        self._req_cur -= size
+        return a
 
     def lookup(self, address_offset: int) -> Allocation | None:
         """The live allocation whose `[offset, offset + reserved)` contains the offset, else None."""
-        with self._lock:
-            return self._containing(operator.index(address_offset))
+        return self._containing(operator.index(address_offset))
+
+    def used_by(self, owner: Hashable) -> int:
+        """Reserved bytes of `owner`'s live blocks (O(1))."""
+        return self._by_owner.get(owner, 0)
 
     def usage_by_owner(self) -> dict[Any, int]:
         """Reserved bytes per owner (only owners with live blocks)."""
-        with self._lock:
-            return dict(self._by_owner)
+        return {owner: n for owner, n in self._by_owner.items() if n}
 
     def snapshot(self) -> list[dict[str, Any]]:
         """Live blocks in address order."""
-        with self._lock:
-            out = []
-            for off in self._live_offsets:
-                a = self._live[off]
-                out.append(
-                    {
-                        "offset": a.offset,
-                        "size": a.size,
-                        "reserved": a.reserved,
-                        "owner": a.owner,
-                        "huge": a.huge,
-                    }
-                )
-            return out
+        live = self._live
+        return [
+            {"offset": a.offset, "size": a.size, "reserved": a.reserved, "owner": a.owner,
+             "huge": a.huge}
+            for a in (live[off] for off in sorted(live))
+        ]
 
     def free_blocks(self) -> list[tuple[int, int]]:
         """Free blocks as `(offset, size)` in address order (diagnostics)."""
-        with self._lock:
-            return sorted(self._free_at.items())
+        return sorted(self._free_at.items())
 
     def stats(self) -> dict[str, int | float]:
         """Counters under torch.cuda.memory_stats key names, plus simnpu's free-space figures."""
-        with self._lock:
-            cur = self._huge_cur + self._norm_cur
-            largest = self._largest()
-            return {
-                "allocated_bytes.all.current": cur,
-                "allocated_bytes.all.peak": self._all_peak,
-                "allocated_bytes.all.allocated": self._huge_alloc + self._norm_alloc,
-                "allocated_bytes.all.freed": self._huge_freed + self._norm_freed,
-                "allocated_bytes.huge.current": self._huge_cur,
-                "allocated_bytes.huge.peak": self._huge_peak,
-                "allocated_bytes.huge.allocated": self._huge_alloc,
-                "allocated_bytes.huge.freed": self._huge_freed,
-                "allocated_bytes.normal.current": self._norm_cur,
-                "allocated_bytes.normal.peak": self._norm_peak,
-                "allocated_bytes.normal.allocated": self._norm_alloc,
-                "allocated_bytes.normal.freed": self._norm_freed,
-                "requested_bytes.all.current": self._req_cur,
-                "requested_bytes.all.peak": self._req_peak,
-                # No streams hold freed blocks back, so active == allocated.
-                "active_bytes.all.current": cur,
-                "active_bytes.all.peak": self._all_peak,
-                "reserved_bytes.all.current": self._capacity,
-                "allocation.all.current": self._n_cur,
-                "allocation.all.peak": self._n_peak,
-                "allocation.all.allocated": self._n_alloc,
-                "allocation.all.freed": self._n_freed,
-                "num_alloc_retries": 0,
-                "num_ooms": self._num_ooms,
-                "largest_free_block": largest,
-                "free_bytes": self._free_bytes,
-                "num_free_blocks": len(self._free),
-                "fragmentation": 1.0 - largest / self._free_bytes if self._free_bytes else 0.0,
-                "capacity": self._capacity,
-            }
+        cur = self._capacity - self._free_bytes
+        norm_cur = cur - self._huge_cur
+        largest = self._largest()
+        huge_alloc, norm_alloc = self._huge_alloc, self._all_alloc - self._huge_alloc
+        n_cur = len(self._live)
+        return {
+            "allocated_bytes.all.current": cur,
+            "allocated_bytes.all.peak": self._all_peak,
+            "allocated_bytes.all.allocated": huge_alloc + norm_alloc,
+            "allocated_bytes.all.freed": huge_alloc + norm_alloc - cur,
+            "allocated_bytes.huge.current": self._huge_cur,
+            "allocated_bytes.huge.peak": self._huge_peak,
+            "allocated_bytes.huge.allocated": huge_alloc,
+            "allocated_bytes.huge.freed": huge_alloc - self._huge_cur,
+            "allocated_bytes.normal.current": norm_cur,
+            "allocated_bytes.normal.peak": self._norm_peak,
+            "allocated_bytes.normal.allocated": norm_alloc,
+            "allocated_bytes.normal.freed": norm_alloc - norm_cur,
+            "requested_bytes.all.current": self._req_cur,
+            "requested_bytes.all.peak": self._req_peak,
+            # No streams hold freed blocks back, so active == allocated.
+            "active_bytes.all.current": cur,
+            "active_bytes.all.peak": self._all_peak,
+            "reserved_bytes.all.current": self._capacity,
+            "allocation.all.current": n_cur,
+            "allocation.all.peak": self._n_peak,
+            "allocation.all.allocated": self._n_alloc,
+            "allocation.all.freed": self._n_alloc - n_cur,
+            "num_alloc_retries": 0,
+            "num_ooms": self._num_ooms,
+            "largest_free_block": largest,
+            "free_bytes": self._free_bytes,
+            "num_free_blocks": len(self._free),
+            "fragmentation": 1.0 - largest / self._free_bytes if self._free_bytes else 0.0,
+            "capacity": self._capacity,
+        }
 
     def __repr__(self) -> str:
         return (
@@ -327,17 +419,30 @@ class DeviceAllocator:
     # ---------------------------------------------------------------- placement
 
     def _largest(self) -> int:
-        return self._free[-1] >> self._shift if self._free else 0
+        last = self._free.last()
+        return last >> self._shift if last is not None else 0
 
     def _take_normal(self, want: int) -> tuple[int, int] | None:
         """Best fit: smallest free block >= want, lowest address on ties; place at its start."""
-        free = self._free
-        i = free.bisect_left(want << self._shift)
-        if i == len(free):
+        shift = self._shift
+        key = self._free.pop_ceil(want << shift)
+        if key is None:
             return None
-        key = free.pop(i)
         start = key & self._mask
-        return self._carve(key >> self._shift, start, start, want)
+        size = key >> shift
+        end = start + size
+        del self._free_at[start]
+        tail = size - want
+        if tail < ALIGN:  # never leave a sliver; only an unaligned capacity end can cause one
+            want = size
+            del self._free_end[end]
+        else:  # the remainder keeps the block's end
+            rest = start + want
+            self._free.add(tail << shift | rest)
+            self._free_at[rest] = tail
+            self._free_end[end] = rest
+        self._free_bytes -= want
+        return start, want
 
     def _take_huge(self, want: int) -> tuple[int, int] | None:
         """Best fit among blocks that hold a granule-aligned window of `want` bytes; lowest window.
@@ -381,65 +486,41 @@ class DeviceAllocator:
         self._free_at[start] = size
         self._free_end[start + size] = start
 
-    def _release(self, start: int, size: int) -> None:
-        """Return `[start, start + size)` to the free set, merging with free neighbours."""
-        self._free_bytes += size
-        end = start + size
-        prev = self._free_end.pop(start, None)
-        if prev is not None:
-            psize = self._free_at.pop(prev)
-            self._free.remove(psize << self._shift | prev)
-            start = prev
-        nsize = self._free_at.pop(end, None)
-        if nsize is not None:
-            del self._free_end[end + nsize]
-            self._free.remove(nsize << self._shift | end)
-            end += nsize
-        self._add_free(start, end - start)
-
     def _containing(self, offset: int) -> Allocation | None:
-        i = self._live_offsets.bisect_right(offset)
-        if i == 0:
-            return None
-        a = self._live[self._live_offsets[i - 1]]
-        return a if offset < a.offset + a.reserved else None
+        """O(1) pages, then O(log k) in the page's k starts."""
+        page = offset >> _PAGE_SHIFT
+        starts = self._starts.get(page)
+        start = None
+        if starts is not None:
+            i = bisect_right(starts, offset)
+            if i:
+                start = starts[i - 1]
+        if start is None:
+            start = self._covers.get(page)
+            if start is None:
+                return None
+        a = self._live[start]
+        return a if offset < start + a.reserved else None
 
-    # ---------------------------------------------------------------- bookkeeping
-
-    def _count_alloc(self, a: Allocation) -> None:
-        r = a.reserved
-        if a.huge:
-            self._huge_cur += r
-            self._huge_alloc += r
-            self._huge_peak = max(self._huge_peak, self._huge_cur)
+    def _cover(self, first: int, stop: int, start: int | None) -> None:
+        """Mark pages [first, stop) as covered by the block at `start` (None: uncovered)."""
+        covers = self._covers
+        if start is None:
+            for page in range(first, stop):
+                del covers[page]
         else:
-            self._norm_cur += r
-            self._norm_alloc += r
-            self._norm_peak = max(self._norm_peak, self._norm_cur)
-        self._all_peak = max(self._all_peak, self._huge_cur + self._norm_cur)
-        self._req_cur += a.size
-        self._req_peak = max(self._req_peak, self._req_cur)
-        self._n_cur += 1
-        self._n_alloc += 1
-        self._n_peak = max(self._n_peak, self._n_cur)
-
-    def _count_free(self, a: Allocation) -> None:
-        r = a.reserved
-        if a.huge:
-            self._huge_cur -= r
-            self._huge_freed += r
-        else:
-            self._norm_cur -= r
-            self._norm_freed += r
-        self._req_cur -= a.size
-        self._n_cur -= 1
-        self._n_freed += 1
+            for page in range(first, stop):
+                covers[page] = start
 
     # ---------------------------------------------------------------- messages
 
     def _oom_message(
-        self, size: int, policy: int, mode: int, huge_wanted: bool, normal: int, granules: int
+        self, size: int, policy: int, mode: int, owner: Hashable, limit: int | None
     ) -> str:
+        padded = ((size + 31) & -32) + PAD
+        normal = (padded + ALIGN - 1) & -ALIGN
+        granules = -(-padded // self._granule) * self._granule
+        huge_wanted = mode == _HUGE_ONLY or (mode == _HUGE_FIRST and size > self._threshold)
         if mode == _HUGE_ONLY:
             reserve = f"{_fmt_bytes(granules)} reserved as {self._granule}-byte huge granules"
         elif huge_wanted:
@@ -449,10 +530,22 @@ class DeviceAllocator:
             )
         else:
             reserve = f"{_fmt_bytes(normal)} reserved as normal memory"
-        users = sorted(self._by_owner.items(), key=lambda kv: kv[1], reverse=True)[:_TOP_USERS]
-        top = ", ".join(f"{owner!r}: {_fmt_bytes(n)}" for owner, n in users) or "none"
+        users = sorted(self.usage_by_owner().items(), key=lambda kv: kv[1], reverse=True)
+        top = ", ".join(f"{who!r}: {_fmt_bytes(n)}" for who, n in users[:_TOP_USERS]) or "none"
+        if len(users) > _TOP_USERS:
+            top += f" and {len(users) - _TOP_USERS} more"
+        used = self._by_owner.get(owner, 0)
+        smallest = granules if mode == _HUGE_ONLY else normal
+        if limit is not None and used + smallest > limit:
+            cause = (
+                f"memory limit: {owner!r} may reserve {_fmt_bytes(limit)} and already holds "
+                f"{_fmt_bytes(used)}; "
+            )
+        else:
+            cause = ""
         return (
             f"out of device memory: asked {_fmt_bytes(size)} ({reserve}), policy {policy_name(policy)}; "
+            f"{cause}"
             f"free {_fmt_bytes(self._free_bytes)} of {_fmt_bytes(self._capacity)}, "
             f"largest free block {_fmt_bytes(self._largest())}, {len(self._free)} free blocks; "
             f"top users: {top}"
@@ -474,3 +567,12 @@ class DeviceAllocator:
                 f"was already freed"
             )
         return f"offset {offset:#x} is not the start of any allocation (it lies in free memory)"
+
+
+def _as_ints(size: Any, policy: Any) -> tuple[int, int]:
+    try:
+        return operator.index(size), operator.index(policy)
+    except TypeError as e:
+        raise NpuError(
+            codes.ACL_ERROR_INVALID_PARAM, f"size and policy must be integers: {e}"
+        ) from None

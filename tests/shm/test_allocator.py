@@ -713,3 +713,74 @@ def test_random_sequence_keeps_invariants_and_matches_best_fit(seed, capacity):
         == st["allocation.all.freed"]
         == st["allocation.all.allocated"]
     )
+
+
+# ------------------------------------------------------------------ per-owner limits (quotas)
+
+
+def test_limit_caps_what_one_owner_may_reserve():
+    a = DeviceAllocator(16 * MiB)
+    a.allocate(size_for(3 * MiB), policy=NORMAL_ONLY, owner="a", limit=4 * MiB)
+    assert a.used_by("a") == 3 * MiB
+    before = (a.free_blocks(), a.snapshot())
+    with pytest.raises(NpuMemoryError) as e:
+        a.allocate(size_for(2 * MiB), policy=NORMAL_ONLY, owner="a", limit=4 * MiB)
+    assert e.value.code == codes.ACL_ERROR_RT_MEMORY_ALLOCATION
+    msg = e.value.message
+    assert "memory limit" in msg and f"may reserve {4 * MiB} B" in msg
+    assert f"already holds {3 * MiB} B" in msg
+    assert (a.free_blocks(), a.snapshot()) == before
+    assert a.stats()["num_ooms"] == 1
+    # Exactly up to the limit is allowed; another owner is not limited by a's limit.
+    a.allocate(size_for(1 * MiB), policy=NORMAL_ONLY, owner="a", limit=4 * MiB)
+    assert a.used_by("a") == 4 * MiB
+    a.allocate(size_for(8 * MiB), policy=NORMAL_ONLY, owner="b", limit=8 * MiB)
+    check_invariants(a)
+
+
+def test_device_oom_under_a_limit_does_not_blame_the_limit():
+    a = DeviceAllocator(4 * MiB)
+    a.allocate(size_for(3 * MiB), policy=NORMAL_ONLY, owner="big")
+    with pytest.raises(NpuMemoryError) as e:
+        a.allocate(size_for(2 * MiB), policy=NORMAL_ONLY, owner="a", limit=1 << 30)
+    assert "memory limit" not in e.value.message
+    assert "'big'" in e.value.message
+
+
+def test_limit_turns_huge_first_into_normal_when_granules_do_not_fit_it():
+    a = DeviceAllocator(32 * MiB)
+    x = a.allocate(3 * MiB, policy=HUGE_FIRST, owner="a", limit=3 * MiB + 64)
+    assert not x.huge and x.reserved == 3 * MiB + 64  # 4 MiB of granules would pass the limit
+    y = a.allocate(3 * MiB, policy=HUGE_FIRST, owner="b", limit=4 * MiB)
+    assert y.huge and y.reserved == 4 * MiB
+    with pytest.raises(NpuMemoryError) as e:
+        a.allocate(3 * MiB, policy=HUGE_ONLY, owner="c", limit=3 * MiB + 64)
+    assert "memory limit" in e.value.message
+    check_invariants(a)
+
+
+def test_used_by_follows_allocations_and_frees():
+    a = DeviceAllocator(16 * MiB)
+    assert a.used_by("x") == 0
+    xs = [a.allocate(1000, owner="x") for _ in range(3)]
+    assert a.used_by("x") == 3 * 1088
+    for x in xs:
+        a.free(x.offset)
+    assert a.used_by("x") == 0
+    assert a.usage_by_owner() == {}
+
+
+def test_lookup_of_blocks_spanning_many_index_pages():
+    a = DeviceAllocator(64 * MiB)
+    small = a.allocate(100, policy=NORMAL_ONLY)
+    big = a.allocate(size_for(10 * MiB + 64), policy=NORMAL_ONLY)  # starts mid-page
+    after = a.allocate(100, policy=NORMAL_ONLY)
+    for probe in (big.offset, big.offset + MiB, big.offset + 5 * MiB + 17, big.end - 1):
+        assert a.lookup(probe) is big
+    assert a.lookup(small.offset + 1) is small
+    assert a.lookup(big.end) is after
+    a.free(big.offset)
+    for probe in (big.offset, big.offset + 5 * MiB, big.end - 1):
+        assert a.lookup(probe) is None
+    assert a.lookup(after.offset) is after
+    check_invariants(a)

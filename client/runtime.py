@@ -19,13 +19,13 @@ import threading
 from simnpu.client.callbacks import HostCallbacks
 from simnpu.client.copies import CopyPaths
 from simnpu.client.hostmem import HostMemory
+from simnpu.client.last_error import records_errors
+from simnpu.client.runtime_memory import RuntimeMemory, env_memory_limit
 from simnpu.client.transport import Connection, caller_site
 from simnpu.proto import codes, commands, npu_pb2
 from simnpu.proto.errors import NpuError, bad_handle, invalid
 from simnpu.proto.kernel_abi import KernelSignature
 from simnpu.shm.region import Region
-
-_MEM_ATTRS = range(codes.ACL_DDR_MEM, codes.ACL_MEM_P2P_HUGE1G + 1)
 
 
 class ContextInfo:
@@ -39,23 +39,7 @@ class ContextInfo:
         self.events = set()
 
 
-def records_errors(method):
-    """Keep a raised NpuError as the calling thread's last error (aclrtGetLastError)."""
-
-    def wrapper(self, *args, **kwargs):
-        try:
-            return method(self, *args, **kwargs)
-        except NpuError as error:
-            self._local.last_error = error
-            raise
-
-    wrapper.__name__ = method.__name__
-    wrapper.__qualname__ = method.__qualname__
-    wrapper.__doc__ = method.__doc__
-    return wrapper
-
-
-class Runtime:
+class Runtime(RuntimeMemory):
     """This process's view of the simulated NPU. Thread-safe; one per process is usual."""
 
     def __init__(self, address: str | None = None, token: str | None = None):
@@ -63,7 +47,7 @@ class Runtime:
         self.callbacks = HostCallbacks(self.connection)
         self._local = threading.local()
         self._lock = threading.Lock()
-        hello = self.connection.request(npu_pb2.OP_HELLO, [os.getpid(), 0],
+        hello = self.connection.request(npu_pb2.OP_HELLO, [os.getpid(), env_memory_limit()],
                                         text=os.path.basename(sys.argv[0] or "python") or "python")
         self.session_id, self.device_count, staging_bytes, self.ai_cores, self.copy_engines = hello.values
         self.host = HostMemory()
@@ -76,6 +60,8 @@ class Runtime:
         self.event_context: dict[int, ContextInfo] = {}
         self.allocation_starts: list[int] = []
         self.allocations: dict[int, tuple[int, int]] = {}  # address -> (size, device)
+        self.imported: dict[str, int] = {}  # IPC key -> address (also in allocations)
+        self.imported_counts: dict[str, int] = {}  # IPC key -> imports not yet closed
         self.functions: dict[int, KernelSignature] = {}
         self.binaries: set[int] = {commands.BUILTIN_BINARY}
 
@@ -301,17 +287,6 @@ class Runtime:
             self.allocations[address] = (size, device)
         return address
 
-    @records_errors
-    def free(self, address: int) -> None:
-        """aclrtFree: returns the block to the pool at once (does not wait for tasks)."""
-        with self._lock:
-            if address not in self.allocations:
-                raise invalid(f"{address:#x} is not the start of a live device allocation of this process"
-                              " (double free or bad pointer)")
-            del self.allocations[address]
-            self.allocation_starts.remove(address)
-        self._request(npu_pb2.OP_FREE, [address])
-
     def device_range(self, address: int, count: int) -> None:
         """Check [address, address+count) lies in one allocation of this process (107000)."""
         index = bisect.bisect_right(self.allocation_starts, address) - 1
@@ -324,23 +299,6 @@ class Runtime:
                 raise invalid(f"{count} bytes at {address:#x} run past the end of the allocation "
                               f"[{start:#x}, +{size})")
         raise invalid(f"{address:#x} is not inside a device allocation of this process")
-
-    @records_errors
-    def get_mem_info(self, attr: int = codes.ACL_HBM_MEM) -> tuple[int, int]:
-        """aclrtGetMemInfo: (free, total) bytes of the current device's memory."""
-        if attr not in _MEM_ATTRS:
-            raise invalid(f"unknown memory attribute {attr}")
-        values = self._request(npu_pb2.OP_GET_MEM_INFO, [self._current().device]).values
-        return values[0], values[1]
-
-    @records_errors
-    def memory_stats(self, device: int | None = None) -> dict:
-        """The device pool's statistics (torch.cuda.memory_stats key names)."""
-        import json
-
-        device = self._current().device if device is None else device
-        self._check_device(device)
-        return json.loads(self._request(npu_pb2.OP_MEMORY_STATS, [device]).text)
 
     # ---- pinned host memory -------------------------------------------------------------------------
     @records_errors

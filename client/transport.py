@@ -103,6 +103,20 @@ class Connection:
         self._wake.set()
         return pending
 
+    def post_request(self, op: int, args=(), data: bytes = b"", text: str = "", site: str = "") -> int:
+        """Queue a request nobody waits for (id 0: the daemon sends no reply and reports a
+        failure at the next synchronize); returns its sequence number. Never blocks."""
+        if self._broken is not None:
+            raise self._broken
+        with self._lock:
+            self._seq += 1
+            seq = self._seq
+            self._sites[seq & (_SITE_RING - 1)] = (seq, site)
+            self._pending_items.append(_Request(id=0, op=op, args=args, data=data, text=text))
+        if not self._wake.is_set():
+            self._wake.set()
+        return seq
+
     def wait(self, pending: _Pending) -> npu_pb2.Reply:
         """Block until the reply arrives; raise NpuError if it carries an error code."""
         pending.event.wait()

@@ -198,5 +198,16 @@ REQUEST_ARGS = {
     "GET_FUNCTION": ("binary",),  # text: name -> (function,); text: signature
     "SET_OP_EXECUTE_TIMEOUT": ("milliseconds",),
     "MEMORY_STATS": ("device",),  # -> text: JSON
+    "MEMORY_SNAPSHOT": ("device",),  # -> text: JSON
+    "MEMORY_LIMIT": ("device", "limit"),  # device -1: all; limit -1: ask -> (limit, used, default)
+    "IPC_MEM_EXPORT": ("address", "size", "flags"),  # -> text: key
+    "IPC_MEM_SET_IMPORT_PID": ("pid",),  # text: key; args: one or more pids
+    "IPC_MEM_IMPORT": ("flags",),  # text: key -> (address, size, device)
+    "IPC_MEM_CLOSE": (),  # text: key
+    "MEM_POOL_CREATE": ("device", "max_size"),  # -> (pool,)
+    "MEM_POOL_DESTROY": ("pool",),
+    "MEM_POOL_MALLOC": ("pool", "size", "stream"),  # -> (address,)
+    "MEM_POOL_FREE": ("address", "stream"),
+    "MEM_POOL_ATTR": ("pool", "attr", "value"),  # value -1: get -> (value,)
 }
 BUILTIN_BINARY = 1  # handle of the built-in kernel library, present in every session

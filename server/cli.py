@@ -10,6 +10,7 @@ import sys
 from simnpu.proto import service
 from simnpu.proto.service import configured_address
 from simnpu.server.config import DaemonConfig, parse_size
+from simnpu.server.quotas import parse_limit
 
 
 def _serve_parser(sub) -> None:
@@ -21,6 +22,9 @@ def _serve_parser(sub) -> None:
     p.add_argument("--devices", type=int, default=int(env("SIMNPU_DEVICES", "1")))
     p.add_argument("--memory", type=parse_size, default=parse_size(env("SIMNPU_MEMORY", "2GiB")),
                    help="device memory per device, e.g. 512MiB, 2GiB")
+    p.add_argument("--memory-limit", default=env("SIMNPU_DEFAULT_MEMORY_LIMIT", ""),
+                   help="default device-memory limit of every client, e.g. 256MiB or 25%% of "
+                        "--memory (clients may lower theirs with SIMNPU_MEMORY_LIMIT); default none")
     p.add_argument("--ai-cores", type=int, default=int(env("SIMNPU_AI_CORES", "2")))
     p.add_argument("--copy-engines", type=int, default=int(env("SIMNPU_COPY_ENGINES", "1")))
     p.add_argument("--staging", type=parse_size, default=parse_size("8MiB"),
@@ -43,10 +47,15 @@ def serve(args) -> int:
     if args.token_file:
         with open(args.token_file, encoding="utf-8") as handle:
             token = handle.read().strip()
+    try:
+        memory_limit = parse_limit(args.memory_limit, args.memory)
+    except ValueError as error:
+        print(f"simnpu: {error}", file=sys.stderr)
+        return 2
     config = DaemonConfig(listen=args.listen or [configured_address()], devices=args.devices,
                           memory_bytes=args.memory, ai_cores=args.ai_cores, copy_engines=args.copy_engines,
                           staging_bytes=args.staging, token=token, idle_exit_s=args.idle_exit,
-                          op_timeout_s=args.op_timeout)
+                          op_timeout_s=args.op_timeout, memory_limit=memory_limit)
     try:
         daemon = Daemon(config)
         daemon.install_signal_handlers()

@@ -30,6 +30,7 @@ class DaemonConfig:
     idle_exit_s: float | None = None   # exit this long after the last session ends
     op_timeout_s: float = 300.0        # default operator execution timeout (aclrtSetOpExecuteTimeOut)
     max_sessions: int = 64
+    memory_limit: int | None = None    # default per-client device-memory limit (server/quotas.py)
 
     def validate(self) -> None:
         if self.devices < 1:
@@ -38,6 +39,8 @@ class DaemonConfig:
             raise ValueError("each device needs at least one AI core and one copy engine")
         if self.memory_bytes < 1 << 20:
             raise ValueError("--memory must be at least 1MiB")
+        if self.memory_limit is not None and self.memory_limit <= 0:
+            raise ValueError("--memory-limit must be positive")
         if any(not is_unix(a) for a in self.listen) and not self.token:
             raise ValueError("a TCP listener needs a shared token: set SIMNPU_TOKEN or --token-file")
 

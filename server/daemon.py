@@ -22,6 +22,8 @@ from simnpu.proto.kernel_abi import discover_kernels
 from simnpu.server import worker_pool
 from simnpu.server.config import DaemonConfig, is_unix, unix_path
 from simnpu.server.device import Device
+from simnpu.server.ipc_memory import IpcMemory
+from simnpu.server.memory_views import memory_snapshot, memory_stats
 from simnpu.server.resources import Binary
 from simnpu.server.scheduler import Scheduler
 from simnpu.server.service import NpuServicer
@@ -35,6 +37,7 @@ class Daemon:
         config.validate()
         self.config = config
         self.devices: list[Device] = []
+        self.ipc = IpcMemory(self.devices)  # exported device memory (aclrtIpcMem*)
         self.sessions: dict[int, Session] = {}
         self._session_ids = itertools.count(1)
         self._binary_ids = itertools.count(2)
@@ -191,17 +194,12 @@ class Daemon:
 
     def describe(self, what: str, device_index: int) -> object:
         """Read-only views for tools (the Query RPC)."""
-        if what == "memory_stats":
-            device = self.devices[device_index]
-            with device.lock:
-                return device.allocator.stats()
-        if what == "memory_snapshot":
-            device = self.devices[device_index]
-            with device.lock:
-                blocks = device.allocator.snapshot()
-            for block in blocks:
-                block["owner"] = repr(block["owner"])
-            return blocks
+        if what in ("memory_stats", "memory_snapshot"):
+            if not 0 <= device_index < len(self.devices):
+                return {"error": f"device {device_index} does not exist "
+                                 f"(this daemon simulates {len(self.devices)})"}
+            view = memory_stats if what == "memory_stats" else memory_snapshot
+            return view(self, self.devices[device_index])
         with self._lock:
             sessions = list(self.sessions.values())
         return {

@@ -38,16 +38,22 @@ class Device:
     def capacity(self) -> int:
         return self.allocator.capacity
 
-    def allocate(self, size: int, policy: int, owner: object) -> int:
-        """aclrtMalloc on this device: the device address of a new allocation."""
+    def allocate(self, size: int, policy: int, owner: object, limit: int | None = None) -> int:
+        """aclrtMalloc on this device: the device address of a new allocation. `limit` caps
+        what `owner` may have reserved in all (its memory quota)."""
         with self.lock:
-            allocation = self.allocator.allocate(size, policy, owner)
+            allocation = self.allocator.allocate(size, policy, owner, limit)
         return device_address(self.index, allocation.offset)
 
     def free(self, address: int) -> Allocation:
         _, offset = split_device_address(address)
         with self.lock:
             return self.allocator.free(offset)
+
+    def used_by(self, owner: object) -> int:
+        """Bytes `owner`'s live blocks reserve on this device."""
+        with self.lock:
+            return self.allocator.used_by(owner)
 
     def lookup(self, address: int) -> Allocation | None:
         """The live allocation containing `address`, if any."""

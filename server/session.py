@@ -9,7 +9,6 @@ any reason, `close` frees everything the session owned once its in-flight work i
 from __future__ import annotations
 
 import itertools
-import json
 import logging
 import os
 import queue
@@ -22,6 +21,7 @@ from simnpu.server.objects import (
     COPY, HOST, KERNEL, MEMSET, RECORD, RESET, WAIT, Context, Event, Stream, Task, Waiter,
 )
 from simnpu.server.resources import Binary, Function, Pinned
+from simnpu.server.session_memory import MEMORY_OPS, SessionMemory
 from simnpu.shm.addresses import is_device_address, split_device_address
 from simnpu.shm.region import Region, segment_name
 
@@ -33,7 +33,7 @@ IMMEDIATE_PRIORITY = -1  # synchronous copies jump every stream queue, as aclrtM
 _PROBE_BYTES = 16
 
 
-class Session:
+class Session(SessionMemory):
     def __init__(self, daemon, session_id: int, peer: str):
         self.daemon = daemon
         self.scheduler = daemon.scheduler
@@ -69,19 +69,17 @@ class Session:
             npu_pb2.OP_QUERY_EVENT: self._query_event,
             npu_pb2.OP_SYNCHRONIZE_EVENT: self._synchronize_event,
             npu_pb2.OP_EVENT_ELAPSED_TIME: self._event_elapsed_time,
-            npu_pb2.OP_MALLOC: self._malloc,
-            npu_pb2.OP_FREE: self._free,
             npu_pb2.OP_MALLOC_HOST: self._malloc_host,
             npu_pb2.OP_FREE_HOST: self._free_host,
             npu_pb2.OP_MEMCPY: self._memcpy,
             npu_pb2.OP_MEMSET: self._memset,
-            npu_pb2.OP_GET_MEM_INFO: self._get_mem_info,
             npu_pb2.OP_BINARY_LOAD: self._binary_load,
             npu_pb2.OP_BINARY_UNLOAD: self._binary_unload,
             npu_pb2.OP_GET_FUNCTION: self._get_function,
             npu_pb2.OP_SET_OP_EXECUTE_TIMEOUT: self._set_op_execute_timeout,
-            npu_pb2.OP_MEMORY_STATS: self._memory_stats,
         }
+        self._init_memory()
+        self._handlers.update({op: getattr(self, name) for op, name in MEMORY_OPS.items()})
         self.handles[commands.BUILTIN_BINARY] = daemon.builtin_binary
 
     def __repr__(self) -> str:
@@ -125,7 +123,10 @@ class Session:
                 raise invalid(f"unknown request op {request.op}")
             result = handler(request)
         except NpuError as error:
-            self.respond(request.id, error.code, error.message)
+            if request.id:
+                self.respond(request.id, error.code, error.message)
+            else:  # nobody waits for this reply (an aclrtFree): report at the next synchronize
+                self._defer_failure(error)
             return
         except Exception as error:  # a bug of ours: the client gets a code, the daemon lives
             log.exception("%r: request %s failed", self, npu_pb2.Op.Name(request.op) if request.op in npu_pb2.Op.values() else request.op)
@@ -247,8 +248,10 @@ class Session:
         if device_index >= len(self.daemon.devices):
             return None
         allocation = self.daemon.devices[device_index].lookup(address)
-        if allocation is None or allocation.owner is not self:
+        if allocation is None:
             return None
+        if allocation.owner is not self:
+            return self.imported_range(address) if self.imported else None  # IPC memory
         start = address - (split_device_address(address)[1] - allocation.offset)
         return start, allocation.size
 
@@ -290,6 +293,8 @@ class Session:
     def _hello(self, request):
         self.pid, memory_limit = (list(request.args) + [0, 0])[:2]
         self.process_name = request.text or "?"
+        if memory_limit > 0:  # the client's SIMNPU_MEMORY_LIMIT (server/quotas.py)
+            self.memory_limits.set(None, memory_limit)
         config = self.daemon.config
         if self.staging is None:
             self.staging = Region.create(segment_name(f"s{self.id}", "staging"),
@@ -512,25 +517,6 @@ class Session:
         self._batch.append((answer, ()))
         return DEFERRED
 
-    def _malloc(self, request):
-        device = self._device(request.args[0])
-        size, policy = request.args[1], request.args[2]
-        if size <= 0:
-            raise NpuError(codes.ACL_ERROR_INVALID_PARAM, f"cannot allocate {size} bytes")
-        address = device.allocate(size, policy, self)
-        self.allocations[address] = device.index
-        return [address]
-
-    def _free(self, request):
-        address = request.args[0]
-        device_index = self.allocations.pop(address, None)
-        if device_index is None:
-            owner = self._owner_of(address)
-            raise invalid(f"{address:#x} is not the start of a live allocation of this process"
-                          + (f" (it belongs to {owner})" if owner else " (double free or bad pointer)"))
-        self.daemon.devices[device_index].free(address)
-        return []
-
     def _owner_of(self, address: int):
         if not is_device_address(address):
             return None
@@ -618,16 +604,6 @@ class Session:
 
         self._batch.append((begin, ()))
 
-    def _get_mem_info(self, request):
-        device = self._device(request.args[0])
-        return [device.allocator.free_bytes, device.capacity]
-
-    def _memory_stats(self, request):
-        device = self._device(request.args[0])
-        with device.lock:
-            stats = device.allocator.stats()
-        return npu_pb2.Reply(text=json.dumps(stats))
-
     def _binary_load(self, request):
         source, filename = request.text, request.data.decode("utf-8", "replace") or "<kernel module>"
         try:
@@ -690,9 +666,7 @@ class Session:
 
     def release_all(self) -> None:
         """Free device memory, pinned segments and the staging area; forget the counts."""
-        for address, device_index in list(self.allocations.items()):
-            self.daemon.devices[device_index].free(address)
-        self.allocations.clear()
+        self.release_memory()  # server/session_memory.py: IPC-aware
         for context in self.contexts:
             self.daemon.count_stream(context.device, -len(context.streams))
         for handle, obj in list(self.handles.items()):

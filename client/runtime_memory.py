@@ -1,0 +1,190 @@
+"""The raw layer's device-memory calls beyond malloc: free, memory info and limits, pool
+statistics and snapshot, IPC sharing, stream-ordered pools.
+
+A mixin of `Runtime` (client/runtime.py), which owns the host-side table of this process's
+device memory (`allocations`: address -> (size, device), `allocation_starts`: sorted), used
+to check pointers without a round trip. IPC ranges this process imported are in that table
+too (so copies and launches accept them) and in `imported` (key -> address), and can only
+be released with ipc_mem_close. See docs/memory.md.
+"""
+
+from __future__ import annotations
+
+import bisect
+import json
+import os
+
+from simnpu.client.last_error import records_errors
+from simnpu.client.transport import caller_site
+from simnpu.proto import codes, npu_pb2
+from simnpu.proto.errors import NotSupportedError, NpuError, invalid
+from simnpu.proto.sizes import parse_size
+
+_MEM_ATTRS = range(codes.ACL_DDR_MEM, codes.ACL_MEM_P2P_HUGE1G + 1)
+IPC_KEY_LENGTH = 65
+"""The length of the key buffer aclrtIpcMemGetExportKey fills (64 characters and a NUL)."""
+
+
+def env_memory_limit() -> int:
+    """SIMNPU_MEMORY_LIMIT in bytes ('512MiB', '1073741824'); 0 when unset."""
+    text = os.environ.get("SIMNPU_MEMORY_LIMIT", "").strip()
+    if not text:
+        return 0
+    try:
+        return parse_size(text)
+    except ValueError as error:
+        raise NpuError(codes.ACL_ERROR_INVALID_PARAM, f"SIMNPU_MEMORY_LIMIT: {error}") from None
+
+
+class RuntimeMemory:
+    # ---- free ----------------------------------------------------------------------------------
+    @records_errors
+    def free(self, address: int) -> None:
+        """aclrtFree: returns the block to the pool at once (does not wait for tasks).
+
+        Checked here against this process's allocations, then sent without waiting for the
+        daemon (it frees in order with this process's later calls; anything it still refuses
+        is reported at the next synchronize)."""
+        if not address:
+            raise NpuError(codes.ACL_ERROR_INVALID_PARAM, "null pointer passed to free")
+        with self._lock:
+            if address not in self.allocations or address in self.imported.values():
+                if address in self.imported.values():
+                    raise invalid(f"{address:#x} is imported IPC memory: release it with ipc_mem_close")
+                raise invalid(f"{address:#x} is not the start of a live device allocation of this process"
+                              " (double free or bad pointer)")
+            del self.allocations[address]
+            self.allocation_starts.remove(address)
+        self.connection.post_request(npu_pb2.OP_FREE, [address], site=caller_site())
+
+    def _remember(self, address: int, size: int, device: int) -> None:
+        with self._lock:
+            bisect.insort(self.allocation_starts, address)
+            self.allocations[address] = (size, device)
+
+    # ---- information and limits ------------------------------------------------------------
+    @records_errors
+    def get_mem_info(self, attr: int = codes.ACL_HBM_MEM) -> tuple[int, int]:
+        """aclrtGetMemInfo: (free, total) bytes of the current device's memory. Under a memory
+        limit, total is the limit and free what is left of it. Blocks."""
+        if attr not in _MEM_ATTRS:
+            raise invalid(f"unknown memory attribute {attr}")
+        values = self._request(npu_pb2.OP_GET_MEM_INFO, [self._current().device]).values
+        return values[0], values[1]
+
+    def _device_or_current(self, device: int | None) -> int:
+        device = self._current().device if device is None else device
+        self._check_device(device)
+        return device
+
+    @records_errors
+    def memory_stats(self, device: int | None = None) -> dict:
+        """The device pool's statistics (torch.cuda.memory_stats key names; docs/memory.md). Blocks."""
+        device = self._device_or_current(device)
+        return json.loads(self._request(npu_pb2.OP_MEMORY_STATS, [device]).text)
+
+    @records_errors
+    def memory_snapshot(self, device: int | None = None) -> list[dict]:
+        """The device's live blocks in address order, each with its owner (every client's). Blocks."""
+        device = self._device_or_current(device)
+        return json.loads(self._request(npu_pb2.OP_MEMORY_SNAPSHOT, [device]).text)
+
+    @records_errors
+    def set_memory_limit(self, limit: int, device: int | None = None) -> None:
+        """Lower this process's device-memory limit (bytes; 0 restores the daemon's default)
+        on `device`, or on every device when None. A limit above the daemon's default is
+        refused (107000). Blocks."""
+        if not isinstance(limit, int) or limit < 0:
+            raise invalid(f"a memory limit must be a byte count >= 0, not {limit!r}")
+        if device is not None:
+            self._check_device(device)
+        self._request(npu_pb2.OP_MEMORY_LIMIT, [-1 if device is None else device, limit])
+
+    @records_errors
+    def memory_limit(self, device: int | None = None) -> tuple[int | None, int, int | None]:
+        """(limit in force or None, bytes this process holds, the daemon's default or None)
+        on `device` (default: the current one). Blocks."""
+        device = self._device_or_current(device)
+        limit, used, default = self._request(npu_pb2.OP_MEMORY_LIMIT, [device, -1]).values
+        return limit or None, used, default or None
+
+    # ---- IPC memory ----------------------------------------------------------------------------
+    @records_errors
+    def device_get_bare_tgid(self) -> int:
+        """aclrtDeviceGetBareTgid: the process id an exporter whitelists (this process's pid)."""
+        return os.getpid()
+
+    @records_errors
+    def ipc_mem_get_export_key(self, address: int, size: int, flags: int = 0) -> str:
+        """aclrtIpcMemGetExportKey: a key that lets other processes import [address, address+size)
+        of one of this process's allocations. flags: 0 = only whitelisted pids may import,
+        1 (ACL_RT_IPC_MEM_EXPORT_FLAG_DISABLE_PID_VALIDATION) = any process. Blocks."""
+        if not address:
+            raise NpuError(codes.ACL_ERROR_INVALID_PARAM, "null pointer passed to ipc_mem_get_export_key")
+        if not isinstance(size, int) or size <= 0:
+            raise NpuError(codes.ACL_ERROR_INVALID_PARAM, f"cannot share {size!r} bytes")
+        if address in self.imported.values():
+            raise invalid(f"{address:#x} is imported IPC memory; only its owner can export it")
+        self.device_range(address, size)
+        return self._request(npu_pb2.OP_IPC_MEM_EXPORT, [address, size, flags]).text
+
+    @records_errors
+    def ipc_mem_set_import_pid(self, key: str, pids) -> None:
+        """aclrtIpcMemSetImportPid: whitelist processes (their device_get_bare_tgid) for `key`. Blocks."""
+        pids = [int(pid) for pid in pids]
+        if not key or not pids:
+            raise NpuError(codes.ACL_ERROR_INVALID_PARAM, "ipc_mem_set_import_pid needs a key and pids")
+        self._request(npu_pb2.OP_IPC_MEM_SET_IMPORT_PID, pids, text=_key(key))
+
+    @records_errors
+    def ipc_mem_import_by_key(self, key: str, flags: int = 0) -> int:
+        """aclrtIpcMemImportByKey: the device address of the memory exported under `key`,
+        usable here like this process's own until ipc_mem_close(key). Blocks."""
+        if not key:
+            raise NpuError(codes.ACL_ERROR_INVALID_PARAM, "empty IPC key")
+        key = _key(key)
+        address, size, device = self._request(npu_pb2.OP_IPC_MEM_IMPORT, [flags], text=key).values
+        with self._lock:
+            self.imported_counts[key] = self.imported_counts.get(key, 0) + 1
+            if key not in self.imported:
+                self.imported[key] = address
+                if address not in self.allocations:
+                    bisect.insort(self.allocation_starts, address)
+                self.allocations[address] = (size, device)
+        return address
+
+    @records_errors
+    def ipc_mem_close(self, key: str) -> None:
+        """aclrtIpcMemClose: an importer stops using the key's memory; the exporter closes
+        the key (after every importer has). Blocks."""
+        if not key:
+            raise NpuError(codes.ACL_ERROR_INVALID_PARAM, "empty IPC key")
+        key = _key(key)
+        self._request(npu_pb2.OP_IPC_MEM_CLOSE, text=key)
+        with self._lock:
+            count = self.imported_counts.get(key, 0) - 1
+            if count > 0:
+                self.imported_counts[key] = count
+            elif key in self.imported:
+                del self.imported_counts[key]
+                address = self.imported.pop(key)
+                if address not in self.imported.values():
+                    self.allocations.pop(address, None)
+                    if address in self.allocation_starts:
+                        self.allocation_starts.remove(address)
+
+    # ---- stream-ordered pools ------------------------------------------------------------------
+    @records_errors
+    def mem_pool_trim_to(self, pool: int, keep: int) -> None:
+        """aclrtMemPoolTrimTo: "reserved and not supported currently" in ACL itself."""
+        raise NotSupportedError("aclrtMemPoolTrimTo (reserved in ACL)")
+
+
+def _key(key) -> str:
+    """An IPC key as given by the caller (str, bytes, or a NUL-terminated buffer)."""
+    if isinstance(key, (bytes, bytearray)):
+        key = bytes(key).split(b"\0", 1)[0].decode("ascii", "replace")
+    key = str(key).split("\0", 1)[0]
+    if len(key) >= IPC_KEY_LENGTH:
+        raise NpuError(codes.ACL_ERROR_INVALID_PARAM, f"an IPC key has at most {IPC_KEY_LENGTH - 1} characters")
+    return key

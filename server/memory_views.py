@@ -1,0 +1,44 @@
+"""What the daemon tells about device memory: the pool statistics and the live-block snapshot.
+
+The same views answer a client (OP_MEMORY_STATS / OP_MEMORY_SNAPSHOT) and the tools
+(the Query RPC's "memory_stats" / "memory_snapshot", `simnpu memory ...`). The key schema
+is documented in docs/memory.md.
+"""
+
+from __future__ import annotations
+
+from simnpu.shm.addresses import device_address
+
+
+def memory_stats(daemon, device) -> dict:
+    """The allocator's counters (torch.cuda.memory_stats names plus simnpu's own), the IPC
+    counts and the per-client limits in force."""
+    with device.lock:
+        stats = device.allocator.stats()
+        usage = device.allocator.usage_by_owner()
+    stats.update(daemon.ipc.counts())
+    stats["device"] = device.index
+    stats["memory_limit.default"] = daemon.config.memory_limit or 0
+    stats["num_clients_with_memory"] = len(usage)
+    return stats
+
+
+def memory_snapshot(daemon, device) -> list[dict]:
+    """Live blocks in address order: where, how big, whose (session, pid, process), and
+    how they are shared."""
+    with device.lock:
+        blocks = device.allocator.snapshot()
+    out = []
+    for block in blocks:
+        owner = block.pop("owner")
+        address = device_address(device.index, block["offset"])
+        entry = {"address": address, **block, "owner": repr(owner),
+                 "session": getattr(owner, "id", None), "pid": getattr(owner, "pid", None)}
+        shared = daemon.ipc.describe(address)
+        if shared is not None:
+            entry["ipc"] = shared
+        pool = getattr(owner, "pool_of", lambda _: None)(address)
+        if pool is not None:
+            entry["pool"] = pool
+        out.append(entry)
+    return out

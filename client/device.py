@@ -85,5 +85,20 @@ class Device:
         return runtime().get_mem_info(codes.ACL_HBM_MEM)
 
     def memory_stats(self) -> dict:
-        """The pool's statistics under torch.cuda.memory_stats key names."""
+        """The pool's statistics under torch.cuda.memory_stats key names (docs/memory.md). Blocks."""
         return runtime().memory_stats(self.index)
+
+    def memory_snapshot(self) -> list[dict]:
+        """The device's live blocks in address order: address, size, reserved, huge, owner
+        ("session N (pid P name)"), session, pid, and IPC sharing. Blocks."""
+        return runtime().memory_snapshot(self.index)
+
+    def set_memory_limit(self, nbytes: int) -> None:
+        """Lower this process's memory limit on the device (0: back to the daemon's default).
+        Blocks."""
+        runtime().set_memory_limit(nbytes, self.index)
+
+    @property
+    def memory_limit(self) -> int | None:
+        """This process's memory limit on the device in bytes (None: the whole device)."""
+        return runtime().memory_limit(self.index)[0]

@@ -17,6 +17,31 @@ class DeviceBuffer:
     def __init__(self, nbytes: int, policy: int = codes.ACL_MEM_MALLOC_HUGE_FIRST):
         self.ptr = runtime().malloc(nbytes, policy)
         self.nbytes = nbytes
+        self._ipc_key: str | None = None      # set on a buffer imported from another process
+        self._exported: list[str] = []
+
+    @classmethod
+    def ipc_import(cls, key: str) -> "DeviceBuffer":
+        """The buffer another process exported under `key` (aclrtIpcMemImportByKey); free()
+        closes the import (aclrtIpcMemClose). Blocks."""
+        buffer = cls.__new__(cls)
+        rt = runtime()
+        buffer.ptr = rt.ipc_mem_import_by_key(key)
+        buffer.nbytes = rt.allocations[buffer.ptr][0]
+        buffer._ipc_key, buffer._exported = key, []
+        return buffer
+
+    def ipc_export(self, pids=None) -> str:
+        """A key other processes can import this buffer with (aclrtIpcMemGetExportKey): only
+        the given pids (their aclrtDeviceGetBareTgid) may, or any process if `pids` is None.
+        free() closes the key before freeing. Blocks."""
+        rt = runtime()
+        flags = codes.ACL_RT_IPC_MEM_EXPORT_FLAG_DISABLE_PID_VALIDATION if pids is None else 0
+        key = rt.ipc_mem_get_export_key(self.ptr, self.nbytes, flags)
+        if pids is not None:
+            rt.ipc_mem_set_import_pid(key, list(pids))
+        self._exported.append(key)
+        return key
 
     @classmethod
     def from_array(cls, array, stream: Stream | None = None) -> "DeviceBuffer":
@@ -39,10 +64,18 @@ class DeviceBuffer:
         return self.ptr
 
     def free(self) -> None:
-        """aclrtFree. Idempotent."""
+        """aclrtFree (aclrtIpcMemClose for an imported buffer; an exporter's keys are closed
+        first, as ACL wants). Idempotent."""
         if self.ptr:
             ptr, self.ptr = self.ptr, 0
-            runtime().free(ptr)
+            rt = runtime()
+            if self._ipc_key is not None:
+                rt.ipc_mem_close(self._ipc_key)
+                return
+            for key in self._exported:
+                rt.ipc_mem_close(key)
+            self._exported = []
+            rt.free(ptr)
 
     def copy_from_host(self, array, stream: Stream | None = None, offset: int = 0) -> None:
         """Host -> device: aclrtMemcpy, or aclrtMemcpyAsync on `stream` (keep `array` alive

@@ -1,0 +1,40 @@
+"""The `simnpu` command: `simnpu serve` runs the daemon, the other commands are tools that
+talk to a running daemon.
+
+This module sits above both sides and imports neither until it knows which one is meant:
+`serve` goes to simnpu.server.cli (the daemon), the tools to simnpu.client.tools (a
+client of the daemon's Query RPC). So the tools never load the daemon's code, and the
+daemon's package never imports the client's (see docs/memory.md, "On the command line").
+"""
+
+from __future__ import annotations
+
+import sys
+
+TOOLS = ("memory",)
+USAGE = """usage: simnpu COMMAND ...
+
+commands:
+  serve                 run the device daemon (simnpu serve --help)
+  memory stats          device-memory statistics of a running daemon (--device N, --json)
+  memory snapshot       its live blocks with their owners (--device N, --json)
+"""
+
+
+def main(argv=None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    command = argv[0] if argv else ""
+    if command == "serve":
+        from simnpu.server.cli import main as serve
+
+        return serve(argv)
+    if command in TOOLS:
+        from simnpu.client.tools import main as tool
+
+        return tool(argv)
+    print(USAGE, file=sys.stdout if command in ("-h", "--help") else sys.stderr, end="")
+    return 0 if command in ("-h", "--help") else 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

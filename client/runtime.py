@@ -21,6 +21,8 @@ from simnpu.client.copies import CopyPaths
 from simnpu.client.hostmem import HostMemory
 from simnpu.client.last_error import records_errors
 from simnpu.client.runtime_memory import RuntimeMemory, env_memory_limit
+from simnpu.client.last_error import records_errors
+from simnpu.client.runtime_memory import RuntimeMemory, env_memory_limit
 from simnpu.client.transport import Connection, caller_site
 from simnpu.proto import codes, commands, npu_pb2
 from simnpu.proto.errors import NpuError, bad_handle, invalid
@@ -62,6 +64,8 @@ class Runtime(RuntimeMemory):
         self.allocations: dict[int, tuple[int, int]] = {}  # address -> (size, device)
         self.imported: dict[str, int] = {}  # IPC key -> address (also in allocations)
         self.imported_counts: dict[str, int] = {}  # IPC key -> imports not yet closed
+        self.pools: dict[int, int] = {}  # memory pool -> device
+        self.pool_blocks: dict[int, int] = {}  # address -> its pool (also in allocations)
         self.functions: dict[int, KernelSignature] = {}
         self.binaries: set[int] = {commands.BUILTIN_BINARY}
 

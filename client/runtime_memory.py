@@ -48,9 +48,12 @@ class RuntimeMemory:
         if not address:
             raise NpuError(codes.ACL_ERROR_INVALID_PARAM, "null pointer passed to free")
         with self._lock:
-            if address not in self.allocations or address in self.imported.values():
+            if address not in self.allocations or address in self.imported.values() \
+                    or address in self.pool_blocks:
                 if address in self.imported.values():
                     raise invalid(f"{address:#x} is imported IPC memory: release it with ipc_mem_close")
+                if address in self.pool_blocks:
+                    raise invalid(f"{address:#x} comes from a memory pool: use mem_pool_free_async")
                 raise invalid(f"{address:#x} is not the start of a live device allocation of this process"
                               " (double free or bad pointer)")
             del self.allocations[address]
@@ -174,9 +177,73 @@ class RuntimeMemory:
                         self.allocation_starts.remove(address)
 
     # ---- stream-ordered pools ------------------------------------------------------------------
+    def _pool(self, pool: int) -> int:
+        if pool not in self.pools:
+            raise NpuError(codes.ACL_ERROR_RT_INVALID_HANDLE, f"memory pool {pool!r} is not valid in this process")
+        return pool
+
+    @records_errors
+    def mem_pool_create(self, max_size: int = 0, device: int | None = None) -> int:
+        """aclrtMemPoolCreate: a stream-ordered pool on `device` (default: the current one);
+        `max_size` (props.maxSize) caps it, 0 = no cap but the memory limit. Blocks."""
+        device = self._device_or_current(device)
+        if not isinstance(max_size, int) or max_size < 0:
+            raise NpuError(codes.ACL_ERROR_INVALID_PARAM, f"maxSize must be a byte count >= 0, not {max_size!r}")
+        pool = self._request(npu_pb2.OP_MEM_POOL_CREATE, [device, max_size]).values[0]
+        self.pools[pool] = device
+        return pool
+
+    @records_errors
+    def mem_pool_destroy(self, pool: int) -> None:
+        """aclrtMemPoolDestroy: blocks still allocated from the pool are freed. Blocks."""
+        self._request(npu_pb2.OP_MEM_POOL_DESTROY, [self._pool(pool)])
+        with self._lock:
+            for address in [a for a, p in self.pool_blocks.items() if p == pool]:
+                del self.pool_blocks[address]
+                self.allocations.pop(address, None)
+                if address in self.allocation_starts:
+                    self.allocation_starts.remove(address)
+            del self.pools[pool]
+
+    @records_errors
+    def mem_pool_malloc_async(self, size: int, pool: int, stream: int) -> int:
+        """aclrtMemPoolMallocAsync: a block usable by work queued on `stream` (or any stream)
+        from now on. Returns the address (blocks for it; no stream synchronisation)."""
+        if not isinstance(size, int) or size <= 0:
+            raise NpuError(codes.ACL_ERROR_INVALID_PARAM, f"cannot allocate {size!r} bytes")
+        address = self._request(npu_pb2.OP_MEM_POOL_MALLOC, [self._pool(pool), size, self.stream(stream)]).values[0]
+        self._remember(address, size, self.pools[pool])
+        self.pool_blocks[address] = pool
+        return address
+
+    @records_errors
+    def mem_pool_free_async(self, address: int, stream: int) -> None:
+        """aclrtMemPoolFreeAsync (async): the block returns to the device once `stream` has
+        run everything queued on it before this call."""
+        stream = self.stream(stream)
+        with self._lock:
+            if self.pool_blocks.pop(address, None) is None:
+                raise invalid(f"{address:#x} is not a live block of a memory pool of this process")
+            del self.allocations[address]
+            self.allocation_starts.remove(address)
+        self.connection.post_request(npu_pb2.OP_MEM_POOL_FREE, [address, stream], site=caller_site())
+
+    @records_errors
+    def mem_pool_set_attr(self, pool: int, attr: int, value: int) -> None:
+        """aclrtMemPoolSetAttr: release threshold and reuse flags (stored; simnpu's pools do
+        not cache), or a high-water attribute reset to 0. Blocks."""
+        if not isinstance(value, int) or value < 0:
+            raise NpuError(codes.ACL_ERROR_INVALID_PARAM, f"attribute value must be an int >= 0, not {value!r}")
+        self._request(npu_pb2.OP_MEM_POOL_ATTR, [self._pool(pool), attr, value])
+
+    @records_errors
+    def mem_pool_get_attr(self, pool: int, attr: int) -> int:
+        """aclrtMemPoolGetAttr (used/reserved current and high-water bytes, and the settable ones). Blocks."""
+        return self._request(npu_pb2.OP_MEM_POOL_ATTR, [self._pool(pool), attr, -1]).values[0]
+
     @records_errors
     def mem_pool_trim_to(self, pool: int, keep: int) -> None:
-        """aclrtMemPoolTrimTo: "reserved and not supported currently" in ACL itself."""
+        """aclrtMemPoolTrimTo: "reserved and not supported currently" in ACL itself (207000)."""
         raise NotSupportedError("aclrtMemPoolTrimTo (reserved in ACL)")
 
 

@@ -4,7 +4,7 @@ statistics and snapshot, IPC export/import, stream-ordered pools.
 A mixin of `Session` (server/session.py), which owns the tables it uses: `allocations`
 (device address -> device index of this client's own blocks), `imported` (IPC key ->
 (address, size, device) of ranges it imported), `memory_limits` (server/quotas.py) and
-`pools` (server/mem_pools.py).
+`pool_blocks` (server/mem_pools.py).
 """
 
 from __future__ import annotations
@@ -14,12 +14,14 @@ import json
 from simnpu.proto import codes, npu_pb2
 from simnpu.proto.errors import NpuError, invalid
 from simnpu.server import quotas
+from simnpu.server.mem_pools import SessionPools
 from simnpu.server.memory_views import memory_snapshot, memory_stats
 from simnpu.shm.addresses import is_device_address, split_device_address
 
 
-class SessionMemory:
+class SessionMemory(SessionPools):
     def _init_memory(self) -> None:
+        self._init_pools()
         self.imported: dict[str, tuple[int, int, int]] = {}
         self.memory_limits = quotas.Limits(self.daemon.config.memory_limit, len(self.daemon.devices))
 
@@ -36,6 +38,8 @@ class SessionMemory:
     def _free(self, request):
         """aclrtFree. The client checks the pointer first and does not wait for this reply."""
         address = request.args[0]
+        if address in self.pool_blocks:
+            raise invalid(f"{address:#x} comes from a memory pool: free it with aclrtMemPoolFreeAsync")
         device_index = self.allocations.pop(address, None)
         if device_index is None:
             if any(start == address for start, _, _ in self.imported.values()):
@@ -134,5 +138,10 @@ MEMORY_OPS = {
     npu_pb2.OP_IPC_MEM_SET_IMPORT_PID: "_ipc_set_import_pid",
     npu_pb2.OP_IPC_MEM_IMPORT: "_ipc_import",
     npu_pb2.OP_IPC_MEM_CLOSE: "_ipc_close",
+    npu_pb2.OP_MEM_POOL_CREATE: "_mem_pool_create",
+    npu_pb2.OP_MEM_POOL_DESTROY: "_mem_pool_destroy",
+    npu_pb2.OP_MEM_POOL_MALLOC: "_mem_pool_malloc",
+    npu_pb2.OP_MEM_POOL_FREE: "_mem_pool_free",
+    npu_pb2.OP_MEM_POOL_ATTR: "_mem_pool_attr",
 }
 """The requests this mixin answers: op -> method name (Session registers them)."""

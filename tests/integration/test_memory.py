@@ -413,3 +413,44 @@ def test_memory_stats_and_snapshot_on_the_command_line(daemon, npu):
 def test_memory_tool_without_a_daemon(tmp_path):
     result = _simnpu("memory", "stats", address=f"unix://{tmp_path}/none.sock")
     assert result.returncode != 0 and "no simnpu daemon" in result.stderr
+
+
+# ---- stream-ordered pools -----------------------------------------------------------------------
+
+
+def test_pool_block_returns_when_its_stream_reaches_the_free(npu):
+    import threading
+
+    device = npu.Device(0)
+    rt = npu.runtime()
+    stream = rt.create_stream()
+    pool = rt.mem_pool_create(max_size=8 * MiB)
+    ptr = rt.mem_pool_malloc_async(3 * MiB, pool, stream)
+    rt.memset_async(ptr, 3 * MiB, 1, 3 * MiB, stream)
+    assert rt.mem_pool_get_attr(pool, codes.ACL_RT_MEM_POOL_ATTR_USED_MEM_CURRENT) == 4 * MiB
+    gate = threading.Event()
+    rt.launch_host_func(stream, lambda _: gate.wait(60), None)  # holds the stream
+    rt.mem_pool_free_async(ptr, stream)
+    [block] = _block_at(device, ptr)  # the stream has not reached the free yet
+    assert block["pool"]["handle"] == pool
+    with pytest.raises(npu.NpuError) as error:
+        rt.free(ptr)  # not aclrtFree's to release, and already freed asynchronously
+    assert error.value.code == codes.ACL_ERROR_RT_PARAM_INVALID
+    gate.set()
+    rt.synchronize_stream(stream)
+    assert _block_at(device, ptr) == []
+    assert rt.mem_pool_get_attr(pool, codes.ACL_RT_MEM_POOL_ATTR_USED_MEM_CURRENT) == 0
+    assert rt.mem_pool_get_attr(pool, codes.ACL_RT_MEM_POOL_ATTR_USED_MEM_HIGH) == 4 * MiB
+    rt.mem_pool_set_attr(pool, codes.ACL_RT_MEM_POOL_ATTR_USED_MEM_HIGH, 0)
+    assert rt.mem_pool_get_attr(pool, codes.ACL_RT_MEM_POOL_ATTR_RESERVED_MEM_HIGH) == 0
+    rt.mem_pool_set_attr(pool, codes.ACL_RT_MEM_POOL_ATTR_RELEASE_THRESHOLD, 1 << 30)
+    assert rt.mem_pool_get_attr(pool, codes.ACL_RT_MEM_POOL_ATTR_RELEASE_THRESHOLD) == 1 << 30
+    with pytest.raises(npu.NpuMemoryError):  # maxSize caps the pool
+        rt.mem_pool_malloc_async(9 * MiB, pool, stream)
+    with pytest.raises(npu.NotSupportedError) as error:
+        rt.mem_pool_trim_to(pool, 0)
+    assert error.value.code == codes.ACL_ERROR_RT_FEATURE_NOT_SUPPORT
+    left = rt.mem_pool_malloc_async(1000, pool, stream)
+    rt.mem_pool_destroy(pool)  # frees what is left
+    assert _block_at(device, left) == []
+    rt.destroy_stream(stream)

@@ -21,8 +21,6 @@ from simnpu.client.copies import CopyPaths
 from simnpu.client.hostmem import HostMemory
 from simnpu.client.last_error import records_errors
 from simnpu.client.runtime_memory import RuntimeMemory, env_memory_limit
-from simnpu.client.last_error import records_errors
-from simnpu.client.runtime_memory import RuntimeMemory, env_memory_limit
 from simnpu.client.transport import Connection, caller_site
 from simnpu.proto import codes, commands, npu_pb2
 from simnpu.proto.errors import NpuError, bad_handle, invalid

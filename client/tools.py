@@ -15,10 +15,9 @@ from simnpu.proto import service
 
 service.prefer_fast_grpc()
 
-import grpc  # noqa: E402
-
-from simnpu.client import autostart  # noqa: E402
-from simnpu.proto import npu_pb2  # noqa: E402
+import grpc
+from simnpu.client import autostart
+from simnpu.proto import npu_pb2
 
 
 class ToolError(Exception):

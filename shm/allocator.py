@@ -264,21 +264,21 @@ class DeviceAllocator:
         by_owner[owner] = by_owner.get(owner, 0) + want
         # Counters, flat: normal = all - huge, freed = allocated - current.
         cur = self._capacity - self._free_bytes
-        if cur > self._all_peak:
+        if cur > self._all_peak:  # noqa: PLR1730 (an if is cheaper than max())
             self._all_peak = cur
         self._all_alloc += want
         if huge:
             self._huge_alloc += want
             cur = self._huge_cur = self._huge_cur + want
-            if cur > self._huge_peak:
+            if cur > self._huge_peak:  # noqa: PLR1730 (an if is cheaper than max())
                 self._huge_peak = cur
         elif cur - self._huge_cur > self._norm_peak:
             self._norm_peak = cur - self._huge_cur
         cur = self._req_cur = self._req_cur + size
-        if cur > self._req_peak:
+        if cur > self._req_peak:  # noqa: PLR1730 (an if is cheaper than max())
             self._req_peak = cur
         self._n_alloc += 1
-        if len(self._live) > self._n_peak:
+        if len(self._live) > self._n_peak:  # noqa: PLR1730 (an if is cheaper than max())
             self._n_peak = len(self._live)
         return a
 

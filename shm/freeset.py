@@ -33,7 +33,7 @@ def bin_of(size: int) -> int:
 
 
 class FreeSet:
-    __slots__ = ("shift", "bins", "nonempty", "count")
+    __slots__ = ("bins", "count", "nonempty", "shift")
 
     def __init__(self, shift: int, keys=()):
         self.shift = shift
@@ -101,8 +101,7 @@ class FreeSet:
     def irange(self, key: int) -> Iterator[int]:
         """Keys >= `key` in ascending order (do not change the set while iterating)."""
         size = key >> self.shift
-        if size < 1 << SUB_BITS:
-            size = 1 << SUB_BITS
+        size = max(size, 1 << SUB_BITS)
         first = bin_of(size)
         if first >= len(self.bins):
             return

@@ -12,9 +12,17 @@ from simnpu.proto.errors import invalid
 from ._api import api
 
 __all__ = [
-    "device_get_bare_tgid", "ipc_mem_get_export_key", "ipc_mem_set_import_pid",
-    "ipc_mem_import_by_key", "ipc_mem_close", "mem_pool_create", "mem_pool_destroy",
-    "mem_pool_malloc_async", "mem_pool_free_async", "mem_pool_set_attr", "mem_pool_get_attr",
+    "device_get_bare_tgid",
+    "ipc_mem_close",
+    "ipc_mem_get_export_key",
+    "ipc_mem_import_by_key",
+    "ipc_mem_set_import_pid",
+    "mem_pool_create",
+    "mem_pool_destroy",
+    "mem_pool_free_async",
+    "mem_pool_get_attr",
+    "mem_pool_malloc_async",
+    "mem_pool_set_attr",
     "mem_pool_trim_to",
 ]
 

@@ -1,9 +1,10 @@
 """Packed asynchronous command records, and the argument lists of requests.
 
-Asynchronous calls (launch, memcpy_async, memset_async, record/reset/wait event) never
-get a reply, so they travel as fixed-layout little-endian records packed back to back in
-Item.commands: a 2-byte op code, the op's fixed fields, and for launches the argument
-buffer. Packing one costs a single struct call on the client; decoding walks the buffer.
+Asynchronous calls (launch, memcpy_async, memset_async, record/reset/wait event, HCCL
+collectives) never get a reply, so they travel as fixed-layout little-endian records
+packed back to back in Item.commands: a 2-byte op code, the op's fixed fields, and for
+launches the argument buffer. Packing one costs a single struct call on the client;
+decoding walks the buffer.
 
 A memory location in a copy or memset is (space, id, offset):
   SPACE_DEVICE  - id unused, offset is the absolute device address
@@ -32,6 +33,7 @@ CMD_RESET_EVENT = 6
 CMD_WAIT_EVENT = 7
 CMD_HOST_CALLBACK = 8   # run a host callback in the client when the stream reaches it
 CMD_HOST_DONE = 9       # the client finished a blocking host callback
+CMD_COLLECTIVE = 16     # an HCCL collective or send/recv on a communicator (simnpu.proto.hccl_types)
 
 _OP = struct.Struct("<H")
 LAUNCH = struct.Struct("<HIQQI")          # op, num_blocks, stream, function, args_len
@@ -40,6 +42,9 @@ COPY = struct.Struct("<HQBQQBQQQ")        # op, stream, dst(space, id, off), src
 MEMSET = struct.Struct("<HQBQQBQ")        # op, stream, dst(space, id, off), value, count
 EVENT = struct.Struct("<HQQ")             # op, event, stream (record / reset / wait alike)
 HOST = struct.Struct("<HQQB")             # op, stream, callback id, blocking (callback; done: 0)
+# op, stream, comm, HcclCMDType, send ptr, recv ptr, count, recv count, HcclDataType, recv data
+# type, HcclReduceOp, root / peer rank
+COLLECTIVE = struct.Struct("<HQQHQQQQHHHI")
 
 _FIXED = {
     CMD_LAUNCH: LAUNCH,
@@ -51,6 +56,7 @@ _FIXED = {
     CMD_WAIT_EVENT: EVENT,
     CMD_HOST_CALLBACK: HOST,
     CMD_HOST_DONE: HOST,
+    CMD_COLLECTIVE: COLLECTIVE,
 }
 
 
@@ -59,6 +65,20 @@ class HostCallback(NamedTuple):
     stream: int
     callback: int
     blocking: int
+
+
+class Collective(NamedTuple):
+    stream: int
+    comm: int
+    kind: int        # HcclCMDType
+    send: int
+    recv: int
+    count: int
+    recv_count: int  # alltoall's recvCount; otherwise equal to count
+    dtype: int       # HcclDataType
+    recv_dtype: int  # alltoall's recvType; otherwise equal to dtype
+    op: int          # HcclReduceOp (reducing collectives)
+    root: int        # root rank (broadcast, reduce), peer rank (send, recv)
 
 
 class Location(NamedTuple):
@@ -126,6 +146,10 @@ def pack_host(op: int, stream: int, callback: int, blocking: bool) -> bytes:
     return HOST.pack(op, stream, callback, int(blocking))
 
 
+def pack_collective(call: Collective) -> bytes:
+    return COLLECTIVE.pack(CMD_COLLECTIVE, *call)
+
+
 def decode(buffer: bytes) -> Iterator[object]:
     """Yield the commands packed in `buffer`, in order.
 
@@ -159,6 +183,8 @@ def decode(buffer: bytes) -> Iterator[object]:
             yield Memset(fields[1], Location(*fields[2:5]), fields[5], fields[6])
         elif op in (CMD_HOST_CALLBACK, CMD_HOST_DONE):
             yield HostCallback(*fields)
+        elif op == CMD_COLLECTIVE:
+            yield Collective(*fields[1:])
         else:
             yield EventCommand(op, fields[1], fields[2])
 
@@ -209,5 +235,10 @@ REQUEST_ARGS = {
     "MEM_POOL_MALLOC": ("pool", "size", "stream"),  # -> (address,)
     "MEM_POOL_FREE": ("address", "stream"),
     "MEM_POOL_ATTR": ("pool", "attr", "value"),  # value -1: get -> (value,)
+    # HCCL: replies carry an HcclResult (simnpu.proto.hccl_types) as their code, not an ACL code
+    "HCCL_GET_ROOT_INFO": ("device", "exec_timeout_ms"),  # -> data: root info (4108 bytes)
+    "HCCL_COMM_INIT": ("n_ranks", "rank", "device", "connect_timeout_ms"),  # data: root info -> (comm,)
+    "HCCL_COMM_DESTROY": ("comm",),
+    "HCCL_COMM_ASYNC_ERROR": ("comm",),  # -> (HcclResult,); text: what failed
 }
 BUILTIN_BINARY = 1  # handle of the built-in kernel library, present in every session

@@ -19,6 +19,8 @@ RECORD = "record"
 WAIT = "wait"
 RESET = "reset"
 HOST = "host"  # a host callback or host function, run by the client
+COLLECTIVE = "collective"  # an HCCL collective or send/recv of one rank (server/collectives.py)
+COLLECTIVE_WORK = "collective work"  # the data movement of a matched collective, on AI cores
 
 DEVICE_WORK = (KERNEL, COPY, MEMSET)
 

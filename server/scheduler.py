@@ -24,9 +24,11 @@ from multiprocessing.connection import wait as wait_for
 
 from simnpu.proto import codes
 from simnpu.server import policy
+from simnpu.server.collectives import Collectives
 from simnpu.server.worker_pool import AI_CORE
 from simnpu.server.objects import (
-    COPY, DONE, DISPATCHED, HOST, KERNEL, MEMSET, PENDING, RECORD, RESET, WAIT, Failure, Task, Waiter,
+    COLLECTIVE, COLLECTIVE_WORK, COPY, DONE, DISPATCHED, HOST, KERNEL, MEMSET, PENDING, RECORD,
+    RESET, WAIT, Failure, Task, Waiter,
 )
 
 log = logging.getLogger("simnpu.scheduler")
@@ -47,6 +49,7 @@ class Scheduler:
         self._stopping = False
         self._workers = [w for d in devices for w in d.cores + d.engines]
         self._thread = threading.Thread(target=self._run, name="simnpu-scheduler", daemon=True)
+        self.collectives = Collectives(self)  # HCCL communicators (server/collectives.py)
 
     # ---- any thread ---------------------------------------------------------------------
     def start(self) -> None:
@@ -163,6 +166,10 @@ class Scheduler:
                     task.state = DISPATCHED
                     return
                 self._complete(task)
+            elif kind == COLLECTIVE:  # waits for the other ranks, unless it failed at once
+                self.collectives.arrive(task)
+                if task.state != DONE:
+                    return
             else:
                 if not stream.queued_ready:
                     device = self.devices[stream.device]
@@ -217,6 +224,8 @@ class Scheduler:
         self._recheck(stream)
 
     def _discard(self, task: Task) -> None:
+        if task.kind == COLLECTIVE:  # the other ranks must not wait for it
+            self.collectives.discarded(task)
         task.state = DONE
         task.timestamp = task.stream.clock
         for waiter in task.waiters:
@@ -236,6 +245,8 @@ class Scheduler:
 
     # ---- handing work to workers ------------------------------------------------------------
     def _dispatch(self) -> None:
+        if self.collectives.jobs:  # matched collectives first: every rank of one waits for them
+            self.collectives.dispatch()
         for device in self.devices:
             if device.ready_kernels:
                 self._dispatch_kernels(device)
@@ -300,6 +311,13 @@ class Scheduler:
             task.state = DISPATCHED
             self._send(engine, [(task.kind, token, *task.payload)])
 
+    def send_work(self, worker, work, kind: str, *fields) -> None:
+        """Hand `worker` one item (kind, token, *fields) for `work`, a task-like object whose
+        result comes back through _chunk_done (collectives' data movement)."""
+        token = next(self._tokens)
+        worker.inflight[token] = work
+        self._send(worker, [(kind, token, *fields)])
+
     def _send(self, worker, items) -> None:
         task = next(iter(worker.inflight.values()))
         timeout = task.stream.session.op_timeout_s or self.op_timeout_s
@@ -333,6 +351,9 @@ class Scheduler:
             task.chunks_out -= 1
             if task.chunks_out or task.blocks_next < task.payload[3]:
                 return
+        elif task.kind == COLLECTIVE_WORK:
+            self.collectives.work_done(task)
+            return
         self._complete(task)
 
     def _worker_lost(self, worker, code: int, how: str) -> None:
@@ -379,6 +400,8 @@ class Scheduler:
         deadlines = [w.deadline for w in self._workers if w.deadline is not None]
         if self._timers:
             deadlines.append(self._timers[0][0])
+        if self.collectives.deadline is not None:
+            deadlines.append(self.collectives.deadline)
         if not deadlines:
             return None
         return max(0.0, min(deadlines) - time.monotonic())
@@ -388,6 +411,8 @@ class Scheduler:
         while self._timers and self._timers[0][0] <= now:
             _, _, waiter = heapq.heappop(self._timers)
             waiter.settle(timed_out=True)
+        if self.collectives.deadline is not None and self.collectives.deadline <= now:
+            self.collectives.expire(now)
         for worker in self._workers:
             if worker.deadline is not None and worker.deadline <= now and worker.inflight:
                 self._worker_lost(worker, codes.ACL_ERROR_RT_AICORE_TIMEOUT,

@@ -18,7 +18,8 @@ from simnpu.proto import codes, commands, npu_pb2
 from simnpu.proto.errors import NpuError, bad_handle, invalid
 from simnpu.proto.kernel_abi import discover_kernels
 from simnpu.server.objects import (
-    COPY, HOST, KERNEL, MEMSET, RECORD, RESET, WAIT, Context, Event, Stream, Task, Waiter,
+    COLLECTIVE, COPY, HOST, KERNEL, MEMSET, RECORD, RESET, WAIT, Context, Event, Stream, Task,
+    Waiter,
 )
 from simnpu.server.resources import Binary, Function, Pinned
 from simnpu.server.session_memory import MEMORY_OPS, SessionMemory
@@ -80,6 +81,7 @@ class Session(SessionMemory):
         }
         self._init_memory()
         self._handlers.update({op: getattr(self, name) for op, name in MEMORY_OPS.items()})
+        self._handlers.update(self.scheduler.collectives.handlers(self))  # HCCL requests
         self.handles[commands.BUILTIN_BINARY] = daemon.builtin_binary
 
     def __repr__(self) -> str:
@@ -208,6 +210,9 @@ class Session(SessionMemory):
                 self._queue(stream, HOST, (command.callback, bool(command.blocking)))
             else:
                 self._batch.append((self._host_done, (command.callback,)))
+        elif kind is commands.Collective:
+            payload = self.scheduler.collectives.payload(self, command)
+            self._queue(self._stream(command.stream), COLLECTIVE, payload)
         elif kind is commands.LaunchDevArgs:
             function = self._get(command.function, Function, "function")
             args = self._read_device(command.args_ptr, command.args_size)
@@ -648,6 +653,7 @@ class Session(SessionMemory):
         streams = [s for c in self.contexts for s in c.streams] + list(self.immediate.values())
 
         def begin():
+            self.scheduler.collectives.session_closed(self)  # its ranks are gone: peers must not wait
             for stream in streams:
                 self.scheduler.drop_pending(stream)
             for task in list(self.waiting_callbacks.values()):  # nobody is left to run them

@@ -9,6 +9,7 @@ send back one result per executable item. Items:
   ("kernel", token, binary_id, name, args, first_block, last_block, block_num, bounds)
   ("copy", token, dst, src, count)                dst/src: ("dev", device, offset) | ("seg", name, offset)
   ("memset", token, dst, value, count)
+  ("collective", token, dtype, reduce_op, groups, snapshot, piece)   see simnpu.server.reduce
 
 While a batch runs, the daemon may send ("cancel", [token, ...]): kernels of the batch
 not started yet are skipped (a force-destroyed stream, a stopped context).
@@ -29,6 +30,7 @@ import numpy as np
 
 from simnpu.proto import codes
 from simnpu.proto.kernel_abi import canonical_type
+from simnpu.server import reduce
 from simnpu.shm.addresses import split_device_address
 from simnpu.shm.region import Region
 
@@ -146,6 +148,8 @@ class Worker:
             return self.timed(item[1], self.copy, *item[2:])
         if kind == "memset":
             return self.timed(item[1], self.memset, *item[2:])
+        if kind == "collective":  # an HCCL collective's share of data movement
+            return reduce.execute(self.maps, item)
         if kind == "load":
             self.load(*item[1:])
         elif kind == "forget":

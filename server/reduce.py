@@ -1,0 +1,238 @@
+"""The data movement of a matched HCCL collective: planned in the daemon, run by AI cores.
+
+A plan is a list of groups. A group reduces its sources element-wise in rank order and
+writes the result to each of its destinations (a group with one source copies it):
+
+  all_reduce      1 group: every rank's send -> every rank's recv
+  reduce          1 group: every rank's send -> the root's recv
+  broadcast       1 group: the root's buffer -> every other rank's buffer
+  reduce_scatter  n groups: block r of every rank's send -> rank r's recv
+  all_gather      n groups: rank i's send -> block i of every rank's recv
+  alltoall        n*n groups: block j of rank i's send -> block i of rank j's recv
+  scatter         n groups: block r of the root's send -> rank r's recv
+  send/recv       1 group: the sender's buffer -> the receiver's
+
+The element ranges of all groups are cut into pieces, one per AI core taking part
+(`split`); a core walks its piece in blocks of BLOCK_BYTES so that the running result
+stays in its cache: per block it reads every source once and writes every destination
+once, with no temporary of the data's size. The reduction order is fixed (rank 0, 1,
+2, ...) and element-wise, so the result is the same bit for bit however the work is cut.
+
+In place works: a destination may be one of its own group's sources at the same address
+(all_reduce with send == recv; the NCCL in-place layouts of all_gather and
+reduce_scatter). Any other overlap of a destination with a source (send == recv in
+all_gather or alltoall, say) makes the plan run as one piece that first copies every
+source aside (`needs_snapshot`).
+
+The daemon side (plan, needs_snapshot, split) is pure; `execute` runs in a worker.
+"""
+
+from __future__ import annotations
+
+import time
+import traceback
+
+from simnpu.proto import codes
+from simnpu.proto import hccl_types as ht
+
+BLOCK_BYTES = 256 << 10       # of each source per step: the running result stays in L2
+MIN_PIECE_BYTES = 2 << 20     # a core's share is worth a message and a wake-up above this
+
+Location = tuple  # (device index, byte offset in its memory)
+Group = tuple     # (sources, destinations, element count)
+
+
+def _at(location: Location, delta: int) -> Location:
+    return (location[0], location[1] + delta)
+
+
+def plan(kind: int, sends: list, recvs: list, count: int, root: int, itemsize: int) -> list:
+    """The groups of a collective over n ranks: sends[r] / recvs[r] are rank r's buffers.
+
+    `count` is what the rank-level call calls it: per rank (all_reduce, reduce,
+    broadcast, send), sendCount (all_gather), recvCount (reduce_scatter, scatter), the
+    count per peer (alltoall). Broadcast passes each rank's buffer as its send.
+    """
+    n = len(sends)
+    step = count * itemsize
+    if count == 0 or kind == ht.HCCL_CMD_BARRIER:
+        return []
+    if kind == ht.HCCL_CMD_ALLREDUCE:
+        groups = [(tuple(sends), tuple(recvs), count)]
+    elif kind == ht.HCCL_CMD_REDUCE:
+        groups = [(tuple(sends), (recvs[root],), count)]
+    elif kind == ht.HCCL_CMD_BROADCAST:
+        groups = [((sends[root],), tuple(sends), count)]
+    elif kind == ht.HCCL_CMD_REDUCE_SCATTER:
+        groups = [(tuple(_at(s, r * step) for s in sends), (recvs[r],), count) for r in range(n)]
+    elif kind == ht.HCCL_CMD_ALLGATHER:
+        groups = [((sends[i],), tuple(_at(recvs[r], i * step) for r in range(n)), count) for i in range(n)]
+    elif kind == ht.HCCL_CMD_ALLTOALL:
+        groups = [((_at(sends[i], j * step),), (_at(recvs[j], i * step),), count)
+                  for i in range(n) for j in range(n)]
+    elif kind == ht.HCCL_CMD_SCATTER:
+        groups = [((_at(sends[root], r * step),), (recvs[r],), count) for r in range(n)]
+    elif kind in ht.POINT_TO_POINT:  # sends = [the sender's buffer], recvs = [the receiver's]
+        groups = [((sends[0],), (recvs[0],), count)]
+    else:
+        raise ValueError(f"no plan for collective {kind}")
+    planned = []
+    for sources, destinations, elements in groups:
+        if len(sources) == 1:  # a copy onto itself is no work
+            destinations = tuple(d for d in destinations if d != sources[0])
+        if destinations:
+            planned.append((sources, destinations, elements))
+    return planned
+
+
+def needs_snapshot(groups: list, itemsize: int) -> bool:
+    """True when some destination overlaps a source other than itself in its own group,
+    so that writing it could change what another part of the plan still has to read."""
+    sources = [(g, device, offset, offset + count * itemsize)
+               for g, (srcs, _, count) in enumerate(groups) for device, offset in srcs]
+    for g, (_, dsts, count) in enumerate(groups):
+        for device, offset in dsts:
+            end = offset + count * itemsize
+            for h, s_device, s_start, s_end in sources:
+                if s_device == device and s_start < end and offset < s_end:
+                    if h == g and s_start == offset:
+                        continue
+                    return True
+    return False
+
+
+def piece_count(bytes_moved: int, cores: int) -> int:
+    """How many pieces to cut a plan into: one per core, but none smaller than
+    MIN_PIECE_BYTES of data written (below that a second core costs more than it saves)."""
+    return max(1, min(cores, bytes_moved // MIN_PIECE_BYTES))
+
+
+def bytes_written(groups: list, itemsize: int) -> int:
+    return sum(len(dsts) * count for _, dsts, count in groups) * itemsize
+
+
+def split(groups: list, pieces: int) -> list:
+    """Cut the concatenated element ranges of `groups` into `pieces` nearly equal runs:
+    a list of pieces, each a list of (group index, first element, end element)."""
+    total = sum(count for _, _, count in groups)
+    pieces = max(1, min(pieces, total))
+    bounds = [total * i // pieces for i in range(pieces + 1)]
+    result: list = []
+    group, base = 0, 0  # the group holding element `bounds[i]`, and where that group starts
+    for i in range(pieces):
+        start, stop = bounds[i], bounds[i + 1]
+        piece = []
+        while start < stop:
+            count = groups[group][2]
+            if start >= base + count:
+                base += count
+                group += 1
+                continue
+            end = min(stop, base + count)
+            piece.append((group, start - base, end - base))
+            start = end
+        result.append(piece)
+    return result
+
+
+# ---- worker side -----------------------------------------------------------------------------
+_scratch: dict = {}
+
+
+def _dtype(name: str):
+    import numpy as np
+
+    if name == "bfloat16":
+        import ml_dtypes
+
+        return np.dtype(ml_dtypes.bfloat16)
+    return np.dtype(name)
+
+
+def _ufunc(op: int):
+    import numpy as np
+
+    return {ht.HCCL_REDUCE_SUM: np.add, ht.HCCL_REDUCE_PROD: np.multiply,
+            ht.HCCL_REDUCE_MAX: np.maximum, ht.HCCL_REDUCE_MIN: np.minimum}[op]
+
+
+def execute(maps: list, item: tuple) -> tuple:
+    """Run one ("collective", token, dtype name, reduce op, groups, snapshot, piece) item
+    on the worker's device mappings; the result tuple of a worker item."""
+    _, token, dtype_name, op, groups, snapshot, piece = item
+    start = time.monotonic_ns()
+    try:
+        run(maps, dtype_name, op, groups, snapshot, piece)
+    except BaseException as exc:
+        return (token, codes.ACL_ERROR_RT_AICORE_EXCEPTION, start, time.monotonic_ns(),
+                "collective data movement failed:\n" + "".join(traceback.format_exception(exc)))
+    return (token, 0, start, time.monotonic_ns(), "")
+
+
+def run(maps: list, dtype_name: str, op: int, groups: list, snapshot: bool, piece: list) -> None:
+    import numpy as np
+
+    dtype = _dtype(dtype_name)
+    block = max(1, BLOCK_BYTES // dtype.itemsize)
+
+    def view(location, first, count):
+        device, offset = location
+        return np.frombuffer(maps[device], dtype, count, offset + first * dtype.itemsize)
+
+    work = []
+    for g, first, end in piece:
+        sources, destinations, _ = groups[g]
+        count = end - first
+        srcs = [view(s, first, count) for s in sources]
+        work.append((srcs, [view(d, first, count) for d in destinations]))
+    if snapshot:  # every source copied aside before anything is written
+        work = [([s.copy() for s in srcs], dsts) for srcs, dsts in work]
+    ufunc = _ufunc(op) if any(len(srcs) > 1 for srcs, _ in work) else None
+    with np.errstate(all="ignore"):  # overflow is the data's business, as on the device
+        for srcs, dsts in work:
+            if len(srcs) == 1:
+                _copy_out(srcs[0], dsts, block)
+            else:
+                _reduce_out(ufunc, srcs, dsts, block, dtype)
+
+
+def _copy_out(src, dsts, block) -> None:
+    import numpy as np
+
+    if len(dsts) == 1:
+        np.copyto(dsts[0], src)
+        return
+    for first in range(0, len(src), block):  # each block of the source is read once
+        end = first + block
+        part = src[first:end]
+        for dst in dsts:
+            np.copyto(dst[first:end], part)
+
+
+def _reduce_out(ufunc, srcs, dsts, block, dtype) -> None:
+    """dsts[*] = srcs[0] op srcs[1] op ... in rank order, block by block.
+
+    The last step writes straight into the first destination, whose block the others
+    then copy while it is in cache. A destination may be a source at the same address:
+    each block reads all its sources before any destination of it is written.
+    """
+    import numpy as np
+
+    acc = _scratch.get(dtype)
+    if acc is None or len(acc) < block:
+        acc = _scratch[dtype] = np.empty(block, dtype)
+    first_dst, others = dsts[0], dsts[1:]
+    last = len(srcs) - 1
+    for first in range(0, len(srcs[0]), block):
+        end = first + block
+        out = first_dst[first:end]
+        if last == 1:
+            ufunc(srcs[0][first:end], srcs[1][first:end], out=out)
+        else:
+            running = acc[:len(out)]
+            ufunc(srcs[0][first:end], srcs[1][first:end], out=running)
+            for src in srcs[2:last]:
+                ufunc(running, src[first:end], out=running)
+            ufunc(running, srcs[last][first:end], out=out)
+        for dst in others:
+            np.copyto(dst[first:end], out)

@@ -458,7 +458,7 @@ class Collectives:
         comm = member.comm
         task.state = DISPATCHED
         if comm.broken is not None:
-            self._finish(task, comm.broken[0], comm.broken[1])
+            self._finish(task, comm.broken[0], f"{call.describe()} ({_op_title(comm, key)}): {comm.broken[1]}")
             return
         failed = comm.failed.get(key)
         if failed is not None:
@@ -694,5 +694,6 @@ class Collectives:
             for op in list(comm.ops.values()):
                 self._op_done(comm, op)
                 for task in list(op.arrivals.values()):
-                    self._finish(task, *comm.broken)
+                    self._finish(task, comm.broken[0], f"{task.payload[2].describe()} "
+                                                       f"({_op_title(comm, op.key)}): {comm.broken[1]}")
             comm.failed.clear()

@@ -413,6 +413,16 @@ def test_memory_stats_and_snapshot_on_the_command_line(daemon, npu):
 def test_memory_tool_without_a_daemon(tmp_path):
     result = _simnpu("memory", "stats", address=f"unix://{tmp_path}/none.sock")
     assert result.returncode != 0 and "no simnpu daemon" in result.stderr
+    assert not list(tmp_path.iterdir())  # no daemon was started for it
+
+
+def test_the_tools_do_not_load_the_daemon():
+    probe = subprocess.run([sys.executable, "-c", (
+        "import sys, simnpu.cli, simnpu.client.tools\n"
+        "print(sorted(m for m in sys.modules if m.startswith('simnpu.server')))")],
+        capture_output=True, text=True, timeout=60, check=False)
+    assert probe.returncode == 0, probe.stderr
+    assert probe.stdout.strip() == "[]"
 
 
 # ---- stream-ordered pools -----------------------------------------------------------------------

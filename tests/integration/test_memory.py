@@ -31,8 +31,11 @@ class Peer:
             env={**os.environ, "SIMNPU_ADDRESS": address, **(env or {})})
 
     def send(self, line) -> None:
-        self.process.stdin.write(f"{line}\n")
-        self.process.stdin.flush()
+        try:
+            self.process.stdin.write(f"{line}\n")
+            self.process.stdin.flush()
+        except (BrokenPipeError, ValueError):  # it ended; read()/finish() will say how
+            pass
 
     def read(self) -> str:
         line = self.process.stdout.readline()
@@ -48,9 +51,13 @@ class Peer:
         return out
 
     def kill(self) -> None:
+        """Make sure it is gone (idempotent)."""
         if self.process.poll() is None:
             self.process.kill()
-        self.process.communicate(timeout=30)
+        try:
+            self.process.communicate(timeout=30)
+        except ValueError:  # communicate() already ran
+            self.process.wait(30)
 
 
 PEER_PRELUDE = """
@@ -133,9 +140,10 @@ def test_out_of_memory_report_names_the_request_the_users_and_the_largest_block(
         assert "largest free block" in message
         assert "memory limit" not in message
         assert npu.Device(0).memory_stats()["num_ooms"] >= 1
-    finally:
         holder.send("done")
         holder.finish()
+    finally:
+        holder.kill()
 
 
 # ---- per-client limits ------------------------------------------------------------------------
@@ -201,10 +209,12 @@ def test_each_client_has_its_own_limit(start_daemon):
     """) for _ in range(2)]
     try:
         assert [h.read() for h in holders] == [str(64 * MiB)] * 2  # 120 MiB held in all
-    finally:
         for h in holders:
             h.send("done")
             h.finish()
+    finally:
+        for h in holders:
+            h.kill()
 
 
 # ---- IPC memory ---------------------------------------------------------------------------------

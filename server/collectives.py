@@ -228,7 +228,9 @@ class Collectives:
         self._heap_ids = itertools.count()
         self._live = 0
         self._members: dict = {}  # session -> [Member]
-        self._cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+        cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+        # cores one collective's data movement spreads over: more than the host's CPUs only adds wake-ups
+        self._cpus = max(1, int(os.environ.get("SIMNPU_HCCL_MAX_CORES", cpus)))
 
     # ==== requests (session reader thread) ===========================================================
     def handlers(self, session) -> dict:

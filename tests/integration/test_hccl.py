@@ -257,3 +257,16 @@ comm.destroy()
 def test_compute_all_reduce_compute_on_one_stream(daemon4, tmp_path):
     results = run_ranks(daemon4.address, 4, ORDERING, tmp_path, devices=[0, 1, 2, 3])
     assert_all_ok(results)
+
+
+def test_the_data_parallel_example_matches_numpy(daemon4):
+    import os
+    import subprocess
+    import sys
+
+    example = os.path.join(os.path.dirname(__file__), "..", "..", "examples", "hccl_data_parallel.py")
+    result = subprocess.run([sys.executable, example], capture_output=True, text=True, timeout=120,
+                            env={**os.environ, "SIMNPU_ADDRESS": daemon4.address, "SIMNPU_AUTOSTART": "0"})
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "every rank's weights identical bit for bit: True" in result.stdout
+    assert result.stdout.strip().endswith("ok")

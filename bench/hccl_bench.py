@@ -1,0 +1,260 @@
+"""HCCL collectives on the simulated NPU, as nccl-tests prints them, beside host memcpy.
+
+    python bench/hccl_bench.py [--ranks 2 4] [--ops all_reduce all_gather reduce_scatter]
+                               [--min 1KiB] [--max 256MiB] [--factor 4] [--shared-device] [--quick]
+
+Starts its own daemon (one device per rank unless --shared-device), runs every rank as a
+separate process, and prints per collective and rank count a table of size, count, type,
+time, algbw and busbw, out of place and in place (the nccl-tests columns and formulas:
+busbw = algbw x 2(n-1)/n for all_reduce, x (n-1)/n for all_gather and reduce_scatter;
+size = the bytes of the largest buffer, i.e. per rank for all_reduce, the gathered total
+for all_gather, the scattered total for reduce_scatter).
+
+The baseline, measured in the same run: host memcpy bandwidth (numpy copyto between two
+warm shared-memory buffers of 64 MiB, best of 5, one process: bench/baselines.py), and a
+plain numpy all_reduce of 4 x 64 MiB in one process (sum, then copy to each output).
+Target: all_reduce busbw at 64 MiB with 4 ranks >= 50 % of the memcpy bandwidth.
+Time per collective = wall time of `iters` collectives queued back to back on the rank's
+stream, then one synchronize, divided by iters (after a barrier; the slowest rank counts).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+
+import numpy as np  # noqa: E402
+
+from simnpu.client import autostart  # noqa: E402
+from simnpu.server.config import parse_size  # noqa: E402
+
+BUS_FACTOR = {"all_reduce": lambda n: 2 * (n - 1) / n, "all_gather": lambda n: (n - 1) / n,
+              "reduce_scatter": lambda n: (n - 1) / n}
+ITEM = 4  # float32
+
+
+def iterations(size: int, quick: bool) -> int:
+    """Enough collectives that each size runs ~0.1-0.3 s, and at least 3."""
+    return max(3, min(100 if quick else 200, (32 << 20) // max(size, 1) or 1))
+
+
+def sizes(low: int, high: int, factor: int) -> list[int]:
+    result, size = [], low
+    while size <= high:
+        result.append(size)
+        size *= factor
+    return result
+
+
+# ---- one rank (a spawned process) ------------------------------------------------------------
+def rank_main(rank, n, device, address, plan, quick, root_queue, results) -> None:
+    os.environ["SIMNPU_ADDRESS"] = address
+    import simnpu.client as npu
+    from simnpu.client.collectives import Communicator, get_root_info
+
+    npu.Device(device)
+    if rank == 0:
+        info = get_root_info()
+        for _ in range(n - 1):
+            root_queue.put(info)
+    else:
+        info = root_queue.get()
+    comm = Communicator(n, info, rank)
+    stream = npu.Stream()
+    f32 = np.float32
+    for op, size in plan:
+        count = size // ITEM
+        per_rank = count // n  # all_gather's send count, reduce_scatter's recv count
+        if op == "all_reduce":
+            send, recv = npu.DeviceBuffer(size), npu.DeviceBuffer(size)
+            calls = {"out": lambda: comm.all_reduce(send, recv, "sum", dtype=f32, count=count, stream=stream),
+                     "in": lambda: comm.all_reduce(send, send, "sum", dtype=f32, count=count, stream=stream)}
+        elif op == "all_gather":
+            send, recv = npu.DeviceBuffer(per_rank * ITEM), npu.DeviceBuffer(size)
+            mine = recv.ptr + rank * per_rank * ITEM
+            calls = {"out": lambda: comm.all_gather(send, recv, dtype=f32, count=per_rank, stream=stream),
+                     "in": lambda: comm.all_gather(mine, recv, dtype=f32, count=per_rank, stream=stream)}
+        else:
+            send, recv = npu.DeviceBuffer(size), npu.DeviceBuffer(per_rank * ITEM)
+            mine = send.ptr + rank * per_rank * ITEM
+            calls = {"out": lambda: comm.reduce_scatter(send, recv, "sum", dtype=f32, count=per_rank, stream=stream),
+                     "in": lambda: comm.reduce_scatter(send, mine, "sum", dtype=f32, count=per_rank, stream=stream)}
+        send.fill(0)
+        recv.fill(0)
+        iters = iterations(size, quick)
+        for mode, call in calls.items():
+            call()  # warm up
+            comm.barrier(stream)
+            stream.synchronize()
+            start = time.perf_counter()
+            for _ in range(iters):
+                call()
+            stream.synchronize()
+            results.put((op, size, mode, rank, (time.perf_counter() - start) / iters))
+        send.free()
+        recv.free()
+    comm.destroy()
+    stream.destroy()
+    npu.shutdown()
+
+
+# ---- the baselines, in this process ------------------------------------------------------------
+def memcpy_bandwidth(nbytes: int = 64 << 20) -> float:
+    import baselines
+
+    return baselines.shm_copy_bandwidth(nbytes)
+
+
+def numpy_all_reduce_busbw(n: int = 4, nbytes: int = 64 << 20) -> float:
+    """busbw of the plain numpy way in one process: s = x0 + x1 + ...; copy s to each output."""
+    from simnpu.shm.region import Region, segment_name
+
+    region = Region.create(segment_name("hccl-bench"), 2 * n * nbytes)
+    try:
+        memory = np.frombuffer(region.map, np.float32)
+        memory.fill(1)
+        count = nbytes // 4
+        inputs = [memory[i * count:(i + 1) * count] for i in range(n)]
+        outputs = [memory[(n + i) * count:(n + i + 1) * count] for i in range(n)]
+        best = min(_numpy_all_reduce(inputs, outputs) for _ in range(3))
+        del inputs, outputs, memory
+        return nbytes / best / 1e9 * BUS_FACTOR["all_reduce"](n)
+    finally:
+        region.close()
+
+
+def _numpy_all_reduce(inputs, outputs) -> float:
+    start = time.perf_counter()
+    total = inputs[0] + inputs[1]
+    for array in inputs[2:]:
+        total += array
+    for out in outputs:
+        np.copyto(out, total)
+    return time.perf_counter() - start
+
+
+# ---- the run -----------------------------------------------------------------------------------
+def run_config(address, n, devices, ops, size_list, quick) -> dict:
+    plan = [(op, size) for op in ops for size in size_list]
+    spawn = multiprocessing.get_context("spawn")
+    root_queue, results = spawn.Queue(), spawn.Queue()
+    processes = [spawn.Process(target=rank_main, args=(r, n, devices[r], address, plan, quick, root_queue, results))
+                 for r in range(n)]
+    for process in processes:
+        process.start()
+    times: dict = {}
+    expected = len(plan) * 2 * n
+    try:
+        while len(times) < expected:
+            op, size, mode, rank, seconds = results.get(timeout=600)
+            times[(op, size, mode, rank)] = seconds
+    finally:
+        for process in processes:
+            process.join(30)
+            if process.is_alive():
+                process.kill()
+                process.join(5)
+    table: dict = {}
+    for (op, size, mode, _), _ in times.items():
+        slowest = max(times[(op, size, mode, r)] for r in range(n))
+        table[(op, size, mode)] = slowest
+    return table
+
+
+def print_table(op: str, n: int, placement: str, size_list, table) -> list[dict]:
+    rows = []
+    print(f"\n# {op}, {n} ranks {placement}, float32" + (", sum" if op != "all_gather" else ""))
+    print(f"# {'size':>12} {'count':>12} {'type':>6} {'redop':>6} |{'out-of-place':^32}|{'in-place':^32}")
+    print(f"# {'(B)':>12} {'(elements)':>12} {'':>6} {'':>6} | {'time(us)':>10} {'algbw':>9} {'busbw':>9} "
+          f"| {'time(us)':>10} {'algbw':>9} {'busbw':>9}")
+    for size in size_list:
+        row = {"op": op, "ranks": n, "size": size, "count": size // ITEM}
+        cells = []
+        for mode in ("out", "in"):
+            seconds = table[(op, size, mode)]
+            algbw = size / seconds / 1e9
+            busbw = algbw * BUS_FACTOR[op](n)
+            row[mode] = {"time_us": seconds * 1e6, "algbw": algbw, "busbw": busbw}
+            cells.append(f"{seconds * 1e6:>10.1f} {algbw:>9.3f} {busbw:>9.3f}")
+        print(f"  {size:>12} {size // ITEM:>12} {'float':>6} {'sum' if op != 'all_gather' else 'none':>6} | "
+              f"{cells[0]} | {cells[1]}")
+        rows.append(row)
+    return rows
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--ranks", type=int, nargs="+", default=[2, 4])
+    parser.add_argument("--ops", nargs="+", default=["all_reduce", "all_gather", "reduce_scatter"],
+                        choices=sorted(BUS_FACTOR))
+    parser.add_argument("--min", type=parse_size, default=parse_size("1KiB"))
+    parser.add_argument("--max", type=parse_size, default=parse_size("256MiB"))
+    parser.add_argument("--factor", type=int, default=4)
+    parser.add_argument("--shared-device", action="store_true", help="every rank on device 0 (simnpu extension)")
+    parser.add_argument("--ai-cores", type=int, default=2)
+    parser.add_argument("--quick", action="store_true", help="fewer iterations")
+    parser.add_argument("--json", default=os.path.join(HERE, "results", "hccl.json"))
+    args = parser.parse_args()
+    size_list = sizes(args.min, args.max, args.factor)
+    most = max(args.ranks)
+    devices = 1 if args.shared_device else most
+    per_device = 2 * args.max * (most if args.shared_device else 1) + (16 << 20)
+    print(f"simnpu HCCL bench: sizes {args.min} .. {args.max} (x{args.factor}), ranks {args.ranks}, "
+          f"{devices} device(s) of {per_device >> 20} MiB, {args.ai_cores} AI cores each, "
+          f"{len(os.sched_getaffinity(0))} host CPUs")
+    memcpy_before = memcpy_bandwidth()
+    all_rows = []
+    with tempfile.TemporaryDirectory(prefix="simnpu-hccl-bench-") as directory:
+        address = f"unix://{directory}/bench.sock"
+        daemon = subprocess.Popen([sys.executable, "-m", "simnpu.server", "--listen", address, "--devices",
+                                   str(devices), "--memory", f"{per_device >> 20}MiB", "--ai-cores",
+                                   str(args.ai_cores), "--log-level", "WARNING"])
+        try:
+            deadline = time.monotonic() + 120
+            while not autostart.reachable(address):
+                if daemon.poll() is not None or time.monotonic() > deadline:
+                    raise SystemExit("the daemon did not start")
+                time.sleep(0.05)
+            for n in args.ranks:
+                placement = "on device 0" if args.shared_device else "on their own devices"
+                rank_devices = [0] * n if args.shared_device else list(range(n))
+                table = run_config(address, n, rank_devices, args.ops, size_list, args.quick)
+                for op in args.ops:
+                    all_rows += print_table(op, n, placement, size_list, table)
+        finally:
+            daemon.send_signal(signal.SIGTERM)
+            daemon.wait(60)
+    memcpy_after = memcpy_bandwidth()
+    naive = numpy_all_reduce_busbw()
+    memcpy = max(memcpy_before, memcpy_after)
+    print(f"\nhost memcpy (numpy copyto shm -> shm, 64 MiB, best of 5): {memcpy_before:.2f} GB/s before, "
+          f"{memcpy_after:.2f} GB/s after the collectives; baseline = {memcpy:.2f} GB/s")
+    print(f"plain numpy all_reduce of 4 x 64 MiB in one process (sum, then copy out): busbw {naive:.2f} GB/s "
+          f"= {naive / memcpy:.0%} of memcpy")
+    summary = {}
+    for row in all_rows:
+        if row["op"] == "all_reduce" and row["ranks"] == 4 and row["size"] == 64 << 20:
+            for mode, label in (("out", "out of place"), ("in", "in place")):
+                busbw = row[mode]["busbw"]
+                summary[mode] = busbw / memcpy
+                print(f"all_reduce 64 MiB, 4 ranks, {label}: busbw {busbw:.2f} GB/s = {busbw / memcpy:.0%} of "
+                      f"memcpy (target >= 50%: {'met' if busbw >= 0.5 * memcpy else 'MISSED'})")
+    os.makedirs(os.path.dirname(args.json), exist_ok=True)
+    with open(args.json, "w", encoding="utf-8") as handle:
+        json.dump({"time": time.strftime("%Y-%m-%dT%H:%M:%S"), "memcpy_gbps": memcpy,
+                   "numpy_all_reduce_busbw": naive, "rows": all_rows, "target_ratio": summary}, handle, indent=2)
+    print(f"JSON in {args.json}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,1 +1,116 @@
-"""TODO"""
+"""pyACL-compatible `acl` for the simulated NPU: pyACL programs run unchanged.
+
+    import acl
+    ret = acl.init()
+    ret = acl.rt.set_device(0)
+    stream, ret = acl.rt.create_stream()
+    dev, ret = acl.rt.malloc(1024, acl.ACL_MEM_MALLOC_HUGE_FIRST)
+    ...
+    ret = acl.finalize()
+
+The conventions are pyACL's: handles and pointers are ints; every acl.rt / acl.media call
+returns the ACL return code last (`ret`, `(value, ret)`, ...), with the real numbers, and
+never raises for an ACL-level error (acl.get_recent_err_msg() says what went wrong);
+wrong Python argument types raise TypeError. acl.util returns what pyACL's does.
+
+acl.init() connects to the daemon at SIMNPU_ADDRESS (or the per-user socket), starting one
+if none runs. A call made before acl.init() connects the same way; after acl.finalize()
+calls return ACL_ERROR_UNINITIALIZE until acl.init() is called again.
+
+Every ACL enum and return code is an attribute here under its full name
+(acl.ACL_MEMCPY_HOST_TO_DEVICE, acl.ACL_ERROR_RT_PARAM_INVALID, ...), and
+acl.SIMNPU_BUILTIN_BINARY is the binary handle of simnpu's built-in kernel library:
+    func, ret = acl.rt.binary_get_function(acl.SIMNPU_BUILTIN_BINARY, "add_f32")
+See docs/acl.md for every call and what simnpu does with it.
+"""
+
+from __future__ import annotations
+
+import json
+
+from simnpu.proto import codes as _codes
+from simnpu.proto import commands as _commands
+from simnpu.proto.errors import NpuError as _NpuError
+
+from . import _api, media, rt, util
+
+for _name in dir(_codes):
+    if _name.startswith("ACL_"):
+        globals()[_name] = getattr(_codes, _name)
+del _name
+
+SIMNPU_BUILTIN_BINARY = _commands.BUILTIN_BINARY
+"""simnpu-specific: the binary handle of the built-in kernel library, present in every session."""
+
+
+def init(config_path=None):
+    """aclInit: start this process's session. `config_path` (a JSON file, as acl.json) is
+    checked to exist and parse; its dump and profiling settings are not simulated.
+    Returns ACL_ERROR_REPEAT_INITIALIZE (100002) when already initialized. Blocks."""
+    if config_path is not None and not isinstance(config_path, str):
+        raise TypeError(f"acl.init args parse failed: argument 1 must be str, not {type(config_path).__name__}")
+    with _api._lock:
+        if _api.state.initialized:
+            return _api.failed(_NpuError(_codes.ACL_ERROR_REPEAT_INITIALIZE,
+                                         "acl.init was already called (acl.finalize ends the session)"), "acl.init")
+        try:
+            if config_path:
+                _check_config(config_path)
+            _api.state.finalized = False
+            _api.session()
+        except _NpuError as error:
+            return _api.failed(error, "acl.init")
+        _api.state.initialized = True
+    return _codes.ACL_SUCCESS
+
+
+def _check_config(path: str) -> None:
+    try:
+        with open(path, encoding="utf-8") as handle:
+            text = handle.read()
+    except (OSError, UnicodeDecodeError) as error:
+        raise _NpuError(_codes.ACL_ERROR_INVALID_FILE, f"cannot read config file {path}: {error}") from None
+    if text.strip():
+        try:
+            json.loads(text)
+        except ValueError as error:
+            raise _NpuError(_codes.ACL_ERROR_PARSE_FILE, f"config file {path} is not JSON: {error}") from None
+
+
+def finalize():
+    """aclFinalize: end the session; the daemon frees everything it still held (memory,
+    streams, events). Returns ACL_ERROR_REPEAT_FINALIZE (100037) the second time. Blocks."""
+    with _api._lock:
+        if _api.state.finalized:
+            return _api.failed(_NpuError(_codes.ACL_ERROR_REPEAT_FINALIZE, "acl.finalize was already called"),
+                               "acl.finalize")
+        _api.end_session()
+        _api.state.initialized = False
+        _api.state.finalized = True
+    return _codes.ACL_SUCCESS
+
+
+def get_recent_err_msg():
+    """aclGetRecentErrMsg: the message of this thread's latest failed acl call, then cleared
+    (None when there is none)."""
+    return _api.take_message()
+
+
+_NOT_PROVIDED = {
+    "mdl": "offline models (.om) cannot run on the simulated NPU",
+    "op": "single-operator execution (acl.op) is not simulated: launch kernels with acl.rt",
+    "blas": "acl.blas is not simulated: launch kernels with acl.rt (the built-in library has matmul_f32)",
+    "prof": "profiling is not simulated",
+    "himpi": "HiMPI media processing is not simulated",
+    "fv": "feature-vector retrieval is not simulated",
+}
+
+
+def __getattr__(name: str):
+    if name in _NOT_PROVIDED:
+        raise AttributeError(f"acl.{name} is not provided by simnpu: {_NOT_PROVIDED[name]}")
+    raise AttributeError(f"module 'acl' has no attribute {name!r}")
+
+
+__all__ = ["init", "finalize", "get_recent_err_msg", "rt", "util", "media", "SIMNPU_BUILTIN_BINARY",
+           *sorted(name for name in dir(_codes) if name.startswith("ACL_"))]

@@ -1,0 +1,228 @@
+"""The one wrapper behind every `acl` call, the session, and the per-thread error slots.
+
+A pyACL function is written as a body that takes the Runtime first and raises NpuError,
+decorated with `@api(spec, outputs)`. The decorator generates (once, at import) a small
+function with the body's own parameters that
+
+- checks argument types as pyACL's PyArg_ParseTuple format does, raising TypeError,
+- finds the session (connecting on first use when acl.init() was not called),
+- calls the body, and turns an NpuError into its return code: the message is kept for
+  acl.get_recent_err_msg() and the code for acl.rt.get_last_error() (both per thread),
+- returns pyACL's shape: `ret`, `(value, ret)` or `(v1, v2, ret)`.
+
+Generating the function (as namedtuple and dataclasses do) keeps the hot paths -- launch,
+memcpy_async, record_event -- at one extra Python call over the raw layer, with no
+*args packing and no per-call introspection.
+
+Format letters (pyACL's): k/K an int (pointer, size, handle; no other type, as "k" does),
+i/I an integer (anything with __index__, never a float), s a str, p a path (str or
+os.PathLike), C a callable, O anything.
+"""
+
+from __future__ import annotations
+
+import inspect
+import operator
+import os
+import struct
+import threading
+
+from simnpu.proto import codes
+from simnpu.proto.errors import NpuError
+
+_local = threading.local()   # .message (acl.get_recent_err_msg), .last_error (aclrtGetLastError)
+_lock = threading.RLock()
+
+
+class _State:
+    initialized = False    # acl.init() succeeded and acl.finalize() has not run since
+    finalized = False      # acl.finalize() ran: no lazy reconnection until acl.init()
+
+
+state = _State()
+
+# Globals of the generated functions; "_rt" is the session's Runtime (None before the first call).
+# Named as a module of this package so that transport.caller_site() skips their frames.
+_NS: dict = {"__builtins__": __builtins__, "__name__": __name__, "_rt": None}
+
+
+# ---- the session --------------------------------------------------------------------------------
+def current():
+    """The Runtime of this process's session, or None."""
+    return _NS["_rt"]
+
+
+def session():
+    """The session's Runtime, connecting on first use (the daemon at SIMNPU_ADDRESS or the
+    per-user socket, started if none runs). Raises NpuError."""
+    runtime = _NS["_rt"]
+    if runtime is not None:
+        return runtime
+    with _lock:
+        if _NS["_rt"] is None:
+            if state.finalized:
+                raise NpuError(codes.ACL_ERROR_UNINITIALIZE,
+                               "acl.finalize() ended this process's session: call acl.init() first")
+            from simnpu.client import device
+
+            _NS["_rt"] = device.connect()
+        return _NS["_rt"]
+
+
+def end_session() -> None:
+    """Close the session (the daemon frees what it still owned)."""
+    with _lock:
+        if _NS["_rt"] is not None:
+            from simnpu.client import device
+
+            _NS["_rt"] = None
+            device.shutdown()
+
+
+# ---- error slots --------------------------------------------------------------------------------
+def failed(error: NpuError, name: str) -> int:
+    """Keep `error` as this thread's recent message and last error; return its code."""
+    _local.message = f"{name}: {error}"
+    _local.last_error = error.code
+    return error.code
+
+
+def take_message() -> str | None:
+    """aclGetRecentErrMsg: this thread's latest message, cleared (None when there is none)."""
+    message = getattr(_local, "message", None)
+    _local.message = None
+    return message
+
+
+def last_error(clear: bool) -> int:
+    code = getattr(_local, "last_error", codes.ACL_SUCCESS)
+    if clear:
+        _local.last_error = codes.ACL_SUCCESS
+    return code
+
+
+def _out_of_range(error: Exception, name: str) -> int:
+    return failed(NpuError(codes.ACL_ERROR_RT_PARAM_INVALID, f"argument out of range: {error}"), name)
+
+
+# ---- argument checks (the slow paths; the generated code tests `x.__class__ is int` first) ------
+def _kind(value) -> str:
+    return type(value).__name__
+
+
+def _k(value, position: int, name: str) -> int:
+    if isinstance(value, int):
+        return int(value)
+    raise TypeError(f"{name} args parse failed: argument {position} must be int, not {_kind(value)}")
+
+
+def _i(value, position: int, name: str) -> int:
+    if not isinstance(value, float):
+        try:
+            return operator.index(value)
+        except TypeError:
+            pass
+    raise TypeError(f"{name} args parse failed: argument {position} must be int, not {_kind(value)}")
+
+
+def _s(value, position: int, name: str) -> str:
+    raise TypeError(f"{name} args parse failed: argument {position} must be str, not {_kind(value)}")
+
+
+def _p(value, position: int, name: str):
+    try:
+        return os.fspath(value)
+    except TypeError:
+        raise TypeError(f"{name} args parse failed: argument {position} must be a path (str), "
+                        f"not {_kind(value)}") from None
+
+
+def _c(value, position: int, name: str):
+    raise TypeError(f"{name}: parameter {position} must be callable, not {_kind(value)}")
+
+
+_CHECKS = {
+    "k": "    if {p}.__class__ is not int: {p} = _k({p}, {n}, {name!r})\n",
+    "K": "    if {p}.__class__ is not int: {p} = _k({p}, {n}, {name!r})\n",
+    "i": "    if {p}.__class__ is not int: {p} = _i({p}, {n}, {name!r})\n",
+    "I": "    if {p}.__class__ is not int: {p} = _i({p}, {n}, {name!r})\n",
+    "s": "    if {p}.__class__ is not str: _s({p}, {n}, {name!r})\n",
+    "p": "    if {p}.__class__ is not str: {p} = _p({p}, {n}, {name!r})\n",
+    "C": "    if not callable({p}): _c({p}, {n}, {name!r})\n",
+    "O": "",
+}
+_NS.update(_k=_k, _i=_i, _s=_s, _p=_p, _c=_c, _failed=failed, _out_of_range=_out_of_range,
+           _session=session, _NpuError=NpuError, _RangeErrors=(OverflowError, struct.error))
+
+
+def api(spec: str = "", outputs: tuple | None = None, *, delegate: str | None = None,
+        nonnull: tuple = (), needs_session: bool = True):
+    """Make `body(rt, *params)` a pyACL function (see the module docstring).
+
+    `spec` has one format letter per parameter after `rt`. `outputs` is None when the call
+    returns only `ret`; else the values it returns on failure, one per output (the body
+    returns the value, or a tuple of them when there are several). `delegate="name"` says
+    the call is exactly `rt.name(*params)` (the body is then only its docstring): it is
+    made inline, saving a call on the hot paths. `nonnull` names pointer parameters that
+    ACL's own layer rejects when null (ACL_ERROR_INVALID_PARAM, 100000) before the runtime
+    sees them.
+    """
+
+    def make(body):
+        params = list(inspect.signature(body).parameters)[1:]
+        if len(spec) != len(params):
+            raise TypeError(f"{body.__name__}: spec {spec!r} does not match parameters {params}")
+        module = body.__module__
+        name = f"{module}.{body.__name__}"
+        target = f"_body_{module.replace('.', '_')}_{body.__name__}"
+        _NS[target] = body
+        arguments = ", ".join(params)
+        lines = [f"def {body.__name__}({arguments}):\n"]
+        for position, (letter, param) in enumerate(zip(spec, params), 1):
+            lines.append(_CHECKS[letter].format(p=param, n=position, name=name))
+        call = (f"rt.{delegate}({arguments})" if delegate is not None
+                else f"{target}({', '.join(['rt', *params])})")
+        if outputs is None:
+            result, failure, success = call, f"_failed(error, {name!r})", "0"
+        else:
+            defaults = "".join(f"{value!r}, " for value in outputs)
+            result = f"_result = {call}"
+            failure = f"({defaults}_failed(error, {name!r}))"
+            success = "(_result, 0)" if len(outputs) == 1 else "(*_result, 0)"
+        acquire = ("        rt = _rt\n        if rt is None:\n            rt = _session()\n"
+                   if needs_session else "        rt = None\n")
+        checks = "".join(f"        if not {param}:\n            raise _NpuError(100000, '{param} is null')\n"
+                         for param in nonnull)
+        lines.append("    try:\n" + acquire + checks + f"        {result}\n")
+        lines.append(f"    except _NpuError as error:\n        return {failure}\n")
+        lines.append("    except _RangeErrors as error:\n"
+                     f"        return {failure.replace('_failed(', '_out_of_range(')}\n")
+        lines.append(f"    return {success}\n")
+        exec("".join(lines), _NS)  # noqa: S102 - generated from the body's own signature
+        function = _NS.pop(body.__name__)
+        function.__defaults__ = body.__defaults__
+        function.__doc__ = body.__doc__
+        function.__module__ = module
+        function.__qualname__ = body.__qualname__
+        function.body = body
+        return function
+
+    return make
+
+
+def not_supported(name: str, call: str, why: str, outputs: tuple | None = None, *, returns_code: bool = True):
+    """A pyACL function simnpu does not simulate: it returns ACL_ERROR_RT_FEATURE_NOT_SUPPORT
+    (207000) in pyACL's shape and says why in acl.get_recent_err_msg(). A function whose C
+    call returns a value and no aclError (`returns_code=False`) returns `outputs[0]`."""
+    message = f"{call} is not supported by the simulated NPU: {why}"
+
+    def unsupported(*args, **kwargs):
+        code = failed(NpuError(codes.ACL_ERROR_RT_FEATURE_NOT_SUPPORT, message), name)
+        if not returns_code:
+            return outputs[0]
+        return code if outputs is None else (*outputs, code)
+
+    unsupported.__name__ = unsupported.__qualname__ = name.rpartition(".")[2]
+    unsupported.__doc__ = f"Not supported ({call}): {why}. Returns ACL_ERROR_RT_FEATURE_NOT_SUPPORT (207000)."
+    unsupported.not_supported = True
+    return unsupported

@@ -1,0 +1,26 @@
+"""acl.media: device memory for media buffers. DVPP processing itself is not simulated."""
+
+from __future__ import annotations
+
+from simnpu.proto import codes
+
+from ._api import api
+
+
+@api("k", (0,))
+def dvpp_malloc(rt, size):
+    """acldvppMalloc: `device_pointer, ret` -- device memory, usable by every rt call."""
+    return rt.malloc(size, codes.ACL_MEM_MALLOC_HUGE_FIRST)
+
+
+@api("k")
+def dvpp_free(rt, dev_ptr):
+    """acldvppFree."""
+    rt.free(dev_ptr)
+
+
+def __getattr__(name: str):
+    if name.startswith("__"):
+        raise AttributeError(name)
+    raise AttributeError(f"acl.media.{name} is not provided by simnpu: DVPP media processing (image and "
+                         "video codecs, VPC) is not simulated; only dvpp_malloc and dvpp_free are")

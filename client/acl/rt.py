@@ -1,0 +1,615 @@
+"""acl.rt: the AscendCL runtime calls, with pyACL's signatures and return shapes.
+
+Every function returns the ACL return code last: `ret`, `(value, ret)` or `(v1, v2, ret)`;
+handles and pointers are ints; stream 0 is the current context's default stream. Wrong
+Python argument types raise TypeError (as pyACL's argument parsing does); nothing raises
+for an ACL-level error. Calls marked "async" return at once; the rest block.
+
+The pyACL calls simnpu does not simulate are at the end of this module: each returns
+ACL_ERROR_RT_FEATURE_NOT_SUPPORT (207000) and says why in acl.get_recent_err_msg().
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import struct
+
+from simnpu.proto import codes
+from simnpu.proto.errors import NotSupportedError, NpuError, invalid
+from simnpu.shm.addresses import DEVICE_BASE
+
+from ._api import api, last_error, not_supported
+
+_FLOAT = struct.Struct("<f")
+_HOST_ARGS: dict = {}  # argument-struct size -> ctypes array type (string_at costs twice as much)
+_U32 = 0xFFFFFFFF
+_DEVICE_KINDS = frozenset({
+    codes.ACL_MEMCPY_HOST_TO_DEVICE, codes.ACL_MEMCPY_DEVICE_TO_HOST, codes.ACL_MEMCPY_DEVICE_TO_DEVICE,
+    codes.ACL_MEMCPY_HOST_TO_BUF_TO_DEVICE, codes.ACL_MEMCPY_INNER_DEVICE_TO_DEVICE,
+    codes.ACL_MEMCPY_INTER_DEVICE_TO_DEVICE,
+})
+
+
+# ---- devices and contexts --------------------------------------------------------------------
+@api("i")
+def set_device(rt, device_id):
+    """aclrtSetDevice: bind the device to this thread; its default context becomes current."""
+    rt.set_device(device_id)
+
+
+@api("i")
+def reset_device(rt, device_id):
+    """aclrtResetDevice: drop one reference; the last waits for the device's work. Blocks."""
+    rt.reset_device(device_id)
+
+
+@api("i")
+def reset_device_force(rt, device_id):
+    """aclrtResetDeviceForce: release the device whatever its reference count. Blocks."""
+    for _ in range(max(rt.device_refs.get(device_id, 0), 1)):
+        rt.reset_device(device_id)
+
+
+@api("", (0,))
+def get_device(rt):
+    """aclrtGetDevice: `device_id, ret` of the current context."""
+    return rt.get_device()
+
+
+@api("", (0,))
+def get_device_count(rt):
+    """aclrtGetDeviceCount: `count, ret`."""
+    return rt.get_device_count()
+
+
+@api("", (codes.ACL_DEVICE,), needs_session=False)
+def get_run_mode(rt):
+    """aclrtGetRunMode: `ACL_HOST, ret` -- the program runs on the host, the device elsewhere."""
+    return codes.ACL_HOST
+
+
+@api("")
+def synchronize_device(rt):
+    """aclrtSynchronizeDevice: wait for all this process's work on the current device. Blocks."""
+    rt.synchronize_device(-1)
+
+
+@api("i")
+def synchronize_device_with_timeout(rt, timeout):
+    """aclrtSynchronizeDeviceWithTimeout (ms; -1 forever): 507046 on timeout. Blocks."""
+    rt.synchronize_device(timeout)
+
+
+@api("i", (0,))
+def create_context(rt, device_id):
+    """aclrtCreateContext: `context, ret`; the new context becomes current for this thread."""
+    return rt.create_context(device_id)
+
+
+@api("k")
+def destroy_context(rt, context):
+    """aclrtDestroyContext: waits for its streams, then frees them. Blocks."""
+    rt.destroy_context(context)
+
+
+@api("k")
+def set_context(rt, context):
+    """aclrtSetCurrentContext (per thread)."""
+    rt.set_context(context)
+
+
+@api("", (0,))
+def get_context(rt):
+    """aclrtGetCurrentContext: `context, ret`."""
+    return rt.get_context()
+
+
+@api("", (0,))
+def ctx_get_current_default_stream(rt):
+    """aclrtCtxGetCurrentDefaultStream: `stream, ret` (the handle stream 0 stands for)."""
+    return rt.contexts[rt.get_context()].default_stream
+
+
+# ---- streams -------------------------------------------------------------------------------------
+@api("", (0,))
+def create_stream(rt):
+    """aclrtCreateStream: `stream, ret`, highest priority."""
+    return rt.create_stream(0, 0)
+
+
+@api("ii", (0,))
+def create_stream_with_config(rt, priority, flag):
+    """aclrtCreateStreamWithConfig: `stream, ret`; priority 0 (highest) .. 7, clamped (as a
+    uint32, so -1 is the lowest)."""
+    return rt.create_stream(min(priority & _U32, codes.STREAM_PRIORITY_LEAST), flag & _U32)
+
+
+@api("k")
+def destroy_stream(rt, stream):
+    """aclrtDestroyStream: waits for the stream's tasks, then frees it. Blocks."""
+    rt.destroy_stream(stream, False)
+
+
+@api("k")
+def destroy_stream_force(rt, stream):
+    """aclrtDestroyStreamForce: drops the stream's queued tasks, then frees it. Blocks."""
+    rt.destroy_stream(stream, True)
+
+
+@api("k")
+def synchronize_stream(rt, stream):
+    """aclrtSynchronizeStream: wait for the stream's tasks; returns their first failure. Blocks."""
+    rt.synchronize_stream(stream, -1)
+
+
+@api("ki")
+def synchronize_stream_with_timeout(rt, stream, timeout):
+    """aclrtSynchronizeStreamWithTimeout (ms; -1 forever, 0 just checks): 507046 on timeout."""
+    rt.synchronize_stream(stream, timeout)
+
+
+@api("k", (codes.ACL_STREAM_STATUS_RESERVED,))
+def stream_query(rt, stream):
+    """aclrtStreamQuery: `ACL_STREAM_STATUS_COMPLETE (0) or _NOT_READY (1), ret`."""
+    return rt.stream_query(stream)
+
+
+@api("kk", delegate="stream_wait_event")
+def stream_wait_event(rt, stream, event):
+    """aclrtStreamWaitEvent (async): the stream's later tasks wait for the event's latest record."""
+
+
+@api("kI")
+def set_stream_failure_mode(rt, stream, mode):
+    """aclrtSetStreamFailureMode: ACL_STOP_ON_FAILURE stops every stream of the context."""
+    rt.set_stream_failure_mode(stream, mode)
+
+
+@api("", (0, 0), needs_session=False)
+def device_get_stream_priority_range(rt):
+    """aclrtDeviceGetStreamPriorityRange: `least (7), greatest (0), ret`."""
+    return codes.STREAM_PRIORITY_LEAST, codes.STREAM_PRIORITY_GREATEST
+
+
+# ---- events --------------------------------------------------------------------------------------
+@api("", (0,))
+def create_event(rt):
+    """aclrtCreateEvent: `event, ret`."""
+    return rt.create_event(0)
+
+
+@api("I", (0,))
+def create_event_with_flag(rt, flag):
+    """aclrtCreateEventWithFlag: `event, ret` (ACL_EVENT_SYNC, ACL_EVENT_TIME_LINE, ...)."""
+    return rt.create_event(flag)
+
+
+@api("I", (0,))
+def create_event_ex_with_flag(rt, flag):
+    """aclrtCreateEventExWithFlag: `event, ret`; simnpu events are always reusable."""
+    return rt.create_event(flag)
+
+
+@api("k")
+def destroy_event(rt, event):
+    """aclrtDestroyEvent."""
+    rt.destroy_event(event)
+
+
+@api("kk", delegate="record_event")
+def record_event(rt, event, stream):
+    """aclrtRecordEvent (async)."""
+
+
+@api("kk", delegate="reset_event")
+def reset_event(rt, event, stream):
+    """aclrtResetEvent (async)."""
+
+
+@api("k", (codes.ACL_EVENT_RECORDED_STATUS_NOT_READY,))
+def query_event_status(rt, event):
+    """aclrtQueryEventStatus: `ACL_EVENT_RECORDED_STATUS_COMPLETE (1) or _NOT_READY (0), ret`."""
+    return rt.query_event_status(event)
+
+
+@api("k", (codes.ACL_EVENT_STATUS_COMPLETE,))
+def query_event(rt, event):
+    """aclrtQueryEvent (deprecated): `ACL_EVENT_STATUS_COMPLETE (0) or _NOT_READY (1), ret`."""
+    recorded = rt.query_event_status(event)
+    return (codes.ACL_EVENT_STATUS_COMPLETE if recorded == codes.ACL_EVENT_RECORDED_STATUS_COMPLETE
+            else codes.ACL_EVENT_STATUS_NOT_READY)
+
+
+@api("k")
+def synchronize_event(rt, event):
+    """aclrtSynchronizeEvent: wait for the event's latest record. Blocks."""
+    rt.synchronize_event(event, -1)
+
+
+@api("ki")
+def synchronize_event_with_timeout(rt, event, timeout):
+    """aclrtSynchronizeEventWithTimeout (ms; -1 forever): 507047 on timeout. Blocks."""
+    rt.synchronize_event(event, timeout)
+
+
+@api("kk", (0.0,))
+def event_elapsed_time(rt, start, end):
+    """aclrtEventElapsedTime: `milliseconds (a C float), ret` between two completed records."""
+    return _FLOAT.unpack(_FLOAT.pack(rt.event_elapsed_time(start, end)))[0]
+
+
+# ---- memory --------------------------------------------------------------------------------------
+@api("ki", (0,))
+def malloc(rt, size, policy):
+    """aclrtMalloc: `device_pointer, ret` on the current device (not dereferenceable here)."""
+    return rt.malloc(size, policy)
+
+
+@api("ki", (0,))
+def malloc_align32(rt, size, policy):
+    """aclrtMallocAlign32: `device_pointer, ret`; allocated as malloc is (64-byte aligned)."""
+    return rt.malloc(size, policy)
+
+
+@api("k")
+def free(rt, dev_ptr):
+    """aclrtFree: returns the block to the pool at once (does not wait for tasks)."""
+    rt.free(dev_ptr)
+
+
+@api("k", (0,))
+def malloc_host(rt, size):
+    """aclrtMallocHost: `host_pointer, ret` to page-locked memory, a real address here."""
+    return rt.malloc_host(size)
+
+
+@api("k")
+def free_host(rt, host_ptr):
+    """aclrtFreeHost."""
+    rt.free_host(host_ptr)
+
+
+@api("i", (0, 0))
+def get_mem_info(rt, attr):
+    """aclrtGetMemInfo: `free, total, ret` of the current device's memory. Every attribute
+    (DDR, HBM, their _HUGE/_NORMAL variants, ...) reports the one simulated memory."""
+    return rt.get_mem_info(attr)
+
+
+@api("kkkki")
+def memcpy(rt, dst, dest_max, src, count, kind):
+    """aclrtMemcpy: synchronous copy. Blocks.
+
+    Between two host pointers the copy is made whatever `kind` says (the CANN runtime
+    decides host copies by address: the public memcpy samples pass DEVICE_TO_HOST for a
+    pinned -> pageable copy). A kind that contradicts a device pointer is 107000."""
+    if kind in _DEVICE_KINDS and dst < DEVICE_BASE and src < DEVICE_BASE:
+        kind = codes.ACL_MEMCPY_HOST_TO_HOST
+    rt.memcpy(dst, dest_max, src, count, kind)
+
+
+@api("kkkkik", delegate="memcpy_async")
+def memcpy_async(rt, dst, dest_max, src, count, kind, stream):
+    """aclrtMemcpyAsync (async from pinned memory; from pageable memory it returns once the
+    bytes have left it, as CUDA does)."""
+
+
+@api("kkik")
+def memset(rt, dev_ptr, max_count, value, count):
+    """aclrtMemset: byte fill of device or host memory (decided by the address). Blocks."""
+    rt.memset(dev_ptr, max_count, value, count)
+
+
+@api("kkikk", delegate="memset_async")
+def memset_async(rt, dev_ptr, max_count, value, count, stream):
+    """aclrtMemsetAsync (async for device memory; host memory is filled at once)."""
+
+
+# ---- kernels -------------------------------------------------------------------------------------
+def _check_options(options, name: str) -> None:
+    if options is None:
+        return
+    if not isinstance(options, list):
+        raise ValueError(f"{name}: options must be a list of option dicts (or None)")
+    for option in options:
+        if not isinstance(option, dict):
+            raise TypeError(f"{name}: the bin_option argument is not dict")
+
+
+@api("pO", (0,))
+def binary_load_from_file(rt, path, options=None):
+    """aclrtBinaryLoadFromFile: `binary, ret` -- the file is a simnpu kernel module (Python
+    source with @kernel functions). Load options (lazy load, magic) change nothing here."""
+    _check_options(options, "acl.rt.binary_load_from_file")
+    try:
+        with open(path, "rb") as handle:
+            data = handle.read()
+    except OSError as error:
+        raise NpuError(codes.ACL_ERROR_RT_FILE_OPEN, f"cannot read kernel module {path}: {error}") from None
+    return rt.binary_load(_source(data, path), os.fspath(path))
+
+
+@api("OO", (0,))
+def binary_load_from_data(rt, data, options=None):
+    """aclrtBinaryLoadFromData: `binary, ret` from the kernel module's source (bytes or str)."""
+    _check_options(options, "acl.rt.binary_load_from_data")
+    if isinstance(data, str):
+        return rt.binary_load(data, "<binary_load_from_data>")
+    if not isinstance(data, (bytes, bytearray, memoryview)):
+        raise TypeError(f"acl.rt.binary_load_from_data: data must be bytes or str, not {type(data).__name__}")
+    return rt.binary_load(_source(bytes(data), "<binary_load_from_data>"), "<binary_load_from_data>")
+
+
+def _source(data: bytes, where) -> str:
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise NpuError(codes.ACL_ERROR_INVALID_FILE,
+                       f"{where} is not a simnpu kernel module: kernels are Python source with @kernel "
+                       "functions (a compiled Ascend C binary cannot run on the simulated NPU)") from None
+
+
+@api("k")
+def binary_unload(rt, binary):
+    """aclrtBinaryUnLoad: its functions become invalid handles."""
+    rt.binary_unload(binary)
+
+
+@api("ks", (0,))
+def binary_get_function(rt, binary, kernel_name):
+    """aclrtBinaryGetFunction: `function, ret`. acl.SIMNPU_BUILTIN_BINARY holds the built-in
+    kernels (add_f32, matmul_f32, softmax_f32, ...)."""
+    return rt.get_function(binary, kernel_name)
+
+
+@api("kIkkk", delegate="launch_kernel_devargs", nonnull=("args_ptr",))
+def launch_kernel(rt, func, num_blocks, args_ptr, args_size, stream):
+    """aclrtLaunchKernel (async): the packed argument struct lies in device memory at args_ptr."""
+
+
+@api("kIkOkkOk")
+def launch_kernel_with_host_args(rt, func, num_blocks, stream, cfg, host_args_ptr, args_size,
+                                 place_holders=None, place_holder_num=0):
+    """aclrtLaunchKernelWithHostArgs (async): the packed argument struct lies in host memory
+    at host_args_ptr (copied before the call returns). `cfg` may be None, 0 or []."""
+    if cfg:
+        raise NotSupportedError("aclrtLaunchKernelWithHostArgs launch attributes (cfg)")
+    if place_holders or place_holder_num:
+        raise NotSupportedError("aclrtLaunchKernelWithHostArgs place holders")
+    if not host_args_ptr:
+        raise NpuError(codes.ACL_ERROR_INVALID_PARAM, "host_args_ptr is null")
+    if host_args_ptr >= DEVICE_BASE:
+        raise invalid(f"host_args_ptr {host_args_ptr:#x} is a device address: launch_kernel takes "
+                      "arguments in device memory, launch_kernel_with_host_args in host memory")
+    if args_size < 0:
+        raise invalid(f"args_size {args_size} is negative")
+    struct_type = _HOST_ARGS.get(args_size)
+    if struct_type is None:
+        struct_type = ctypes.c_char * args_size
+        if len(_HOST_ARGS) < 256:
+            _HOST_ARGS[args_size] = struct_type
+    rt.launch_kernel(func, num_blocks, struct_type.from_address(host_args_ptr).raw, stream)
+
+
+@api("I")
+def set_op_execute_time_out(rt, timeout):
+    """aclrtSetOpExecuteTimeOut (seconds; 0 restores the daemon's default)."""
+    rt.set_op_execute_timeout(timeout * 1000)
+
+
+# ---- host callbacks and host functions ------------------------------------------------------------
+@api("Kk")
+def subscribe_report(rt, thread_id, stream):
+    """aclrtSubscribeReport: thread `thread_id` runs the stream's callbacks in process_report."""
+    rt.subscribe_report(thread_id, stream)
+
+
+@api("Kk")
+def unsubscribe_report(rt, thread_id, stream):
+    """aclrtUnSubscribeReport."""
+    rt.unsubscribe_report(thread_id, stream)
+
+
+@api("COik")
+def launch_callback(rt, fn, user_data, block_type, stream):
+    """aclrtLaunchCallback (async): fn(user_data) runs on the subscribed thread when the
+    stream reaches it; ACL_CALLBACK_BLOCK holds the stream until it returns."""
+    if block_type not in (codes.ACL_CALLBACK_NO_BLOCK, codes.ACL_CALLBACK_BLOCK):
+        raise NpuError(codes.ACL_ERROR_INVALID_PARAM, f"block_type {block_type}: use ACL_CALLBACK_BLOCK or "
+                       "ACL_CALLBACK_NO_BLOCK")
+    rt.launch_callback(fn, user_data, block_type, stream)
+
+
+@api("i")
+def process_report(rt, timeout):
+    """aclrtProcessReport: run one callback of this thread's streams (ms > 0, or -1 forever);
+    507012 when none arrives in time, 107012 while no stream is subscribed to this thread
+    (at once). Blocks."""
+    if timeout < -1 or timeout == 0:
+        raise NpuError(codes.ACL_ERROR_INVALID_PARAM, f"timeout {timeout}: -1 waits forever, a positive "
+                       "value waits that many milliseconds")
+    rt.process_report(timeout)
+
+
+@api("kCO")
+def launch_host_func(rt, stream, fn, args):
+    """aclrtLaunchHostFunc (async): fn(args) runs on a runtime thread in stream order; the
+    stream waits for it."""
+    rt.launch_host_func(stream, fn, args)
+
+
+# ---- errors ---------------------------------------------------------------------------------------
+def get_last_error(level=codes.ACL_RT_THREAD_LEVEL):
+    """aclrtGetLastError: the last error code an acl call returned in this thread, cleared."""
+    return last_error(True) if level == codes.ACL_RT_THREAD_LEVEL else codes.ACL_ERROR_INVALID_PARAM
+
+
+def peek_at_last_error(level=codes.ACL_RT_THREAD_LEVEL):
+    """aclrtPeekAtLastError: the same, not cleared."""
+    return last_error(False) if level == codes.ACL_RT_THREAD_LEVEL else codes.ACL_ERROR_INVALID_PARAM
+
+
+# ---- what simnpu does not simulate ------------------------------------------------------------------
+# name: (C call, values returned before ret (None: ret only), why)
+_VMM = "virtual memory management (reserve/map physical memory) is not simulated"
+_IPC = ("sharing VMM handles, events or notifies between processes is not simulated "
+        "(device memory is: acl.rt.ipc_mem_*)")
+_NOTIFY = "notifies are not simulated (use events)"
+_ARGS = "the kernel-arguments builder is not simulated (pack the argument struct yourself)"
+_ALLOC = "user allocators for streams are not simulated"
+_EXC = "exception-info callbacks are not simulated (errors are returned by synchronize)"
+_CAPS = "the simulated device has no such attribute or capability to report"
+_UNSUPPORTED = {
+    "get_function_addr": ("aclrtGetFunctionAddr", (0, 0), "kernels have no device code address"),
+    "get_function_name": ("aclrtGetFunctionName", ("",), "function names are not kept"),
+    "register_cpu_func": ("aclrtRegisterCpuFunc", (0,), "AI CPU kernels are not simulated"),
+    "binary_load": ("aclrtBinaryLoad", (0,), "aclrtCreateBinary objects are not simulated: "
+                    "use binary_load_from_file or binary_load_from_data"),
+    "destroy_binary": ("aclrtDestroyBinary", None, "aclrtCreateBinary objects are not simulated"),
+    "kernel_args_init": ("aclrtKernelArgsInit", (0,), _ARGS),
+    "kernel_args_init_by_user_mem": ("aclrtKernelArgsInitByUserMem", None, _ARGS),
+    "kernel_args_get_mem_size": ("aclrtKernelArgsGetMemSize", (0,), _ARGS),
+    "kernel_args_get_handle_mem_size": ("aclrtKernelArgsGetHandleMemSize", (0,), _ARGS),
+    "kernel_args_append": ("aclrtKernelArgsAppend", (0,), _ARGS),
+    "kernel_args_append_place_holder": ("aclrtKernelArgsAppendPlaceHolder", (0,), _ARGS),
+    "kernel_args_get_place_holder_buffer": ("aclrtKernelArgsGetPlaceHolderBuffer", (0,), _ARGS),
+    "kernel_args_para_update": ("aclrtKernelArgsParaUpdate", None, _ARGS),
+    "kernel_args_finalize": ("aclrtKernelArgsFinalize", None, _ARGS),
+    "launch_kernel_with_config": ("aclrtLaunchKernelWithConfig", None, _ARGS),
+    "set_device_sat_mode": ("aclrtSetDeviceSatMode", None, "float overflow modes are not simulated"),
+    "get_device_sat_mode": ("aclrtGetDeviceSatMode", (0,), "float overflow modes are not simulated"),
+    "set_ts_device": ("aclrtSetTsDevice", None, "task schedulers cannot be chosen"),
+    "get_overflow_status": ("aclrtGetOverflowStatus", None, "overflow detection is not simulated"),
+    "reset_overflow_status": ("aclrtResetOverflowStatus", None, "overflow detection is not simulated"),
+    "set_stream_overflow_switch": ("aclrtSetStreamOverflowSwitch", None, "overflow detection is not simulated"),
+    "get_stream_overflow_switch": ("aclrtGetStreamOverflowSwitch", (0,), "overflow detection is not simulated"),
+    "malloc_cached": ("aclrtMallocCached", (0,), "cacheable device memory is not simulated"),
+    "mem_flush": ("aclrtMemFlush", None, "cacheable device memory is not simulated"),
+    "mem_invalidate": ("aclrtMemInvalidate", None, "cacheable device memory is not simulated"),
+    "malloc_with_cfg": ("aclrtMallocWithCfg", (0,), "allocation attributes are not simulated"),
+    "malloc_for_task_scheduler": ("aclrtMallocForTaskScheduler", (0,), "allocation attributes are not simulated"),
+    "malloc_host_with_cfg": ("aclrtMallocHostWithCfg", (0,), "allocation attributes are not simulated"),
+    "memcpy2d": ("aclrtMemcpy2d", None, "pitched copies are not simulated"),
+    "memcpy2d_async": ("aclrtMemcpy2dAsync", None, "pitched copies are not simulated"),
+    "memcpy_async_with_condition": ("aclrtMemcpyAsyncWithCondition", None, "conditional copies are not simulated"),
+    "get_memcpy_desc_size": ("aclrtGetMemcpyDescSize", (0,), "copy descriptors are not simulated"),
+    "set_memcpy_desc": ("aclrtSetMemcpyDesc", (0,), "copy descriptors are not simulated"),
+    "memcpy_async_with_desc": ("aclrtMemcpyAsyncWithDesc", None, "copy descriptors are not simulated"),
+    "reduce_async": ("aclrtReduceAsync", None, "reducing copies are not simulated"),
+    "cmo_async": ("aclrtCmoAsync", None, "cache maintenance operations are not simulated"),
+    "value_write": ("aclrtValueWrite", None, "stream memory operations are not simulated"),
+    "value_wait": ("aclrtValueWait", None, "stream memory operations are not simulated"),
+    "reserve_mem_address": ("aclrtReserveMemAddress", (0,), _VMM),
+    "release_mem_address": ("aclrtReleaseMemAddress", None, _VMM),
+    "malloc_physical": ("aclrtMallocPhysical", (0,), _VMM),
+    "free_physical": ("aclrtFreePhysical", None, _VMM),
+    "map_mem": ("aclrtMapMem", None, _VMM),
+    "unmap_mem": ("aclrtUnmapMem", None, _VMM),
+    "mem_get_allocation_granularity": ("aclrtMemGetAllocationGranularity", (0,), _VMM),
+    "mem_export_to_shareable_handle": ("aclrtMemExportToShareableHandle", (0,), _IPC),
+    "mem_import_from_shareable_handle": ("aclrtMemImportFromShareableHandle", (0,), _IPC),
+    "mem_set_pid_to_shareable_handle": ("aclrtMemSetPidToShareableHandle", None, _IPC),
+    "pointer_get_attributes": ("aclrtPointerGetAttributes", ({},), "pointer attributes are not reported"),
+    "host_register": ("aclrtHostRegister", (0,), "registering pageable host memory is not simulated"),
+    "host_unregister": ("aclrtHostUnregister", None, "registering pageable host memory is not simulated"),
+    "host_register_v2": ("aclrtHostRegisterV2", None, "registering pageable host memory is not simulated"),
+    "host_get_device_pointer": ("aclrtHostGetDevicePointer", (0,),
+                                "registering pageable host memory is not simulated"),
+    "device_can_access_peer": ("aclrtDeviceCanAccessPeer", (0,), "peer access between devices is not simulated"),
+    "device_enable_peer_access": ("aclrtDeviceEnablePeerAccess", None,
+                                  "peer access between devices is not simulated"),
+    "device_disable_peer_access": ("aclrtDeviceDisablePeerAccess", None,
+                                   "peer access between devices is not simulated"),
+    "device_peer_access_status": ("aclrtDevicePeerAccessStatus", (0,), "peer access between devices is not simulated"),
+    "stream_abort": ("aclrtStreamAbort", None, "aborting running tasks is not simulated "
+                     "(destroy_stream_force drops queued ones)"),
+    "device_task_abort": ("aclrtDeviceTaskAbort", None, "aborting running tasks is not simulated"),
+    "stream_get_id": ("aclrtStreamGetId", (0,), "streams have no hardware id"),
+    "get_stream_available_num": ("aclrtGetStreamAvailableNum", (0,),
+                                 "the stream limit is device-wide and the daemon does not report what is left"),
+    "set_stream_attribute": ("aclrtSetStreamAttribute", None, "stream attributes are not simulated "
+                             "(use set_stream_failure_mode)"),
+    "get_stream_attribute": ("aclrtGetStreamAttribute", ({},), "stream attributes are not simulated"),
+    "get_thread_last_task_id": ("aclrtGetThreadLastTaskId", (0,), "task ids are not reported"),
+    "query_event_wait_status": ("aclrtQueryEventWaitStatus", (codes.ACL_EVENT_WAIT_STATUS_RESERVED,),
+                                "the daemon does not report whether an event's waiters have passed"),
+    "event_get_timestamp": ("aclrtEventGetTimestamp", (0,), "absolute event timestamps are not reported "
+                            "(event_elapsed_time works)"),
+    "get_event_id": ("aclrtGetEventId", (0,), "events have no hardware id"),
+    "get_event_avail_num": ("aclrtGetEventAvailNum", (0,),
+                            "the event limit is device-wide and the daemon does not report what is left"),
+    "set_op_wait_timeout": ("aclrtSetOpWaitTimeout", None, "wait tasks have no device-side timeout"),
+    "set_op_execute_timeout_v2": ("aclrtSetOpExecuteTimeOutV2", (0,), "use set_op_execute_time_out (seconds)"),
+    "get_op_timeout_interval": ("aclrtGetOpTimeOutInterval", (0,), "the timeout interval is not reported"),
+    "get_op_execute_timeout": ("aclrtGetOpExecuteTimeout", (0,), "the operator timeout is not reported"),
+    "set_exception_info_callback": ("aclrtSetExceptionInfoCallback", None, _EXC),
+    "get_device_utilization_rate": ("aclrtGetDeviceUtilizationRate", ({},), _CAPS),
+    "query_device_status": ("aclrtQueryDeviceStatus", (0,), _CAPS),
+    "get_device_info": ("aclrtGetDeviceInfo", (0,), _CAPS),
+    "get_device_capability": ("aclrtGetDeviceCapability", (0,), _CAPS),
+    "device_get_uuid": ("aclrtDeviceGetUuid", ({},), _CAPS),
+    "get_devices_topo": ("aclrtGetDevicesTopo", (0,), _CAPS),
+    "get_device_res_limit": ("aclrtGetDeviceResLimit", (0,), "resource limits are not simulated"),
+    "set_device_res_limit": ("aclrtSetDeviceResLimit", None, "resource limits are not simulated"),
+    "reset_device_res_limit": ("aclrtResetDeviceResLimit", None, "resource limits are not simulated"),
+    "get_stream_res_limit": ("aclrtGetStreamResLimit", (0,), "resource limits are not simulated"),
+    "set_stream_res_limit": ("aclrtSetStreamResLimit", None, "resource limits are not simulated"),
+    "reset_stream_res_limit": ("aclrtResetStreamResLimit", None, "resource limits are not simulated"),
+    "use_stream_res_in_current_thread": ("aclrtUseStreamResInCurrentThread", None,
+                                         "resource limits are not simulated"),
+    "unuse_stream_res_in_current_thread": ("aclrtUnuseStreamResInCurrentThread", None,
+                                           "resource limits are not simulated"),
+    "get_res_in_current_thread": ("aclrtGetResInCurrentThread", (0,), "resource limits are not simulated"),
+    "device_set_limit": ("aclrtDeviceSetLimit", None, "device limits are not simulated"),
+    "device_get_limit": ("aclrtDeviceGetLimit", (0,), "device limits are not simulated"),
+    "ctx_set_sys_param_opt": ("aclrtCtxSetSysParamOpt", None, "system parameter options are not simulated"),
+    "ctx_get_sys_param_opt": ("aclrtCtxGetSysParamOpt", (0,), "system parameter options are not simulated"),
+    "set_sys_param_opt": ("aclrtSetSysParamOpt", None, "system parameter options are not simulated"),
+    "get_sys_param_opt": ("aclrtGetSysParamOpt", (0,), "system parameter options are not simulated"),
+    "get_primary_ctx_state": ("aclrtGetPrimaryCtxState", (0, 0), "primary context state is not reported"),
+    "get_logic_dev_id_by_user_dev_id": ("aclrtGetLogicDevIdByUserDevId", (0,), "device id mapping is not simulated"),
+    "get_user_dev_id_by_logic_dev_id": ("aclrtGetUserDevIdByLogicDevId", (0,), "device id mapping is not simulated"),
+    "get_logic_dev_id_by_phy_dev_id": ("aclrtGetLogicDevIdByPhyDevId", (0,), "device id mapping is not simulated"),
+    "get_phy_dev_id_by_logic_dev_id": ("aclrtGetPhyDevIdByLogicDevId", (0,), "device id mapping is not simulated"),
+    "create_notify": ("aclrtCreateNotify", (0,), _NOTIFY),
+    "destroy_notify": ("aclrtDestroyNotify", None, _NOTIFY),
+    "record_notify": ("aclrtRecordNotify", None, _NOTIFY),
+    "wait_and_reset_notify": ("aclrtWaitAndResetNotify", None, _NOTIFY),
+    "get_notify_id": ("aclrtGetNotifyId", (0,), _NOTIFY),
+    "notify_batch_reset": ("aclrtNotifyBatchReset", None, _NOTIFY),
+    "notify_get_export_key": ("aclrtNotifyGetExportKey", ("",), _NOTIFY),
+    "notify_set_import_pid": ("aclrtNotifySetImportPid", None, _NOTIFY),
+    "notify_import_by_key": ("aclrtNotifyImportByKey", (0,), _NOTIFY),
+    "allocator_destroy_desc": ("aclrtAllocatorDestroyDesc", None, _ALLOC),
+    "allocator_set_obj_to_desc": ("aclrtAllocatorSetObjToDesc", None, _ALLOC),
+    "allocator_set_alloc_func_to_desc": ("aclrtAllocatorSetAllocFuncToDesc", None, _ALLOC),
+    "allocator_set_free_func_to_desc": ("aclrtAllocatorSetFreeFuncToDesc", None, _ALLOC),
+    "allocator_set_alloc_advise_func_to_desc": ("aclrtAllocatorSetAllocAdviseFuncToDesc", None, _ALLOC),
+    "allocator_set_get_addr_from_block_func_to_desc": ("aclrtAllocatorSetGetAddrFromBlockFuncToDesc", None,
+                                                       _ALLOC),
+    "allocator_register": ("aclrtAllocatorRegister", None, _ALLOC),
+    "allocator_unregister": ("aclrtAllocatorUnregister", None, _ALLOC),
+}
+# C calls that return a value and no aclError: pyACL returns just that value.
+_UNSUPPORTED_VALUES = {
+    "create_binary": ("aclrtCreateBinary", 0, "aclrtCreateBinary objects are not simulated: "
+                      "use binary_load_from_file or binary_load_from_data"),
+    "allocator_create_desc": ("aclrtAllocatorCreateDesc", 0, _ALLOC),
+    "get_error_code_from_exception_info": ("aclrtGetErrorCodeFromExceptionInfo", _U32, _EXC),
+    "get_task_id_from_exception_info": ("aclrtGetTaskIdFromExceptionInfo", _U32, _EXC),
+    "get_stream_id_from_exception_info": ("aclrtGetStreamIdFromExceptionInfo", _U32, _EXC),
+    "get_thread_id_from_exception_info": ("aclrtGetThreadIdFromExceptionInfo", _U32, _EXC),
+    "get_device_id_from_exception_info": ("aclrtGetDeviceIdFromExceptionInfo", _U32, _EXC),
+}
+UNSUPPORTED = sorted([*_UNSUPPORTED, *_UNSUPPORTED_VALUES])
+for _name, (_call, _outputs, _why) in _UNSUPPORTED.items():
+    globals()[_name] = not_supported(f"acl.rt.{_name}", _call, _why, _outputs)
+for _name, (_call, _value, _why) in _UNSUPPORTED_VALUES.items():
+    globals()[_name] = not_supported(f"acl.rt.{_name}", _call, _why, (_value,), returns_code=False)
+del _name, _call, _outputs, _why, _value
+
+
+# ---- device memory: IPC sharing and stream-ordered pools --------------------------------------
+# (written in client/acl/rt_memory.py by the device-memory work; docs/memory.md)
+from .rt_memory import *  # noqa: E402,F401,F403

@@ -86,7 +86,7 @@ class HostCallbacks:
             raise NpuError(codes.ACL_ERROR_RT_PARAM_INVALID, f"timeout {timeout_ms} ms")
         reports = self._reports.get(threading.get_ident())
         if reports is None:
-            raise NpuError(codes.ACL_ERROR_THREAD_NOT_SUBSCRIBE, "no stream is subscribed to this thread")
+            raise NpuError(codes.ACL_ERROR_RT_THREAD_SUBSCRIBE, "no stream is subscribed to this thread")
         try:
             callback, entry = reports.get(timeout=None if timeout_ms == -1 else timeout_ms / 1000)
         except queue.Empty:

@@ -33,13 +33,15 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
-import numpy as np  # noqa: E402
+import numpy as np
+from simnpu.client import autostart
+from simnpu.server.config import parse_size
 
-from simnpu.client import autostart  # noqa: E402
-from simnpu.server.config import parse_size  # noqa: E402
-
-BUS_FACTOR = {"all_reduce": lambda n: 2 * (n - 1) / n, "all_gather": lambda n: (n - 1) / n,
-              "reduce_scatter": lambda n: (n - 1) / n}
+BUS_FACTOR = {
+    "all_reduce": lambda n: 2 * (n - 1) / n,
+    "all_gather": lambda n: (n - 1) / n,
+    "reduce_scatter": lambda n: (n - 1) / n,
+}
 ITEM = 4  # float32
 
 
@@ -54,6 +56,30 @@ def sizes(low: int, high: int, factor: int) -> list[int]:
         result.append(size)
         size *= factor
     return result
+
+
+def _buffers_and_calls(npu, comm, stream, op, size, n, rank):
+    """A rank's buffers for one size of `op`, and its out-of-place and in-place calls."""
+    f32, count = np.float32, size // ITEM
+    per_rank = count // n  # all_gather's send count, reduce_scatter's recv count
+    if op == "all_reduce":
+        send, recv = npu.DeviceBuffer(size), npu.DeviceBuffer(size)
+        out = (send, recv, "sum")
+        inside = (send, send, "sum")
+        method, kwargs = comm.all_reduce, {"count": count}
+    elif op == "all_gather":
+        send, recv = npu.DeviceBuffer(per_rank * ITEM), npu.DeviceBuffer(size)
+        out = (send, recv)
+        inside = (recv.ptr + rank * per_rank * ITEM, recv)  # send = recv + rank * count
+        method, kwargs = comm.all_gather, {"count": per_rank}
+    else:
+        send, recv = npu.DeviceBuffer(size), npu.DeviceBuffer(per_rank * ITEM)
+        out = (send, recv, "sum")
+        inside = (send, send.ptr + rank * per_rank * ITEM, "sum")  # recv = send + rank * count
+        method, kwargs = comm.reduce_scatter, {"count": per_rank}
+    kwargs.update(dtype=f32, stream=stream)
+    calls = {"out": lambda: method(*out, **kwargs), "in": lambda: method(*inside, **kwargs)}
+    return send, recv, calls
 
 
 # ---- one rank (a spawned process) ------------------------------------------------------------
@@ -71,24 +97,8 @@ def rank_main(rank, n, device, address, plan, quick, root_queue, results) -> Non
         info = root_queue.get()
     comm = Communicator(n, info, rank)
     stream = npu.Stream()
-    f32 = np.float32
     for op, size in plan:
-        count = size // ITEM
-        per_rank = count // n  # all_gather's send count, reduce_scatter's recv count
-        if op == "all_reduce":
-            send, recv = npu.DeviceBuffer(size), npu.DeviceBuffer(size)
-            calls = {"out": lambda: comm.all_reduce(send, recv, "sum", dtype=f32, count=count, stream=stream),
-                     "in": lambda: comm.all_reduce(send, send, "sum", dtype=f32, count=count, stream=stream)}
-        elif op == "all_gather":
-            send, recv = npu.DeviceBuffer(per_rank * ITEM), npu.DeviceBuffer(size)
-            mine = recv.ptr + rank * per_rank * ITEM
-            calls = {"out": lambda: comm.all_gather(send, recv, dtype=f32, count=per_rank, stream=stream),
-                     "in": lambda: comm.all_gather(mine, recv, dtype=f32, count=per_rank, stream=stream)}
-        else:
-            send, recv = npu.DeviceBuffer(size), npu.DeviceBuffer(per_rank * ITEM)
-            mine = send.ptr + rank * per_rank * ITEM
-            calls = {"out": lambda: comm.reduce_scatter(send, recv, "sum", dtype=f32, count=per_rank, stream=stream),
-                     "in": lambda: comm.reduce_scatter(send, mine, "sum", dtype=f32, count=per_rank, stream=stream)}
+        send, recv, calls = _buffers_and_calls(npu, comm, stream, op, size, n, rank)
         send.fill(0)
         recv.fill(0)
         iters = iterations(size, quick)
@@ -124,8 +134,8 @@ def numpy_all_reduce_busbw(n: int = 4, nbytes: int = 64 << 20) -> float:
         memory = np.frombuffer(region.map, np.float32)
         memory.fill(1)
         count = nbytes // 4
-        inputs = [memory[i * count:(i + 1) * count] for i in range(n)]
-        outputs = [memory[(n + i) * count:(n + i + 1) * count] for i in range(n)]
+        inputs = [memory[i * count : (i + 1) * count] for i in range(n)]
+        outputs = [memory[(n + i) * count : (n + i + 1) * count] for i in range(n)]
         best = min(_numpy_all_reduce(inputs, outputs) for _ in range(3))
         del inputs, outputs, memory
         return nbytes / best / 1e9 * BUS_FACTOR["all_reduce"](n)
@@ -148,8 +158,12 @@ def run_config(address, n, devices, ops, size_list, quick) -> dict:
     plan = [(op, size) for op in ops for size in size_list]
     spawn = multiprocessing.get_context("spawn")
     root_queue, results = spawn.Queue(), spawn.Queue()
-    processes = [spawn.Process(target=rank_main, args=(r, n, devices[r], address, plan, quick, root_queue, results))
-                 for r in range(n)]
+    processes = [
+        spawn.Process(
+            target=rank_main, args=(r, n, devices[r], address, plan, quick, root_queue, results)
+        )
+        for r in range(n)
+    ]
     for process in processes:
         process.start()
     times: dict = {}
@@ -165,7 +179,7 @@ def run_config(address, n, devices, ops, size_list, quick) -> dict:
                 process.kill()
                 process.join(5)
     table: dict = {}
-    for (op, size, mode, _), _ in times.items():
+    for op, size, mode, _ in times:
         slowest = max(times[(op, size, mode, r)] for r in range(n))
         table[(op, size, mode)] = slowest
     return table
@@ -173,10 +187,17 @@ def run_config(address, n, devices, ops, size_list, quick) -> dict:
 
 def print_table(op: str, n: int, placement: str, size_list, table) -> list[dict]:
     rows = []
+    redop = "sum" if op != "all_gather" else "none"
     print(f"\n# {op}, {n} ranks {placement}, float32" + (", sum" if op != "all_gather" else ""))
-    print(f"# {'size':>12} {'count':>12} {'type':>6} {'redop':>6} |{'out-of-place':^32}|{'in-place':^32}")
-    print(f"# {'(B)':>12} {'(elements)':>12} {'':>6} {'':>6} | {'time(us)':>10} {'algbw':>9} {'busbw':>9} "
-          f"| {'time(us)':>10} {'algbw':>9} {'busbw':>9}")
+    print(
+        f"# {'size':>12} {'count':>12} {'type':>6} {'redop':>6} "
+        f"|{'out-of-place':^32}|{'in-place':^32}"
+    )
+    print(
+        f"# {'(B)':>12} {'(elements)':>12} {'':>6} {'':>6} "
+        f"| {'time(us)':>10} {'algbw':>9} {'busbw':>9} "
+        f"| {'time(us)':>10} {'algbw':>9} {'busbw':>9}"
+    )
     for size in size_list:
         row = {"op": op, "ranks": n, "size": size, "count": size // ITEM}
         cells = []
@@ -186,21 +207,31 @@ def print_table(op: str, n: int, placement: str, size_list, table) -> list[dict]
             busbw = algbw * BUS_FACTOR[op](n)
             row[mode] = {"time_us": seconds * 1e6, "algbw": algbw, "busbw": busbw}
             cells.append(f"{seconds * 1e6:>10.1f} {algbw:>9.3f} {busbw:>9.3f}")
-        print(f"  {size:>12} {size // ITEM:>12} {'float':>6} {'sum' if op != 'all_gather' else 'none':>6} | "
-              f"{cells[0]} | {cells[1]}")
+        print(
+            f"  {size:>12} {size // ITEM:>12} {'float':>6} {redop:>6} | "
+            f"{cells[0]} | {cells[1]}"
+        )
         rows.append(row)
     return rows
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--ranks", type=int, nargs="+", default=[2, 4])
-    parser.add_argument("--ops", nargs="+", default=["all_reduce", "all_gather", "reduce_scatter"],
-                        choices=sorted(BUS_FACTOR))
+    parser.add_argument(
+        "--ops",
+        nargs="+",
+        default=["all_reduce", "all_gather", "reduce_scatter"],
+        choices=sorted(BUS_FACTOR),
+    )
     parser.add_argument("--min", type=parse_size, default=parse_size("1KiB"))
     parser.add_argument("--max", type=parse_size, default=parse_size("256MiB"))
     parser.add_argument("--factor", type=int, default=4)
-    parser.add_argument("--shared-device", action="store_true", help="every rank on device 0 (simnpu extension)")
+    parser.add_argument(
+        "--shared-device", action="store_true", help="every rank on device 0 (simnpu extension)"
+    )
     parser.add_argument("--ai-cores", type=int, default=2)
     parser.add_argument("--quick", action="store_true", help="fewer iterations")
     parser.add_argument("--json", default=os.path.join(HERE, "results", "hccl.json"))
@@ -209,16 +240,32 @@ def main() -> None:
     most = max(args.ranks)
     devices = 1 if args.shared_device else most
     per_device = 2 * args.max * (most if args.shared_device else 1) + (16 << 20)
-    print(f"simnpu HCCL bench: sizes {args.min} .. {args.max} (x{args.factor}), ranks {args.ranks}, "
-          f"{devices} device(s) of {per_device >> 20} MiB, {args.ai_cores} AI cores each, "
-          f"{len(os.sched_getaffinity(0))} host CPUs")
+    print(
+        f"simnpu HCCL bench: sizes {args.min} .. {args.max} (x{args.factor}), ranks {args.ranks}, "
+        f"{devices} device(s) of {per_device >> 20} MiB, {args.ai_cores} AI cores each, "
+        f"{len(os.sched_getaffinity(0))} host CPUs"
+    )
     memcpy_before = memcpy_bandwidth()
     all_rows = []
     with tempfile.TemporaryDirectory(prefix="simnpu-hccl-bench-") as directory:
         address = f"unix://{directory}/bench.sock"
-        daemon = subprocess.Popen([sys.executable, "-m", "simnpu.server", "--listen", address, "--devices",
-                                   str(devices), "--memory", f"{per_device >> 20}MiB", "--ai-cores",
-                                   str(args.ai_cores), "--log-level", "WARNING"])
+        daemon = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "simnpu.server",
+                "--listen",
+                address,
+                "--devices",
+                str(devices),
+                "--memory",
+                f"{per_device >> 20}MiB",
+                "--ai-cores",
+                str(args.ai_cores),
+                "--log-level",
+                "WARNING",
+            ]
+        )
         try:
             deadline = time.monotonic() + 120
             while not autostart.reachable(address):
@@ -237,22 +284,40 @@ def main() -> None:
     memcpy_after = memcpy_bandwidth()
     naive = numpy_all_reduce_busbw()
     memcpy = max(memcpy_before, memcpy_after)
-    print(f"\nhost memcpy (numpy copyto shm -> shm, 64 MiB, best of 5): {memcpy_before:.2f} GB/s before, "
-          f"{memcpy_after:.2f} GB/s after the collectives; baseline = {memcpy:.2f} GB/s")
-    print(f"plain numpy all_reduce of 4 x 64 MiB in one process (sum, then copy out): busbw {naive:.2f} GB/s "
-          f"= {naive / memcpy:.0%} of memcpy")
+    print(
+        f"\nhost memcpy (numpy copyto shm -> shm, 64 MiB, best of 5): "
+        f"{memcpy_before:.2f} GB/s before, "
+        f"{memcpy_after:.2f} GB/s after the collectives; baseline = {memcpy:.2f} GB/s"
+    )
+    print(
+        f"plain numpy all_reduce of 4 x 64 MiB in one process (sum, then copy out): "
+        f"busbw {naive:.2f} GB/s "
+        f"= {naive / memcpy:.0%} of memcpy"
+    )
     summary = {}
     for row in all_rows:
         if row["op"] == "all_reduce" and row["ranks"] == 4 and row["size"] == 64 << 20:
             for mode, label in (("out", "out of place"), ("in", "in place")):
                 busbw = row[mode]["busbw"]
                 summary[mode] = busbw / memcpy
-                print(f"all_reduce 64 MiB, 4 ranks, {label}: busbw {busbw:.2f} GB/s = {busbw / memcpy:.0%} of "
-                      f"memcpy (target >= 50%: {'met' if busbw >= 0.5 * memcpy else 'MISSED'})")
+                print(
+                    f"all_reduce 64 MiB, 4 ranks, {label}: busbw {busbw:.2f} GB/s = "
+                    f"{busbw / memcpy:.0%} of "
+                    f"memcpy (target >= 50%: {'met' if busbw >= 0.5 * memcpy else 'MISSED'})"
+                )
     os.makedirs(os.path.dirname(args.json), exist_ok=True)
     with open(args.json, "w", encoding="utf-8") as handle:
-        json.dump({"time": time.strftime("%Y-%m-%dT%H:%M:%S"), "memcpy_gbps": memcpy,
-                   "numpy_all_reduce_busbw": naive, "rows": all_rows, "target_ratio": summary}, handle, indent=2)
+        json.dump(
+            {
+                "time": time.strftime("%Y-%m-%dT%H:%M:%S"),
+                "memcpy_gbps": memcpy,
+                "numpy_all_reduce_busbw": naive,
+                "rows": all_rows,
+                "target_ratio": summary,
+            },
+            handle,
+            indent=2,
+        )
     print(f"JSON in {args.json}")
 
 

@@ -22,7 +22,6 @@ when the host can tell.
 from __future__ import annotations
 
 import numpy as np
-
 from simnpu.client import hcclrt
 from simnpu.client.device import runtime
 from simnpu.client.hcclrt import HcclError
@@ -32,8 +31,12 @@ from simnpu.proto import hccl_types as ht
 
 __all__ = ["Communicator", "HcclError", "get_root_info", "hccl_dtype"]
 
-_OPS = {"sum": ht.HCCL_REDUCE_SUM, "prod": ht.HCCL_REDUCE_PROD, "max": ht.HCCL_REDUCE_MAX,
-        "min": ht.HCCL_REDUCE_MIN}
+_OPS = {
+    "sum": ht.HCCL_REDUCE_SUM,
+    "prod": ht.HCCL_REDUCE_PROD,
+    "max": ht.HCCL_REDUCE_MAX,
+    "min": ht.HCCL_REDUCE_MIN,
+}
 _DTYPES = {name: code for code, name in ht.DTYPE_NAMES.items()}
 
 
@@ -82,12 +85,19 @@ class Communicator:
         self._layer = _layer()
         self.handle = self._layer.comm_init_root_info(n_ranks, root_info, rank)
         info = self._layer.comm(self.handle)
-        self.rank, self.size, self.device, self.name = info.rank, info.n_ranks, info.device, info.name
+        self.rank, self.size, self.device, self.name = (
+            info.rank,
+            info.n_ranks,
+            info.device,
+            info.name,
+        )
 
     def __repr__(self) -> str:
-        return f"<simnpu Communicator {self.name} rank {self.rank}/{self.size} device {self.device}>"
+        return (
+            f"<simnpu Communicator {self.name} rank {self.rank}/{self.size} device {self.device}>"
+        )
 
-    def __enter__(self) -> "Communicator":
+    def __enter__(self) -> Communicator:
         return self
 
     def __exit__(self, *exc) -> None:
@@ -105,7 +115,9 @@ class Communicator:
         return HcclError(code, message) if code else None
 
     # ---- asynchronous collectives on device buffers ---------------------------------------------
-    def _run(self, kind, stream, send, recv, count, dtype, op="sum", root=0, counted=None, per_peer=False):
+    def _run(
+        self, kind, stream, send, recv, count, dtype, op="sum", root=0, counted=None, per_peer=False
+    ):
         """Queue one collective; a missing count is what `counted` holds (per peer: / size)."""
         code = hccl_dtype(dtype)
         if count is None:
@@ -115,34 +127,53 @@ class Communicator:
             count = nbytes // ht.ITEM_SIZES.get(code, 1) // (self.size if per_peer else 1)
         op_code = _OPS[op] if isinstance(op, str) else int(op)
         stream = current_stream() if stream is None else stream
-        self._layer.collective(kind, self.handle, stream.handle if isinstance(stream, Stream) else int(stream),
-                               send=_ptr(send), recv=_ptr(recv), count=count, dtype=code, op=op_code, root=root)
+        self._layer.collective(
+            kind,
+            self.handle,
+            stream.handle if isinstance(stream, Stream) else int(stream),
+            send=_ptr(send),
+            recv=_ptr(recv),
+            count=count,
+            dtype=code,
+            op=op_code,
+            root=root,
+        )
 
-    def all_reduce(self, send, recv=None, op="sum", *, dtype=np.float32, count=None, stream=None) -> None:
+    def all_reduce(
+        self, send, recv=None, op="sum", *, dtype=np.float32, count=None, stream=None
+    ) -> None:
         """HcclAllReduce (async); recv=None reduces in place."""
         recv = send if recv is None else recv
         self._run(ht.HCCL_CMD_ALLREDUCE, stream, send, recv, count, dtype, op, counted=send)
 
-    def reduce(self, send, recv=None, op="sum", root=0, *, dtype=np.float32, count=None, stream=None) -> None:
+    def reduce(
+        self, send, recv=None, op="sum", root=0, *, dtype=np.float32, count=None, stream=None
+    ) -> None:
         """HcclReduce (async): the result in the root's recv (recv=None: in place)."""
         recv = send if recv is None else recv
         self._run(ht.HCCL_CMD_REDUCE, stream, send, recv, count, dtype, op, root, counted=send)
 
     def broadcast(self, buffer, root=0, *, dtype=np.float32, count=None, stream=None) -> None:
         """HcclBroadcast (async): the root's buffer to every rank's."""
-        self._run(ht.HCCL_CMD_BROADCAST, stream, buffer, None, count, dtype, root=root, counted=buffer)
+        self._run(
+            ht.HCCL_CMD_BROADCAST, stream, buffer, None, count, dtype, root=root, counted=buffer
+        )
 
     def all_gather(self, send, recv, *, dtype=np.float32, count=None, stream=None) -> None:
         """HcclAllGather (async): recv = every rank's send, in rank order. count = per rank."""
         self._run(ht.HCCL_CMD_ALLGATHER, stream, send, recv, count, dtype, counted=send)
 
-    def reduce_scatter(self, send, recv, op="sum", *, dtype=np.float32, count=None, stream=None) -> None:
+    def reduce_scatter(
+        self, send, recv, op="sum", *, dtype=np.float32, count=None, stream=None
+    ) -> None:
         """HcclReduceScatter (async): rank r gets block r of the reduction. count = per rank."""
         self._run(ht.HCCL_CMD_REDUCE_SCATTER, stream, send, recv, count, dtype, op, counted=recv)
 
     def alltoall(self, send, recv, *, dtype=np.float32, count=None, stream=None) -> None:
         """HcclAlltoAll (async): block j of my send goes to rank j. count = per peer."""
-        self._run(ht.HCCL_CMD_ALLTOALL, stream, send, recv, count, dtype, counted=send, per_peer=True)
+        self._run(
+            ht.HCCL_CMD_ALLTOALL, stream, send, recv, count, dtype, counted=send, per_peer=True
+        )
 
     def scatter(self, send, recv, root=0, *, dtype=np.float32, count=None, stream=None) -> None:
         """HcclScatter (async): block r of the root's send to rank r's recv. count = per rank."""
@@ -154,7 +185,9 @@ class Communicator:
 
     def recv(self, buffer, peer: int, *, dtype=np.float32, count=None, stream=None) -> None:
         """HcclRecv (async) from `peer`."""
-        self._run(ht.HCCL_CMD_RECEIVE, stream, None, buffer, count, dtype, root=peer, counted=buffer)
+        self._run(
+            ht.HCCL_CMD_RECEIVE, stream, None, buffer, count, dtype, root=peer, counted=buffer
+        )
 
     def barrier(self, stream=None) -> None:
         """HcclBarrier (async): the stream goes on once every rank's stream got here."""
@@ -166,7 +199,9 @@ class Communicator:
         dtype = array.dtype
         stream = Stream()
         send = DeviceBuffer.from_array(array)
-        recv = DeviceBuffer(max(1, (out_elements if out_elements is not None else array.size) * dtype.itemsize))
+        recv = DeviceBuffer(
+            max(1, (out_elements if out_elements is not None else array.size) * dtype.itemsize)
+        )
         try:
             method(send, recv, dtype=dtype, stream=stream, **kwargs)
             stream.synchronize()
@@ -183,9 +218,11 @@ class Communicator:
 
     def broadcast_array(self, array, root=0) -> np.ndarray:
         """broadcast of a host array (every rank passes one of the same shape). Blocks."""
+
         def run(send, recv, **kwargs):
             recv.copy_from(send, stream=kwargs["stream"])
             self.broadcast(recv, root, **kwargs)
+
         return self._host_call(array, run).reshape(np.shape(array))
 
     def all_gather_array(self, array) -> np.ndarray:

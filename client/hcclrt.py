@@ -19,7 +19,7 @@ from simnpu.proto import hccl_types as ht
 from simnpu.proto.errors import NpuError
 from simnpu.shm.addresses import is_device_address, split_device_address
 
-_instances: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+_instances: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 _instances_lock = threading.Lock()
 
 
@@ -35,7 +35,7 @@ class HcclError(NpuError):
         return (type(self), (self.code, self.message))
 
 
-def of(runtime) -> "Hccl":
+def of(runtime) -> Hccl:
     """The Hccl layer of `runtime` (created on first use)."""
     with _instances_lock:
         layer = _instances.get(runtime)
@@ -45,7 +45,7 @@ def of(runtime) -> "Hccl":
 
 
 class CommInfo:
-    __slots__ = ("handle", "n_ranks", "rank", "device", "comm_id")
+    __slots__ = ("comm_id", "device", "handle", "n_ranks", "rank")
 
     def __init__(self, handle, n_ranks, rank, device, comm_id):
         self.handle = handle
@@ -90,14 +90,18 @@ class Hccl:
         try:
             return self.runtime.get_device()
         except NpuError as error:
-            raise HcclError(ht.HCCL_E_RUNTIME, f"no current device: call set_device first ({error.message})") from None
+            raise HcclError(
+                ht.HCCL_E_RUNTIME, f"no current device: call set_device first ({error.message})"
+            ) from None
 
     # ---- communicators -----------------------------------------------------------------------
     def get_root_info(self) -> bytes:
         """HcclGetRootInfo: a new communicator id for the current device, as 4108 bytes to
         hand every rank. Records this process's HCCL_EXEC_TIMEOUT for the communicator."""
         timeout_s = _seconds_from_env(ht.EXEC_TIMEOUT_ENV, ht.DEFAULT_EXEC_TIMEOUT_S)
-        reply = self._request(npu_pb2.OP_HCCL_GET_ROOT_INFO, [self._device(), round(timeout_s * 1000)])
+        reply = self._request(
+            npu_pb2.OP_HCCL_GET_ROOT_INFO, [self._device(), round(timeout_s * 1000)]
+        )
         return bytes(reply.data)
 
     def comm_init_root_info(self, n_ranks: int, root_info, rank: int) -> int:
@@ -106,15 +110,21 @@ class Hccl:
         try:
             data = bytes(root_info)
         except TypeError:
-            raise HcclError(ht.HCCL_E_PARA, f"root_info must be bytes, not {type(root_info).__name__}") from None
+            raise HcclError(
+                ht.HCCL_E_PARA, f"root_info must be bytes, not {type(root_info).__name__}"
+            ) from None
         if len(data) != ht.HCCL_ROOT_INFO_BYTES:
-            raise HcclError(ht.HCCL_E_PARA, f"root_info has {len(data)} bytes, not {ht.HCCL_ROOT_INFO_BYTES}")
+            raise HcclError(
+                ht.HCCL_E_PARA, f"root_info has {len(data)} bytes, not {ht.HCCL_ROOT_INFO_BYTES}"
+            )
         n_ranks, rank = int(n_ranks), int(rank)
         if not 0 <= rank < n_ranks:
             raise HcclError(ht.HCCL_E_PARA, f"rank {rank} is not in [0, n_ranks={n_ranks})")
         timeout_s = _seconds_from_env(ht.CONNECT_TIMEOUT_ENV, ht.DEFAULT_CONNECT_TIMEOUT_S)
         device = self._device()
-        reply = self._request(npu_pb2.OP_HCCL_COMM_INIT, [n_ranks, rank, device, round(timeout_s * 1000)], data)
+        reply = self._request(
+            npu_pb2.OP_HCCL_COMM_INIT, [n_ranks, rank, device, round(timeout_s * 1000)], data
+        )
         handle = reply.values[0]
         comm_id = int.from_bytes(data[20:28], "little")
         with self._lock:
@@ -124,7 +134,9 @@ class Hccl:
     def comm(self, handle: int) -> CommInfo:
         info = self.comms.get(handle)
         if info is None:
-            raise HcclError(ht.HCCL_E_PARA, f"communicator handle {handle!r} is not valid in this process")
+            raise HcclError(
+                ht.HCCL_E_PARA, f"communicator handle {handle!r} is not valid in this process"
+            )
         return info
 
     def comm_destroy(self, handle: int) -> None:
@@ -143,9 +155,20 @@ class Hccl:
         return reply.values[0], reply.text
 
     # ---- collectives -----------------------------------------------------------------------------
-    def collective(self, kind: int, comm: int, stream: int, send: int = 0, recv: int = 0, count: int = 0,
-                   dtype: int = ht.HCCL_DATA_TYPE_FP32, op: int = ht.HCCL_REDUCE_SUM, root: int = 0,
-                   recv_count: int | None = None, recv_dtype: int | None = None) -> None:
+    def collective(
+        self,
+        kind: int,
+        comm: int,
+        stream: int,
+        send: int = 0,
+        recv: int = 0,
+        count: int = 0,
+        dtype: int = ht.HCCL_DATA_TYPE_FP32,
+        op: int = ht.HCCL_REDUCE_SUM,
+        root: int = 0,
+        recv_count: int | None = None,
+        recv_dtype: int | None = None,
+    ) -> None:
         """Queue one collective of this rank on `stream` (async). Raises HcclError for what
         the host can see is wrong; the rest fails the task (at synchronize)."""
         info = self.comm(comm)
@@ -160,8 +183,11 @@ class Hccl:
                 if data_type not in ht.KNOWN_DTYPES:
                     raise HcclError(ht.HCCL_E_PARA, f"unknown HcclDataType {data_type}")
                 if data_type not in ht.ITEM_SIZES:
-                    raise HcclError(ht.HCCL_E_NOT_SUPPORT, f"HcclDataType {ht.SHORT_DTYPE_NAMES[data_type]} "
-                                                           "is not supported by the simulated NPU")
+                    raise HcclError(
+                        ht.HCCL_E_NOT_SUPPORT,
+                        f"HcclDataType {ht.SHORT_DTYPE_NAMES[data_type]} "
+                        "is not supported by the simulated NPU",
+                    )
         if kind in ht.REDUCING and op not in ht.REDUCE_OP_NAMES:
             raise HcclError(ht.HCCL_E_PARA, f"unknown HcclReduceOp {op}")
         if kind in ht.ROOTED + ht.POINT_TO_POINT and not 0 <= root < n:
@@ -169,15 +195,20 @@ class Hccl:
         if kind in ht.POINT_TO_POINT and root == rank:
             raise HcclError(ht.HCCL_E_PARA, f"rank {rank} cannot send to or receive from itself")
         if kind == ht.HCCL_CMD_ALLTOALL and (recv_count, recv_dtype) != (count, dtype):
-            raise HcclError(ht.HCCL_E_PARA, "alltoall needs recv_count == send_count and recv_type == send_type")
+            raise HcclError(
+                ht.HCCL_E_PARA, "alltoall needs recv_count == send_count and recv_type == send_type"
+            )
         try:
             stream = self.runtime.stream(stream)
         except NpuError as error:
             raise HcclError(ht.HCCL_E_PARA, error.message) from None
         stream_device = self.runtime.stream_context[stream].device
         if stream_device != info.device:
-            raise HcclError(ht.HCCL_E_PARA, f"the stream is on device {stream_device} but rank {rank} of "
-                                            f"the communicator is on device {info.device}")
+            raise HcclError(
+                ht.HCCL_E_PARA,
+                f"the stream is on device {stream_device} but rank {rank} of "
+                f"the communicator is on device {info.device}",
+            )
         itemsize = ht.ITEM_SIZES.get(dtype, 1)
         size = itemsize * count
         send_bytes, recv_bytes = {
@@ -194,11 +225,24 @@ class Hccl:
         }[kind]
         self._check_buffer(info, send, send_bytes, itemsize, "send")
         self._check_buffer(info, recv, recv_bytes, itemsize, "recv")
-        call = commands.Collective(stream, comm, kind, send if send_bytes else 0, recv if recv_bytes else 0,
-                                   count, recv_count, dtype, recv_dtype, op, root)
+        call = commands.Collective(
+            stream,
+            comm,
+            kind,
+            send if send_bytes else 0,
+            recv if recv_bytes else 0,
+            count,
+            recv_count,
+            dtype,
+            recv_dtype,
+            op,
+            root,
+        )
         self.runtime.connection.send_command(commands.pack_collective(call), caller_site())
 
-    def _check_buffer(self, info: CommInfo, address: int, nbytes: int, itemsize: int, what: str) -> None:
+    def _check_buffer(
+        self, info: CommInfo, address: int, nbytes: int, itemsize: int, what: str
+    ) -> None:
         if nbytes == 0:
             return
         if not address:
@@ -207,11 +251,17 @@ class Hccl:
             raise HcclError(ht.HCCL_E_PARA, f"the {what} buffer {address:#x} is not device memory")
         device = split_device_address(address)[0]
         if device != info.device:
-            raise HcclError(ht.HCCL_E_PARA, f"the {what} buffer {address:#x} is on device {device} but rank "
-                                            f"{info.rank} of the communicator is on device {info.device}")
+            raise HcclError(
+                ht.HCCL_E_PARA,
+                f"the {what} buffer {address:#x} is on device {device} but rank "
+                f"{info.rank} of the communicator is on device {info.device}",
+            )
         if address % itemsize:
-            raise HcclError(ht.HCCL_E_PARA, f"the {what} buffer {address:#x} is not aligned to its "
-                                            f"element size ({itemsize} bytes)")
+            raise HcclError(
+                ht.HCCL_E_PARA,
+                f"the {what} buffer {address:#x} is not aligned to its "
+                f"element size ({itemsize} bytes)",
+            )
         try:
             self.runtime.device_range(address, nbytes)
         except NpuError as error:

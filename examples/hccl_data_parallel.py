@@ -33,7 +33,8 @@ from simnpu import kernel
 def gradient(ctx, x, p, y, g, m, k, n, scale):
     """g = scale * x^T (p - y): the local gradient of the squared error of p = x w."""
     X = ctx.gm(x, "float32", m * k, "r").reshape(m, k)
-    error = ctx.gm(p, "float32", m * n, "r").reshape(m, n) - ctx.gm(y, "float32", m * n, "r").reshape(m, n)
+    P = ctx.gm(p, "float32", m * n, "r").reshape(m, n)
+    error = P - ctx.gm(y, "float32", m * n, "r").reshape(m, n)
     np.multiply(X.T @ error, np.float32(scale), out=ctx.gm(g, "float32", k * n).reshape(k, n))
 
 
@@ -49,7 +50,9 @@ def dataset():
     rng = np.random.default_rng(42)
     x = rng.standard_normal((BATCH, D_IN), dtype=np.float32)
     true_w = rng.standard_normal((D_IN, D_OUT), dtype=np.float32)
-    y = (x @ true_w + 0.01 * rng.standard_normal((BATCH, D_OUT), dtype=np.float32)).astype(np.float32)
+    y = (x @ true_w + 0.01 * rng.standard_normal((BATCH, D_OUT), dtype=np.float32)).astype(
+        np.float32
+    )
     w0 = np.zeros((D_IN, D_OUT), np.float32)
     return x, y, w0
 
@@ -77,12 +80,16 @@ def rank_main(rank, root_info_queue, results):
         p_dev = npu.DeviceBuffer(rows * D_OUT * 4)
         g_dev = npu.DeviceBuffer(D_IN * D_OUT * 4)
         module = npu.Module.from_source(KERNELS, "data_parallel_kernels.py")
-        forward, gradient, sgd = npu.builtin("matmul_f32"), module.function("gradient"), module.function("sgd")
+        forward, gradient, sgd = (
+            npu.builtin("matmul_f32"),
+            module.function("gradient"),
+            module.function("sgd"),
+        )
         scale = 2.0 / (BATCH * D_OUT)  # of the mean squared error over the whole batch
         for _ in range(STEPS):
-            forward.launch(1, x_dev, w_dev, p_dev, rows, D_IN, D_OUT, stream=stream)      # p = x w
+            forward.launch(1, x_dev, w_dev, p_dev, rows, D_IN, D_OUT, stream=stream)  # p = x w
             gradient.launch(1, x_dev, p_dev, y_dev, g_dev, rows, D_IN, D_OUT, scale, stream=stream)
-            comm.all_reduce(g_dev, op="sum", dtype=np.float32, stream=stream)             # sum over ranks
+            comm.all_reduce(g_dev, op="sum", dtype=np.float32, stream=stream)  # sum over ranks
             sgd.launch(1, w_dev, g_dev, D_IN * D_OUT, LEARNING_RATE, stream=stream)
         stream.synchronize()
         results.put((rank, device, w_dev.to_numpy(np.float32, (D_IN, D_OUT))))
@@ -95,7 +102,7 @@ def reference():
     losses = []
     for _ in range(STEPS):
         error = x @ w - y
-        losses.append(float(np.mean(error ** 2)))
+        losses.append(float(np.mean(error**2)))
         w = w - np.float32(LEARNING_RATE) * ((x.T @ error) * scale)
     return w, losses
 
@@ -104,7 +111,9 @@ def main():
     os.environ.setdefault("SIMNPU_DEVICES", str(RANKS))  # for a daemon started on demand
     spawn = multiprocessing.get_context("spawn")
     root_info_queue, results = spawn.Queue(), spawn.Queue()
-    ranks = [spawn.Process(target=rank_main, args=(r, root_info_queue, results)) for r in range(RANKS)]
+    ranks = [
+        spawn.Process(target=rank_main, args=(r, root_info_queue, results)) for r in range(RANKS)
+    ]
     for process in ranks:
         process.start()
     weights = {}
@@ -122,7 +131,9 @@ def main():
     difference = float(np.max(np.abs(weights[0] - expected)))
     print(f"every rank's weights identical bit for bit: {identical}")
     print(f"largest difference from the single-process numpy reference: {difference:.2e}")
-    assert identical and np.allclose(weights[0], expected, rtol=1e-4, atol=1e-5), "data-parallel run diverged"
+    assert identical and np.allclose(weights[0], expected, rtol=1e-4, atol=1e-5), (
+        "data-parallel run diverged"
+    )
     print("ok")
 
 

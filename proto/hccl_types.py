@@ -81,32 +81,75 @@ HCCL_COMM_NAME_MAX_LENGTH = 128
 # ---- what simnpu supports ---------------------------------------------------------------
 # HcclDataType -> numpy dtype name ("bfloat16" comes from ml_dtypes) and element size.
 DTYPE_NAMES = {
-    HCCL_DATA_TYPE_INT8: "int8", HCCL_DATA_TYPE_INT16: "int16", HCCL_DATA_TYPE_INT32: "int32",
-    HCCL_DATA_TYPE_INT64: "int64", HCCL_DATA_TYPE_UINT8: "uint8", HCCL_DATA_TYPE_UINT16: "uint16",
-    HCCL_DATA_TYPE_UINT32: "uint32", HCCL_DATA_TYPE_UINT64: "uint64", HCCL_DATA_TYPE_FP16: "float16",
-    HCCL_DATA_TYPE_FP32: "float32", HCCL_DATA_TYPE_FP64: "float64", HCCL_DATA_TYPE_BFP16: "bfloat16",
+    HCCL_DATA_TYPE_INT8: "int8",
+    HCCL_DATA_TYPE_INT16: "int16",
+    HCCL_DATA_TYPE_INT32: "int32",
+    HCCL_DATA_TYPE_INT64: "int64",
+    HCCL_DATA_TYPE_UINT8: "uint8",
+    HCCL_DATA_TYPE_UINT16: "uint16",
+    HCCL_DATA_TYPE_UINT32: "uint32",
+    HCCL_DATA_TYPE_UINT64: "uint64",
+    HCCL_DATA_TYPE_FP16: "float16",
+    HCCL_DATA_TYPE_FP32: "float32",
+    HCCL_DATA_TYPE_FP64: "float64",
+    HCCL_DATA_TYPE_BFP16: "bfloat16",
 }
 ITEM_SIZES = {
-    HCCL_DATA_TYPE_INT8: 1, HCCL_DATA_TYPE_INT16: 2, HCCL_DATA_TYPE_INT32: 4, HCCL_DATA_TYPE_INT64: 8,
-    HCCL_DATA_TYPE_UINT8: 1, HCCL_DATA_TYPE_UINT16: 2, HCCL_DATA_TYPE_UINT32: 4, HCCL_DATA_TYPE_UINT64: 8,
-    HCCL_DATA_TYPE_FP16: 2, HCCL_DATA_TYPE_FP32: 4, HCCL_DATA_TYPE_FP64: 8, HCCL_DATA_TYPE_BFP16: 2,
+    HCCL_DATA_TYPE_INT8: 1,
+    HCCL_DATA_TYPE_INT16: 2,
+    HCCL_DATA_TYPE_INT32: 4,
+    HCCL_DATA_TYPE_INT64: 8,
+    HCCL_DATA_TYPE_UINT8: 1,
+    HCCL_DATA_TYPE_UINT16: 2,
+    HCCL_DATA_TYPE_UINT32: 4,
+    HCCL_DATA_TYPE_UINT64: 8,
+    HCCL_DATA_TYPE_FP16: 2,
+    HCCL_DATA_TYPE_FP32: 4,
+    HCCL_DATA_TYPE_FP64: 8,
+    HCCL_DATA_TYPE_BFP16: 2,
 }
-KNOWN_DTYPES = set(DTYPE_NAMES) | {HCCL_DATA_TYPE_INT128, HCCL_DATA_TYPE_HIF8, HCCL_DATA_TYPE_FP8E4M3,
-                                   HCCL_DATA_TYPE_FP8E5M2, HCCL_DATA_TYPE_FP8E8M0}
+KNOWN_DTYPES = set(DTYPE_NAMES) | {
+    HCCL_DATA_TYPE_INT128,
+    HCCL_DATA_TYPE_HIF8,
+    HCCL_DATA_TYPE_FP8E4M3,
+    HCCL_DATA_TYPE_FP8E5M2,
+    HCCL_DATA_TYPE_FP8E8M0,
+}
 SHORT_DTYPE_NAMES = {  # as messages print them
-    HCCL_DATA_TYPE_INT8: "int8", HCCL_DATA_TYPE_INT16: "int16", HCCL_DATA_TYPE_INT32: "int32",
-    HCCL_DATA_TYPE_INT64: "int64", HCCL_DATA_TYPE_UINT8: "uint8", HCCL_DATA_TYPE_UINT16: "uint16",
-    HCCL_DATA_TYPE_UINT32: "uint32", HCCL_DATA_TYPE_UINT64: "uint64", HCCL_DATA_TYPE_FP16: "fp16",
-    HCCL_DATA_TYPE_FP32: "fp32", HCCL_DATA_TYPE_FP64: "fp64", HCCL_DATA_TYPE_BFP16: "bf16",
-    HCCL_DATA_TYPE_INT128: "int128", HCCL_DATA_TYPE_HIF8: "hif8", HCCL_DATA_TYPE_FP8E4M3: "fp8e4m3",
-    HCCL_DATA_TYPE_FP8E5M2: "fp8e5m2", HCCL_DATA_TYPE_FP8E8M0: "fp8e8m0",
+    HCCL_DATA_TYPE_INT8: "int8",
+    HCCL_DATA_TYPE_INT16: "int16",
+    HCCL_DATA_TYPE_INT32: "int32",
+    HCCL_DATA_TYPE_INT64: "int64",
+    HCCL_DATA_TYPE_UINT8: "uint8",
+    HCCL_DATA_TYPE_UINT16: "uint16",
+    HCCL_DATA_TYPE_UINT32: "uint32",
+    HCCL_DATA_TYPE_UINT64: "uint64",
+    HCCL_DATA_TYPE_FP16: "fp16",
+    HCCL_DATA_TYPE_FP32: "fp32",
+    HCCL_DATA_TYPE_FP64: "fp64",
+    HCCL_DATA_TYPE_BFP16: "bf16",
+    HCCL_DATA_TYPE_INT128: "int128",
+    HCCL_DATA_TYPE_HIF8: "hif8",
+    HCCL_DATA_TYPE_FP8E4M3: "fp8e4m3",
+    HCCL_DATA_TYPE_FP8E5M2: "fp8e5m2",
+    HCCL_DATA_TYPE_FP8E8M0: "fp8e8m0",
 }
-REDUCE_OP_NAMES = {HCCL_REDUCE_SUM: "sum", HCCL_REDUCE_PROD: "prod", HCCL_REDUCE_MAX: "max",
-                   HCCL_REDUCE_MIN: "min"}
+REDUCE_OP_NAMES = {
+    HCCL_REDUCE_SUM: "sum",
+    HCCL_REDUCE_PROD: "prod",
+    HCCL_REDUCE_MAX: "max",
+    HCCL_REDUCE_MIN: "min",
+}
 COLLECTIVE_NAMES = {
-    HCCL_CMD_BROADCAST: "broadcast", HCCL_CMD_ALLREDUCE: "all_reduce", HCCL_CMD_REDUCE: "reduce",
-    HCCL_CMD_SEND: "send", HCCL_CMD_RECEIVE: "recv", HCCL_CMD_ALLGATHER: "all_gather",
-    HCCL_CMD_REDUCE_SCATTER: "reduce_scatter", HCCL_CMD_ALLTOALL: "alltoall", HCCL_CMD_SCATTER: "scatter",
+    HCCL_CMD_BROADCAST: "broadcast",
+    HCCL_CMD_ALLREDUCE: "all_reduce",
+    HCCL_CMD_REDUCE: "reduce",
+    HCCL_CMD_SEND: "send",
+    HCCL_CMD_RECEIVE: "recv",
+    HCCL_CMD_ALLGATHER: "all_gather",
+    HCCL_CMD_REDUCE_SCATTER: "reduce_scatter",
+    HCCL_CMD_ALLTOALL: "alltoall",
+    HCCL_CMD_SCATTER: "scatter",
     HCCL_CMD_BARRIER: "barrier",
 }
 REDUCING = (HCCL_CMD_ALLREDUCE, HCCL_CMD_REDUCE, HCCL_CMD_REDUCE_SCATTER)
@@ -114,17 +157,20 @@ ROOTED = (HCCL_CMD_BROADCAST, HCCL_CMD_REDUCE, HCCL_CMD_SCATTER)
 POINT_TO_POINT = (HCCL_CMD_SEND, HCCL_CMD_RECEIVE)
 
 # ---- environment (read by the client, seconds) ------------------------------------------
-EXEC_TIMEOUT_ENV = "HCCL_EXEC_TIMEOUT"        # default 1836 s as HCCL's AI-CPU mode; 0 = never
+EXEC_TIMEOUT_ENV = "HCCL_EXEC_TIMEOUT"  # default 1836 s as HCCL's AI-CPU mode; 0 = never
 CONNECT_TIMEOUT_ENV = "HCCL_CONNECT_TIMEOUT"  # default 120 s
 DEFAULT_EXEC_TIMEOUT_S = 1836.0
 DEFAULT_CONNECT_TIMEOUT_S = 120.0
 
-_RESULT_NAMES = {value: name for name, value in sorted(globals().items())
-                 if name.startswith("HCCL_E_") or name == "HCCL_SUCCESS"}
+_RESULT_NAMES = {
+    value: name
+    for name, value in sorted(globals().items())
+    if name.startswith("HCCL_E_") or name == "HCCL_SUCCESS"
+}
 
 
 def result_name(code: int) -> str:
-    """"HCCL_E_TIMEOUT" for 9; "UNKNOWN(<code>)" for what is not an HcclResult."""
+    """ "HCCL_E_TIMEOUT" for 9; "UNKNOWN(<code>)" for what is not an HcclResult."""
     return _RESULT_NAMES.get(code, f"UNKNOWN({code})")
 
 

@@ -35,11 +35,11 @@ import traceback
 from simnpu.proto import codes
 from simnpu.proto import hccl_types as ht
 
-BLOCK_BYTES = 256 << 10       # of each source per step: the running result stays in L2
-MIN_PIECE_BYTES = 2 << 20     # a core's share is worth a message and a wake-up above this
+BLOCK_BYTES = 256 << 10  # of each source per step: the running result stays in L2
+MIN_PIECE_BYTES = 2 << 20  # a core's share is worth a message and a wake-up above this
 
 Location = tuple  # (device index, byte offset in its memory)
-Group = tuple     # (sources, destinations, element count)
+Group = tuple  # (sources, destinations, element count)
 
 
 def _at(location: Location, delta: int) -> Location:
@@ -66,10 +66,15 @@ def plan(kind: int, sends: list, recvs: list, count: int, root: int, itemsize: i
     elif kind == ht.HCCL_CMD_REDUCE_SCATTER:
         groups = [(tuple(_at(s, r * step) for s in sends), (recvs[r],), count) for r in range(n)]
     elif kind == ht.HCCL_CMD_ALLGATHER:
-        groups = [((sends[i],), tuple(_at(recvs[r], i * step) for r in range(n)), count) for i in range(n)]
+        groups = [
+            ((sends[i],), tuple(_at(recvs[r], i * step) for r in range(n)), count) for i in range(n)
+        ]
     elif kind == ht.HCCL_CMD_ALLTOALL:
-        groups = [((_at(sends[i], j * step),), (_at(recvs[j], i * step),), count)
-                  for i in range(n) for j in range(n)]
+        groups = [
+            ((_at(sends[i], j * step),), (_at(recvs[j], i * step),), count)
+            for i in range(n)
+            for j in range(n)
+        ]
     elif kind == ht.HCCL_CMD_SCATTER:
         groups = [((_at(sends[root], r * step),), (recvs[r],), count) for r in range(n)]
     elif kind in ht.POINT_TO_POINT:  # sends = [the sender's buffer], recvs = [the receiver's]
@@ -88,8 +93,11 @@ def plan(kind: int, sends: list, recvs: list, count: int, root: int, itemsize: i
 def needs_snapshot(groups: list, itemsize: int) -> bool:
     """True when some destination overlaps a source other than itself in its own group,
     so that writing it could change what another part of the plan still has to read."""
-    sources = [(g, device, offset, offset + count * itemsize)
-               for g, (srcs, _, count) in enumerate(groups) for device, offset in srcs]
+    sources = [
+        (g, device, offset, offset + count * itemsize)
+        for g, (srcs, _, count) in enumerate(groups)
+        for device, offset in srcs
+    ]
     for g, (_, dsts, count) in enumerate(groups):
         for device, offset in dsts:
             end = offset + count * itemsize
@@ -152,8 +160,12 @@ def _dtype(name: str):
 def _ufunc(op: int):
     import numpy as np
 
-    return {ht.HCCL_REDUCE_SUM: np.add, ht.HCCL_REDUCE_PROD: np.multiply,
-            ht.HCCL_REDUCE_MAX: np.maximum, ht.HCCL_REDUCE_MIN: np.minimum}[op]
+    return {
+        ht.HCCL_REDUCE_SUM: np.add,
+        ht.HCCL_REDUCE_PROD: np.multiply,
+        ht.HCCL_REDUCE_MAX: np.maximum,
+        ht.HCCL_REDUCE_MIN: np.minimum,
+    }[op]
 
 
 def execute(maps: list, item: tuple) -> tuple:
@@ -164,8 +176,13 @@ def execute(maps: list, item: tuple) -> tuple:
     try:
         run(maps, dtype_name, op, groups, snapshot, piece)
     except BaseException as exc:
-        return (token, codes.ACL_ERROR_RT_AICORE_EXCEPTION, start, time.monotonic_ns(),
-                "collective data movement failed:\n" + "".join(traceback.format_exception(exc)))
+        return (
+            token,
+            codes.ACL_ERROR_RT_AICORE_EXCEPTION,
+            start,
+            time.monotonic_ns(),
+            "collective data movement failed:\n" + "".join(traceback.format_exception(exc)),
+        )
     return (token, 0, start, time.monotonic_ns(), "")
 
 
@@ -229,7 +246,7 @@ def _reduce_out(ufunc, srcs, dsts, block, dtype) -> None:
         if last == 1:
             ufunc(srcs[0][first:end], srcs[1][first:end], out=out)
         else:
-            running = acc[:len(out)]
+            running = acc[: len(out)]
             ufunc(srcs[0][first:end], srcs[1][first:end], out=running)
             for src in srcs[2:last]:
                 ufunc(running, src[first:end], out=running)

@@ -10,7 +10,8 @@ collective with an ACL code (docs/hccl.md lists them) -- or ask get_comm_async_e
     if rank == 0:
         root_info, ret = hccl.get_root_info()   # hand it to every rank out of band
     comm, ret = hccl.comm_init_root_info(n_ranks, root_info, rank)
-    ret = hccl.all_reduce(send, recv, count, hccl.HCCL_DATA_TYPE_FP32, hccl.HCCL_REDUCE_SUM, comm, stream)
+    ret = hccl.all_reduce(send, recv, count, hccl.HCCL_DATA_TYPE_FP32, hccl.HCCL_REDUCE_SUM,
+                          comm, stream)
     ret = acl.rt.synchronize_stream(stream)
     ret = hccl.comm_destroy(comm)
 
@@ -40,7 +41,11 @@ def _layer():
 
 
 def _failed(error: Exception, name: str) -> int:
-    code = error.code if isinstance(error, _NpuError) and _ht.is_result(error.code) else _ht.HCCL_E_RUNTIME
+    code = (
+        error.code
+        if isinstance(error, _NpuError) and _ht.is_result(error.code)
+        else _ht.HCCL_E_RUNTIME
+    )
     message = getattr(error, "message", str(error))
     _local.message = message
     _log.error("%s failed with %s: %s", name, _ht.result_name(code), message)
@@ -56,7 +61,7 @@ def _call(name: str, function, *args, value=None):
     return _ht.HCCL_SUCCESS if value is None else (result, _ht.HCCL_SUCCESS)
 
 
-# ---- communicators ---------------------------------------------------------------------------------
+# ---- communicators ------------------------------------------------------------------------------
 def get_root_info():
     """HcclGetRootInfo -> (root_info: bytes of HCCL_ROOT_INFO_BYTES, ret). For the current
     device; this process's HCCL_EXEC_TIMEOUT becomes the communicator's."""
@@ -66,7 +71,11 @@ def get_root_info():
 def comm_init_root_info(n_ranks: int, root_info: bytes, rank: int):
     """HcclCommInitRootInfo -> (comm, ret). Blocks until all n_ranks ranks have joined;
     HCCL_E_TIMEOUT after HCCL_CONNECT_TIMEOUT seconds (default 120), naming the missing."""
-    return _call("comm_init_root_info", lambda: _layer().comm_init_root_info(n_ranks, root_info, rank), value=0)
+    return _call(
+        "comm_init_root_info",
+        lambda: _layer().comm_init_root_info(n_ranks, root_info, rank),
+        value=0,
+    )
 
 
 def get_rank_size(comm: int):
@@ -92,11 +101,13 @@ def comm_destroy(comm: int) -> int:
 def get_comm_async_error(comm: int):
     """HcclGetCommAsyncError -> (error, ret): the HcclResult of this rank's first failed
     collective on the communicator (HCCL_E_TIMEOUT, HCCL_E_PARA, HCCL_E_REMOTE, ...)."""
+
     def query():
         error, message = _layer().async_error(comm)
         if error:
             _local.message = message
         return error
+
     return _call("get_comm_async_error", query, value=_ht.HCCL_SUCCESS)
 
 
@@ -112,64 +123,161 @@ def get_recent_err_msg() -> str | None:
     return message
 
 
-# ---- collectives (asynchronous: ret says whether it was queued) -----------------------------------
+# ---- collectives (asynchronous: ret says whether it was queued) ---------------------------------
 def _collective(name, kind, comm, stream, **fields) -> int:
     return _call(name, lambda: _layer().collective(kind, comm, stream, **fields))
 
 
-def all_reduce(send: int, recv: int, count: int, data_type: int, op: int, comm: int, stream: int) -> int:
+def all_reduce(
+    send: int, recv: int, count: int, data_type: int, op: int, comm: int, stream: int
+) -> int:
     """HcclAllReduce."""
-    return _collective("all_reduce", _ht.HCCL_CMD_ALLREDUCE, comm, stream, send=send, recv=recv,
-                       count=count, dtype=data_type, op=op)
+    return _collective(
+        "all_reduce",
+        _ht.HCCL_CMD_ALLREDUCE,
+        comm,
+        stream,
+        send=send,
+        recv=recv,
+        count=count,
+        dtype=data_type,
+        op=op,
+    )
 
 
 def broadcast(buf: int, count: int, data_type: int, root: int, comm: int, stream: int) -> int:
     """HcclBroadcast (in place: the root's buf to every rank's buf)."""
-    return _collective("broadcast", _ht.HCCL_CMD_BROADCAST, comm, stream, send=buf, count=count,
-                       dtype=data_type, root=root)
+    return _collective(
+        "broadcast",
+        _ht.HCCL_CMD_BROADCAST,
+        comm,
+        stream,
+        send=buf,
+        count=count,
+        dtype=data_type,
+        root=root,
+    )
 
 
-def all_gather(send: int, recv: int, send_count: int, data_type: int, comm: int, stream: int) -> int:
+def all_gather(
+    send: int, recv: int, send_count: int, data_type: int, comm: int, stream: int
+) -> int:
     """HcclAllGather: recv holds send_count x n_ranks elements, rank order."""
-    return _collective("all_gather", _ht.HCCL_CMD_ALLGATHER, comm, stream, send=send, recv=recv,
-                       count=send_count, dtype=data_type)
+    return _collective(
+        "all_gather",
+        _ht.HCCL_CMD_ALLGATHER,
+        comm,
+        stream,
+        send=send,
+        recv=recv,
+        count=send_count,
+        dtype=data_type,
+    )
 
 
-def reduce_scatter(send: int, recv: int, recv_count: int, data_type: int, op: int, comm: int, stream: int) -> int:
+def reduce_scatter(
+    send: int, recv: int, recv_count: int, data_type: int, op: int, comm: int, stream: int
+) -> int:
     """HcclReduceScatter: send holds recv_count x n_ranks elements."""
-    return _collective("reduce_scatter", _ht.HCCL_CMD_REDUCE_SCATTER, comm, stream, send=send,
-                       recv=recv, count=recv_count, dtype=data_type, op=op)
+    return _collective(
+        "reduce_scatter",
+        _ht.HCCL_CMD_REDUCE_SCATTER,
+        comm,
+        stream,
+        send=send,
+        recv=recv,
+        count=recv_count,
+        dtype=data_type,
+        op=op,
+    )
 
 
-def reduce(send: int, recv: int, count: int, data_type: int, op: int, root: int, comm: int, stream: int) -> int:
+def reduce(
+    send: int, recv: int, count: int, data_type: int, op: int, root: int, comm: int, stream: int
+) -> int:
     """HcclReduce: the result lands in the root's recv."""
-    return _collective("reduce", _ht.HCCL_CMD_REDUCE, comm, stream, send=send, recv=recv,
-                       count=count, dtype=data_type, op=op, root=root)
+    return _collective(
+        "reduce",
+        _ht.HCCL_CMD_REDUCE,
+        comm,
+        stream,
+        send=send,
+        recv=recv,
+        count=count,
+        dtype=data_type,
+        op=op,
+        root=root,
+    )
 
 
-def scatter(send: int, recv: int, recv_count: int, data_type: int, root: int, comm: int, stream: int) -> int:
+def scatter(
+    send: int, recv: int, recv_count: int, data_type: int, root: int, comm: int, stream: int
+) -> int:
     """HcclScatter: block r of the root's send to rank r's recv."""
-    return _collective("scatter", _ht.HCCL_CMD_SCATTER, comm, stream, send=send, recv=recv,
-                       count=recv_count, dtype=data_type, root=root)
+    return _collective(
+        "scatter",
+        _ht.HCCL_CMD_SCATTER,
+        comm,
+        stream,
+        send=send,
+        recv=recv,
+        count=recv_count,
+        dtype=data_type,
+        root=root,
+    )
 
 
-def alltoall(send: int, send_count: int, send_type: int, recv: int, recv_count: int, recv_type: int,
-             comm: int, stream: int) -> int:
+def alltoall(
+    send: int,
+    send_count: int,
+    send_type: int,
+    recv: int,
+    recv_count: int,
+    recv_type: int,
+    comm: int,
+    stream: int,
+) -> int:
     """HcclAlltoAll: block j of rank i's send lands in block i of rank j's recv."""
-    return _collective("alltoall", _ht.HCCL_CMD_ALLTOALL, comm, stream, send=send, recv=recv,
-                       count=send_count, dtype=send_type, recv_count=recv_count, recv_dtype=recv_type)
+    return _collective(
+        "alltoall",
+        _ht.HCCL_CMD_ALLTOALL,
+        comm,
+        stream,
+        send=send,
+        recv=recv,
+        count=send_count,
+        dtype=send_type,
+        recv_count=recv_count,
+        recv_dtype=recv_type,
+    )
 
 
 def send(buf: int, count: int, data_type: int, dest_rank: int, comm: int, stream: int) -> int:
     """HcclSend: pairs with dest_rank's recv (the j-th send to it with its j-th recv)."""
-    return _collective("send", _ht.HCCL_CMD_SEND, comm, stream, send=buf, count=count,
-                       dtype=data_type, root=dest_rank)
+    return _collective(
+        "send",
+        _ht.HCCL_CMD_SEND,
+        comm,
+        stream,
+        send=buf,
+        count=count,
+        dtype=data_type,
+        root=dest_rank,
+    )
 
 
 def recv(buf: int, count: int, data_type: int, src_rank: int, comm: int, stream: int) -> int:
     """HcclRecv."""
-    return _collective("recv", _ht.HCCL_CMD_RECEIVE, comm, stream, recv=buf, count=count,
-                       dtype=data_type, root=src_rank)
+    return _collective(
+        "recv",
+        _ht.HCCL_CMD_RECEIVE,
+        comm,
+        stream,
+        recv=buf,
+        count=count,
+        dtype=data_type,
+        root=src_rank,
+    )
 
 
 def barrier(comm: int, stream: int) -> int:

@@ -17,7 +17,7 @@ import textwrap
 import time
 from dataclasses import dataclass
 
-PRELUDE = '''
+PRELUDE = """
 import json, os, signal, sys, time
 import numpy as np
 import hccl
@@ -62,7 +62,7 @@ def exchange_root_info():
 
 def report(**values):
     print("RESULT " + json.dumps(values), flush=True)
-'''
+"""
 
 _runs = itertools.count()
 
@@ -79,15 +79,23 @@ class RankResult:
         found = {}
         for line in self.stdout.splitlines():
             if line.startswith("RESULT "):
-                found.update(json.loads(line[len("RESULT "):]))
+                found.update(json.loads(line[len("RESULT ") :]))
         return found
 
     def describe(self) -> str:
         return f"--- rank {self.rank} exited {self.returncode}\n{self.stdout}\n{self.stderr}"
 
 
-def run_ranks(address: str, n: int, body: str, directory, devices=None, env=None, rank_env=None,
-              timeout: float = 90.0) -> list[RankResult]:
+def run_ranks(
+    address: str,
+    n: int,
+    body: str,
+    directory,
+    devices=None,
+    env=None,
+    rank_env=None,
+    timeout: float = 90.0,
+) -> list[RankResult]:
     """Run `n` rank processes of `body` against the daemon at `address`; wait for all.
     `devices[r]` is rank r's device (default: all on device 0). Kills them all on timeout."""
     run_dir = os.path.join(str(directory), f"ranks{next(_runs)}")
@@ -98,12 +106,27 @@ def run_ranks(address: str, n: int, body: str, directory, devices=None, env=None
         out = open(os.path.join(run_dir, f"{rank}.out"), "w+")
         err = open(os.path.join(run_dir, f"{rank}.err"), "w+")
         files.append((out, err))
-        rank_vars = {"HCCL_TEST_RANK": str(rank), "HCCL_TEST_N": str(n), "HCCL_TEST_DIR": run_dir,
-                     "HCCL_TEST_DEVICE": str(devices[rank] if devices else 0)}
-        processes.append(subprocess.Popen(
-            [sys.executable, "-c", code], stdout=out, stderr=err,
-            env={**os.environ, "SIMNPU_ADDRESS": address, "SIMNPU_AUTOSTART": "0", **(env or {}),
-                 **((rank_env or {}).get(rank, {})), **rank_vars}))
+        rank_vars = {
+            "HCCL_TEST_RANK": str(rank),
+            "HCCL_TEST_N": str(n),
+            "HCCL_TEST_DIR": run_dir,
+            "HCCL_TEST_DEVICE": str(devices[rank] if devices else 0),
+        }
+        processes.append(
+            subprocess.Popen(
+                [sys.executable, "-c", code],
+                stdout=out,
+                stderr=err,
+                env={
+                    **os.environ,
+                    "SIMNPU_ADDRESS": address,
+                    "SIMNPU_AUTOSTART": "0",
+                    **(env or {}),
+                    **((rank_env or {}).get(rank, {})),
+                    **rank_vars,
+                },
+            )
+        )
     deadline = time.monotonic() + timeout
     timed_out = False
     try:
@@ -126,8 +149,9 @@ def run_ranks(address: str, n: int, body: str, directory, devices=None, env=None
         out.close()
         err.close()
     if timed_out:
-        raise AssertionError(f"ranks did not finish within {timeout} s:\n"
-                             + "\n".join(r.describe() for r in results))
+        raise AssertionError(
+            f"ranks did not finish within {timeout} s:\n" + "\n".join(r.describe() for r in results)
+        )
     return results
 
 

@@ -57,7 +57,9 @@ def reduced(op, arrays):
     return result
 '''
 
-EVERY_COLLECTIVE = DATA + '''
+EVERY_COLLECTIVE = (
+    DATA
+    + """
 comm = Communicator(N, exchange_root_info(), RANK)
 assert (comm.rank, comm.size) == (RANK, N)
 stream = npu.Stream()
@@ -83,7 +85,8 @@ for name in TYPES:
         send = device(data(case, RANK, count, dt, small=(op == "prod")))
         recv = empty(count, dt)
         comm.all_reduce(send, recv, op, dtype=dt, stream=stream)
-        checks.append((recv, reduced(op, [data(case, r, count, dt, op == "prod") for r in range(N)])))
+        inputs = [data(case, r, count, dt, op == "prod") for r in range(N)]
+        checks.append((recv, reduced(op, inputs)))
     case += 1
     root = case % N
     buffer = device(data(case, RANK, count, dt))
@@ -95,7 +98,8 @@ for name in TYPES:
     checks.append((recv, np.concatenate([data(case, r, count, dt) for r in range(N)])))
     case += 1
     recv = empty(count, dt)
-    comm.reduce_scatter(device(data(case, RANK, count * N, dt)), recv, "sum", dtype=dt, stream=stream)
+    send = device(data(case, RANK, count * N, dt))
+    comm.reduce_scatter(send, recv, "sum", dtype=dt, stream=stream)
     total = reduced("sum", [data(case, r, count * N, dt) for r in range(N)])
     checks.append((recv, total[RANK * count:(RANK + 1) * count]))
     case += 1
@@ -107,7 +111,8 @@ for name in TYPES:
     case += 1
     recv = empty(count * N, dt)
     comm.alltoall(device(data(case, RANK, count * N, dt)), recv, dtype=dt, stream=stream)
-    checks.append((recv, np.concatenate([data(case, r, count * N, dt)[RANK * count:(RANK + 1) * count]
+    mine = slice(RANK * count, (RANK + 1) * count)
+    checks.append((recv, np.concatenate([data(case, r, count * N, dt)[mine]
                                          for r in range(N)])))
     case += 1
     root = case % N
@@ -134,7 +139,8 @@ for index, (buffer, expected) in enumerate(checks):
 assert comm.async_error() is None
 report(checked=len(checks))
 comm.destroy()
-'''
+"""
+)
 
 
 def test_every_collective_and_type_4_ranks_on_4_devices(daemon4, tmp_path):
@@ -150,19 +156,23 @@ def test_every_collective_and_type_2_ranks_on_one_device(daemon4, tmp_path):
     assert sum(r.values["checked"] for r in results) == 2 * 12 * 10 + 12
 
 
-EIGHT = DATA + '''
+EIGHT = (
+    DATA
+    + """
 comm = Communicator(N, exchange_root_info(), RANK)
 stream = npu.Stream()
 count = 10001
 x = data(1, RANK, count, np.dtype("float32"))
 total = comm.all_reduce_array(x)
-assert total.tobytes() == reduced("sum", [data(1, r, count, np.dtype("float32")) for r in range(N)]).tobytes()
+expected = reduced("sum", [data(1, r, count, np.dtype("float32")) for r in range(N)])
+assert total.tobytes() == expected.tobytes()
 gathered = comm.all_gather_array(np.arange(5, dtype=np.int64) + 10 * RANK)
 assert gathered.tolist() == [[10 * r + i for i in range(5)] for r in range(N)]
 assert comm.broadcast_array(np.full(3, RANK, np.uint16), root=5).tolist() == [5, 5, 5]
 report(ok=True)
 comm.destroy()
-'''
+"""
+)
 
 
 @pytest.mark.slow
@@ -171,7 +181,9 @@ def test_8_ranks_two_per_device(daemon4, tmp_path):
     assert_all_ok(results)
 
 
-IN_PLACE = DATA + '''
+IN_PLACE = (
+    DATA
+    + """
 comm = Communicator(N, exchange_root_info(), RANK)
 stream = npu.Stream()
 f32 = np.dtype("float32")
@@ -189,7 +201,7 @@ stream.synchronize()
 assert buffer.to_numpy(f32).tobytes() == first.tobytes()
 
 block = 1000
-gather = npu.DeviceBuffer(block * N * 4)                           # all_gather, NCCL in-place layout
+gather = npu.DeviceBuffer(block * N * 4)  # all_gather, NCCL in-place layout
 gather.copy_from_host(np.full(block, RANK + 1, np.int32), offset=RANK * block * 4)
 comm.all_gather(gather.ptr + RANK * block * 4, gather, dtype=np.int32, count=block, stream=stream)
 stream.synchronize()
@@ -197,13 +209,14 @@ assert gather.to_numpy(np.int32).tolist() == [r + 1 for r in range(N) for _ in r
 
 mine = data(8, RANK, block * N, np.dtype("int64"))                 # reduce_scatter, in-place layout
 scattered = npu.DeviceBuffer.from_array(mine)
-comm.reduce_scatter(scattered, scattered.ptr + RANK * block * 8, dtype=np.int64, count=block, stream=stream)
+mine_out = scattered.ptr + RANK * block * 8
+comm.reduce_scatter(scattered, mine_out, dtype=np.int64, count=block, stream=stream)
 stream.synchronize()
 total = reduced("sum", [data(8, r, block * N, np.dtype("int64")) for r in range(N)])
 got = scattered.to_numpy(np.int64)[RANK * block:(RANK + 1) * block]
 assert np.array_equal(got, total[RANK * block:(RANK + 1) * block])
 
-both = npu.DeviceBuffer.from_array(data(9, RANK, block * N, np.dtype("int16")))  # alltoall, send == recv
+both = npu.DeviceBuffer.from_array(data(9, RANK, block * N, np.dtype("int16")))  # send == recv
 comm.alltoall(both, both, dtype=np.int16, stream=stream)
 stream.synchronize()
 expected = np.concatenate([data(9, r, block * N, np.dtype("int16"))[RANK * block:(RANK + 1) * block]
@@ -211,7 +224,8 @@ expected = np.concatenate([data(9, r, block * N, np.dtype("int16"))[RANK * block
 assert np.array_equal(both.to_numpy(np.int16), expected)
 report(ok=True)
 comm.destroy()
-'''
+"""
+)
 
 
 def test_in_place_big_and_reproducible_2_ranks(daemon4, tmp_path):
@@ -264,9 +278,16 @@ def test_the_data_parallel_example_matches_numpy(daemon4):
     import subprocess
     import sys
 
-    example = os.path.join(os.path.dirname(__file__), "..", "..", "examples", "hccl_data_parallel.py")
-    result = subprocess.run([sys.executable, example], capture_output=True, text=True, timeout=120,
-                            env={**os.environ, "SIMNPU_ADDRESS": daemon4.address, "SIMNPU_AUTOSTART": "0"})
+    example = os.path.join(
+        os.path.dirname(__file__), "..", "..", "examples", "hccl_data_parallel.py"
+    )
+    result = subprocess.run(
+        [sys.executable, example],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "SIMNPU_ADDRESS": daemon4.address, "SIMNPU_AUTOSTART": "0"},
+    )
     assert result.returncode == 0, result.stdout + result.stderr
     assert "every rank's weights identical bit for bit: True" in result.stdout
     assert result.stdout.strip().endswith("ok")

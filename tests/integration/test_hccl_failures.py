@@ -23,21 +23,25 @@ pytestmark = pytest.mark.multiprocess
 
 @pytest.fixture(scope="module")
 def daemon3(tmp_path_factory):
-    process = DaemonProcess(tmp_path_factory.mktemp("hccl-fail"), "--devices", "3", "--memory", "32MiB")
+    process = DaemonProcess(
+        tmp_path_factory.mktemp("hccl-fail"), "--devices", "3", "--memory", "32MiB"
+    )
     yield process
     assert process.stop() == 0, process.output()
 
 
-SYNC = '''
+SYNC = """
 def sync_code(stream):
     try:
         stream.synchronize()
     except NpuError as error:
         return error.code, error.message
     return 0, ""
-'''
+"""
 
-MISMATCH = SYNC + '''
+MISMATCH = (
+    SYNC
+    + """
 comm = Communicator(N, exchange_root_info(), RANK)
 stream = npu.Stream()
 buffer = npu.DeviceBuffer(4096 * 4)
@@ -46,13 +50,14 @@ data_type = hccl.HCCL_DATA_TYPE_INT32 if RANK == 2 else hccl.HCCL_DATA_TYPE_FP32
 if RANK == 2:
     wait_for("synced0")
     wait_for("synced1")
-ret = hccl.all_reduce(buffer.ptr, buffer.ptr, count, data_type, hccl.HCCL_REDUCE_SUM, comm.handle, stream.handle)
+ret = hccl.all_reduce(buffer.ptr, buffer.ptr, count, data_type, hccl.HCCL_REDUCE_SUM, comm.handle,
+                      stream.handle)
 assert ret == hccl.HCCL_SUCCESS  # queued: the mismatch is found on the device side
 code, message = sync_code(stream)
 touch(f"synced{RANK}")
 error, ret = hccl.get_comm_async_error(comm.handle)
 assert ret == hccl.HCCL_SUCCESS
-after = comm.all_reduce_array(np.full(4, RANK + 1, np.float32)).tolist()  # the next position still works
+after = comm.all_reduce_array(np.full(4, RANK + 1, np.float32)).tolist()  # the next one works
 p2p_code, p2p_message = 0, ""
 if RANK in (0, 1):  # a send/recv pair that disagrees on the count
     if RANK == 0:
@@ -60,9 +65,11 @@ if RANK in (0, 1):  # a send/recv pair that disagrees on the count
     else:
         comm.recv(buffer, 0, dtype=np.float32, count=20, stream=stream)
     p2p_code, p2p_message = sync_code(stream)
-report(code=code, message=message, async_error=error, after=after, p2p_code=p2p_code, p2p_message=p2p_message)
+report(code=code, message=message, async_error=error, after=after, p2p_code=p2p_code,
+       p2p_message=p2p_message)
 comm.destroy()
-'''
+"""
+)
 
 
 def test_mismatch_names_every_rank_and_what_it_called(daemon3, tmp_path):
@@ -73,8 +80,14 @@ def test_mismatch_names_every_rank_and_what_it_called(daemon3, tmp_path):
     assert [v["async_error"] for v in values] == [ht.HCCL_E_PARA] * 3
     for v in values[:2]:  # ranks 0 and 1 met first: rank 2 had not come yet
         assert "HCCL mismatch at collective #0" in v["message"]
-        assert "rank 0 (pid" in v["message"] and "called all_reduce(count=1024, fp32, sum)" in v["message"]
-        assert "rank 1 (pid" in v["message"] and "called all_reduce(count=2048, fp32, sum)" in v["message"]
+        assert (
+            "rank 0 (pid" in v["message"]
+            and "called all_reduce(count=1024, fp32, sum)" in v["message"]
+        )
+        assert (
+            "rank 1 (pid" in v["message"]
+            and "called all_reduce(count=2048, fp32, sum)" in v["message"]
+        )
         assert "rank 2 had not reached it yet" in v["message"]
     assert "rank 2 arrived later with all_reduce(count=1024, int32, sum)" in values[2]["message"]
     assert "called all_reduce(count=2048, fp32, sum)" in values[2]["message"]
@@ -85,7 +98,9 @@ def test_mismatch_names_every_rank_and_what_it_called(daemon3, tmp_path):
         assert "called recv(count=20, fp32, from rank 0)" in v["p2p_message"]
 
 
-TIMEOUT = SYNC + '''
+TIMEOUT = (
+    SYNC
+    + """
 comm = Communicator(N, exchange_root_info(), RANK)
 stream = npu.Stream()
 buffer = npu.DeviceBuffer(256)
@@ -103,13 +118,21 @@ error = comm.async_error()
 after = comm.all_reduce_array(np.arange(3, dtype=np.int64)).tolist()
 report(code=code, message=message, async_error=error.code if error else 0, after=after)
 comm.destroy()
-'''
+"""
+)
 
 
 def test_exec_timeout_names_the_ranks_that_never_arrived(daemon3, tmp_path):
     # HCCL_EXEC_TIMEOUT counts in the process that creates the root info (rank 0) only
-    results = run_ranks(daemon3.address, 3, TIMEOUT, tmp_path, devices=[0, 1, 2],
-                        env={"HCCL_EXEC_TIMEOUT": "3600"}, rank_env={0: {"HCCL_EXEC_TIMEOUT": "1"}})
+    results = run_ranks(
+        daemon3.address,
+        3,
+        TIMEOUT,
+        tmp_path,
+        devices=[0, 1, 2],
+        env={"HCCL_EXEC_TIMEOUT": "3600"},
+        rank_env={0: {"HCCL_EXEC_TIMEOUT": "1"}},
+    )
     assert_all_ok(results)
     values = [r.values for r in results]
     assert [v["code"] for v in values] == [codes.ACL_ERROR_RT_TASK_TIMEOUT] * 3
@@ -122,7 +145,9 @@ def test_exec_timeout_names_the_ranks_that_never_arrived(daemon3, tmp_path):
     assert [v["after"] for v in values] == [[0, 3, 6]] * 3
 
 
-KILLED = SYNC + '''
+KILLED = (
+    SYNC
+    + """
 comm = Communicator(N, exchange_root_info(), RANK)
 stream = npu.Stream()
 buffer = npu.DeviceBuffer(1024)
@@ -139,7 +164,8 @@ error, ret = hccl.get_comm_async_error(comm.handle)
 report(pending_code=pending_code, pending_message=pending_message, future_code=future_code,
        future_message=future_message, async_error=error)
 comm.destroy()
-'''
+"""
+)
 
 
 def test_a_rank_killed_with_sigkill_fails_the_others_promptly(daemon3, tmp_path):
@@ -152,11 +178,15 @@ def test_a_rank_killed_with_sigkill_fails_the_others_promptly(daemon3, tmp_path)
         assert v["future_code"] == codes.ACL_ERROR_RT_COMM_OP_RETRY_FAIL
         assert v["async_error"] == ht.HCCL_E_REMOTE
         for message in (v["pending_message"], v["future_message"]):
-            assert "rank 2 (pid" in message and "ended (its process exited or was killed)" in message
+            assert (
+                "rank 2 (pid" in message and "ended (its process exited or was killed)" in message
+            )
             assert "is broken" in message
 
 
-DESTROYED = SYNC + '''
+DESTROYED = (
+    SYNC
+    + """
 comm = Communicator(N, exchange_root_info(), RANK)
 stream = npu.Stream()
 if RANK == 1:
@@ -170,7 +200,8 @@ comm.all_reduce(buffer, op="sum", dtype=np.float32, count=4, stream=stream)
 code, message = sync_code(stream)
 report(code=code, message=message)
 comm.destroy()
-'''
+"""
+)
 
 
 def test_a_rank_that_destroyed_the_communicator_fails_the_others(daemon3, tmp_path):
@@ -181,7 +212,7 @@ def test_a_rank_that_destroyed_the_communicator_fails_the_others(daemon3, tmp_pa
     assert "destroyed the communicator before submitting it" in results[0].values["message"]
 
 
-INIT = '''
+INIT = """
 def init(n, info, rank):
     comm, ret = hccl.comm_init_root_info(n, info, rank)
     return comm, ret, hccl.get_recent_err_msg() or ""
@@ -195,7 +226,7 @@ if RANK == 0:
 elif RANK == 1:
     info = exchange_root_info()
     wait_for("joining")
-    time.sleep(1.0)  # let rank 0's join reach the daemon first: the duplicate below must be this one
+    time.sleep(1.0)  # rank 0's join must reach the daemon first: the duplicate is this one
     results = {}
     results["duplicate"] = init(2, info, 0)[1:]
     results["n_ranks"] = init(3, info, 1)[1:]
@@ -214,7 +245,7 @@ else:  # a communicator of 3 of which only this rank ever joins
     os.environ["HCCL_CONNECT_TIMEOUT"] = "1"
     info, ret = hccl.get_root_info()
     report(alone=init(3, info, 0)[1:])
-'''
+"""
 
 
 def test_init_errors_and_connect_timeout(daemon3, tmp_path):
@@ -227,7 +258,9 @@ def test_init_errors_and_connect_timeout(daemon3, tmp_path):
     assert got["n_ranks"][0] == ht.HCCL_E_PARA and "passed n_ranks=3" in got["n_ranks"][1]
     assert "passed n_ranks=2" in got["n_ranks"][1]
     assert got["rank_range"][0] == ht.HCCL_E_PARA
-    assert got["garbage"][0] == ht.HCCL_E_PARA and "not a simnpu HCCL root info" in got["garbage"][1]
+    assert (
+        got["garbage"][0] == ht.HCCL_E_PARA and "not a simnpu HCCL root info" in got["garbage"][1]
+    )
     assert got["short"][0] == ht.HCCL_E_PARA
     assert got["join"][0] == ht.HCCL_SUCCESS
     assert got["size_rank"] == [2, 1]

@@ -18,7 +18,9 @@ def view(maps, offset, dtype, count):
     return np.frombuffer(maps[0], dtype, count, offset)
 
 
-def run_plan(maps, kind, n, count, dtype, op=ht.HCCL_REDUCE_SUM, root=0, pieces=1, sends=None, recvs=None):
+def run_plan(
+    maps, kind, n, count, dtype, op=ht.HCCL_REDUCE_SUM, root=0, pieces=1, sends=None, recvs=None
+):
     dt = np.dtype(dtype)
     sends = sends or [(0, r * RANK_BYTES) for r in range(n)]
     recvs = recvs or [(0, (8 + r) * RANK_BYTES) for r in range(n)]
@@ -39,9 +41,18 @@ def fill(maps, n, count, dtype, seed=0):
     return inputs
 
 
-@pytest.mark.parametrize("dtype", [np.float32, np.float16, np.int32, np.uint8, np.dtype(ml_dtypes.bfloat16)])
-@pytest.mark.parametrize("op, ufunc", [(ht.HCCL_REDUCE_SUM, np.add), (ht.HCCL_REDUCE_PROD, np.multiply),
-                                       (ht.HCCL_REDUCE_MAX, np.maximum), (ht.HCCL_REDUCE_MIN, np.minimum)])
+@pytest.mark.parametrize(
+    "dtype", [np.float32, np.float16, np.int32, np.uint8, np.dtype(ml_dtypes.bfloat16)]
+)
+@pytest.mark.parametrize(
+    "op, ufunc",
+    [
+        (ht.HCCL_REDUCE_SUM, np.add),
+        (ht.HCCL_REDUCE_PROD, np.multiply),
+        (ht.HCCL_REDUCE_MAX, np.maximum),
+        (ht.HCCL_REDUCE_MIN, np.minimum),
+    ],
+)
 def test_all_reduce_is_rank_ordered_and_the_same_however_cut(dtype, op, ufunc, monkeypatch):
     n, count = 4, 5000
     maps = memory()
@@ -66,7 +77,9 @@ def test_all_reduce_in_place():
     maps = memory()
     inputs = fill(maps, n, count, np.float32)
     sends = [(0, r * RANK_BYTES) for r in range(n)]
-    assert not run_plan(maps, ht.HCCL_CMD_ALLREDUCE, n, count, np.float32, sends=sends, recvs=sends, pieces=2)
+    assert not run_plan(
+        maps, ht.HCCL_CMD_ALLREDUCE, n, count, np.float32, sends=sends, recvs=sends, pieces=2
+    )
     expected = (inputs[0] + inputs[1]) + inputs[2]
     for r in range(n):
         assert np.array_equal(view(maps, r * RANK_BYTES, np.float32, count), expected)
@@ -83,14 +96,19 @@ def test_all_gather_reduce_scatter_alltoall_scatter_broadcast():
     run_plan(maps, ht.HCCL_CMD_REDUCE_SCATTER, n, count, np.int32, pieces=2)
     total = sum(inputs[1:], inputs[0])
     for r in range(n):
-        assert np.array_equal(view(maps, (8 + r) * RANK_BYTES, np.int32, count), total[r * count:(r + 1) * count])
+        assert np.array_equal(
+            view(maps, (8 + r) * RANK_BYTES, np.int32, count), total[r * count : (r + 1) * count]
+        )
     run_plan(maps, ht.HCCL_CMD_ALLTOALL, n, count, np.int32, pieces=5)
     for j in range(n):
-        expected = np.concatenate([inputs[i][j * count:(j + 1) * count] for i in range(n)])
+        expected = np.concatenate([inputs[i][j * count : (j + 1) * count] for i in range(n)])
         assert np.array_equal(view(maps, (8 + j) * RANK_BYTES, np.int32, n * count), expected)
     run_plan(maps, ht.HCCL_CMD_SCATTER, n, count, np.int32, root=2)
     for r in range(n):
-        assert np.array_equal(view(maps, (8 + r) * RANK_BYTES, np.int32, count), inputs[2][r * count:(r + 1) * count])
+        assert np.array_equal(
+            view(maps, (8 + r) * RANK_BYTES, np.int32, count),
+            inputs[2][r * count : (r + 1) * count],
+        )
     run_plan(maps, ht.HCCL_CMD_BROADCAST, n, count, np.int32, root=1, pieces=2)
     for r in range(n):
         assert np.array_equal(view(maps, r * RANK_BYTES, np.int32, count), inputs[1][:count])
@@ -103,18 +121,28 @@ def test_nccl_in_place_layouts_need_no_snapshot():
     for r in range(n):  # all_gather in place: send = recv + r * count
         view(maps, (8 + r) * RANK_BYTES + r * size, np.float32, count)[:] = r + 1
     sends = [(0, (8 + r) * RANK_BYTES + r * size) for r in range(n)]
-    assert not run_plan(maps, ht.HCCL_CMD_ALLGATHER, n, count, np.float32, sends=sends, recvs=recvs, pieces=3)
+    assert not run_plan(
+        maps, ht.HCCL_CMD_ALLGATHER, n, count, np.float32, sends=sends, recvs=recvs, pieces=3
+    )
     for r in range(n):
-        assert np.array_equal(view(maps, (8 + r) * RANK_BYTES, np.float32, n * count),
-                              np.repeat(np.arange(1, n + 1, dtype=np.float32), count))
-    inputs = fill(maps, n, n * count, np.float32)  # reduce_scatter in place: recv = send + r * count
+        assert np.array_equal(
+            view(maps, (8 + r) * RANK_BYTES, np.float32, n * count),
+            np.repeat(np.arange(1, n + 1, dtype=np.float32), count),
+        )
+    inputs = fill(
+        maps, n, n * count, np.float32
+    )  # reduce_scatter in place: recv = send + r * count
     sends = [(0, r * RANK_BYTES) for r in range(n)]
     recvs = [(0, r * RANK_BYTES + r * size) for r in range(n)]
-    assert not run_plan(maps, ht.HCCL_CMD_REDUCE_SCATTER, n, count, np.float32, sends=sends, recvs=recvs, pieces=2)
+    assert not run_plan(
+        maps, ht.HCCL_CMD_REDUCE_SCATTER, n, count, np.float32, sends=sends, recvs=recvs, pieces=2
+    )
     total = ((inputs[0] + inputs[1]) + inputs[2]) + inputs[3]
     for r in range(n):
-        assert np.array_equal(view(maps, r * RANK_BYTES + r * size, np.float32, count),
-                              total[r * count:(r + 1) * count])
+        assert np.array_equal(
+            view(maps, r * RANK_BYTES + r * size, np.float32, count),
+            total[r * count : (r + 1) * count],
+        )
 
 
 @pytest.mark.parametrize("kind", [ht.HCCL_CMD_ALLGATHER, ht.HCCL_CMD_ALLTOALL])
@@ -130,7 +158,7 @@ def test_send_equal_recv_takes_a_snapshot_and_is_still_right(kind):
         if kind == ht.HCCL_CMD_ALLGATHER:
             expected = np.concatenate([inputs[i][:count] for i in range(n)])
         else:
-            expected = np.concatenate([inputs[i][r * count:(r + 1) * count] for i in range(n)])
+            expected = np.concatenate([inputs[i][r * count : (r + 1) * count] for i in range(n)])
         assert np.array_equal(got, expected)
 
 

@@ -156,10 +156,12 @@ class CopyPaths:
         if count == 0:
             return
         side = self._side(dst, count)
-        if side != DEVICE:
+        if side == PAGEABLE or (side == PINNED and stream is None):
+            # At once, on the host. Stream order still holds for pageable memory: no task
+            # of a stream touches it after its copy call has returned.
             ctypes.memset(dst, value & 0xFF, count)
             return
-        location = self._location(dst, side)
+        location = self._location(dst, side)  # device memory, or pinned memory filled in stream order
         if stream is None:
             self._request(npu_pb2.OP_MEMSET, [commands.IMMEDIATE, *location, value & 0xFF, count])
         else:

@@ -316,6 +316,8 @@ class Runtime(RuntimeMemory):
     @records_errors
     def free_host(self, address: int) -> None:
         """aclrtFreeHost."""
+        if not address:
+            raise NpuError(codes.ACL_ERROR_INVALID_PARAM, "null pointer passed to free_host")
         block = self.host.find(address)
         if block is None or block.address != address:
             raise invalid(f"{address:#x} is not the start of pinned host memory of this process")

@@ -21,7 +21,7 @@ service.prefer_fast_grpc()
 import grpc  # noqa: E402  (after choosing the polling engine)
 
 from simnpu.client import autostart  # noqa: E402
-from simnpu.proto.errors import NpuError
+from simnpu.proto.errors import NpuError, error_for
 
 _SITE_RING = 1 << 16
 _OWN_MODULES = ("simnpu.", "acl", "hccl")
@@ -124,7 +124,7 @@ class Connection:
         if isinstance(reply, NpuError):
             raise reply
         if reply.code:
-            raise NpuError(reply.code, self._describe_failure(reply))
+            raise error_for(reply.code, self._describe_failure(reply))
         return reply
 
     def request(self, op: int, args=(), data: bytes = b"", text: str = "", site: str = "") -> npu_pb2.Reply:
@@ -142,11 +142,11 @@ class Connection:
         """The request iterator gRPC drains: one message per wake-up, holding all queued items."""
         pending = self._pending_items
         while True:
-            self._wake.wait()
-            self._wake.clear()
-            if not pending:
-                if self._closing:
+            if not pending:  # checked before every wait: a close() whose wake-up was
+                if self._closing:  # absorbed while a message was built still ends the stream
                     return
+                self._wake.wait()
+                self._wake.clear()
                 continue
             items = []
             run: list = []

@@ -40,6 +40,14 @@ class NotSupportedError(NpuError):
         return (type(self), (self.what, self.code))
 
 
+def error_for(code: int, message: str = "") -> NpuError:
+    """The exception an ACL code received from the daemon becomes (an out-of-memory code
+    gives an NpuMemoryError, so that `except MemoryError` catches it on the client too)."""
+    if code in (codes.ACL_ERROR_RT_MEMORY_ALLOCATION, codes.ACL_ERROR_RT_DEVICE_OOM):
+        return NpuMemoryError(message, code)
+    return NpuError(code, message)
+
+
 def invalid(message: str) -> NpuError:
     """A runtime parameter error (107000), the code of most bad-input cases."""
     return NpuError(codes.ACL_ERROR_RT_PARAM_INVALID, message)

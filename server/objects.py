@@ -98,6 +98,14 @@ class Task:
 
 
 @dataclass(eq=False)
+class DeviceArgs:
+    """Launch arguments that lie in device memory (aclrtLaunchKernel). They are read when
+    the launch reaches the head of its stream, so tasks before it may still write them."""
+
+    read: object  # () -> (values, bounds); raises NpuError
+
+
+@dataclass(eq=False)
 class Waiter:
     """A blocked host call (synchronize, destroy): `ready()` is re-checked as work completes."""
 

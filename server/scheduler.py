@@ -33,6 +33,8 @@ from simnpu.server.objects import (
 
 log = logging.getLogger("simnpu.scheduler")
 
+MAX_SLEEP_S = 3600.0  # poll() cannot wait ~25 days or more: far deadlines are waited for in steps
+
 
 class Scheduler:
     def __init__(self, devices, op_timeout_s: float):
@@ -404,7 +406,7 @@ class Scheduler:
             deadlines.append(self.collectives.deadline)
         if not deadlines:
             return None
-        return max(0.0, min(deadlines) - time.monotonic())
+        return min(max(0.0, min(deadlines) - time.monotonic()), MAX_SLEEP_S)
 
     def _expire(self) -> None:
         now = time.monotonic()

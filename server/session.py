@@ -15,7 +15,7 @@ import queue
 import time
 
 from simnpu.proto import codes, commands, npu_pb2
-from simnpu.proto.errors import NpuError, bad_handle, invalid
+from simnpu.proto.errors import NpuError, NpuMemoryError, bad_handle, invalid
 from simnpu.proto.kernel_abi import discover_kernels
 from simnpu.server.objects import (
     COLLECTIVE, COPY, HOST, KERNEL, MEMSET, RECORD, RESET, WAIT, Context, Event, Stream, Task,
@@ -24,7 +24,7 @@ from simnpu.server.objects import (
 from simnpu.server.resources import Binary, Function, Pinned
 from simnpu.server.session_memory import MEMORY_OPS, SessionMemory
 from simnpu.shm.addresses import is_device_address, split_device_address
-from simnpu.shm.region import Region, segment_name
+from simnpu.shm.region import Region, segment_name, shm_available_bytes
 
 log = logging.getLogger("simnpu.session")
 
@@ -32,6 +32,9 @@ DEFERRED = object()  # a handler's result when the scheduler will send the reply
 CLOSED = object()    # the outbox sentinel that ends the response stream
 IMMEDIATE_PRIORITY = -1  # synchronous copies jump every stream queue, as aclrtMemcpy does
 _PROBE_BYTES = 16
+# how many arguments each request needs (simnpu.proto.commands.REQUEST_ARGS; HELLO's are optional)
+_ARG_COUNTS = {npu_pb2.Op.Value(f"OP_{name}"): len(args)
+               for name, args in commands.REQUEST_ARGS.items() if name != "HELLO"}
 
 
 class Session(SessionMemory):
@@ -123,6 +126,9 @@ class Session(SessionMemory):
         try:
             if handler is None:
                 raise invalid(f"unknown request op {request.op}")
+            if len(request.args) < _ARG_COUNTS.get(request.op, 0):
+                raise invalid(f"{npu_pb2.Op.Name(request.op)} takes {_ARG_COUNTS[request.op]} arguments, "
+                              f"got {len(request.args)}")
             result = handler(request)
         except NpuError as error:
             if request.id:
@@ -278,6 +284,8 @@ class Session(SessionMemory):
     def _resolve(self, location: commands.Location, count: int) -> tuple:
         """A wire location turned into what a copy engine maps: ("dev"|"seg", key, offset)."""
         space, ident, offset = location
+        if count < 0:
+            raise invalid(f"negative byte count {count}")
         if space == commands.SPACE_DEVICE:
             device, device_offset = self._device_range(offset, count)
             return ("dev", device.index, device_offset)
@@ -535,7 +543,14 @@ class Session(SessionMemory):
         size = request.args[0]
         if size <= 0:
             raise NpuError(codes.ACL_ERROR_INVALID_PARAM, f"cannot allocate {size} bytes of host memory")
-        region = Region.create(segment_name(f"s{self.id}", f"pin{next(self._handle_ids)}"), size)
+        available = shm_available_bytes()
+        if size > available:
+            raise NpuMemoryError(f"cannot allocate {size} bytes of pinned host memory: "
+                                 f"/dev/shm has {available} bytes free")
+        try:
+            region = Region.create(segment_name(f"s{self.id}", f"pin{next(self._handle_ids)}"), size)
+        except (OSError, ValueError, OverflowError) as error:
+            raise NpuMemoryError(f"cannot allocate {size} bytes of pinned host memory: {error}")
         handle = self._new_handle(Pinned(region), 6)
         return npu_pb2.Reply(values=[handle, size], text=region.name)
 

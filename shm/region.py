@@ -37,7 +37,12 @@ class Region:
     def create(cls, name: str, size: int) -> "Region":
         """Create a new segment of `size` bytes (fails if the name exists)."""
         memory = posix_ipc.SharedMemory(name, posix_ipc.O_CREX, mode=0o600, size=size)
-        return cls(name, memory, owner=True)
+        try:
+            return cls(name, memory, owner=True)
+        except BaseException:  # e.g. too big to map: the segment must not outlive the failure
+            memory.close_fd()
+            unlink_quietly(name)
+            raise
 
     @classmethod
     def attach(cls, name: str, populate: bool = False) -> "Region":
@@ -69,6 +74,12 @@ class Region:
         """Remove the name now (mappings stay valid); only for the owner."""
         if self.owner:
             unlink_quietly(self.name)
+
+
+def shm_available_bytes(directory: str = "/dev/shm") -> int:
+    """Bytes that new shared-memory segments can still take."""
+    stat = os.statvfs(directory)
+    return stat.f_bavail * stat.f_frsize
 
 
 def unlink_quietly(name: str) -> None:

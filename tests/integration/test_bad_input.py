@@ -1,0 +1,1035 @@
+"""Bad input gets its ACL code, and the daemon, the same client and every other client keep
+working.
+
+Each case is tried twice where it can be: through the raw runtime layer (which checks
+what the host can check, at once, before anything is sent), and straight at the daemon
+with the raw layer's checks skipped (`daemon_code`, `deferred_code`, or a hand-made gRPC
+session), because a client is not obliged to use our client library.
+
+After every test the `checked` fixture proves that the test's own client still does a
+malloc + copy + kernel + synchronize round trip, and that a bystander client of the same
+daemon, whose data sits on the device the whole time, still has its data intact and works.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import queue
+import subprocess
+import sys
+import textwrap
+import threading
+from contextlib import contextmanager
+
+import grpc
+import numpy as np
+import pytest
+from conftest import run_client
+from simnpu.client.runtime import Runtime
+from simnpu.proto import codes, commands, npu_pb2, service
+from simnpu.proto.commands import Location
+from simnpu.proto.errors import NpuError, NpuMemoryError
+from simnpu.shm.addresses import DEVICE_BASE, DEVICE_SPAN
+
+H2H = codes.ACL_MEMCPY_HOST_TO_HOST
+H2D = codes.ACL_MEMCPY_HOST_TO_DEVICE
+D2H = codes.ACL_MEMCPY_DEVICE_TO_HOST
+D2D = codes.ACL_MEMCPY_DEVICE_TO_DEVICE
+PARAM = codes.ACL_ERROR_RT_PARAM_INVALID
+HANDLE = codes.ACL_ERROR_RT_INVALID_HANDLE
+NULL = codes.ACL_ERROR_INVALID_PARAM
+N = 4096
+MiB = 1 << 20
+
+
+# ---- helpers ----------------------------------------------------------------------------------
+def round_trip(rt: Runtime, value: float = 1.0) -> None:
+    """malloc, copy in, a 2-block kernel on a new stream, synchronize, copy out, check, free."""
+    a = np.arange(N, dtype=np.float32)
+    b = np.full(N, value, np.float32)
+    ptrs = [rt.malloc(a.nbytes) for _ in range(3)]
+    stream = rt.create_stream()
+    try:
+        rt.memcpy(ptrs[0], a.nbytes, a.ctypes.data, a.nbytes, H2D)
+        rt.memcpy(ptrs[1], b.nbytes, b.ctypes.data, b.nbytes, H2D)
+        add = rt.get_function(commands.BUILTIN_BINARY, "add_f32")
+        rt.launch_kernel(add, 2, rt.signature(add).pack(*ptrs, N), stream)
+        rt.synchronize_stream(stream)
+        out = np.zeros(N, np.float32)
+        rt.memcpy(out.ctypes.data, out.nbytes, ptrs[2], out.nbytes, D2H)
+        assert np.array_equal(out, a + value)
+    finally:
+        rt.destroy_stream(stream)
+        for ptr in ptrs:
+            rt.free(ptr)
+
+
+def client(address: str) -> Runtime:
+    rt = Runtime(address)
+    rt.set_device(0)
+    return rt
+
+
+class Bystander:
+    """A client that keeps 1 MiB of data, a stream and an event on the device all along.
+
+    It burns handle numbers first, so its handles are numbers no fresh session owns:
+    handles are per session, so another session's *own* stream may well carry the same
+    number as this one's second stream -- that would be its stream, not a foreign one.
+    """
+
+    def __init__(self, address: str):
+        self.rt = client(address)
+        for _ in range(64):
+            self.rt.destroy_event(self.rt.create_event())
+        self.data = np.random.default_rng(7).integers(0, 256, MiB, dtype=np.uint8)
+        self.ptr = self.rt.malloc(self.data.nbytes)
+        self.rt.memcpy(self.ptr, self.data.nbytes, self.data.ctypes.data, self.data.nbytes, H2D)
+        self.stream = self.rt.create_stream()
+        self.event = self.rt.create_event()
+        self.context = self.rt.create_context(0)  # a context of its own, not current
+        self.rt.set_device(0)
+        self.pinned = self.rt.malloc_host(4096)
+        self.pinned_handle = self.rt.host.find(self.pinned).handle
+        ctypes.memset(self.pinned, 0x5A, 4096)
+
+    def check(self) -> None:
+        out = np.zeros_like(self.data)
+        self.rt.memcpy(out.ctypes.data, out.nbytes, self.ptr, out.nbytes, D2H)
+        assert np.array_equal(out, self.data), "another client's bad input changed the bystander's memory"
+        assert ctypes.string_at(self.pinned, 4096) == b"\x5a" * 4096
+        self.rt.record_event(self.event, self.stream)
+        self.rt.synchronize_event(self.event)
+        round_trip(self.rt, 2.0)
+
+    def close(self) -> None:
+        self.rt.close()
+
+
+@pytest.fixture(scope="module")
+def bystander(daemon):
+    made = Bystander(daemon.address)
+    yield made
+    made.close()
+
+
+@pytest.fixture
+def rt(daemon, bystander):
+    """This test's client (device 0 set). Afterwards it and the bystander must still work."""
+    made = client(daemon.address)
+    yield made
+    round_trip(made)
+    made.close()
+    bystander.check()
+
+
+@pytest.fixture
+def other(daemon):
+    """A second client of this process (its own session), for cross-client cases."""
+    made = client(daemon.address)
+    yield made
+    made.close()
+
+
+@contextmanager
+def raises_at_once(rt: Runtime, code: int):
+    """The raw layer rejects the call with `code` before sending anything to the daemon."""
+    before = rt.connection._seq
+    with pytest.raises(NpuError) as caught:
+        yield caught
+    assert caught.value.code == code, caught.value
+    assert rt.connection._seq == before, "the call was sent to the daemon before being rejected"
+
+
+def daemon_code(rt: Runtime, op: int, args, data: bytes = b"", text: str = "") -> int:
+    """Send a request as is, skipping every check of the raw layer; the code of its reply."""
+    try:
+        rt.connection.request(op, args, data, text)
+    except NpuError as error:
+        return error.code
+    return codes.ACL_SUCCESS
+
+
+def deferred_code(rt: Runtime, *records: bytes) -> int:
+    """Send asynchronous command records as is; the code the next synchronize reports."""
+    for record in records:
+        rt.connection.send_command(record, "test")
+    try:
+        rt.synchronize_stream(0)
+    except NpuError as error:
+        code = error.code
+    else:
+        code = codes.ACL_SUCCESS
+    rt.synchronize_stream(0)  # a rejected call is reported once, then the stream is fine
+    return code
+
+
+def to_device(rt: Runtime, ptr: int, data: bytes) -> None:
+    staged = np.frombuffer(data, np.uint8).copy()
+    rt.memcpy(ptr, staged.nbytes, staged.ctypes.data, staged.nbytes, H2D)
+
+
+def within(seconds: float, rt: Runtime, call, *args) -> None:
+    """Run `call(*args)` with `rt`'s current context; fail (instead of hanging the run) if it
+    has not returned in time."""
+    outcome: list = []
+    context = rt.get_context()
+
+    def run() -> None:
+        try:
+            rt.set_context(context)
+            call(*args)
+            outcome.append(None)
+        except BaseException as error:  # handed to the test's thread
+            outcome.append(error)
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    thread.join(seconds)
+    assert outcome, f"{getattr(call, '__name__', call)} did not return within {seconds} s: the daemon hangs"
+    if outcome[0] is not None:
+        raise outcome[0]
+
+
+def dev(address: int) -> Location:
+    return Location(commands.SPACE_DEVICE, 0, address)
+
+
+def host_array(n: int = N, value: int = 1) -> np.ndarray:
+    return np.full(n, value, np.uint8)
+
+
+# ---- stale, unknown and foreign handles -------------------------------------------------------------
+def test_destroyed_stream_is_rejected_at_once_by_every_call(rt):
+    stream = rt.create_stream()
+    rt.destroy_stream(stream)
+    ptr = rt.malloc(N)
+    data = host_array()
+    add = rt.get_function(commands.BUILTIN_BINARY, "add_f32")
+    args = rt.signature(add).pack(ptr, ptr, ptr, 16)
+    event = rt.create_event()
+    calls = [
+        lambda: rt.synchronize_stream(stream),
+        lambda: rt.stream_query(stream),
+        lambda: rt.destroy_stream(stream),
+        lambda: rt.set_stream_failure_mode(stream, codes.ACL_STOP_ON_FAILURE),
+        lambda: rt.launch_kernel(add, 1, args, stream),
+        lambda: rt.memcpy_async(ptr, N, data.ctypes.data, N, H2D, stream),
+        lambda: rt.memset_async(ptr, N, 0, N, stream),
+        lambda: rt.record_event(event, stream),
+        lambda: rt.reset_event(event, stream),
+        lambda: rt.stream_wait_event(stream, event),
+    ]
+    for call in calls:
+        with raises_at_once(rt, HANDLE):
+            call()
+    rt.destroy_event(event)
+    rt.free(ptr)
+
+
+def test_destroyed_stream_at_the_daemon(rt):
+    stream = rt.create_stream()
+    event = rt.create_event()
+    rt.destroy_stream(stream)
+    ptr = rt.malloc(N)
+    add = rt.get_function(commands.BUILTIN_BINARY, "add_f32")
+    args = rt.signature(add).pack(ptr, ptr, ptr, 16)
+    assert daemon_code(rt, npu_pb2.OP_SYNCHRONIZE_STREAM, [stream, -1]) == HANDLE
+    assert daemon_code(rt, npu_pb2.OP_QUERY_STREAM, [stream]) == HANDLE
+    assert daemon_code(rt, npu_pb2.OP_DESTROY_STREAM, [stream, 0]) == HANDLE
+    assert daemon_code(rt, npu_pb2.OP_MEMSET, [stream, 0, 0, ptr, 1, 16]) == HANDLE
+    assert deferred_code(rt, commands.pack_launch(1, stream, add, args)) == HANDLE
+    assert deferred_code(rt, commands.pack_memset(stream, dev(ptr), 0, 16)) == HANDLE
+    assert deferred_code(rt, commands.pack_copy(stream, dev(ptr), dev(ptr + 64), 16)) == HANDLE
+    assert deferred_code(rt, commands.pack_event(commands.CMD_RECORD_EVENT, event, stream)) == HANDLE
+    rt.free(ptr)
+
+
+def test_destroyed_event_is_rejected(rt):
+    event = rt.create_event()
+    rt.destroy_event(event)
+    for call in (lambda: rt.record_event(event, 0), lambda: rt.reset_event(event, 0),
+                 lambda: rt.stream_wait_event(0, event), lambda: rt.synchronize_event(event),
+                 lambda: rt.query_event_status(event), lambda: rt.destroy_event(event),
+                 lambda: rt.event_elapsed_time(event, event)):
+        with raises_at_once(rt, HANDLE):
+            call()
+    default = rt.stream(0)
+    for op in (commands.CMD_RECORD_EVENT, commands.CMD_RESET_EVENT, commands.CMD_WAIT_EVENT):
+        assert deferred_code(rt, commands.pack_event(op, event, default)) == HANDLE
+    assert daemon_code(rt, npu_pb2.OP_SYNCHRONIZE_EVENT, [event, -1]) == HANDLE
+    assert daemon_code(rt, npu_pb2.OP_QUERY_EVENT, [event]) == HANDLE
+    assert daemon_code(rt, npu_pb2.OP_DESTROY_EVENT, [event]) == HANDLE
+
+
+def test_handles_of_a_destroyed_context_are_stale(rt):
+    context = rt.create_context(0)
+    stream = rt.create_stream()
+    event = rt.create_event()
+    rt.destroy_context(context)
+    rt.set_device(0)
+    with raises_at_once(rt, HANDLE):
+        rt.set_context(context)
+    with raises_at_once(rt, HANDLE):
+        rt.synchronize_stream(stream)
+    with raises_at_once(rt, HANDLE):
+        rt.record_event(event, 0)
+    assert daemon_code(rt, npu_pb2.OP_CREATE_STREAM, [context, 0, 0]) == HANDLE
+    assert daemon_code(rt, npu_pb2.OP_SYNCHRONIZE_STREAM, [stream, -1]) == HANDLE
+    assert daemon_code(rt, npu_pb2.OP_DESTROY_CONTEXT, [context]) == HANDLE
+
+
+def test_unknown_handles_are_rejected(rt):
+    bogus = 0xDEAD_BEEF
+    with raises_at_once(rt, HANDLE):
+        rt.synchronize_stream(bogus)
+    with raises_at_once(rt, HANDLE):
+        rt.record_event(bogus, 0)
+    with raises_at_once(rt, HANDLE):
+        rt.get_function(bogus, "add_f32")
+    with raises_at_once(rt, HANDLE):
+        rt.launch_kernel(bogus, 1, b"", 0)
+    with raises_at_once(rt, HANDLE):
+        rt.set_context(bogus)
+    default = rt.stream(0)
+    assert daemon_code(rt, npu_pb2.OP_CREATE_STREAM, [bogus, 0, 0]) == HANDLE
+    assert daemon_code(rt, npu_pb2.OP_CREATE_EVENT, [bogus, 0]) == HANDLE
+    assert daemon_code(rt, npu_pb2.OP_GET_FUNCTION, [bogus], text="add_f32") == HANDLE
+    assert daemon_code(rt, npu_pb2.OP_BINARY_UNLOAD, [bogus]) == HANDLE
+    assert daemon_code(rt, npu_pb2.OP_FREE_HOST, [bogus]) == HANDLE
+    assert deferred_code(rt, commands.pack_launch(1, default, bogus, b"")) == HANDLE
+    # a handle of the wrong kind is no better than an unknown one
+    assert daemon_code(rt, npu_pb2.OP_SYNCHRONIZE_STREAM, [rt.get_context(), -1]) == HANDLE
+    assert daemon_code(rt, npu_pb2.OP_QUERY_EVENT, [default]) == HANDLE
+    assert deferred_code(rt, commands.pack_launch(1, default, commands.BUILTIN_BINARY, b"")) == HANDLE
+
+
+def test_functions_of_an_unloaded_binary_are_stale(rt):
+    binary = rt.binary_load("from simnpu import kernel\n@kernel('u32')\ndef nop(ctx, n):\n    pass\n")
+    function = rt.get_function(binary, "nop")
+    rt.binary_unload(binary)
+    with raises_at_once(rt, HANDLE):
+        rt.get_function(binary, "nop")
+    with raises_at_once(rt, HANDLE):
+        rt.binary_unload(binary)
+    # the raw layer still knows the function's signature; the daemon knows it is gone
+    with pytest.raises(NpuError) as caught:
+        rt.launch_kernel(function, 1, b"\0\0\0\0", 0)
+        rt.synchronize_stream(0)
+    assert caught.value.code == HANDLE
+    rt.synchronize_stream(0)
+
+
+def test_the_builtin_library_cannot_be_unloaded(rt):
+    with pytest.raises(NpuError) as caught:
+        rt.binary_unload(commands.BUILTIN_BINARY)
+    assert caught.value.code == PARAM
+    round_trip(rt)
+
+
+def test_handles_of_another_client_in_this_process(rt, bystander):
+    foreign_stream, foreign_event = bystander.stream, bystander.event
+    with raises_at_once(rt, HANDLE):
+        rt.synchronize_stream(foreign_stream)
+    with raises_at_once(rt, HANDLE):
+        rt.record_event(foreign_event, 0)
+    with raises_at_once(rt, HANDLE):
+        rt.destroy_stream(foreign_stream)
+    assert daemon_code(rt, npu_pb2.OP_SYNCHRONIZE_STREAM, [foreign_stream, -1]) == HANDLE
+    assert daemon_code(rt, npu_pb2.OP_DESTROY_STREAM, [foreign_stream, 1]) == HANDLE
+    assert daemon_code(rt, npu_pb2.OP_DESTROY_EVENT, [foreign_event]) == HANDLE
+    assert daemon_code(rt, npu_pb2.OP_SYNCHRONIZE_EVENT, [foreign_event, -1]) == HANDLE
+    assert daemon_code(rt, npu_pb2.OP_DESTROY_CONTEXT, [bystander.context]) == HANDLE
+    assert daemon_code(rt, npu_pb2.OP_FREE_HOST, [bystander.pinned_handle]) == HANDLE
+    default = rt.stream(0)
+    assert deferred_code(rt, commands.pack_event(commands.CMD_RECORD_EVENT, foreign_event, default)) == HANDLE
+    assert deferred_code(rt, commands.pack_event(commands.CMD_WAIT_EVENT, foreign_event, default)) == HANDLE
+    assert deferred_code(rt, commands.pack_memset(foreign_stream, dev(bystander.ptr), 0, 64)) == HANDLE
+
+
+FOREIGN_CLIENT = """
+    import sys
+    import numpy as np
+    from simnpu.client.runtime import Runtime
+    rt = Runtime()
+    rt.set_device(0)
+    for _ in range(64):
+        rt.destroy_event(rt.create_event())
+    data = np.arange(4096, dtype=np.uint8)
+    ptr = rt.malloc(4096)
+    rt.memcpy(ptr, 4096, data.ctypes.data, 4096, 1)
+    stream, event = rt.create_stream(), rt.create_event()
+    print(stream, event, ptr, flush=True)
+    sys.stdin.readline()
+    rt.record_event(event, stream)
+    rt.synchronize_stream(stream)
+    out = np.zeros(4096, np.uint8)
+    rt.memcpy(out.ctypes.data, 4096, ptr, 4096, 2)
+    assert np.array_equal(out, data), "my memory was changed by another client"
+    print("intact", flush=True)
+"""
+
+
+def test_handles_and_memory_of_another_client_process(rt, daemon):
+    process = subprocess.Popen([sys.executable, "-c", textwrap.dedent(FOREIGN_CLIENT)], stdin=subprocess.PIPE,
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                               env={**os.environ, "SIMNPU_ADDRESS": daemon.address})
+    try:
+        line = process.stdout.readline()
+        assert line, process.stderr.read()
+        stream, event, ptr = map(int, line.split())
+        for call in (lambda: rt.synchronize_stream(stream), lambda: rt.record_event(event, 0)):
+            with raises_at_once(rt, HANDLE):
+                call()
+        with raises_at_once(rt, PARAM):
+            rt.free(ptr)
+        data = host_array(64, 0xEE)
+        with raises_at_once(rt, PARAM):
+            rt.memcpy(ptr, 64, data.ctypes.data, 64, H2D)
+        assert daemon_code(rt, npu_pb2.OP_SYNCHRONIZE_STREAM, [stream, -1]) == HANDLE
+        assert daemon_code(rt, npu_pb2.OP_DESTROY_STREAM, [stream, 1]) == HANDLE
+        assert daemon_code(rt, npu_pb2.OP_DESTROY_EVENT, [event]) == HANDLE
+        assert daemon_code(rt, npu_pb2.OP_FREE, [ptr]) == PARAM
+        assert daemon_code(rt, npu_pb2.OP_MEMSET, [commands.IMMEDIATE, 0, 0, ptr, 0xEE, 64]) == PARAM
+        assert deferred_code(rt, commands.pack_memset(rt.stream(0), dev(ptr), 0xEE, 64)) == PARAM
+    finally:
+        out, err = process.communicate("go\n", timeout=60)
+    assert process.returncode == 0, err
+    assert out.strip() == "intact"
+
+
+def test_handles_are_checked_before_anything_is_sent(rt):
+    """Async calls with a bad handle raise at the call itself, not at a later synchronize."""
+    ptr = rt.malloc(N)
+    add = rt.get_function(commands.BUILTIN_BINARY, "add_f32")
+    args = rt.signature(add).pack(ptr, ptr, ptr, 16)
+    for bad in (0x1234, (2 << 40) | 999_999):
+        for call in (lambda: rt.launch_kernel(add, 1, args, bad),
+                     lambda: rt.launch_kernel(bad, 1, args, 0),
+                     lambda: rt.memset_async(ptr, N, 0, N, bad),
+                     lambda: rt.memcpy_async(ptr, N, ptr, N, D2D, bad),
+                     lambda: rt.record_event(bad, 0),
+                     lambda: rt.stream_wait_event(0, bad)):
+            with raises_at_once(rt, HANDLE):
+                call()
+    rt.synchronize_stream(0)  # nothing bad was queued
+    rt.free(ptr)
+
+
+# ---- pointers and sizes ----------------------------------------------------------------------------
+def test_pointers_outside_any_allocation(rt):
+    ptr = rt.malloc(N)
+    data = host_array()
+    nowhere = [ptr + 200 * MiB, DEVICE_BASE + 255 * MiB, DEVICE_BASE + DEVICE_SPAN * 3, ptr + N + 4096]
+    for address in nowhere:
+        with raises_at_once(rt, PARAM):
+            rt.memcpy(address, N, data.ctypes.data, N, H2D)
+        with raises_at_once(rt, PARAM):
+            rt.memcpy(data.ctypes.data, N, address, N, D2H)
+        with raises_at_once(rt, PARAM):
+            rt.memset(address, N, 0, N)
+        with raises_at_once(rt, PARAM):
+            rt.memcpy_async(address, N, ptr, N, D2D, 0)
+        assert daemon_code(rt, npu_pb2.OP_MEMSET, [commands.IMMEDIATE, 0, 0, address, 0, 16]) == PARAM
+        assert deferred_code(rt, commands.pack_copy(rt.stream(0), dev(address), dev(ptr), 16)) == PARAM
+    rt.free(ptr)
+
+
+def test_ranges_running_past_the_end_of_an_allocation(rt):
+    ptr = rt.malloc(N)
+    data = host_array(2 * N)
+    with raises_at_once(rt, PARAM):
+        rt.memcpy(ptr, 2 * N, data.ctypes.data, N + 1, H2D)
+    with raises_at_once(rt, PARAM):
+        rt.memcpy(ptr + 10, N, data.ctypes.data, N - 9, H2D)
+    with raises_at_once(rt, PARAM):
+        rt.memcpy(data.ctypes.data, 2 * N, ptr + N - 1, 2, D2H)
+    with raises_at_once(rt, PARAM):
+        rt.memset(ptr + 1, N, 0, N)
+    with raises_at_once(rt, PARAM):
+        rt.memset_async(ptr, 2 * N, 0, N + 1, 0)
+    # the allocator's padding after the requested size is not the caller's either
+    assert daemon_code(rt, npu_pb2.OP_MEMSET, [commands.IMMEDIATE, 0, 0, ptr, 0, N + 1]) == PARAM
+    assert deferred_code(rt, commands.pack_memset(rt.stream(0), dev(ptr + N), 0, 1)) == PARAM
+    assert deferred_code(rt, commands.pack_copy(rt.stream(0), dev(ptr), dev(ptr + 1), N)) == PARAM
+    assert deferred_code(rt, commands.pack_memset(rt.stream(0), dev(ptr), 0, (1 << 64) - 1)) == PARAM
+    rt.free(ptr)
+
+
+def test_negative_counts_sent_to_the_daemon_are_rejected(rt, bystander):
+    """A negative count must not mean "to the end of device memory" (numpy's count=-1)."""
+    ptr = rt.malloc(N)
+    for count in (-1, -N, -(1 << 40)):
+        assert daemon_code(rt, npu_pb2.OP_MEMSET, [commands.IMMEDIATE, 0, 0, ptr, 0x66, count]) == PARAM
+        assert daemon_code(rt, npu_pb2.OP_MEMCPY,
+                           [commands.IMMEDIATE, 0, 0, ptr, 0, 0, ptr + 64, count, 0]) == PARAM
+        assert daemon_code(rt, npu_pb2.OP_MEMCPY,
+                           [commands.IMMEDIATE, 0, 0, ptr, commands.SPACE_STAGING, 0, 0, count, 0]) == PARAM
+    rt.free(ptr)
+    bystander.check()
+
+
+def test_count_greater_than_dest_max(rt):
+    ptr = rt.malloc(N)
+    data = host_array()
+    out = host_array(value=0)
+    with raises_at_once(rt, PARAM):
+        rt.memcpy(ptr, N - 1, data.ctypes.data, N, H2D)
+    with raises_at_once(rt, PARAM):
+        rt.memcpy(out.ctypes.data, 16, ptr, 17, D2H)
+    with raises_at_once(rt, PARAM):
+        rt.memcpy_async(ptr, 0, data.ctypes.data, 1, H2D, 0)
+    with raises_at_once(rt, PARAM):
+        rt.memset(ptr, 10, 0, 11)
+    with raises_at_once(rt, PARAM):
+        rt.memcpy(ptr, -1, data.ctypes.data, 0, H2D)
+    rt.memcpy(ptr, N, data.ctypes.data, 0, H2D)  # count 0: a successful no-op
+    rt.free(ptr)
+
+
+def test_memcpy_kind_must_match_the_pointers(rt):
+    ptr = rt.malloc(N)
+    pinned = rt.malloc_host(N)
+    data = host_array()
+    mismatched = [
+        (ptr, data.ctypes.data, D2H), (ptr, data.ctypes.data, D2D), (ptr, data.ctypes.data, H2H),
+        (data.ctypes.data, ptr, H2D), (data.ctypes.data, ptr, D2D),
+        (ptr, ptr, H2D), (ptr, ptr, D2H),
+        (data.ctypes.data, pinned, H2D), (pinned, data.ctypes.data, D2D), (pinned, ptr, H2D),
+    ]
+    for dst, src, kind in mismatched:
+        with raises_at_once(rt, PARAM):
+            rt.memcpy(dst, N, src, N, kind)
+        with raises_at_once(rt, PARAM):
+            rt.memcpy_async(dst, N, src, N, kind, 0)
+    for kind in (-1, 8, 99):
+        with raises_at_once(rt, PARAM):
+            rt.memcpy(ptr, N, data.ctypes.data, N, kind)
+    rt.memcpy(ptr, N, data.ctypes.data, N, codes.ACL_MEMCPY_DEFAULT)  # DEFAULT: from the addresses
+    rt.free_host(pinned)
+    rt.free(ptr)
+
+
+def test_null_pointers(rt):
+    ptr = rt.malloc(N)
+    data = host_array()
+    for call in (lambda: rt.memcpy(0, N, data.ctypes.data, N, H2D),
+                 lambda: rt.memcpy(ptr, N, 0, N, H2D),
+                 lambda: rt.memcpy(0, N, 0, N, codes.ACL_MEMCPY_DEFAULT),
+                 lambda: rt.memcpy_async(ptr, N, 0, N, D2D, 0),
+                 lambda: rt.memset(0, N, 0, N),
+                 lambda: rt.memset_async(0, N, 0, N, 0),
+                 lambda: rt.free(0),
+                 lambda: rt.free_host(0)):
+        with raises_at_once(rt, NULL):
+            call()
+    rt.free(ptr)
+
+
+def test_unknown_memory_spaces_and_host_ranges_at_the_daemon(rt, bystander):
+    ptr = rt.malloc(N)
+    staging = rt.copies.slot * 2 if rt.uses_shared_memory else None
+    for space in (3, 7, 255):
+        assert daemon_code(rt, npu_pb2.OP_MEMCPY,
+                           [commands.IMMEDIATE, 0, 0, ptr, space, 0, 0, 16, 0]) == PARAM
+        assert deferred_code(rt, commands.pack_copy(rt.stream(0), dev(ptr), Location(space, 0, 0), 16)) == PARAM
+    if staging is not None:
+        assert daemon_code(rt, npu_pb2.OP_MEMCPY,
+                           [commands.IMMEDIATE, 0, 0, ptr, commands.SPACE_STAGING, 0, staging - 8, 16, 0]) == PARAM
+    pinned = rt.malloc_host(N)
+    handle = rt.host.find(pinned).handle
+    here = Location(commands.SPACE_PINNED, handle, N - 8)
+    assert deferred_code(rt, commands.pack_copy(rt.stream(0), dev(ptr), here, 16)) == PARAM
+    theirs = Location(commands.SPACE_PINNED, bystander.pinned_handle, 0)
+    assert deferred_code(rt, commands.pack_copy(rt.stream(0), theirs, dev(ptr), 16)) == HANDLE
+    rt.free_host(pinned)
+    rt.free(ptr)
+
+
+# ---- freeing ----------------------------------------------------------------------------------------
+def test_double_free_and_interior_pointers(rt):
+    ptr = rt.malloc(N)
+    with raises_at_once(rt, PARAM):
+        rt.free(ptr + 64)
+    assert daemon_code(rt, npu_pb2.OP_FREE, [ptr + 64]) == PARAM
+    rt.free(ptr)
+    with raises_at_once(rt, PARAM):
+        rt.free(ptr)
+    assert daemon_code(rt, npu_pb2.OP_FREE, [ptr]) == PARAM
+    assert daemon_code(rt, npu_pb2.OP_FREE, [12345]) == PARAM
+    host = rt.malloc_host(N)
+    with raises_at_once(rt, PARAM):
+        rt.free_host(host + 8)
+    rt.free_host(host)
+    with raises_at_once(rt, PARAM):
+        rt.free_host(host)
+
+
+def test_freeing_another_clients_memory(rt, bystander):
+    with raises_at_once(rt, PARAM):
+        rt.free(bystander.ptr)
+    assert daemon_code(rt, npu_pb2.OP_FREE, [bystander.ptr]) == PARAM
+    with raises_at_once(rt, PARAM):
+        rt.free_host(bystander.pinned)
+    bystander.check()  # its data are intact and it can still free and allocate
+
+
+def test_copies_into_another_clients_memory_are_refused(rt, bystander):
+    ptr = rt.malloc(N)
+    stream = rt.stream(0)
+    assert daemon_code(rt, npu_pb2.OP_MEMCPY,
+                       [commands.IMMEDIATE, 0, 0, bystander.ptr, 0, 0, ptr, 64, 0]) == PARAM
+    assert daemon_code(rt, npu_pb2.OP_MEMCPY,
+                       [commands.IMMEDIATE, 0, 0, ptr, 0, 0, bystander.ptr, 64, 0]) == PARAM
+    assert deferred_code(rt, commands.pack_copy(stream, dev(bystander.ptr), dev(ptr), 64)) == PARAM
+    assert deferred_code(rt, commands.pack_memset(stream, dev(bystander.ptr + 128), 0, 64)) == PARAM
+    # launch arguments read from another client's memory
+    add = rt.get_function(commands.BUILTIN_BINARY, "add_f32")
+    record = commands.pack_launch_devargs(1, stream, add, bystander.ptr, 28)
+    assert deferred_code(rt, record) == PARAM
+    rt.free(ptr)
+
+
+def test_a_kernel_given_another_clients_memory_faults_alone(rt, bystander):
+    """The kernel sees only its own client's allocations: a foreign pointer is a memory
+    fault of that task, reported to that client, and the foreign data stay as they were."""
+    ptr = rt.malloc(N)
+    fill = rt.get_function(commands.BUILTIN_BINARY, "fill_f32")
+    rt.launch_kernel(fill, 2, rt.signature(fill).pack(bystander.ptr, 9.0, 1024), 0)
+    with pytest.raises(NpuError) as caught:
+        rt.synchronize_stream(0)
+    assert caught.value.code == codes.ACL_ERROR_RT_DEVICE_MEM_ERROR
+    rt.synchronize_stream(0)
+    rt.free(ptr)
+    bystander.check()
+
+
+# ---- allocation -----------------------------------------------------------------------------------
+def test_malloc_beyond_capacity(rt):
+    free_before, total = rt.get_mem_info()
+    assert total == 256 * MiB
+    for size in (total + 1, 1 << 40, (1 << 62)):
+        with pytest.raises(NpuError) as caught:
+            rt.malloc(size)
+        assert caught.value.code == codes.ACL_ERROR_RT_MEMORY_ALLOCATION
+        assert isinstance(caught.value, MemoryError) and isinstance(caught.value, NpuMemoryError)
+    assert daemon_code(rt, npu_pb2.OP_MALLOC, [0, 1 << 40, 0]) == codes.ACL_ERROR_RT_MEMORY_ALLOCATION
+    # after the failures all memory is still there, and a big allocation still succeeds
+    assert rt.get_mem_info() == (free_before, total)
+    big = rt.malloc(64 * MiB)
+    rt.free(big)
+    stats = rt.memory_stats()
+    assert stats["num_ooms"] >= 4
+
+
+def test_malloc_size_zero_and_negative(rt):
+    for size in (0, -1):
+        with raises_at_once(rt, NULL):
+            rt.malloc(size)
+        assert daemon_code(rt, npu_pb2.OP_MALLOC, [0, size, 0]) == NULL
+        with raises_at_once(rt, NULL):
+            rt.malloc_host(size)
+        assert daemon_code(rt, npu_pb2.OP_MALLOC_HOST, [size]) == NULL
+
+
+def test_pinned_memory_beyond_what_the_host_has(rt, daemon):
+    """aclrtMallocHost that cannot be satisfied is an allocation failure; nothing is left
+    behind in /dev/shm."""
+    before = set(daemon.segments())
+    for size in (1 << 62, 1 << 50):
+        assert daemon_code(rt, npu_pb2.OP_MALLOC_HOST, [size]) == codes.ACL_ERROR_RT_MEMORY_ALLOCATION
+    assert set(daemon.segments()) == before, os.listdir("/dev/shm")
+
+
+# ---- kernels ------------------------------------------------------------------------------------
+def test_num_blocks_zero(rt):
+    ptr = rt.malloc(N)
+    add = rt.get_function(commands.BUILTIN_BINARY, "add_f32")
+    args = rt.signature(add).pack(ptr, ptr, ptr, 16)
+    with raises_at_once(rt, PARAM):
+        rt.launch_kernel(add, 0, args, 0)
+    args_ptr = ptr + 1024
+    to_device(rt, args_ptr, args)
+    with raises_at_once(rt, PARAM):
+        rt.launch_kernel_devargs(add, 0, args_ptr, len(args), 0)
+    assert deferred_code(rt, commands.pack_launch(0, rt.stream(0), add, args)) == PARAM
+    assert deferred_code(rt, commands.pack_launch_devargs(0, rt.stream(0), add, args_ptr, len(args))) == PARAM
+    rt.free(ptr)
+
+
+def test_argument_buffer_shorter_than_the_parameters(rt):
+    ptr = rt.malloc(N)
+    add = rt.get_function(commands.BUILTIN_BINARY, "add_f32")  # ptr, ptr, ptr, u32: 28 bytes
+    args = rt.signature(add).pack(ptr, ptr, ptr, 16)
+    for short in (b"", args[:8], args[:27]):
+        with raises_at_once(rt, PARAM):
+            rt.launch_kernel(add, 1, short, 0)
+        assert deferred_code(rt, commands.pack_launch(1, rt.stream(0), add, short)) == PARAM
+    to_device(rt, ptr + 1024, args)
+    with raises_at_once(rt, PARAM):
+        rt.launch_kernel_devargs(add, 1, ptr + 1024, 27, 0)
+    assert deferred_code(rt, commands.pack_launch_devargs(1, rt.stream(0), add, ptr + 1024, 27)) == PARAM
+    # arguments in device memory that run past their allocation
+    with raises_at_once(rt, PARAM):
+        rt.launch_kernel_devargs(add, 1, ptr + N - 16, 28, 0)
+    assert deferred_code(rt, commands.pack_launch_devargs(1, rt.stream(0), add, ptr + N - 16, 28)) == PARAM
+    rt.free(ptr)
+
+
+def test_unknown_kernel_name(rt):
+    for name in ("no_such_kernel", "", "add_f32 ", "_block_range", "np"):
+        with pytest.raises(NpuError) as caught:
+            rt.get_function(commands.BUILTIN_BINARY, name)
+        assert caught.value.code == codes.ACL_ERROR_RT_KERNEL_LOOKUP
+    binary = rt.binary_load("from simnpu import kernel\n@kernel()\ndef a(ctx):\n    pass\n")
+    with pytest.raises(NpuError) as caught:
+        rt.get_function(binary, "b")
+    assert caught.value.code == codes.ACL_ERROR_RT_KERNEL_LOOKUP
+    rt.binary_unload(binary)
+
+
+def test_kernel_module_that_does_not_compile(rt):
+    for source in ("def broken(:\n", "x = 1\x00\n"):
+        with pytest.raises(NpuError) as caught:
+            rt.binary_load(source)
+        assert caught.value.code == codes.ACL_ERROR_INVALID_FILE
+
+
+# ---- devices, contexts, timeouts -------------------------------------------------------------------
+def test_invalid_device_id(rt):
+    for device in (1, 7, -1, 1 << 40):
+        for call in (lambda: rt.set_device(device), lambda: rt.create_context(device),
+                     lambda: rt.reset_device(device)):
+            with raises_at_once(rt, codes.ACL_ERROR_RT_INVALID_DEVICEID):
+                call()
+        for op, args in ((npu_pb2.OP_CREATE_CONTEXT, [device]), (npu_pb2.OP_MALLOC, [device, 64, 0]),
+                         (npu_pb2.OP_GET_MEM_INFO, [device]), (npu_pb2.OP_MEMORY_STATS, [device]),
+                         (npu_pb2.OP_SYNCHRONIZE_DEVICE, [device, -1])):
+            assert daemon_code(rt, op, args) == codes.ACL_ERROR_RT_INVALID_DEVICEID
+    assert rt.get_device() == 0  # the failed calls changed nothing
+
+
+def test_no_current_context(daemon, bystander):
+    fresh = Runtime(daemon.address)
+    try:
+        ptr_data = host_array()
+        for call in (fresh.create_stream, fresh.create_event, lambda: fresh.malloc(64),
+                     fresh.get_device, fresh.get_context, fresh.get_mem_info,
+                     lambda: fresh.synchronize_stream(0), lambda: fresh.synchronize_device(),
+                     lambda: fresh.memcpy_async(ptr_data.ctypes.data, N, ptr_data.ctypes.data, N, H2H, 0)):
+            with raises_at_once(fresh, codes.ACL_ERROR_RT_CONTEXT_NULL):
+                call()
+        fresh.set_device(0)
+
+        found = []
+
+        def in_a_new_thread():  # threads inherit no context
+            try:
+                fresh.create_stream()
+            except NpuError as error:
+                found.append(error.code)
+
+        thread = threading.Thread(target=in_a_new_thread)
+        thread.start()
+        thread.join(30)
+        assert found == [codes.ACL_ERROR_RT_CONTEXT_NULL]
+        round_trip(fresh)
+        fresh.reset_device(0)
+        with raises_at_once(fresh, codes.ACL_ERROR_RT_CONTEXT_NULL):
+            fresh.create_stream()
+    finally:
+        fresh.close()
+    bystander.check()
+
+
+def test_timeouts_below_minus_one(rt):
+    stream = rt.create_stream()
+    event = rt.create_event()
+    rt.record_event(event, stream)
+    for timeout in (-2, -1000, -(1 << 40)):
+        for call in (lambda: rt.synchronize_stream(stream, timeout),
+                     lambda: rt.synchronize_event(event, timeout),
+                     lambda: rt.synchronize_device(timeout),
+                     lambda: rt.set_op_execute_timeout(timeout)):
+            with pytest.raises(NpuError) as caught:
+                call()
+            assert caught.value.code == PARAM
+    rt.synchronize_stream(stream, 0)
+    rt.synchronize_event(event, -1)
+    rt.destroy_event(event)
+    rt.destroy_stream(stream)
+
+
+SLOW = "from simnpu import kernel\nimport time\n@kernel('f64')\ndef nap(ctx, s):\n    time.sleep(s)\n"
+
+
+def test_huge_timeouts_are_accepted_and_harmless(rt, other):
+    """A timeout far beyond anything the OS can wait must neither fail nor stop the daemon."""
+    nap = rt.get_function(rt.binary_load(SLOW), "nap")
+    stream = rt.create_stream()
+    event = rt.create_event()
+    for timeout in ((1 << 63) - 1, 1 << 53, 1 << 31):
+        rt.launch_kernel(nap, 1, rt.signature(nap).pack(0.2), stream)
+        rt.record_event(event, stream)
+        within(30, rt, rt.synchronize_event, event, timeout)
+        rt.launch_kernel(nap, 1, rt.signature(nap).pack(0.2), stream)
+        within(30, rt, rt.synchronize_stream, stream, timeout)
+        rt.launch_kernel(nap, 1, rt.signature(nap).pack(0.2), stream)
+        within(30, rt, rt.synchronize_device, timeout)
+    rt.set_op_execute_timeout((1 << 63) - 1)
+    rt.launch_kernel(nap, 2, rt.signature(nap).pack(0.2), stream)
+    within(30, other, round_trip, other)  # the other client keeps being served meanwhile
+    within(30, rt, rt.synchronize_stream, stream, 20_000)
+    rt.set_op_execute_timeout(0)
+    rt.destroy_event(event)
+    rt.destroy_stream(stream)
+
+
+def test_errors_are_the_last_error(rt):
+    rt.get_last_error()
+    with pytest.raises(NpuError):
+        rt.synchronize_stream(0xBAD)
+    assert rt.peek_at_last_error() == HANDLE
+    assert rt.get_last_error() == HANDLE
+    assert rt.get_last_error() == codes.ACL_SUCCESS
+
+
+# ---- malformed messages: a hand-made session, no client library ---------------------------------
+class RawSession:
+    """A Session stream driven by hand: any items, replies collected by id."""
+
+    def __init__(self, address: str):
+        self.channel = grpc.insecure_channel(address, options=service.CHANNEL_OPTIONS)
+        self.outgoing: queue.Queue = queue.Queue()
+        session = self.channel.stream_stream(
+            service.SESSION_METHOD, request_serializer=npu_pb2.ClientMessage.SerializeToString,
+            response_deserializer=npu_pb2.ServerMessage.FromString)
+        self.call = session(iter(self.outgoing.get, None))
+        self.replies: queue.Queue = queue.Queue()
+        self.reader = threading.Thread(target=self._read, daemon=True)
+        self.reader.start()
+        self.next_id = 1
+        hello = self.request(npu_pb2.OP_HELLO, [0, 0], text="raw")
+        assert hello.code == 0, hello
+        self.session_id = hello.values[0]
+        context = self.request(npu_pb2.OP_CREATE_CONTEXT, [0])
+        assert context.code == 0, context
+        self.context, self.stream = context.values
+
+    def _read(self) -> None:
+        try:
+            for message in self.call:
+                for reply in message.replies:
+                    self.replies.put(reply)
+        except grpc.RpcError:
+            pass
+
+    def send(self, *items: npu_pb2.Item) -> None:
+        self.outgoing.put(npu_pb2.ClientMessage(items=items))
+
+    def req(self, op: int, args=(), data: bytes = b"", text: str = "", id: int | None = None) -> npu_pb2.Item:
+        if id is None:
+            id, self.next_id = self.next_id, self.next_id + 1
+        return npu_pb2.Item(request=npu_pb2.Request(id=id, op=op, args=args, data=data, text=text))
+
+    def request(self, op: int, args=(), data: bytes = b"", text: str = "") -> npu_pb2.Reply:
+        item = self.req(op, args, data, text)
+        self.send(item)
+        return self.reply(item.request.id)
+
+    def reply(self, id: int) -> npu_pb2.Reply:
+        reply = self.replies.get(timeout=30)
+        assert reply.id == id, f"expected the reply to request {id}, got {reply}"
+        return reply
+
+    def sync(self) -> npu_pb2.Reply:
+        return self.request(npu_pb2.OP_SYNCHRONIZE_STREAM, [self.stream, -1])
+
+    def close(self) -> None:
+        self.outgoing.put(None)
+        self.call.cancel()
+        self.channel.close()
+
+
+@pytest.fixture
+def raw(daemon, bystander):
+    session = RawSession(daemon.address)
+    yield session
+    assert session.request(npu_pb2.OP_GET_MEM_INFO, [0]).code == 0, "the raw session itself broke"
+    session.close()
+    bystander.check()
+
+
+def malloc(raw: RawSession, size: int) -> int:
+    reply = raw.request(npu_pb2.OP_MALLOC, [0, size, 0])
+    assert reply.code == 0, reply
+    return reply.values[0]
+
+
+@pytest.mark.parametrize("garbage", [
+    b"\xff\xff", b"\x00", b"\x01", b"\x00\x00" + b"\xAA" * 40, bytes(range(256)), b"\x03\x00" + b"\x01" * 10,
+])
+def test_garbage_command_bytes(raw, garbage):
+    raw.send(npu_pb2.Item(commands=garbage))
+    reply = raw.sync()
+    assert reply.code == PARAM, reply
+    assert raw.sync().code == 0  # reported once
+
+
+def test_unknown_command_op_after_good_ones(raw):
+    ptr = malloc(raw, N)
+    good = commands.pack_memset(raw.stream, dev(ptr), 0x11, 64)
+    raw.send(npu_pb2.Item(commands=good + b"\x63\x00" + b"\0" * 30 + commands.pack_memset(raw.stream, dev(ptr), 0x22, 64)))
+    reply = raw.sync()
+    assert reply.code == PARAM and "unknown command op 99" in reply.message
+    # the record before the bad one ran, the one after it was lost with the rest of the buffer
+    read = raw.request(npu_pb2.OP_MEMCPY,
+                       [commands.IMMEDIATE, commands.SPACE_STAGING, 0, 0, 0, 0, ptr, 64, 1])
+    assert read.code == 0 and read.data == b"\x11" * 64
+
+
+def test_truncated_launch_record(raw):
+    ptr = malloc(raw, N)
+    record = commands.pack_launch(1, raw.stream, 0x50000000001, b"\0" * 28)
+    for cut in (1, 5, commands.LAUNCH.size - 1, commands.LAUNCH.size + 10):
+        raw.send(npu_pb2.Item(commands=record[:cut]))
+        assert raw.sync().code == PARAM
+    add = raw.request(npu_pb2.OP_GET_FUNCTION, [commands.BUILTIN_BINARY], text="add_f32").values[0]
+    good = commands.pack_launch(1, raw.stream, add, np.array([ptr, ptr, ptr, 16], np.uint64).tobytes()[:28])
+    raw.send(npu_pb2.Item(commands=good + good[:-3]))
+    assert raw.sync().code == PARAM
+    raw.send(npu_pb2.Item(commands=good))
+    assert raw.sync().code == 0
+
+
+def test_unknown_request_ops(raw):
+    for op in (0, 27, 999, 2**31 - 1):
+        reply = raw.request(op, [1, 2, 3])
+        assert reply.code == PARAM, reply
+
+
+REQUESTS_WITH_ARGS = [name for name, args in commands.REQUEST_ARGS.items() if args and name != "HELLO"]
+
+
+@pytest.mark.parametrize("name", REQUESTS_WITH_ARGS)
+def test_requests_with_missing_arguments(raw, name):
+    op = npu_pb2.Op.Value(f"OP_{name}")
+    needed = len(commands.REQUEST_ARGS[name])
+    for count in sorted({0, needed - 1}):
+        reply = raw.request(op, [raw.stream] * count)
+        assert reply.code == PARAM, f"{name} with {count} of {needed} arguments: {reply}"
+
+
+@pytest.mark.parametrize("count", [0, 1, 8, 10, 20])
+def test_memcpy_with_a_wrong_argument_count(raw, count):
+    ptr = malloc(raw, N)
+    args = [commands.IMMEDIATE, 0, 0, ptr, 0, 0, ptr + 64, 16, 0, 0, 0, 0] + [0] * 10
+    reply = raw.request(npu_pb2.OP_MEMCPY, args[:count])
+    assert reply.code == PARAM, reply
+
+
+def test_memset_with_a_wrong_argument_count(raw):
+    ptr = malloc(raw, N)
+    for args in ([commands.IMMEDIATE, 0, 0, ptr, 1], [commands.IMMEDIATE, 0, 0, ptr, 1, 16, 0]):
+        assert raw.request(npu_pb2.OP_MEMSET, args).code == PARAM
+
+
+def test_inline_data_of_the_wrong_length(raw):
+    ptr = malloc(raw, N)
+    for data in (b"", b"x" * 15, b"x" * 17, b"x" * 4096):
+        reply = raw.request(npu_pb2.OP_MEMCPY,
+                            [commands.IMMEDIATE, 0, 0, ptr, commands.SPACE_STAGING, 0, 0, 16, 1], data)
+        assert reply.code == PARAM, reply
+    reply = raw.request(npu_pb2.OP_MEMCPY,
+                        [commands.IMMEDIATE, 0, 0, ptr, commands.SPACE_STAGING, 0, 0, 16, 1], b"y" * 16)
+    assert reply.code == 0
+    read = raw.request(npu_pb2.OP_MEMCPY, [commands.IMMEDIATE, commands.SPACE_STAGING, 0, 0, 0, 0, ptr, 16, 1])
+    assert read.data == b"y" * 16
+
+
+def test_requests_before_hello_and_hello_twice(daemon, bystander):
+    session = RawSession.__new__(RawSession)
+    session.channel = grpc.insecure_channel(daemon.address, options=service.CHANNEL_OPTIONS)
+    session.outgoing = queue.Queue()
+    stub = session.channel.stream_stream(
+        service.SESSION_METHOD, request_serializer=npu_pb2.ClientMessage.SerializeToString,
+        response_deserializer=npu_pb2.ServerMessage.FromString)
+    session.call = stub(iter(session.outgoing.get, None))
+    session.replies = queue.Queue()
+    session.reader = threading.Thread(target=session._read, daemon=True)
+    session.reader.start()
+    session.next_id = 1
+    try:
+        context = session.request(npu_pb2.OP_CREATE_CONTEXT, [0])
+        assert context.code == 0
+        ptr = malloc(session, N)
+        # no staging area yet: staging locations are unknown
+        reply = session.request(npu_pb2.OP_MEMCPY,
+                                [commands.IMMEDIATE, 0, 0, ptr, commands.SPACE_STAGING, 0, 0, 16, 1], b"z" * 16)
+        assert reply.code == PARAM
+        for _ in range(2):
+            hello = session.request(npu_pb2.OP_HELLO, [1, 0], text="twice")
+            assert hello.code == 0
+        assert session.request(npu_pb2.OP_HELLO, []).code == 0  # old clients: arguments optional
+    finally:
+        session.close()
+    bystander.check()
+
+
+def test_failed_requests_with_id_zero_get_no_reply(raw):
+    raw.send(raw.req(npu_pb2.OP_FREE, [12345], id=0), raw.req(999, [], id=0))
+    reply = raw.request(npu_pb2.OP_GET_MEM_INFO, [0])
+    assert reply.code == 0  # the first reply that arrives is this one's
+
+
+def test_many_bad_items_in_one_message(raw):
+    ptr = malloc(raw, N)
+    items = [npu_pb2.Item(commands=b"\xff"), raw.req(npu_pb2.OP_FREE, [1]), raw.req(npu_pb2.OP_MALLOC, []),
+             npu_pb2.Item(commands=commands.pack_memset(raw.stream, dev(ptr), 0x33, 16)),
+             raw.req(npu_pb2.OP_SYNCHRONIZE_STREAM, [raw.stream, -1]),
+             raw.req(npu_pb2.OP_MEMCPY, [raw.stream, commands.SPACE_STAGING, 0, 0, 0, 0, ptr, 16, 1])]
+    raw.send(*items)
+    replies = [raw.reply(item.request.id) for item in items if item.HasField("request")]
+    assert [reply.code for reply in replies] == [PARAM, PARAM, PARAM, 0]  # the sync: the garbage
+    assert replies[3].data == b"\x33" * 16  # the good memset ran, in order
+
+
+def test_non_protobuf_bytes_on_the_session_stream(daemon, bystander):
+    channel = grpc.insecure_channel(daemon.address)
+    try:
+        session = channel.stream_stream(service.SESSION_METHOD, request_serializer=lambda b: b,
+                                        response_deserializer=lambda b: b)
+        call = session(iter([b"\xff\xff"]), timeout=30)
+        with pytest.raises(grpc.RpcError) as caught:
+            list(call)
+        assert caught.value.code() == grpc.StatusCode.INTERNAL  # refused, not left hanging
+        query = channel.unary_unary(service.QUERY_METHOD, request_serializer=lambda b: b,
+                                    response_deserializer=lambda b: b)
+        with pytest.raises(grpc.RpcError):
+            query(b"\xff\xff\xff", timeout=30)
+        missing = channel.unary_unary("/simnpu.v1.Npu/NoSuchMethod")
+        with pytest.raises(grpc.RpcError) as caught:
+            missing(b"", timeout=30)
+        assert caught.value.code() == grpc.StatusCode.UNIMPLEMENTED
+    finally:
+        channel.close()
+    bystander.check()
+
+
+def test_a_new_client_process_works_after_all_this(daemon):
+    result = run_client(daemon.address, """
+        import numpy as np
+        import simnpu.client as npu
+        with npu.Device(0):
+            x = npu.DeviceBuffer.from_array(np.arange(1000, dtype=np.float32))
+            y = npu.DeviceBuffer(4000)
+            stream = npu.Stream()
+            npu.builtin("relu_f32").launch(2, x, y, 1000, stream=stream)
+            stream.synchronize()
+            assert np.array_equal(y.to_numpy(np.float32), np.arange(1000, dtype=np.float32))
+        print("ok")
+    """)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "ok"
+

@@ -1,0 +1,92 @@
+"""Scheduling policies on plain lists: which ready stream goes first, how blocks are split,
+how many single-block launches ride along."""
+
+import pytest
+from simnpu.server import policy
+from simnpu.server.policy import MAX_RUN, block_chunk, pick_stream, run_length
+
+
+class TestPickStream:
+    def test_single_stream(self):
+        assert pick_stream([5]) == 0
+
+    def test_highest_priority_is_the_lowest_number(self):
+        assert pick_stream([3, 1, 7, 2]) == 1
+        assert pick_stream([7, 6, 5, 4, 3, 2, 1, 0]) == 7
+
+    def test_ties_go_to_the_stream_ready_longest(self):
+        assert pick_stream([2, 0, 0, 0]) == 1
+        assert pick_stream([4, 4, 4]) == 0
+
+    def test_immediate_copies_jump_every_stream(self):
+        """Synchronous copies run on a hidden stream of priority -1."""
+        assert pick_stream([0, 0, -1, 0, -1]) == 2
+
+    def test_matches_a_stable_minimum(self):
+        lists = [[0], [1, 0], [0, 1], [7, 3, 3, 0, 0, 7], list(range(8))[::-1], [5] * 9]
+        for priorities in lists:
+            expected = min(range(len(priorities)), key=lambda i: (priorities[i], i))
+            assert pick_stream(priorities) == expected
+
+    def test_does_not_modify_its_input(self):
+        priorities = [3, 0, 2]
+        pick_stream(priorities)
+        assert priorities == [3, 0, 2]
+
+
+class TestBlockChunk:
+    @pytest.mark.parametrize("cores", [1, 2, 3, 8])
+    def test_numblocks_equal_to_cores_gives_one_block_per_core(self, cores):
+        remaining, chunks = cores, []
+        while remaining:
+            chunks.append(block_chunk(remaining, cores))
+            remaining -= chunks[-1]
+        assert chunks == [1] * cores
+
+    def test_even_share_rounded_up(self):
+        assert block_chunk(10, 2) == 5
+        assert block_chunk(11, 2) == 6
+        assert block_chunk(7, 3) == 3
+        assert block_chunk(100, 8) == 13
+
+    def test_never_zero(self):
+        assert block_chunk(1, 8) == 1
+        assert block_chunk(0, 8) == 1
+
+    def test_one_core_takes_everything(self):
+        assert block_chunk(1000, 1) == 1000
+
+    @pytest.mark.parametrize("blocks,cores", [(1, 2), (2, 2), (5, 2), (48, 2), (65535, 2), (9, 4), (100, 7)])
+    def test_handing_out_covers_every_block_once_in_few_chunks(self, blocks, cores):
+        first, chunks = 0, []
+        while first < blocks:
+            last = min(blocks, first + block_chunk(blocks - first, cores))
+            assert last > first
+            chunks.append((first, last))
+            first = last
+        assert chunks[0][0] == 0 and chunks[-1][1] == blocks
+        assert all(a[1] == b[0] for a, b in zip(chunks, chunks[1:]))
+        # each chunk is at most an even share of what was left, so all cores get work
+        assert chunks[0][1] - chunks[0][0] == -(-blocks // cores)
+        assert len(chunks) <= cores * max(1, blocks.bit_length())
+
+
+class TestRunLength:
+    def test_empty(self):
+        assert run_length([]) == 0
+
+    def test_all_single_block(self):
+        assert run_length([1, 1, 1]) == 3
+
+    def test_stops_at_the_first_multi_block_launch(self):
+        assert run_length([1, 1, 4, 1, 1]) == 2
+        assert run_length([2, 1, 1]) == 0
+
+    def test_bounded_by_the_limit_including_the_head_launch(self):
+        assert run_length([1] * 200) == MAX_RUN - 1
+        assert run_length([1] * 10, limit=4) == 3
+        assert run_length([1] * 3, limit=4) == 3
+        assert run_length([1] * 10, limit=1) == 0
+
+    def test_max_run_is_sane(self):
+        assert policy.MAX_RUN >= 2

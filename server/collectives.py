@@ -43,7 +43,7 @@ REMOTE = (codes.ACL_ERROR_RT_COMM_OP_RETRY_FAIL, ht.HCCL_E_REMOTE)
 # ---- what a rank called --------------------------------------------------------------------------
 class Call(NamedTuple):
     kind: int
-    count: int  # the call's own count: sendCount (all_gather), recvCount (reduce_scatter), ...
+    elements: int  # the call's own count: sendCount (all_gather), recvCount (reduce_scatter), ...
     dtype: int
     op: int
     root: int  # root (broadcast, reduce) or peer (send, recv)
@@ -56,12 +56,12 @@ class Call(NamedTuple):
         """What must be equal on every rank (send and recv of a pair compare count and type)."""
         kind = self.kind
         if kind in ht.POINT_TO_POINT:
-            return (self.count, self.dtype)
+            return (self.elements, self.dtype)
         if kind == ht.HCCL_CMD_BARRIER:
             return (kind,)
         return (
             kind,
-            self.count,
+            self.elements,
             self.dtype,
             self.op if kind in ht.REDUCING else None,
             self.root if kind in ht.ROOTED else None,
@@ -74,19 +74,19 @@ class Call(NamedTuple):
         if kind == ht.HCCL_CMD_BARRIER:
             return "barrier()"
         if kind == ht.HCCL_CMD_SEND:
-            return f"send(count={self.count}, {dtype}, to rank {self.root})"
+            return f"send(count={self.elements}, {dtype}, to rank {self.root})"
         if kind == ht.HCCL_CMD_RECEIVE:
-            return f"recv(count={self.count}, {dtype}, from rank {self.root})"
+            return f"recv(count={self.elements}, {dtype}, from rank {self.root})"
         if kind == ht.HCCL_CMD_ALLTOALL:
             recv_dtype = ht.SHORT_DTYPE_NAMES.get(self.recv_dtype, str(self.recv_dtype))
-            return (f"alltoall(send_count={self.count}, {dtype}, "
+            return (f"alltoall(send_count={self.elements}, {dtype}, "
                     f"recv_count={self.recv_count}, {recv_dtype})")
         label = {
             ht.HCCL_CMD_ALLGATHER: "send_count",
             ht.HCCL_CMD_REDUCE_SCATTER: "recv_count",
             ht.HCCL_CMD_SCATTER: "recv_count",
         }.get(kind, "count")
-        parts = [f"{label}={self.count}", dtype]
+        parts = [f"{label}={self.elements}", dtype]
         if kind in ht.REDUCING:
             parts.append(ht.REDUCE_OP_NAMES.get(self.op, str(self.op)))
         if kind in ht.ROOTED:
@@ -377,7 +377,7 @@ class Collectives:
             sends = recvs = [c.send for c in calls]
         else:
             sends, recvs = [c.send for c in calls], [c.recv for c in calls]
-        groups = reduce.plan(kind, sends, recvs, call.count, call.root, itemsize)
+        groups = reduce.plan(kind, sends, recvs, call.elements, call.root, itemsize)
         if not groups:  # a barrier, count 0, a broadcast to no one
             for task in tasks:
                 self._finish(task)

@@ -22,6 +22,7 @@ import os
 import struct
 import time
 from dataclasses import dataclass, field
+from typing import Any
 
 from simnpu.proto import hccl_types as ht
 from simnpu.proto import npu_pb2
@@ -52,7 +53,7 @@ class HcclFailure(Exception):
 class Member:
     """One rank of a communicator: what the handle in the rank's session stands for."""
 
-    session: object
+    session: Any  # the Session that joined
     rank: int
     n_ranks: int
     device: int
@@ -220,7 +221,7 @@ class Communicators:
         session = member.session
         self._members.setdefault(session, []).append(member)
         rendezvous = self.rendezvous.get(member.comm_id)
-        problem = None
+        problem: tuple | None = None
         if rendezvous is None:
             problem = (
                 ht.HCCL_E_PARA,
@@ -254,11 +255,12 @@ class Communicators:
         if problem is not None:
             self._reject(member, request_id, *problem)
             return
-        rendezvous.n_ranks = member.n_ranks
+        assert rendezvous is not None
+        rendezvous.n_ranks = n_ranks = member.n_ranks
 
         def finish(timed_out: bool) -> None:
             if timed_out and rendezvous.state == "open":
-                missing = sorted(set(range(rendezvous.n_ranks)) - set(rendezvous.joined))
+                missing = sorted(set(range(n_ranks)) - set(rendezvous.joined))
                 self._fail_rendezvous(
                     rendezvous,
                     ht.HCCL_E_TIMEOUT,
@@ -283,7 +285,7 @@ class Communicators:
         member.session.respond(request_id, result, message)
 
     def _form(self, rendezvous: Rendezvous) -> None:
-        members = [rendezvous.joined[rank][0] for rank in range(rendezvous.n_ranks)]
+        members = [rendezvous.joined[rank][0] for rank in range(len(rendezvous.joined))]
         comm = Communicator(rendezvous.comm_id, members, rendezvous.exec_timeout_s)
         devices = [m.device for m in members]
         if len(set(devices)) < len(devices):

@@ -65,6 +65,7 @@ class Runtime(RuntimeMemory):
         self.pools: dict[int, int] = {}  # memory pool -> device
         self.pool_blocks: dict[int, int] = {}  # address -> its pool (also in allocations)
         self.functions: dict[int, KernelSignature] = {}
+        self.function_binary: dict[int, int] = {}  # function handle -> its binary
         self.binaries: set[int] = {commands.BUILTIN_BINARY}
 
     @property
@@ -365,6 +366,9 @@ class Runtime(RuntimeMemory):
             raise bad_handle("binary", binary)
         self._request(npu_pb2.OP_BINARY_UNLOAD, [binary])
         self.binaries.discard(binary)
+        for function in [f for f, b in self.function_binary.items() if b == binary]:
+            del self.function_binary[function]
+            self.functions.pop(function, None)
 
     @records_errors
     def get_function(self, binary: int, name: str) -> int:
@@ -373,6 +377,7 @@ class Runtime(RuntimeMemory):
             raise bad_handle("binary", binary)
         reply = self._request(npu_pb2.OP_GET_FUNCTION, [binary], text=name)
         self.functions[reply.values[0]] = KernelSignature.from_wire(reply.text)
+        self.function_binary[reply.values[0]] = binary
         return reply.values[0]
 
     def signature(self, function: int) -> KernelSignature:

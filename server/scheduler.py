@@ -23,12 +23,13 @@ from collections import deque
 from multiprocessing.connection import wait as wait_for
 
 from simnpu.proto import codes
+from simnpu.proto.errors import NpuError
 from simnpu.server import policy
 from simnpu.server.collectives import Collectives
 from simnpu.server.worker_pool import AI_CORE
 from simnpu.server.objects import (
     COLLECTIVE, COLLECTIVE_WORK, COPY, DONE, DISPATCHED, HOST, KERNEL, MEMSET, PENDING, RECORD,
-    RESET, WAIT, Failure, Task, Waiter,
+    RESET, WAIT, DeviceArgs, Failure, Task, Waiter,
 )
 
 log = logging.getLogger("simnpu.scheduler")
@@ -172,12 +173,27 @@ class Scheduler:
                 self.collectives.arrive(task)
                 if task.state != DONE:
                     return
+            elif kind == KERNEL and isinstance(task.payload[2], DeviceArgs) and not self._read_args(task):
+                continue  # the arguments could not be read: the launch failed
             else:
                 if not stream.queued_ready:
                     device = self.devices[stream.device]
                     (device.ready_kernels if kind == KERNEL else device.ready_copies).append(stream)
                     stream.queued_ready = True
                 return
+
+    def _read_args(self, task: Task) -> bool:
+        """Read a launch's arguments from device memory, now that every task before it on
+        its stream has finished; False (the task failed and completed) if they cannot be."""
+        binary, name, args, num_blocks, _ = task.payload
+        try:
+            values, bounds = args.read()
+        except NpuError as error:
+            task.failure = Failure(error.code, f"launch arguments of kernel {name}: {error.message}", task.seq)
+            self._complete(task)
+            return False
+        task.payload = (binary, name, values, num_blocks, bounds)
+        return True
 
     def host_done(self, task: Task) -> None:
         """The client finished a blocking host callback: the stream goes on."""
@@ -220,10 +236,25 @@ class Scheduler:
         kept = deque(t for t in stream.tasks if t.state != PENDING)
         dropped = [t for t in stream.tasks if t.state == PENDING]
         stream.tasks = kept
+        self._cancel_run(stream)
         for task in dropped:
             self._discard(task)
         self._unready(stream)
         self._recheck(stream)
+
+    def _cancel_run(self, stream) -> None:
+        """Tell the core running a run of single-block launches of `stream` to skip those
+        behind the head that it has not started yet; they complete without running."""
+        queued = {t for t in itertools.islice(stream.tasks, 1, None) if t.state == DISPATCHED}
+        if not queued:
+            return
+        for core in self.devices[stream.device].cores:
+            tokens = [token for token, task in core.inflight.items() if task in queued]
+            if tokens:
+                try:
+                    core.conn.send(("cancel", tokens))
+                except (OSError, ValueError):  # the core died: _worker_lost fails the tasks
+                    pass
 
     def _discard(self, task: Task) -> None:
         if task.kind == COLLECTIVE:  # the other ranks must not wait for it
@@ -291,8 +322,8 @@ class Scheduler:
     def _add_run(self, core, stream, items) -> None:
         following = []
         for task in itertools.islice(stream.tasks, 1, policy.MAX_RUN):
-            if task.kind != KERNEL or task.state != PENDING:
-                break
+            if task.kind != KERNEL or task.state != PENDING or isinstance(task.payload[2], DeviceArgs):
+                break  # arguments in device memory are read only once the tasks before have run
             following.append(task)
         count = policy.run_length([t.payload[3] for t in following])
         for task in following[:count]:

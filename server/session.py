@@ -18,7 +18,7 @@ from simnpu.proto import codes, commands, npu_pb2
 from simnpu.proto.errors import NpuError, NpuMemoryError, bad_handle, invalid
 from simnpu.proto.kernel_abi import discover_kernels
 from simnpu.server.objects import (
-    COLLECTIVE, COPY, HOST, KERNEL, MEMSET, RECORD, RESET, WAIT, Context, Event, Stream, Task,
+    COLLECTIVE, COPY, HOST, KERNEL, MEMSET, RECORD, RESET, WAIT, Context, DeviceArgs, Event, Stream, Task,
     Waiter,
 )
 from simnpu.server.resources import Binary, Function, Pinned
@@ -221,8 +221,10 @@ class Session(SessionMemory):
             self._queue(self._stream(command.stream), COLLECTIVE, payload)
         elif kind is commands.LaunchDevArgs:
             function = self._get(command.function, Function, "function")
-            args = self._read_device(command.args_ptr, command.args_size)
-            self._queue_launch(command.stream, function, command.num_blocks, function.signature.unpack(args))
+            address, size = command.args_ptr, command.args_size
+            self._device_range(address, size)  # checked now, read when the launch runs
+            self._queue_launch(command.stream, function, command.num_blocks,
+                               DeviceArgs(lambda: self._device_args(function, address, size)))
 
     def run_host_callback(self, callback: int, blocking_task: Task | None) -> None:
         """Ask the client to run host callback `callback` now (scheduler thread); a blocking
@@ -239,17 +241,27 @@ class Session(SessionMemory):
     def _queue(self, stream: Stream, kind: str, payload: tuple) -> None:
         self._batch.append((self.scheduler.submit, (Task(self.seq, kind, stream, payload),)))
 
-    def _queue_launch(self, stream_handle: int, function: Function, num_blocks: int, values: tuple) -> None:
+    def _queue_launch(self, stream_handle: int, function: Function, num_blocks: int, values) -> None:
         stream = self._stream(stream_handle)
         if num_blocks <= 0:
             raise invalid("numBlocks must be at least 1")
+        bounds = None if isinstance(values, DeviceArgs) else self._bounds(function, values)
+        self._queue(stream, KERNEL, (function.binary, function.name, values, num_blocks, bounds))
+
+    def _bounds(self, function: Function, values: tuple) -> tuple:
+        """The allocations a kernel may touch: this session's, passed to it as pointers."""
         bounds = []
         for kind, value in zip(function.signature.types, values):
             if kind == "ptr" and value:
                 allocation = self._own_allocation(value)
                 if allocation is not None:
                     bounds.append(allocation)
-        self._queue(stream, KERNEL, (function.binary, function.name, values, num_blocks, tuple(bounds)))
+        return tuple(bounds)
+
+    def _device_args(self, function: Function, address: int, size: int) -> tuple:
+        """(values, bounds) of launch arguments in device memory, read now (scheduler)."""
+        values = function.signature.unpack(self._read_device(address, size))
+        return values, self._bounds(function, values)
 
     def _own_allocation(self, address: int):
         """(start address, requested size) of this session's allocation holding `address`."""
@@ -516,8 +528,9 @@ class Session(SessionMemory):
 
         def answer():
             records = (start.latest_record, end.latest_record)
-            if None in records:
-                self.respond(request.id, codes.ACL_ERROR_RT_PARAM_INVALID, "both events must have been recorded")
+            if None in records:  # CANN: EVENT_RECORDER_NULL, reported as ACL_ERROR_RT_INTERNAL_ERROR
+                self.respond(request.id, codes.ACL_ERROR_RT_INTERNAL_ERROR,
+                             "both events must have been recorded (event recorder null)")
             elif any(r.state != 2 for r in records):
                 self.respond(request.id, codes.ACL_ERROR_RT_EVENT_NOT_COMPLETE,
                              "an event has not completed yet: synchronize it first")

@@ -120,7 +120,8 @@ class Job:
     groups: list
     snapshot: bool
     pieces: list
-    cores: list
+    cores: list  # the AI cores of the ranks' devices
+    parallel: int  # how many of them may work on it at once
     kind: str = COLLECTIVE_WORK
     payload: tuple = ()
     failure: Failure | None = None
@@ -389,24 +390,21 @@ class Collectives:
         pieces = (
             1 if snapshot else reduce.piece_count(reduce.bytes_written(groups, itemsize), parallel)
         )
-        job = Job(comm, op, tasks, call, groups, snapshot, reduce.split(groups, pieces), cores)
+        job = Job(comm, op, tasks, call, groups, snapshot, reduce.split(groups, pieces), cores,
+                  parallel)
         self.jobs.append(job)
 
     def dispatch(self) -> None:
-        """Hand pieces of waiting jobs to idle AI cores of their devices (before kernels)."""
+        """Hand the next pieces of waiting jobs to idle AI cores of their devices, one piece
+        per core and at most `parallel` cores per job at a time (before kernels)."""
         for job in list(self.jobs):
-            idle = [core for core in job.cores if core.idle]
-            remaining = len(job.pieces) - job.next_piece
-            share = -(-remaining // max(1, len(idle)))
-            for core in idle:
-                if job.next_piece == len(job.pieces):
+            for core in job.cores:
+                if job.next_piece == len(job.pieces) or job.out >= job.parallel:
                     break
-                run = [
-                    part
-                    for piece in job.pieces[job.next_piece : job.next_piece + share]
-                    for part in piece
-                ]
-                job.next_piece = min(len(job.pieces), job.next_piece + share)
+                if not core.idle:
+                    continue
+                run = job.pieces[job.next_piece]
+                job.next_piece += 1
                 job.out += 1
                 dtype_name = ht.DTYPE_NAMES.get(job.call.dtype, "uint8")
                 self.scheduler.send_work(

@@ -36,7 +36,8 @@ from simnpu.proto import codes
 from simnpu.proto import hccl_types as ht
 
 BLOCK_BYTES = 256 << 10  # of each source per step: the running result stays in L2
-MIN_PIECE_BYTES = 2 << 20  # a core's share is worth a message and a wake-up above this
+MIN_PIECE_BYTES = 2 << 20  # a piece is worth a message and a wake-up above this
+PIECES_PER_CORE = 4  # cores that finish early (or start late) take more of the pieces
 
 Location = tuple  # (device index, byte offset in its memory)
 Group = tuple  # (sources, destinations, element count)
@@ -110,9 +111,10 @@ def needs_snapshot(groups: list, itemsize: int) -> bool:
 
 
 def piece_count(bytes_moved: int, cores: int) -> int:
-    """How many pieces to cut a plan into: one per core, but none smaller than
-    MIN_PIECE_BYTES of data written (below that a second core costs more than it saves)."""
-    return max(1, min(cores, bytes_moved // MIN_PIECE_BYTES))
+    """How many pieces to cut a plan into: a few per core, handed out as cores become free
+    (so a core slowed down by other work does less of it), but none smaller than
+    MIN_PIECE_BYTES of data written (below that a piece costs more than it saves)."""
+    return max(1, min(cores * PIECES_PER_CORE, bytes_moved // MIN_PIECE_BYTES))
 
 
 def bytes_written(groups: list, itemsize: int) -> int:

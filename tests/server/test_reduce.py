@@ -186,5 +186,6 @@ def test_plans_drop_self_copies_and_empty_collectives():
 
 def test_piece_count():
     assert reduce.piece_count(10, 8) == 1
-    assert reduce.piece_count(reduce.MIN_PIECE_BYTES * 3, 2) == 2
+    assert reduce.piece_count(reduce.MIN_PIECE_BYTES * 3, 2) == 3
+    assert reduce.piece_count(reduce.MIN_PIECE_BYTES * 100, 2) == 2 * reduce.PIECES_PER_CORE
     assert reduce.piece_count(reduce.MIN_PIECE_BYTES * 100, 0) == 1

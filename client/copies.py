@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import collections
 import ctypes
+import threading
 
 from simnpu.client.hostmem import DEVICE, PAGEABLE, PINNED
 from simnpu.client.transport import caller_site
@@ -38,7 +39,8 @@ class CopyPaths:
         self.staging = staging
         self.shared = staging is not None
         self.staging_address = staging.address() if staging is not None else 0
-        self.slot = staging_bytes // 2 if self.shared else IN_STREAM_CHUNK
+        self.slot = staging_bytes // 2 if self.shared else min(IN_STREAM_CHUNK, staging_bytes // 2)
+        self._staging_lock = threading.Lock()  # one staged copy at a time: they share the area
 
     def close(self) -> None:
         if self.staging is not None:
@@ -102,7 +104,11 @@ class CopyPaths:
             self.runtime.connection.send_command(commands.pack_copy(stream, dst_loc, src_loc, count), caller_site())
 
     def _staged(self, dst, dst_side, src, src_side, count, stream) -> None:
-        """Chunks through the staging area, two in flight (one per half of it)."""
+        """Chunks through the staging area, two in flight (one per half of it). Blocks."""
+        with self._staging_lock:
+            self._staged_locked(dst, dst_side, src, count, stream)
+
+    def _staged_locked(self, dst, dst_side, src, count, stream) -> None:
         target = commands.IMMEDIATE if stream is None else stream
         inline = 0 if self.shared else 1
         to_device = dst_side == DEVICE
@@ -110,7 +116,7 @@ class CopyPaths:
         site = caller_site()
         for index, offset in enumerate(range(0, count, self.slot)):
             size = min(self.slot, count - offset)
-            slot = (index % 2) * self.slot if self.shared else 0
+            slot = (index % 2) * self.slot
             if len(in_flight) == 2:
                 self._land(in_flight.popleft())
             staging = commands.Location(commands.SPACE_STAGING, 0, slot)

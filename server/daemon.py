@@ -28,6 +28,7 @@ from simnpu.server.resources import Binary
 from simnpu.server.scheduler import Scheduler
 from simnpu.server.service import NpuServicer
 from simnpu.server.session import CLOSED, Session
+from simnpu.shm.region import unlink_daemon_segments
 
 log = logging.getLogger("simnpu.daemon")
 
@@ -132,6 +133,7 @@ class Daemon:
             session.release_all()
         for device in self.devices:
             device.close()
+        unlink_daemon_segments(os.getpid())  # whatever a racing session created meanwhile
         for path in self._socket_paths:
             remove_socket_file(path)
         self._stopped.set()

@@ -1,8 +1,10 @@
-"""The scheduler: one thread that owns every stream queue, event and worker of the daemon.
+"""The scheduler: every stream queue, event and worker of the daemon, behind one lock.
 
-Sessions never touch scheduler state; they post batches of (function, args) to the inbox
-and the scheduler thread runs them in order. The thread sleeps in one wait() on all worker
-pipes plus a wake-up pipe, so an idle daemon burns no CPU.
+Sessions post batches of (function, args); `post` runs them in order under the lock on
+the session's own thread, then dispatches whatever became ready, so a launch reaches its
+worker without waking another thread. The scheduler thread sleeps in one wait() on all
+worker pipes (plus a wake-up pipe for new deadlines and replaced workers) and handles
+results and timeouts under the same lock, so an idle daemon burns no CPU.
 
 Per stream, tasks run strictly in order: only the head task is ever on a worker (except
 a run of single-block launches handed to one core at once, which that core also runs in
@@ -28,11 +30,12 @@ from simnpu.server import policy
 from simnpu.server.collectives import Collectives
 from simnpu.server.worker_pool import AI_CORE
 from simnpu.server.objects import (
-    COLLECTIVE, COLLECTIVE_WORK, COPY, DONE, DISPATCHED, HOST, KERNEL, MEMSET, PENDING, RECORD,
-    RESET, WAIT, DeviceArgs, Failure, Task, Waiter,
+    COLLECTIVE, COLLECTIVE_WORK, COPY, DONE, DISPATCHED, HOST, KERNEL, MEMSET, PENDING, RECORD, RESET,
+    WAIT, DeviceArgs, Failure, Task, Waiter,
 )
 
 log = logging.getLogger("simnpu.scheduler")
+_LONGEST_SLEEP_S = 3600.0  # wait() cannot take arbitrarily far deadlines; wake and re-check
 
 MAX_SLEEP_S = 3600.0  # poll() cannot wait ~25 days or more: far deadlines are waited for in steps
 
@@ -41,7 +44,8 @@ class Scheduler:
     def __init__(self, devices, op_timeout_s: float):
         self.devices = devices
         self.op_timeout_s = op_timeout_s
-        self.inbox: deque = deque()
+        self._lock = threading.RLock()  # held while any scheduler state is read or changed
+        self._sleep_until = float("inf")  # when the scheduler thread's wait() returns by itself
         self._wake_r, self._wake_w = os.pipe()
         os.set_blocking(self._wake_r, False)
         os.set_blocking(self._wake_w, False)
@@ -53,31 +57,47 @@ class Scheduler:
         self._workers = [w for d in devices for w in d.cores + d.engines]
         self._thread = threading.Thread(target=self._run, name="simnpu-scheduler", daemon=True)
         self.collectives = Collectives(self)  # HCCL communicators (server/collectives.py)
+        self._started_ns = time.monotonic_ns()
 
     # ---- any thread ---------------------------------------------------------------------
     def start(self) -> None:
         self._thread.start()
 
     def post(self, batch: list) -> None:
-        """Run each (function, args) of `batch` on the scheduler thread, in order."""
-        self.inbox.append(batch)
+        """Run each (function, args) of `batch` in order under the scheduler lock, then hand
+        out the work that became ready. Runs on the caller's thread; returns when done."""
+        with self._lock:
+            for function, args in batch:
+                try:
+                    function(*args)
+                except Exception:
+                    log.exception("scheduler operation %s failed", getattr(function, "__name__", function))
+            self._pump()
+
+    def call(self, function, *args) -> None:
+        self.post([(function, args)])
+
+    def _wake(self) -> None:
+        """Make the scheduler thread re-read its pipes and deadlines."""
         try:
             os.write(self._wake_w, b"\0")
         except BlockingIOError:  # the pipe is full of wake-ups already
             pass
 
-    def call(self, function, *args) -> None:
-        self.post([(function, args)])
+    def _note_deadline(self, deadline: float) -> None:
+        if deadline < self._sleep_until:
+            self._wake()
 
     def stop(self) -> None:
         self._stopping = True
-        self.post([])
+        self._wake()
         self._thread.join(10)
         os.close(self._wake_r)
         os.close(self._wake_w)
 
     def utilisation(self, device) -> float:
-        """Fraction of the device's AI-core time spent executing since the daemon started."""
+        """Fraction of the device's AI-core time spent executing since the daemon started.
+        Reads counters without the lock (a monitoring figure)."""
         cores = device.cores
         busy = sum(w.busy_ns for w in cores)
         elapsed = (time.monotonic_ns() - self._started_ns) * max(len(cores), 1)
@@ -85,23 +105,30 @@ class Scheduler:
 
     # ---- the thread -----------------------------------------------------------------------
     def _run(self) -> None:
-        self._started_ns = time.monotonic_ns()
         while not self._stopping:
-            ready = wait_for([self._wake_r] + [w.conn for w in self._workers], self._next_timeout())
+            try:
+                self._step()
+            except Exception:  # a bug must not stop the device: log it and go on
+                log.exception("scheduler step failed")
+
+    def _step(self) -> None:
+        with self._lock:
+            timeout = self._next_timeout()
+            self._sleep_until = float("inf") if timeout is None else time.monotonic() + timeout
+            conns = [w.conn for w in self._workers]
+        ready = wait_for([self._wake_r] + conns, timeout)
+        with self._lock:
+            self._sleep_until = 0.0  # awake: nobody needs to wake this thread
             for source in ready:
                 if source == self._wake_r:
                     try:
                         os.read(self._wake_r, 65536)
                     except BlockingIOError:
                         pass
-                else:
-                    self._on_worker_message(self._worker_of(source))
-            while self.inbox:
-                for function, args in self.inbox.popleft():
-                    try:
-                        function(*args)
-                    except Exception:
-                        log.exception("scheduler operation %s failed", getattr(function, "__name__", function))
+                    continue
+                worker = self._worker_of(source)
+                if worker is not None:  # else: replaced meanwhile, its pipe is closed
+                    self._on_worker_message(worker)
             self._pump()
             self._expire()
 
@@ -117,7 +144,7 @@ class Scheduler:
         for worker in self._workers:
             if worker.conn is conn:
                 return worker
-        raise LookupError("message from an unknown worker pipe")
+        return None
 
     # ---- stream progress ------------------------------------------------------------------
     def submit(self, task: Task) -> None:
@@ -169,12 +196,12 @@ class Scheduler:
                     task.state = DISPATCHED
                     return
                 self._complete(task)
+            elif kind == KERNEL and isinstance(task.payload[2], DeviceArgs) and not self._read_args(task):
+                continue  # the arguments could not be read: the launch failed
             elif kind == COLLECTIVE:  # waits for the other ranks, unless it failed at once
                 self.collectives.arrive(task)
                 if task.state != DONE:
                     return
-            elif kind == KERNEL and isinstance(task.payload[2], DeviceArgs) and not self._read_args(task):
-                continue  # the arguments could not be read: the launch failed
             else:
                 if not stream.queued_ready:
                     device = self.devices[stream.device]
@@ -355,6 +382,7 @@ class Scheduler:
         task = next(iter(worker.inflight.values()))
         timeout = task.stream.session.op_timeout_s or self.op_timeout_s
         worker.deadline = time.monotonic() + timeout * len(worker.inflight)
+        self._note_deadline(worker.deadline)
         try:
             worker.send(items)
         except (OSError, ValueError):
@@ -401,6 +429,7 @@ class Scheduler:
                                               f"(task {task.seq}); the worker was replaced")
         worker.restarts += 1
         worker.start()
+        self._wake()  # the scheduler thread must wait on the new pipe
 
     # ---- waiting ------------------------------------------------------------------------------
     def watch(self, waiter: Waiter, streams=(), tasks=()) -> None:
@@ -415,6 +444,7 @@ class Scheduler:
             task.waiters.append(waiter)
         if waiter.deadline is not None:
             heapq.heappush(self._timers, (waiter.deadline, next(self._timer_ids), waiter))
+            self._note_deadline(waiter.deadline)
 
     def _recheck(self, stream) -> None:
         if not stream.watchers:

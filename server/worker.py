@@ -20,6 +20,7 @@ from CLOCK_MONOTONIC, which the daemon shares, so they are the device's clock.
 
 from __future__ import annotations
 
+import os
 import signal
 import sys
 import time
@@ -32,7 +33,7 @@ from simnpu.proto import codes
 from simnpu.proto.kernel_abi import canonical_type
 from simnpu.server import reduce
 from simnpu.shm.addresses import split_device_address
-from simnpu.shm.region import Region
+from simnpu.shm.region import Region, unlink_daemon_segments
 
 _NUMPY_OF_CANONICAL = {
     "i8": "int8", "i16": "int16", "i32": "int32", "i64": "int64",
@@ -97,6 +98,7 @@ class Worker:
     def __init__(self, core_id, device_regions, conn):
         self.core_id = core_id
         self.conn = conn
+        self.daemon_pid = os.getppid()
         self.regions = [Region.attach(name, populate=True) for name in device_regions]  # device memory is resident
         self.maps = [region.map for region in self.regions]
         self.modules: dict[int, types.ModuleType] = {}
@@ -107,7 +109,8 @@ class Worker:
         while True:
             try:
                 batch = self.conn.recv()
-            except EOFError:  # the daemon is gone
+            except EOFError:  # the daemon died without stopping us (SIGKILL): clean up after it
+                unlink_daemon_segments(self.daemon_pid)
                 return
             if batch is None:
                 return

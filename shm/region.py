@@ -64,11 +64,12 @@ class Region:
         """
         if self._closed:
             return
+        if self.owner:
+            unlink_quietly(self.name)  # first: the name goes even if views keep the mapping
+            self.owner = False
         if self.map is not None:
             self.map.close()
         self._closed = True
-        if self.owner:
-            unlink_quietly(self.name)
 
     def unlink(self) -> None:
         """Remove the name now (mappings stay valid); only for the owner."""
@@ -87,3 +88,12 @@ def unlink_quietly(name: str) -> None:
         posix_ipc.unlink_shared_memory(name)
     except posix_ipc.ExistentialError:
         pass
+
+
+def unlink_daemon_segments(daemon_pid: int) -> None:
+    """Remove every segment of daemon `daemon_pid` (all carry its pid in their names): the
+    daemon's last sweep when it stops, and its workers' when it died without stopping them."""
+    prefix = f"{NAME_PREFIX[1:]}-{daemon_pid}-"
+    for name in os.listdir("/dev/shm"):
+        if name.startswith(prefix):
+            unlink_quietly("/" + name)

@@ -30,7 +30,8 @@ _KIND_SIDES = {  # kind -> (src is device, dst is device)
     codes.ACL_MEMCPY_INNER_DEVICE_TO_DEVICE: (True, True),
     codes.ACL_MEMCPY_INTER_DEVICE_TO_DEVICE: (True, True),
 }
-IN_STREAM_CHUNK = 1 << 20
+IN_STREAM_CHUNK = 1 << 20  # gRPC streams 1 MiB messages fastest
+IN_STREAM_DEPTH = 8
 
 
 class CopyPaths:
@@ -39,7 +40,11 @@ class CopyPaths:
         self.staging = staging
         self.shared = staging is not None
         self.staging_address = staging.address() if staging is not None else 0
-        self.slot = staging_bytes // 2 if self.shared else min(IN_STREAM_CHUNK, staging_bytes // 2)
+        if self.shared:  # two halves: this process fills one while an engine drains the other
+            self.slot, self.depth = staging_bytes // 2, 2
+        else:  # the daemon fills the slots from the stream: keep several chunks in flight
+            self.slot = min(IN_STREAM_CHUNK, staging_bytes // 2)
+            self.depth = min(IN_STREAM_DEPTH, staging_bytes // self.slot)
         self._staging_lock = threading.Lock()  # one staged copy at a time: they share the area
 
     def close(self) -> None:
@@ -104,7 +109,7 @@ class CopyPaths:
             self.runtime.connection.send_command(commands.pack_copy(stream, dst_loc, src_loc, count), caller_site())
 
     def _staged(self, dst, dst_side, src, src_side, count, stream) -> None:
-        """Chunks through the staging area, two in flight (one per half of it). Blocks."""
+        """Chunks through the staging area, `depth` in flight (one per slot of it). Blocks."""
         with self._staging_lock:
             self._staged_locked(dst, dst_side, src, count, stream)
 
@@ -116,8 +121,8 @@ class CopyPaths:
         site = caller_site()
         for index, offset in enumerate(range(0, count, self.slot)):
             size = min(self.slot, count - offset)
-            slot = (index % 2) * self.slot
-            if len(in_flight) == 2:
+            slot = (index % self.depth) * self.slot
+            if len(in_flight) == self.depth:
                 self._land(in_flight.popleft())
             staging = commands.Location(commands.SPACE_STAGING, 0, slot)
             if to_device:

@@ -18,7 +18,8 @@ def _serve_parser(sub) -> None:
     env = os.environ.get
     p.add_argument("--listen", action="append",
                    help="gRPC address: unix:///abs/path.sock, host:port, [::1]:port, 0.0.0.0:port "
-                        "(repeatable; default $SIMNPU_ADDRESS or the per-user Unix socket)")
+                        "(repeatable; default $SIMNPU_LISTEN, comma-separated, else "
+                        "$SIMNPU_ADDRESS, else the per-user Unix socket)")
     p.add_argument("--devices", type=int, default=int(env("SIMNPU_DEVICES", "1")))
     p.add_argument("--memory", type=parse_size, default=parse_size(env("SIMNPU_MEMORY", "2GiB")),
                    help="device memory per device, e.g. 512MiB, 2GiB")
@@ -26,11 +27,11 @@ def _serve_parser(sub) -> None:
                    help="default device-memory limit of every client, e.g. 256MiB or 25%% of "
                         "--memory (clients may lower theirs with SIMNPU_MEMORY_LIMIT); default none")
     p.add_argument("--ai-cores", type=int, default=int(env("SIMNPU_AI_CORES", "2")))
-    p.add_argument("--copy-engines", type=int, default=int(env("SIMNPU_COPY_ENGINES", "1")))
-    p.add_argument("--staging", type=parse_size, default=parse_size("8MiB"),
+    p.add_argument("--copy-engines", type=int, default=int(env("SIMNPU_COPY_ENGINES", "2")))
+    p.add_argument("--staging", type=parse_size, default=parse_size("32MiB"),
                    help="per-client staging area for pageable copies")
     p.add_argument("--token-file", help="file holding the shared token TCP clients must send "
-                                        "(default: $SIMNPU_TOKEN)")
+                        "(default: $SIMNPU_TOKEN, else the file $SIMNPU_TOKEN_FILE)")
     p.add_argument("--idle-exit", type=float, default=None, metavar="SECONDS",
                    help="exit this long after the last client is gone")
     p.add_argument("--op-timeout", type=float, default=300.0, metavar="SECONDS",
@@ -43,16 +44,17 @@ def serve(args) -> int:
     from simnpu.server.daemon import Daemon
 
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s simnpu %(levelname)s %(message)s")
-    token = os.environ.get("SIMNPU_TOKEN")
-    if args.token_file:
-        with open(args.token_file, encoding="utf-8") as handle:
-            token = handle.read().strip()
+    try:
+        token = service.read_token_file(args.token_file) if args.token_file else service.configured_token()
+    except OSError as error:
+        print(f"simnpu: cannot read the token file: {error}", file=sys.stderr)
+        return 2
     try:
         memory_limit = parse_limit(args.memory_limit, args.memory)
     except ValueError as error:
         print(f"simnpu: {error}", file=sys.stderr)
         return 2
-    config = DaemonConfig(listen=args.listen or [configured_address()], devices=args.devices,
+    config = DaemonConfig(listen=args.listen or env_listen() or [configured_address()], devices=args.devices,
                           memory_bytes=args.memory, ai_cores=args.ai_cores, copy_engines=args.copy_engines,
                           staging_bytes=args.staging, token=token, idle_exit_s=args.idle_exit,
                           op_timeout_s=args.op_timeout, memory_limit=memory_limit)
@@ -65,6 +67,11 @@ def serve(args) -> int:
         return 2
     daemon.wait()
     return 0
+
+
+def env_listen() -> list[str]:
+    """SIMNPU_LISTEN: the daemon's addresses, comma-separated (e.g. in a container)."""
+    return [a.strip() for a in os.environ.get("SIMNPU_LISTEN", "").split(",") if a.strip()]
 
 
 def main(argv=None) -> int:

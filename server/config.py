@@ -24,8 +24,8 @@ class DaemonConfig:
     devices: int = 1
     memory_bytes: int = 2 << 30
     ai_cores: int = 2
-    copy_engines: int = 1
-    staging_bytes: int = 8 << 20
+    copy_engines: int = 2
+    staging_bytes: int = 32 << 20
     token: str | None = None
     idle_exit_s: float | None = None   # exit this long after the last session ends
     op_timeout_s: float = 300.0        # default operator execution timeout (aclrtSetOpExecuteTimeOut)

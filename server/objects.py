@@ -93,8 +93,9 @@ class Task:
     failure: Failure | None = None
     timestamp: int = 0            # records: when the stream reached them
     waiters: list = field(default_factory=list)  # records: Waiters and blocked streams
-    blocks_next: int = 0          # kernels: first block not yet handed to a core
-    chunks_out: int = 0           # kernels: block ranges handed out and not yet finished
+    blocks_next: int = 0          # kernels: first block not yet handed to a core; copies: piece
+    chunks_out: int = 0           # kernels, copies: pieces handed out and not yet finished
+    pieces: int = 0               # copies, memsets: how many engines share it (set at dispatch)
 
 
 @dataclass(eq=False)

@@ -40,3 +40,19 @@ def run_length(num_blocks_of_following: list[int], limit: int = MAX_RUN) -> int:
             break
         count += 1
     return count
+
+
+MIN_COPY_PIECE = 4 << 20
+
+
+def copy_pieces(count: int, engines: int) -> int:
+    """How many copy engines share one copy or memset of `count` bytes: all of them for
+    big ones (so copies go faster than one memcpy), one for anything under 2 x 4 MiB."""
+    return max(1, min(engines, count // MIN_COPY_PIECE))
+
+
+def piece_range(count: int, pieces: int, index: int) -> tuple[int, int]:
+    """[start, end) of piece `index` of `pieces`, on 64-byte boundaries."""
+    def edge(i: int) -> int:
+        return count if i == pieces else (count * i // pieces) & ~63
+    return edge(index), edge(index + 1)

@@ -363,13 +363,22 @@ class Scheduler:
                 return
             if not engine.idle:
                 continue
-            stream = ready.pop(policy.pick_stream([s.priority for s in ready]))
-            stream.queued_ready = False
+            index = policy.pick_stream([s.priority for s in ready])
+            stream = ready[index]
             task = stream.tasks[0]
+            count = task.payload[2]
+            if not task.pieces:
+                task.pieces = policy.copy_pieces(count, len(device.engines))
+            start, end = policy.piece_range(count, task.pieces, task.blocks_next)
+            task.blocks_next += 1
+            if task.blocks_next == task.pieces:
+                ready.pop(index)
+                stream.queued_ready = False
             token = next(self._tokens)
             engine.inflight[token] = task
             task.state = DISPATCHED
-            self._send(engine, [(task.kind, token, *task.payload)])
+            task.chunks_out += 1
+            self._send(engine, [_copy_piece(task, token, start, end)])
 
     def send_work(self, worker, work, kind: str, *fields) -> None:
         """Hand `worker` one item (kind, token, *fields) for `work`, a task-like object whose
@@ -411,6 +420,10 @@ class Scheduler:
         if task.kind == KERNEL:
             task.chunks_out -= 1
             if task.chunks_out or task.blocks_next < task.payload[3]:
+                return
+        elif task.kind in (COPY, MEMSET):
+            task.chunks_out -= 1
+            if task.chunks_out or task.blocks_next < task.pieces:
                 return
         elif task.kind == COLLECTIVE_WORK:
             self.collectives.work_done(task)
@@ -482,6 +495,19 @@ class Scheduler:
                                   "exceeded the operator execution timeout")
         if self._dirty:
             self._pump()
+
+
+def _copy_piece(task, token, start: int, end: int) -> tuple:
+    """The work item for bytes [start, end) of a copy (dst, src, count) or memset (dst, value, count)."""
+    def shifted(location):
+        space, key, offset = location
+        return (space, key, offset + start)
+
+    if task.kind == COPY:
+        dst, src, _ = task.payload
+        return (COPY, token, shifted(dst), shifted(src), end - start)
+    dst, value, _ = task.payload
+    return (MEMSET, token, shifted(dst), value, end - start)
 
 
 def _death_code(worker) -> int:

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 
 from simnpu.proto import service
@@ -30,7 +29,7 @@ def query(what: str, device: int = 0, address: str | None = None, token: str | N
     if not autostart.reachable(address):
         raise ToolError(f"no simnpu daemon at {address} (start one with `simnpu serve`, "
                         "or set SIMNPU_ADDRESS)")
-    token = token if token is not None else os.environ.get("SIMNPU_TOKEN")
+    token = token if token is not None else service.configured_token()
     metadata = [(service.TOKEN_METADATA_KEY, token)] if token else None
     with grpc.insecure_channel(address, options=service.CHANNEL_OPTIONS) as channel:
         call = channel.unary_unary(service.QUERY_METHOD,

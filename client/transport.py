@@ -10,7 +10,6 @@ kept in a ring so that a task failing later is reported with where it was submit
 from __future__ import annotations
 
 import collections
-import os
 import sys
 import threading
 
@@ -51,7 +50,10 @@ class Connection:
     def __init__(self, address: str | None = None, token: str | None = None, on_callback=None):
         self.on_callback = on_callback  # called (receiver thread) with a host callback's id
         self.address = address or service.configured_address()
-        self.token = token if token is not None else os.environ.get("SIMNPU_TOKEN")
+        try:
+            self.token = token if token is not None else service.configured_token()
+        except OSError as error:  # SIMNPU_TOKEN_FILE names a file we cannot read
+            raise NpuError(codes.ACL_ERROR_RT_NO_PERMISSION, f"SIMNPU_TOKEN_FILE: {error}") from None
         self._pending_items: collections.deque = collections.deque()
         self._wake = threading.Event()
         self._lock = threading.Lock()

@@ -27,6 +27,23 @@ def configured_address() -> str:
     return os.environ.get("SIMNPU_ADDRESS") or default_address()
 
 
+def configured_token() -> str | None:
+    """The shared token of TCP listeners, for the daemon and its clients alike:
+    SIMNPU_TOKEN, else what the file SIMNPU_TOKEN_FILE names holds (e.g. a compose
+    secret); None if neither is set. Unix sockets need no token."""
+    token = os.environ.get("SIMNPU_TOKEN")
+    if token:
+        return token
+    path = os.environ.get("SIMNPU_TOKEN_FILE")
+    return read_token_file(path) if path else None
+
+
+def read_token_file(path: str) -> str:
+    """The token a file holds (surrounding white space stripped); OSError if unreadable."""
+    with open(path, encoding="utf-8") as handle:
+        return handle.read().strip()
+
+
 def prefer_fast_grpc() -> None:
     """Use grpcio's classic polling engine unless the user chose otherwise.
 

@@ -10,8 +10,17 @@ single-process numpy run of full-batch gradient descent.
     python examples/hccl_data_parallel.py
 
 Runs against the daemon at SIMNPU_ADDRESS, starting one (with 4 devices) if none is
-running. With 4 or more devices each rank has its own device, as on hardware; otherwise
-all ranks share device 0 (a simnpu extension).
+running. Rank r uses device r % device count: with as many devices as ranks each rank has
+its own, as on hardware; otherwise ranks share devices (a simnpu extension).
+
+As one rank of a job (a container replica: docker-compose.yml's `rank` service):
+
+    SIMNPU_JOB=train SIMNPU_WORLD_SIZE=4 python examples/hccl_data_parallel.py
+
+The process is then a single rank: it gets its rank and the root info from the daemon's
+job rendezvous (simnpu.client.rendezvous), trains on its shard of the batch (any world
+size), checks with an all_gather that every rank holds the same weights, compares them
+with the numpy reference, and prints whether its copies went through shared memory.
 """
 
 import multiprocessing
@@ -61,7 +70,7 @@ def rank_main(rank, root_info_queue, results):
     import simnpu.client as npu
     from simnpu.client.collectives import Communicator, get_root_info
 
-    device = rank if npu.device_count() >= RANKS else 0
+    device = rank % npu.device_count()
     npu.Device(device)
     if rank == 0:
         root_info = get_root_info()
@@ -70,29 +79,34 @@ def rank_main(rank, root_info_queue, results):
     else:
         root_info = root_info_queue.get()
     with Communicator(RANKS, root_info, rank) as comm:
-        x, y, w0 = dataset()
-        rows = BATCH // RANKS
-        mine = slice(rank * rows, (rank + 1) * rows)
-        stream = npu.Stream()
-        x_dev = npu.DeviceBuffer.from_array(x[mine])
-        y_dev = npu.DeviceBuffer.from_array(y[mine])
-        w_dev = npu.DeviceBuffer.from_array(w0)
-        p_dev = npu.DeviceBuffer(rows * D_OUT * 4)
-        g_dev = npu.DeviceBuffer(D_IN * D_OUT * 4)
-        module = npu.Module.from_source(KERNELS, "data_parallel_kernels.py")
-        forward, gradient, sgd = (
-            npu.builtin("matmul_f32"),
-            module.function("gradient"),
-            module.function("sgd"),
-        )
-        scale = 2.0 / (BATCH * D_OUT)  # of the mean squared error over the whole batch
-        for _ in range(STEPS):
-            forward.launch(1, x_dev, w_dev, p_dev, rows, D_IN, D_OUT, stream=stream)  # p = x w
-            gradient.launch(1, x_dev, p_dev, y_dev, g_dev, rows, D_IN, D_OUT, scale, stream=stream)
-            comm.all_reduce(g_dev, op="sum", dtype=np.float32, stream=stream)  # sum over ranks
-            sgd.launch(1, w_dev, g_dev, D_IN * D_OUT, LEARNING_RATE, stream=stream)
-        stream.synchronize()
-        results.put((rank, device, w_dev.to_numpy(np.float32, (D_IN, D_OUT))))
+        results.put((rank, device, train(npu, comm)))
+
+
+def train(npu, comm):
+    """This rank's part of the training; the final weights (host array)."""
+    x, y, w0 = dataset()
+    first, end = BATCH * comm.rank // comm.size, BATCH * (comm.rank + 1) // comm.size
+    mine, rows = slice(first, end), end - first  # near-equal shards for any number of ranks
+    stream = npu.Stream()
+    x_dev = npu.DeviceBuffer.from_array(x[mine])
+    y_dev = npu.DeviceBuffer.from_array(y[mine])
+    w_dev = npu.DeviceBuffer.from_array(w0)
+    p_dev = npu.DeviceBuffer(rows * D_OUT * 4)
+    g_dev = npu.DeviceBuffer(D_IN * D_OUT * 4)
+    module = npu.Module.from_source(KERNELS, "data_parallel_kernels.py")
+    forward, gradient, sgd = (
+        npu.builtin("matmul_f32"),
+        module.function("gradient"),
+        module.function("sgd"),
+    )
+    scale = 2.0 / (BATCH * D_OUT)  # of the mean squared error over the whole batch
+    for _ in range(STEPS):
+        forward.launch(1, x_dev, w_dev, p_dev, rows, D_IN, D_OUT, stream=stream)  # p = x w
+        gradient.launch(1, x_dev, p_dev, y_dev, g_dev, rows, D_IN, D_OUT, scale, stream=stream)
+        comm.all_reduce(g_dev, op="sum", dtype=np.float32, stream=stream)  # sum over ranks
+        sgd.launch(1, w_dev, g_dev, D_IN * D_OUT, LEARNING_RATE, stream=stream)
+    stream.synchronize()
+    return w_dev.to_numpy(np.float32, (D_IN, D_OUT))
 
 
 def reference():
@@ -107,7 +121,38 @@ def reference():
     return w, losses
 
 
+def job_main():
+    """One rank of a job whose processes meet through the daemon (SIMNPU_JOB is set)."""
+    import simnpu.client as npu
+    from simnpu.client.collectives import Communicator
+    from simnpu.client.rendezvous import from_env
+
+    me = from_env()  # blocks until SIMNPU_WORLD_SIZE processes of the job have asked
+    device = me.rank % npu.device_count()
+    npu.Device(device)
+    print(
+        f"rank {me.rank}/{me.world_size} of job {me.job!r} on device {device}, pid {os.getpid()}: "
+        f"uses_shared_memory={npu.runtime().uses_shared_memory}",
+        flush=True,
+    )
+    with Communicator(me.world_size, me.root_info, me.rank) as comm:
+        weights = train(npu, comm)
+        everyone = comm.all_gather_array(weights)  # every rank's weights, to compare
+    expected, losses = reference()
+    identical = all(w.tobytes() == weights.tobytes() for w in everyone)
+    difference = float(np.max(np.abs(weights - expected)))
+    print(f"loss of the reference run: {losses[0]:.4f} -> {losses[-1]:.4f} after {STEPS} steps")
+    print(f"every rank's weights identical bit for bit: {identical}")
+    print(f"largest difference from the single-process numpy reference: {difference:.2e}")
+    assert identical and np.allclose(weights, expected, rtol=1e-4, atol=1e-5), (
+        "data-parallel run diverged"
+    )
+    print(f"rank {me.rank}: ok")
+
+
 def main():
+    if os.environ.get("SIMNPU_JOB"):
+        return job_main()
     os.environ.setdefault("SIMNPU_DEVICES", str(RANKS))  # for a daemon started on demand
     spawn = multiprocessing.get_context("spawn")
     root_info_queue, results = spawn.Queue(), spawn.Queue()

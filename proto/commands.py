@@ -240,5 +240,7 @@ REQUEST_ARGS = {
     "HCCL_COMM_INIT": ("n_ranks", "rank", "device", "connect_timeout_ms"),  # data: root info -> (comm,)
     "HCCL_COMM_DESTROY": ("comm",),
     "HCCL_COMM_ASYNC_ERROR": ("comm",),  # -> (HcclResult,); text: what failed
+    # text: job name -> (rank, world_size, formation); data: root info (server/rendezvous.py)
+    "HCCL_RENDEZVOUS": ("world_size", "exec_timeout_ms", "timeout_ms"),
 }
 BUILTIN_BINARY = 1  # handle of the built-in kernel library, present in every session

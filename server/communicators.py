@@ -159,12 +159,17 @@ class Communicators:
         timeout_s = ht.DEFAULT_EXEC_TIMEOUT_S if exec_timeout_ms < 0 else exec_timeout_ms / 1000.0
 
         def issue():
-            comm_id = next(self._ids)
-            self.rendezvous[comm_id] = Rendezvous(comm_id, timeout_s, session.pid, device)
-            info = ROOT_LAYOUT.pack(ROOT_MAGIC, ROOT_VERSION, comm_id, self.pid, self.nonce, device)
-            session.respond(request.id, data=info.ljust(ht.HCCL_ROOT_INFO_BYTES, b"\0"))
+            session.respond(request.id, data=self.issue_root_info(session.pid, device, timeout_s))
 
         session._batch.append((issue, ()))
+
+    def issue_root_info(self, root_pid: int, device: int, exec_timeout_s: float) -> bytes:
+        """A new communicator id as root info bytes (scheduler): for HcclGetRootInfo, and for
+        a job's rendezvous (server/rendezvous.py) on behalf of its rank 0."""
+        comm_id = next(self._ids)
+        self.rendezvous[comm_id] = Rendezvous(comm_id, exec_timeout_s, root_pid, device)
+        info = ROOT_LAYOUT.pack(ROOT_MAGIC, ROOT_VERSION, comm_id, self.pid, self.nonce, device)
+        return info.ljust(ht.HCCL_ROOT_INFO_BYTES, b"\0")
 
     def _parse_root_info(self, data: bytes) -> int:
         if len(data) != ht.HCCL_ROOT_INFO_BYTES or not data.startswith(ROOT_MAGIC):

@@ -24,6 +24,7 @@ from simnpu.server.config import DaemonConfig, is_unix, unix_path
 from simnpu.server.device import Device
 from simnpu.server.ipc_memory import IpcMemory
 from simnpu.server.memory_views import memory_snapshot, memory_stats
+from simnpu.server.rendezvous import Jobs
 from simnpu.server.resources import Binary
 from simnpu.server.scheduler import Scheduler
 from simnpu.server.service import NpuServicer
@@ -51,6 +52,7 @@ class Daemon:
         self.health = None
         self._socket_paths: list[str] = []  # socket files this daemon created (and removes)
         self.scheduler = None
+        self.jobs: Jobs | None = None  # job rendezvous (server/rendezvous.py), with the scheduler
         source = resources.files("simnpu.server.kernels").joinpath("builtin.py").read_text()
         self.builtin_binary = Binary(1, source, "<simnpu builtin kernels>", discover_kernels(source))
 
@@ -70,6 +72,7 @@ class Daemon:
                 handle.start()
             worker_pool.wait_ready(handles)
             self.scheduler = Scheduler(self.devices, self.config.op_timeout_s)
+            self.jobs = Jobs(self.scheduler)
             self.scheduler.start()
             self._start_grpc()
         except BaseException:
@@ -196,6 +199,8 @@ class Daemon:
 
     def describe(self, what: str, device_index: int) -> object:
         """Read-only views for tools (the Query RPC)."""
+        if what == "jobs":  # processes waiting in a job rendezvous (server/rendezvous.py)
+            return self.jobs.describe() if self.jobs is not None else {}
         if what in ("memory_stats", "memory_snapshot"):
             if not 0 <= device_index < len(self.devices):
                 return {"error": f"device {device_index} does not exist "

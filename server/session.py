@@ -85,6 +85,7 @@ class Session(SessionMemory):
         self._init_memory()
         self._handlers.update({op: getattr(self, name) for op, name in MEMORY_OPS.items()})
         self._handlers.update(self.scheduler.collectives.handlers(self))  # HCCL requests
+        self._handlers.update(daemon.jobs.handlers(self))  # job rendezvous (server/rendezvous.py)
         self.handles[commands.BUILTIN_BINARY] = daemon.builtin_binary
 
     def __repr__(self) -> str:

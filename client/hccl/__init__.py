@@ -123,6 +123,19 @@ def get_recent_err_msg() -> str | None:
     return message
 
 
+def rendezvous(job: str, world_size: int):
+    """(simnpu extension) -> (rank, root_info, ret): blocks until `world_size` processes of
+    `job` have called it; ranks 0..world_size-1 in arrival order, one root info for all, to
+    pass to comm_init_root_info. For identical replicas that know neither (docs/hccl.md)."""
+    from simnpu.client.rendezvous import rendezvous as join
+
+    try:
+        joined = join(job, world_size)
+    except _NpuError as error:
+        return 0, b"", _failed(error, "rendezvous")
+    return joined.rank, joined.root_info, _ht.HCCL_SUCCESS
+
+
 # ---- collectives (asynchronous: ret says whether it was queued) ---------------------------------
 def _collective(name, kind, comm, stream, **fields) -> int:
     return _call(name, lambda: _layer().collective(kind, comm, stream, **fields))

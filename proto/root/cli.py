@@ -18,6 +18,7 @@ commands:
   serve                 run the device daemon (simnpu serve --help)
   memory stats          device-memory statistics of a running daemon (--device N, --json)
   memory snapshot       its live blocks with their owners (--device N, --json)
+  health                exit 0 if the daemon is serving (gRPC health check; --address)
 """
 
 
@@ -28,6 +29,10 @@ def main(argv=None) -> int:
         from simnpu.server.cli import main as serve
 
         return serve(argv)
+    if command == "health":
+        from simnpu.client.health import main as health
+
+        return health(argv[1:])
     if command in TOOLS:
         from simnpu.client.tools import main as tool
 

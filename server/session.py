@@ -212,10 +212,9 @@ class Session(SessionMemory):
                          commands.CMD_WAIT_EVENT: WAIT}[command.op]
             self._queue(stream, task_kind, (event,))
         elif kind is commands.HostCallback:
-            stream = self._stream(command.stream)
             if command.op == commands.CMD_HOST_CALLBACK:
-                self._queue(stream, HOST, (command.callback, bool(command.blocking)))
-            else:
+                self._queue(self._stream(command.stream), HOST, (command.callback, bool(command.blocking)))
+            else:  # by callback id: the stream may be being destroyed (its handle already gone)
                 self._batch.append((self._host_done, (command.callback,)))
         elif kind is commands.Collective:
             payload = self.scheduler.collectives.payload(self, command)

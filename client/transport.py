@@ -93,10 +93,10 @@ class Connection:
 
     def request_async(self, op: int, args=(), data: bytes = b"", text: str = "", site: str = "") -> _Pending:
         """Queue a request; the returned handle is passed to wait()."""
-        if self._broken is not None:
-            raise self._broken
         pending = _Pending()
-        with self._lock:
+        with self._lock:  # under the lock: _fail_all cannot miss a request registered here
+            if self._broken is not None:
+                raise self._broken
             self._seq += 1
             seq = self._seq
             self._sites[seq & (_SITE_RING - 1)] = (seq, site)
@@ -186,9 +186,9 @@ class Connection:
             self._fail_all(*_describe_rpc_error(self.address, error))
 
     def _fail_all(self, code: int, message: str) -> None:
-        if self._broken is None:
-            self._broken = NpuError(code, message)
         with self._lock:
+            if self._broken is None:
+                self._broken = NpuError(code, message)
             pending, self._replies = list(self._replies.values()), {}
         for item in pending:
             item.reply = self._broken

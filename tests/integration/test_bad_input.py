@@ -97,7 +97,9 @@ class Bystander:
     def check(self) -> None:
         out = np.zeros_like(self.data)
         self.rt.memcpy(out.ctypes.data, out.nbytes, self.ptr, out.nbytes, D2H)
-        assert np.array_equal(out, self.data), "another client's bad input changed the bystander's memory"
+        assert np.array_equal(out, self.data), (
+            "another client's bad input changed the bystander's memory"
+        )
         assert ctypes.string_at(self.pinned, 4096) == b"\x5a" * 4096
         self.rt.record_event(self.event, self.stream)
         self.rt.synchronize_event(self.event)
@@ -181,13 +183,15 @@ def within(seconds: float, rt: Runtime, call, *args) -> None:
             rt.set_context(context)
             call(*args)
             outcome.append(None)
-        except BaseException as error:  # handed to the test's thread
+        except Exception as error:  # noqa: BLE001  (handed to the test's thread)
             outcome.append(error)
 
     thread = threading.Thread(target=run, daemon=True)
     thread.start()
     thread.join(seconds)
-    assert outcome, f"{getattr(call, '__name__', call)} did not return within {seconds} s: the daemon hangs"
+    assert outcome, (
+        f"{getattr(call, '__name__', call)} did not return within {seconds} s: the daemon hangs"
+    )
     if outcome[0] is not None:
         raise outcome[0]
 
@@ -242,17 +246,24 @@ def test_destroyed_stream_at_the_daemon(rt):
     assert deferred_code(rt, commands.pack_launch(1, stream, add, args)) == HANDLE
     assert deferred_code(rt, commands.pack_memset(stream, dev(ptr), 0, 16)) == HANDLE
     assert deferred_code(rt, commands.pack_copy(stream, dev(ptr), dev(ptr + 64), 16)) == HANDLE
-    assert deferred_code(rt, commands.pack_event(commands.CMD_RECORD_EVENT, event, stream)) == HANDLE
+    assert (
+        deferred_code(rt, commands.pack_event(commands.CMD_RECORD_EVENT, event, stream)) == HANDLE
+    )
     rt.free(ptr)
 
 
 def test_destroyed_event_is_rejected(rt):
     event = rt.create_event()
     rt.destroy_event(event)
-    for call in (lambda: rt.record_event(event, 0), lambda: rt.reset_event(event, 0),
-                 lambda: rt.stream_wait_event(0, event), lambda: rt.synchronize_event(event),
-                 lambda: rt.query_event_status(event), lambda: rt.destroy_event(event),
-                 lambda: rt.event_elapsed_time(event, event)):
+    for call in (
+        lambda: rt.record_event(event, 0),
+        lambda: rt.reset_event(event, 0),
+        lambda: rt.stream_wait_event(0, event),
+        lambda: rt.synchronize_event(event),
+        lambda: rt.query_event_status(event),
+        lambda: rt.destroy_event(event),
+        lambda: rt.event_elapsed_time(event, event),
+    ):
         with raises_at_once(rt, HANDLE):
             call()
     default = rt.stream(0)
@@ -302,11 +313,15 @@ def test_unknown_handles_are_rejected(rt):
     # a handle of the wrong kind is no better than an unknown one
     assert daemon_code(rt, npu_pb2.OP_SYNCHRONIZE_STREAM, [rt.get_context(), -1]) == HANDLE
     assert daemon_code(rt, npu_pb2.OP_QUERY_EVENT, [default]) == HANDLE
-    assert deferred_code(rt, commands.pack_launch(1, default, commands.BUILTIN_BINARY, b"")) == HANDLE
+    assert (
+        deferred_code(rt, commands.pack_launch(1, default, commands.BUILTIN_BINARY, b"")) == HANDLE
+    )
 
 
 def test_functions_of_an_unloaded_binary_are_stale(rt):
-    binary = rt.binary_load("from simnpu import kernel\n@kernel('u32')\ndef nop(ctx, n):\n    pass\n")
+    binary = rt.binary_load(
+        "from simnpu import kernel\n@kernel('u32')\ndef nop(ctx, n):\n    pass\n"
+    )
     function = rt.get_function(binary, "nop")
     rt.binary_unload(binary)
     with raises_at_once(rt, HANDLE):
@@ -343,9 +358,17 @@ def test_handles_of_another_client_in_this_process(rt, bystander):
     assert daemon_code(rt, npu_pb2.OP_DESTROY_CONTEXT, [bystander.context]) == HANDLE
     assert daemon_code(rt, npu_pb2.OP_FREE_HOST, [bystander.pinned_handle]) == HANDLE
     default = rt.stream(0)
-    assert deferred_code(rt, commands.pack_event(commands.CMD_RECORD_EVENT, foreign_event, default)) == HANDLE
-    assert deferred_code(rt, commands.pack_event(commands.CMD_WAIT_EVENT, foreign_event, default)) == HANDLE
-    assert deferred_code(rt, commands.pack_memset(foreign_stream, dev(bystander.ptr), 0, 64)) == HANDLE
+    assert (
+        deferred_code(rt, commands.pack_event(commands.CMD_RECORD_EVENT, foreign_event, default))
+        == HANDLE
+    )
+    assert (
+        deferred_code(rt, commands.pack_event(commands.CMD_WAIT_EVENT, foreign_event, default))
+        == HANDLE
+    )
+    assert (
+        deferred_code(rt, commands.pack_memset(foreign_stream, dev(bystander.ptr), 0, 64)) == HANDLE
+    )
 
 
 FOREIGN_CLIENT = """
@@ -372,9 +395,14 @@ FOREIGN_CLIENT = """
 
 
 def test_handles_and_memory_of_another_client_process(rt, daemon):
-    process = subprocess.Popen([sys.executable, "-c", textwrap.dedent(FOREIGN_CLIENT)], stdin=subprocess.PIPE,
-                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                               env={**os.environ, "SIMNPU_ADDRESS": daemon.address})
+    process = subprocess.Popen(
+        [sys.executable, "-c", textwrap.dedent(FOREIGN_CLIENT)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "SIMNPU_ADDRESS": daemon.address},
+    )
     try:
         line = process.stdout.readline()
         assert line, process.stderr.read()
@@ -391,7 +419,9 @@ def test_handles_and_memory_of_another_client_process(rt, daemon):
         assert daemon_code(rt, npu_pb2.OP_DESTROY_STREAM, [stream, 1]) == HANDLE
         assert daemon_code(rt, npu_pb2.OP_DESTROY_EVENT, [event]) == HANDLE
         assert daemon_code(rt, npu_pb2.OP_FREE, [ptr]) == PARAM
-        assert daemon_code(rt, npu_pb2.OP_MEMSET, [commands.IMMEDIATE, 0, 0, ptr, 0xEE, 64]) == PARAM
+        assert (
+            daemon_code(rt, npu_pb2.OP_MEMSET, [commands.IMMEDIATE, 0, 0, ptr, 0xEE, 64]) == PARAM
+        )
         assert deferred_code(rt, commands.pack_memset(rt.stream(0), dev(ptr), 0xEE, 64)) == PARAM
     finally:
         out, err = process.communicate("go\n", timeout=60)
@@ -405,14 +435,16 @@ def test_handles_are_checked_before_anything_is_sent(rt):
     add = rt.get_function(commands.BUILTIN_BINARY, "add_f32")
     args = rt.signature(add).pack(ptr, ptr, ptr, 16)
     for bad in (0x1234, (2 << 40) | 999_999):
-        for call in (lambda: rt.launch_kernel(add, 1, args, bad),
-                     lambda: rt.launch_kernel(bad, 1, args, 0),
-                     lambda: rt.memset_async(ptr, N, 0, N, bad),
-                     lambda: rt.memcpy_async(ptr, N, ptr, N, D2D, bad),
-                     lambda: rt.record_event(bad, 0),
-                     lambda: rt.stream_wait_event(0, bad)):
+        for call, *call_args in (
+            (rt.launch_kernel, add, 1, args, bad),
+            (rt.launch_kernel, bad, 1, args, 0),
+            (rt.memset_async, ptr, N, 0, N, bad),
+            (rt.memcpy_async, ptr, N, ptr, N, D2D, bad),
+            (rt.record_event, bad, 0),
+            (rt.stream_wait_event, 0, bad),
+        ):
             with raises_at_once(rt, HANDLE):
-                call()
+                call(*call_args)
     rt.synchronize_stream(0)  # nothing bad was queued
     rt.free(ptr)
 
@@ -421,7 +453,12 @@ def test_handles_are_checked_before_anything_is_sent(rt):
 def test_pointers_outside_any_allocation(rt):
     ptr = rt.malloc(N)
     data = host_array()
-    nowhere = [ptr + 200 * MiB, DEVICE_BASE + 255 * MiB, DEVICE_BASE + DEVICE_SPAN * 3, ptr + N + 4096]
+    nowhere = [
+        ptr + 200 * MiB,
+        DEVICE_BASE + 255 * MiB,
+        DEVICE_BASE + DEVICE_SPAN * 3,
+        ptr + N + 4096,
+    ]
     for address in nowhere:
         with raises_at_once(rt, PARAM):
             rt.memcpy(address, N, data.ctypes.data, N, H2D)
@@ -431,8 +468,12 @@ def test_pointers_outside_any_allocation(rt):
             rt.memset(address, N, 0, N)
         with raises_at_once(rt, PARAM):
             rt.memcpy_async(address, N, ptr, N, D2D, 0)
-        assert daemon_code(rt, npu_pb2.OP_MEMSET, [commands.IMMEDIATE, 0, 0, address, 0, 16]) == PARAM
-        assert deferred_code(rt, commands.pack_copy(rt.stream(0), dev(address), dev(ptr), 16)) == PARAM
+        assert (
+            daemon_code(rt, npu_pb2.OP_MEMSET, [commands.IMMEDIATE, 0, 0, address, 0, 16]) == PARAM
+        )
+        assert (
+            deferred_code(rt, commands.pack_copy(rt.stream(0), dev(address), dev(ptr), 16)) == PARAM
+        )
     rt.free(ptr)
 
 
@@ -453,7 +494,9 @@ def test_ranges_running_past_the_end_of_an_allocation(rt):
     assert daemon_code(rt, npu_pb2.OP_MEMSET, [commands.IMMEDIATE, 0, 0, ptr, 0, N + 1]) == PARAM
     assert deferred_code(rt, commands.pack_memset(rt.stream(0), dev(ptr + N), 0, 1)) == PARAM
     assert deferred_code(rt, commands.pack_copy(rt.stream(0), dev(ptr), dev(ptr + 1), N)) == PARAM
-    assert deferred_code(rt, commands.pack_memset(rt.stream(0), dev(ptr), 0, (1 << 64) - 1)) == PARAM
+    assert (
+        deferred_code(rt, commands.pack_memset(rt.stream(0), dev(ptr), 0, (1 << 64) - 1)) == PARAM
+    )
     rt.free(ptr)
 
 
@@ -461,11 +504,24 @@ def test_negative_counts_sent_to_the_daemon_are_rejected(rt, bystander):
     """A negative count must not mean "to the end of device memory" (numpy's count=-1)."""
     ptr = rt.malloc(N)
     for count in (-1, -N, -(1 << 40)):
-        assert daemon_code(rt, npu_pb2.OP_MEMSET, [commands.IMMEDIATE, 0, 0, ptr, 0x66, count]) == PARAM
-        assert daemon_code(rt, npu_pb2.OP_MEMCPY,
-                           [commands.IMMEDIATE, 0, 0, ptr, 0, 0, ptr + 64, count, 0]) == PARAM
-        assert daemon_code(rt, npu_pb2.OP_MEMCPY,
-                           [commands.IMMEDIATE, 0, 0, ptr, commands.SPACE_STAGING, 0, 0, count, 0]) == PARAM
+        assert (
+            daemon_code(rt, npu_pb2.OP_MEMSET, [commands.IMMEDIATE, 0, 0, ptr, 0x66, count])
+            == PARAM
+        )
+        assert (
+            daemon_code(
+                rt, npu_pb2.OP_MEMCPY, [commands.IMMEDIATE, 0, 0, ptr, 0, 0, ptr + 64, count, 0]
+            )
+            == PARAM
+        )
+        assert (
+            daemon_code(
+                rt,
+                npu_pb2.OP_MEMCPY,
+                [commands.IMMEDIATE, 0, 0, ptr, commands.SPACE_STAGING, 0, 0, count, 0],
+            )
+            == PARAM
+        )
     rt.free(ptr)
     bystander.check()
 
@@ -493,10 +549,16 @@ def test_memcpy_kind_must_match_the_pointers(rt):
     pinned = rt.malloc_host(N)
     data = host_array()
     mismatched = [
-        (ptr, data.ctypes.data, D2H), (ptr, data.ctypes.data, D2D), (ptr, data.ctypes.data, H2H),
-        (data.ctypes.data, ptr, H2D), (data.ctypes.data, ptr, D2D),
-        (ptr, ptr, H2D), (ptr, ptr, D2H),
-        (data.ctypes.data, pinned, H2D), (pinned, data.ctypes.data, D2D), (pinned, ptr, H2D),
+        (ptr, data.ctypes.data, D2H),
+        (ptr, data.ctypes.data, D2D),
+        (ptr, data.ctypes.data, H2H),
+        (data.ctypes.data, ptr, H2D),
+        (data.ctypes.data, ptr, D2D),
+        (ptr, ptr, H2D),
+        (ptr, ptr, D2H),
+        (data.ctypes.data, pinned, H2D),
+        (pinned, data.ctypes.data, D2D),
+        (pinned, ptr, H2D),
     ]
     for dst, src, kind in mismatched:
         with raises_at_once(rt, PARAM):
@@ -514,14 +576,16 @@ def test_memcpy_kind_must_match_the_pointers(rt):
 def test_null_pointers(rt):
     ptr = rt.malloc(N)
     data = host_array()
-    for call in (lambda: rt.memcpy(0, N, data.ctypes.data, N, H2D),
-                 lambda: rt.memcpy(ptr, N, 0, N, H2D),
-                 lambda: rt.memcpy(0, N, 0, N, codes.ACL_MEMCPY_DEFAULT),
-                 lambda: rt.memcpy_async(ptr, N, 0, N, D2D, 0),
-                 lambda: rt.memset(0, N, 0, N),
-                 lambda: rt.memset_async(0, N, 0, N, 0),
-                 lambda: rt.free(0),
-                 lambda: rt.free_host(0)):
+    for call in (
+        lambda: rt.memcpy(0, N, data.ctypes.data, N, H2D),
+        lambda: rt.memcpy(ptr, N, 0, N, H2D),
+        lambda: rt.memcpy(0, N, 0, N, codes.ACL_MEMCPY_DEFAULT),
+        lambda: rt.memcpy_async(ptr, N, 0, N, D2D, 0),
+        lambda: rt.memset(0, N, 0, N),
+        lambda: rt.memset_async(0, N, 0, N, 0),
+        lambda: rt.free(0),
+        lambda: rt.free_host(0),
+    ):
         with raises_at_once(rt, NULL):
             call()
     rt.free(ptr)
@@ -531,12 +595,23 @@ def test_unknown_memory_spaces_and_host_ranges_at_the_daemon(rt, bystander):
     ptr = rt.malloc(N)
     staging = rt.copies.slot * 2 if rt.uses_shared_memory else None
     for space in (3, 7, 255):
-        assert daemon_code(rt, npu_pb2.OP_MEMCPY,
-                           [commands.IMMEDIATE, 0, 0, ptr, space, 0, 0, 16, 0]) == PARAM
-        assert deferred_code(rt, commands.pack_copy(rt.stream(0), dev(ptr), Location(space, 0, 0), 16)) == PARAM
+        assert (
+            daemon_code(rt, npu_pb2.OP_MEMCPY, [commands.IMMEDIATE, 0, 0, ptr, space, 0, 0, 16, 0])
+            == PARAM
+        )
+        assert (
+            deferred_code(rt, commands.pack_copy(rt.stream(0), dev(ptr), Location(space, 0, 0), 16))
+            == PARAM
+        )
     if staging is not None:
-        assert daemon_code(rt, npu_pb2.OP_MEMCPY,
-                           [commands.IMMEDIATE, 0, 0, ptr, commands.SPACE_STAGING, 0, staging - 8, 16, 0]) == PARAM
+        assert (
+            daemon_code(
+                rt,
+                npu_pb2.OP_MEMCPY,
+                [commands.IMMEDIATE, 0, 0, ptr, commands.SPACE_STAGING, 0, staging - 8, 16, 0],
+            )
+            == PARAM
+        )
     pinned = rt.malloc_host(N)
     handle = rt.host.find(pinned).handle
     here = Location(commands.SPACE_PINNED, handle, N - 8)
@@ -578,10 +653,18 @@ def test_freeing_another_clients_memory(rt, bystander):
 def test_copies_into_another_clients_memory_are_refused(rt, bystander):
     ptr = rt.malloc(N)
     stream = rt.stream(0)
-    assert daemon_code(rt, npu_pb2.OP_MEMCPY,
-                       [commands.IMMEDIATE, 0, 0, bystander.ptr, 0, 0, ptr, 64, 0]) == PARAM
-    assert daemon_code(rt, npu_pb2.OP_MEMCPY,
-                       [commands.IMMEDIATE, 0, 0, ptr, 0, 0, bystander.ptr, 64, 0]) == PARAM
+    assert (
+        daemon_code(
+            rt, npu_pb2.OP_MEMCPY, [commands.IMMEDIATE, 0, 0, bystander.ptr, 0, 0, ptr, 64, 0]
+        )
+        == PARAM
+    )
+    assert (
+        daemon_code(
+            rt, npu_pb2.OP_MEMCPY, [commands.IMMEDIATE, 0, 0, ptr, 0, 0, bystander.ptr, 64, 0]
+        )
+        == PARAM
+    )
     assert deferred_code(rt, commands.pack_copy(stream, dev(bystander.ptr), dev(ptr), 64)) == PARAM
     assert deferred_code(rt, commands.pack_memset(stream, dev(bystander.ptr + 128), 0, 64)) == PARAM
     # launch arguments read from another client's memory
@@ -614,7 +697,9 @@ def test_malloc_beyond_capacity(rt):
             rt.malloc(size)
         assert caught.value.code == codes.ACL_ERROR_RT_MEMORY_ALLOCATION
         assert isinstance(caught.value, MemoryError) and isinstance(caught.value, NpuMemoryError)
-    assert daemon_code(rt, npu_pb2.OP_MALLOC, [0, 1 << 40, 0]) == codes.ACL_ERROR_RT_MEMORY_ALLOCATION
+    assert (
+        daemon_code(rt, npu_pb2.OP_MALLOC, [0, 1 << 40, 0]) == codes.ACL_ERROR_RT_MEMORY_ALLOCATION
+    )
     # after the failures all memory is still there, and a big allocation still succeeds
     assert rt.get_mem_info() == (free_before, total)
     big = rt.malloc(64 * MiB)
@@ -638,7 +723,9 @@ def test_pinned_memory_beyond_what_the_host_has(rt, daemon):
     behind in /dev/shm."""
     before = set(daemon.segments())
     for size in (1 << 62, 1 << 50):
-        assert daemon_code(rt, npu_pb2.OP_MALLOC_HOST, [size]) == codes.ACL_ERROR_RT_MEMORY_ALLOCATION
+        assert (
+            daemon_code(rt, npu_pb2.OP_MALLOC_HOST, [size]) == codes.ACL_ERROR_RT_MEMORY_ALLOCATION
+        )
     assert set(daemon.segments()) == before, os.listdir("/dev/shm")
 
 
@@ -654,7 +741,10 @@ def test_num_blocks_zero(rt):
     with raises_at_once(rt, PARAM):
         rt.launch_kernel_devargs(add, 0, args_ptr, len(args), 0)
     assert deferred_code(rt, commands.pack_launch(0, rt.stream(0), add, args)) == PARAM
-    assert deferred_code(rt, commands.pack_launch_devargs(0, rt.stream(0), add, args_ptr, len(args))) == PARAM
+    assert (
+        deferred_code(rt, commands.pack_launch_devargs(0, rt.stream(0), add, args_ptr, len(args)))
+        == PARAM
+    )
     rt.free(ptr)
 
 
@@ -669,11 +759,17 @@ def test_argument_buffer_shorter_than_the_parameters(rt):
     to_device(rt, ptr + 1024, args)
     with raises_at_once(rt, PARAM):
         rt.launch_kernel_devargs(add, 1, ptr + 1024, 27, 0)
-    assert deferred_code(rt, commands.pack_launch_devargs(1, rt.stream(0), add, ptr + 1024, 27)) == PARAM
+    assert (
+        deferred_code(rt, commands.pack_launch_devargs(1, rt.stream(0), add, ptr + 1024, 27))
+        == PARAM
+    )
     # arguments in device memory that run past their allocation
     with raises_at_once(rt, PARAM):
         rt.launch_kernel_devargs(add, 1, ptr + N - 16, 28, 0)
-    assert deferred_code(rt, commands.pack_launch_devargs(1, rt.stream(0), add, ptr + N - 16, 28)) == PARAM
+    assert (
+        deferred_code(rt, commands.pack_launch_devargs(1, rt.stream(0), add, ptr + N - 16, 28))
+        == PARAM
+    )
     rt.free(ptr)
 
 
@@ -699,13 +795,16 @@ def test_kernel_module_that_does_not_compile(rt):
 # ---- devices, contexts, timeouts -------------------------------------------------------------------
 def test_invalid_device_id(rt):
     for device in (1, 7, -1, 1 << 40):
-        for call in (lambda: rt.set_device(device), lambda: rt.create_context(device),
-                     lambda: rt.reset_device(device)):
+        for call in (rt.set_device, rt.create_context, rt.reset_device):
             with raises_at_once(rt, codes.ACL_ERROR_RT_INVALID_DEVICEID):
-                call()
-        for op, args in ((npu_pb2.OP_CREATE_CONTEXT, [device]), (npu_pb2.OP_MALLOC, [device, 64, 0]),
-                         (npu_pb2.OP_GET_MEM_INFO, [device]), (npu_pb2.OP_MEMORY_STATS, [device]),
-                         (npu_pb2.OP_SYNCHRONIZE_DEVICE, [device, -1])):
+                call(device)
+        for op, args in (
+            (npu_pb2.OP_CREATE_CONTEXT, [device]),
+            (npu_pb2.OP_MALLOC, [device, 64, 0]),
+            (npu_pb2.OP_GET_MEM_INFO, [device]),
+            (npu_pb2.OP_MEMORY_STATS, [device]),
+            (npu_pb2.OP_SYNCHRONIZE_DEVICE, [device, -1]),
+        ):
             assert daemon_code(rt, op, args) == codes.ACL_ERROR_RT_INVALID_DEVICEID
     assert rt.get_device() == 0  # the failed calls changed nothing
 
@@ -714,10 +813,17 @@ def test_no_current_context(daemon, bystander):
     fresh = Runtime(daemon.address)
     try:
         ptr_data = host_array()
-        for call in (fresh.create_stream, fresh.create_event, lambda: fresh.malloc(64),
-                     fresh.get_device, fresh.get_context, fresh.get_mem_info,
-                     lambda: fresh.synchronize_stream(0), lambda: fresh.synchronize_device(),
-                     lambda: fresh.memcpy_async(ptr_data.ctypes.data, N, ptr_data.ctypes.data, N, H2H, 0)):
+        for call in (
+            fresh.create_stream,
+            fresh.create_event,
+            lambda: fresh.malloc(64),
+            fresh.get_device,
+            fresh.get_context,
+            fresh.get_mem_info,
+            lambda: fresh.synchronize_stream(0),
+            lambda: fresh.synchronize_device(),
+            lambda: fresh.memcpy_async(ptr_data.ctypes.data, N, ptr_data.ctypes.data, N, H2H, 0),
+        ):
             with raises_at_once(fresh, codes.ACL_ERROR_RT_CONTEXT_NULL):
                 call()
         fresh.set_device(0)
@@ -748,12 +854,14 @@ def test_timeouts_below_minus_one(rt):
     event = rt.create_event()
     rt.record_event(event, stream)
     for timeout in (-2, -1000, -(1 << 40)):
-        for call in (lambda: rt.synchronize_stream(stream, timeout),
-                     lambda: rt.synchronize_event(event, timeout),
-                     lambda: rt.synchronize_device(timeout),
-                     lambda: rt.set_op_execute_timeout(timeout)):
+        for call, *call_args in (
+            (rt.synchronize_stream, stream, timeout),
+            (rt.synchronize_event, event, timeout),
+            (rt.synchronize_device, timeout),
+            (rt.set_op_execute_timeout, timeout),
+        ):
             with pytest.raises(NpuError) as caught:
-                call()
+                call(*call_args)
             assert caught.value.code == PARAM
     rt.synchronize_stream(stream, 0)
     rt.synchronize_event(event, -1)
@@ -761,7 +869,9 @@ def test_timeouts_below_minus_one(rt):
     rt.destroy_stream(stream)
 
 
-SLOW = "from simnpu import kernel\nimport time\n@kernel('f64')\ndef nap(ctx, s):\n    time.sleep(s)\n"
+SLOW = (
+    "from simnpu import kernel\nimport time\n@kernel('f64')\ndef nap(ctx, s):\n    time.sleep(s)\n"
+)
 
 
 def test_huge_timeouts_are_accepted_and_harmless(rt, other):
@@ -803,8 +913,10 @@ class RawSession:
         self.channel = grpc.insecure_channel(address, options=service.CHANNEL_OPTIONS)
         self.outgoing: queue.Queue = queue.Queue()
         session = self.channel.stream_stream(
-            service.SESSION_METHOD, request_serializer=npu_pb2.ClientMessage.SerializeToString,
-            response_deserializer=npu_pb2.ServerMessage.FromString)
+            service.SESSION_METHOD,
+            request_serializer=npu_pb2.ClientMessage.SerializeToString,
+            response_deserializer=npu_pb2.ServerMessage.FromString,
+        )
         self.call = session(iter(self.outgoing.get, None))
         self.replies: queue.Queue = queue.Queue()
         self.reader = threading.Thread(target=self._read, daemon=True)
@@ -828,7 +940,9 @@ class RawSession:
     def send(self, *items: npu_pb2.Item) -> None:
         self.outgoing.put(npu_pb2.ClientMessage(items=items))
 
-    def req(self, op: int, args=(), data: bytes = b"", text: str = "", id: int | None = None) -> npu_pb2.Item:
+    def req(
+        self, op: int, args=(), data: bytes = b"", text: str = "", id: int | None = None
+    ) -> npu_pb2.Item:
         if id is None:
             id, self.next_id = self.next_id, self.next_id + 1
         return npu_pb2.Item(request=npu_pb2.Request(id=id, op=op, args=args, data=data, text=text))
@@ -867,9 +981,17 @@ def malloc(raw: RawSession, size: int) -> int:
     return reply.values[0]
 
 
-@pytest.mark.parametrize("garbage", [
-    b"\xff\xff", b"\x00", b"\x01", b"\x00\x00" + b"\xAA" * 40, bytes(range(256)), b"\x03\x00" + b"\x01" * 10,
-])
+@pytest.mark.parametrize(
+    "garbage",
+    [
+        b"\xff\xff",
+        b"\x00",
+        b"\x01",
+        b"\x00\x00" + b"\xaa" * 40,
+        bytes(range(256)),
+        b"\x03\x00" + b"\x01" * 10,
+    ],
+)
 def test_garbage_command_bytes(raw, garbage):
     raw.send(npu_pb2.Item(commands=garbage))
     reply = raw.sync()
@@ -880,12 +1002,20 @@ def test_garbage_command_bytes(raw, garbage):
 def test_unknown_command_op_after_good_ones(raw):
     ptr = malloc(raw, N)
     good = commands.pack_memset(raw.stream, dev(ptr), 0x11, 64)
-    raw.send(npu_pb2.Item(commands=good + b"\x63\x00" + b"\0" * 30 + commands.pack_memset(raw.stream, dev(ptr), 0x22, 64)))
+    raw.send(
+        npu_pb2.Item(
+            commands=good
+            + b"\x63\x00"
+            + b"\0" * 30
+            + commands.pack_memset(raw.stream, dev(ptr), 0x22, 64)
+        )
+    )
     reply = raw.sync()
     assert reply.code == PARAM and "unknown command op 99" in reply.message
     # the record before the bad one ran, the one after it was lost with the rest of the buffer
-    read = raw.request(npu_pb2.OP_MEMCPY,
-                       [commands.IMMEDIATE, commands.SPACE_STAGING, 0, 0, 0, 0, ptr, 64, 1])
+    read = raw.request(
+        npu_pb2.OP_MEMCPY, [commands.IMMEDIATE, commands.SPACE_STAGING, 0, 0, 0, 0, ptr, 64, 1]
+    )
     assert read.code == 0 and read.data == b"\x11" * 64
 
 
@@ -896,7 +1026,9 @@ def test_truncated_launch_record(raw):
         raw.send(npu_pb2.Item(commands=record[:cut]))
         assert raw.sync().code == PARAM
     add = raw.request(npu_pb2.OP_GET_FUNCTION, [commands.BUILTIN_BINARY], text="add_f32").values[0]
-    good = commands.pack_launch(1, raw.stream, add, np.array([ptr, ptr, ptr, 16], np.uint64).tobytes()[:28])
+    good = commands.pack_launch(
+        1, raw.stream, add, np.array([ptr, ptr, ptr, 16], np.uint64).tobytes()[:28]
+    )
     raw.send(npu_pb2.Item(commands=good + good[:-3]))
     assert raw.sync().code == PARAM
     raw.send(npu_pb2.Item(commands=good))
@@ -909,7 +1041,9 @@ def test_unknown_request_ops(raw):
         assert reply.code == PARAM, reply
 
 
-REQUESTS_WITH_ARGS = [name for name, args in commands.REQUEST_ARGS.items() if args and name != "HELLO"]
+REQUESTS_WITH_ARGS = [
+    name for name, args in commands.REQUEST_ARGS.items() if args and name != "HELLO"
+]
 
 
 @pytest.mark.parametrize("name", REQUESTS_WITH_ARGS)
@@ -938,13 +1072,21 @@ def test_memset_with_a_wrong_argument_count(raw):
 def test_inline_data_of_the_wrong_length(raw):
     ptr = malloc(raw, N)
     for data in (b"", b"x" * 15, b"x" * 17, b"x" * 4096):
-        reply = raw.request(npu_pb2.OP_MEMCPY,
-                            [commands.IMMEDIATE, 0, 0, ptr, commands.SPACE_STAGING, 0, 0, 16, 1], data)
+        reply = raw.request(
+            npu_pb2.OP_MEMCPY,
+            [commands.IMMEDIATE, 0, 0, ptr, commands.SPACE_STAGING, 0, 0, 16, 1],
+            data,
+        )
         assert reply.code == PARAM, reply
-    reply = raw.request(npu_pb2.OP_MEMCPY,
-                        [commands.IMMEDIATE, 0, 0, ptr, commands.SPACE_STAGING, 0, 0, 16, 1], b"y" * 16)
+    reply = raw.request(
+        npu_pb2.OP_MEMCPY,
+        [commands.IMMEDIATE, 0, 0, ptr, commands.SPACE_STAGING, 0, 0, 16, 1],
+        b"y" * 16,
+    )
     assert reply.code == 0
-    read = raw.request(npu_pb2.OP_MEMCPY, [commands.IMMEDIATE, commands.SPACE_STAGING, 0, 0, 0, 0, ptr, 16, 1])
+    read = raw.request(
+        npu_pb2.OP_MEMCPY, [commands.IMMEDIATE, commands.SPACE_STAGING, 0, 0, 0, 0, ptr, 16, 1]
+    )
     assert read.data == b"y" * 16
 
 
@@ -953,8 +1095,10 @@ def test_requests_before_hello_and_hello_twice(daemon, bystander):
     session.channel = grpc.insecure_channel(daemon.address, options=service.CHANNEL_OPTIONS)
     session.outgoing = queue.Queue()
     stub = session.channel.stream_stream(
-        service.SESSION_METHOD, request_serializer=npu_pb2.ClientMessage.SerializeToString,
-        response_deserializer=npu_pb2.ServerMessage.FromString)
+        service.SESSION_METHOD,
+        request_serializer=npu_pb2.ClientMessage.SerializeToString,
+        response_deserializer=npu_pb2.ServerMessage.FromString,
+    )
     session.call = stub(iter(session.outgoing.get, None))
     session.replies = queue.Queue()
     session.reader = threading.Thread(target=session._read, daemon=True)
@@ -965,8 +1109,11 @@ def test_requests_before_hello_and_hello_twice(daemon, bystander):
         assert context.code == 0
         ptr = malloc(session, N)
         # no staging area yet: staging locations are unknown
-        reply = session.request(npu_pb2.OP_MEMCPY,
-                                [commands.IMMEDIATE, 0, 0, ptr, commands.SPACE_STAGING, 0, 0, 16, 1], b"z" * 16)
+        reply = session.request(
+            npu_pb2.OP_MEMCPY,
+            [commands.IMMEDIATE, 0, 0, ptr, commands.SPACE_STAGING, 0, 0, 16, 1],
+            b"z" * 16,
+        )
         assert reply.code == PARAM
         for _ in range(2):
             hello = session.request(npu_pb2.OP_HELLO, [1, 0], text="twice")
@@ -985,10 +1132,14 @@ def test_failed_requests_with_id_zero_get_no_reply(raw):
 
 def test_many_bad_items_in_one_message(raw):
     ptr = malloc(raw, N)
-    items = [npu_pb2.Item(commands=b"\xff"), raw.req(npu_pb2.OP_FREE, [1]), raw.req(npu_pb2.OP_MALLOC, []),
-             npu_pb2.Item(commands=commands.pack_memset(raw.stream, dev(ptr), 0x33, 16)),
-             raw.req(npu_pb2.OP_SYNCHRONIZE_STREAM, [raw.stream, -1]),
-             raw.req(npu_pb2.OP_MEMCPY, [raw.stream, commands.SPACE_STAGING, 0, 0, 0, 0, ptr, 16, 1])]
+    items = [
+        npu_pb2.Item(commands=b"\xff"),
+        raw.req(npu_pb2.OP_FREE, [1]),
+        raw.req(npu_pb2.OP_MALLOC, []),
+        npu_pb2.Item(commands=commands.pack_memset(raw.stream, dev(ptr), 0x33, 16)),
+        raw.req(npu_pb2.OP_SYNCHRONIZE_STREAM, [raw.stream, -1]),
+        raw.req(npu_pb2.OP_MEMCPY, [raw.stream, commands.SPACE_STAGING, 0, 0, 0, 0, ptr, 16, 1]),
+    ]
     raw.send(*items)
     replies = [raw.reply(item.request.id) for item in items if item.HasField("request")]
     assert [reply.code for reply in replies] == [PARAM, PARAM, PARAM, 0]  # the sync: the garbage
@@ -998,14 +1149,18 @@ def test_many_bad_items_in_one_message(raw):
 def test_non_protobuf_bytes_on_the_session_stream(daemon, bystander):
     channel = grpc.insecure_channel(daemon.address)
     try:
-        session = channel.stream_stream(service.SESSION_METHOD, request_serializer=lambda b: b,
-                                        response_deserializer=lambda b: b)
+        session = channel.stream_stream(
+            service.SESSION_METHOD,
+            request_serializer=lambda b: b,
+            response_deserializer=lambda b: b,
+        )
         call = session(iter([b"\xff\xff"]), timeout=30)
         with pytest.raises(grpc.RpcError) as caught:
             list(call)
         assert caught.value.code() == grpc.StatusCode.INTERNAL  # refused, not left hanging
-        query = channel.unary_unary(service.QUERY_METHOD, request_serializer=lambda b: b,
-                                    response_deserializer=lambda b: b)
+        query = channel.unary_unary(
+            service.QUERY_METHOD, request_serializer=lambda b: b, response_deserializer=lambda b: b
+        )
         with pytest.raises(grpc.RpcError):
             query(b"\xff\xff\xff", timeout=30)
         missing = channel.unary_unary("/simnpu.v1.Npu/NoSuchMethod")
@@ -1018,7 +1173,9 @@ def test_non_protobuf_bytes_on_the_session_stream(daemon, bystander):
 
 
 def test_a_new_client_process_works_after_all_this(daemon):
-    result = run_client(daemon.address, """
+    result = run_client(
+        daemon.address,
+        """
         import numpy as np
         import simnpu.client as npu
         with npu.Device(0):
@@ -1029,7 +1186,7 @@ def test_a_new_client_process_works_after_all_this(daemon):
             stream.synchronize()
             assert np.array_equal(y.to_numpy(np.float32), np.arange(1000, dtype=np.float32))
         print("ok")
-    """)
+    """,
+    )
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "ok"
-

@@ -17,30 +17,61 @@ STAGE = Location(commands.SPACE_STAGING, 0, 1 << 22)
 
 # (packed record, what decode must yield) for every op, with edge values in the fields
 CASES = {
-    "launch": (commands.pack_launch(3, 0x20000000001, 0x50000000002, b"\x01\x02\x03\x04\x05"),
-               commands.Launch(3, 0x20000000001, 0x50000000002, b"\x01\x02\x03\x04\x05")),
+    "launch": (
+        commands.pack_launch(3, 0x20000000001, 0x50000000002, b"\x01\x02\x03\x04\x05"),
+        commands.Launch(3, 0x20000000001, 0x50000000002, b"\x01\x02\x03\x04\x05"),
+    ),
     "launch, no args": (commands.pack_launch(1, 7, 9, b""), commands.Launch(1, 7, 9, b"")),
-    "launch, max fields": (commands.pack_launch(U32, U64, U64, bytes(range(256)) * 3),
-                           commands.Launch(U32, U64, U64, bytes(range(256)) * 3)),
-    "launch devargs": (commands.pack_launch_devargs(48, 2, 5, (1 << 47) + 64, 24),
-                       commands.LaunchDevArgs(48, 2, 5, (1 << 47) + 64, 24)),
-    "copy pinned -> device": (commands.pack_copy(11, DEV, PIN, 4097),
-                              commands.Copy(11, DEV, PIN, 4097)),
-    "copy device -> staging": (commands.pack_copy(U64, STAGE, DEV, U64),
-                               commands.Copy(U64, STAGE, DEV, U64)),
-    "memset": (commands.pack_memset(12, DEV, 0xAB, 3 << 20), commands.Memset(12, DEV, 0xAB, 3 << 20)),
-    "record event": (commands.pack_event(commands.CMD_RECORD_EVENT, 0x30000000001, 2),
-                     commands.EventCommand(commands.CMD_RECORD_EVENT, 0x30000000001, 2)),
-    "reset event": (commands.pack_event(commands.CMD_RESET_EVENT, 4, 5),
-                    commands.EventCommand(commands.CMD_RESET_EVENT, 4, 5)),
-    "wait event": (commands.pack_event(commands.CMD_WAIT_EVENT, U64, U64),
-                   commands.EventCommand(commands.CMD_WAIT_EVENT, U64, U64)),
-    "host callback": (commands.pack_host(commands.CMD_HOST_CALLBACK, 2, 99, True),
-                      commands.HostCallback(commands.CMD_HOST_CALLBACK, 2, 99, 1)),
-    "host done": (commands.pack_host(commands.CMD_HOST_DONE, 2, 99, False),
-                  commands.HostCallback(commands.CMD_HOST_DONE, 2, 99, 0)),
-    "collective": (commands.pack_collective(commands.Collective(U64, (16 << 40) | 1, 2, DEV.offset, DEV.offset + 64, U64, 7, 4, 11, 3, U32)),
-                   commands.Collective(U64, (16 << 40) | 1, 2, DEV.offset, DEV.offset + 64, U64, 7, 4, 11, 3, U32)),
+    "launch, max fields": (
+        commands.pack_launch(U32, U64, U64, bytes(range(256)) * 3),
+        commands.Launch(U32, U64, U64, bytes(range(256)) * 3),
+    ),
+    "launch devargs": (
+        commands.pack_launch_devargs(48, 2, 5, (1 << 47) + 64, 24),
+        commands.LaunchDevArgs(48, 2, 5, (1 << 47) + 64, 24),
+    ),
+    "copy pinned -> device": (
+        commands.pack_copy(11, DEV, PIN, 4097),
+        commands.Copy(11, DEV, PIN, 4097),
+    ),
+    "copy device -> staging": (
+        commands.pack_copy(U64, STAGE, DEV, U64),
+        commands.Copy(U64, STAGE, DEV, U64),
+    ),
+    "memset": (
+        commands.pack_memset(12, DEV, 0xAB, 3 << 20),
+        commands.Memset(12, DEV, 0xAB, 3 << 20),
+    ),
+    "record event": (
+        commands.pack_event(commands.CMD_RECORD_EVENT, 0x30000000001, 2),
+        commands.EventCommand(commands.CMD_RECORD_EVENT, 0x30000000001, 2),
+    ),
+    "reset event": (
+        commands.pack_event(commands.CMD_RESET_EVENT, 4, 5),
+        commands.EventCommand(commands.CMD_RESET_EVENT, 4, 5),
+    ),
+    "wait event": (
+        commands.pack_event(commands.CMD_WAIT_EVENT, U64, U64),
+        commands.EventCommand(commands.CMD_WAIT_EVENT, U64, U64),
+    ),
+    "host callback": (
+        commands.pack_host(commands.CMD_HOST_CALLBACK, 2, 99, True),
+        commands.HostCallback(commands.CMD_HOST_CALLBACK, 2, 99, 1),
+    ),
+    "host done": (
+        commands.pack_host(commands.CMD_HOST_DONE, 2, 99, False),
+        commands.HostCallback(commands.CMD_HOST_DONE, 2, 99, 0),
+    ),
+    "collective": (
+        commands.pack_collective(
+            commands.Collective(
+                U64, (16 << 40) | 1, 2, DEV.offset, DEV.offset + 64, U64, 7, 4, 11, 3, U32
+            )
+        ),
+        commands.Collective(
+            U64, (16 << 40) | 1, 2, DEV.offset, DEV.offset + 64, U64, 7, 4, 11, 3, U32
+        ),
+    ),
 }
 
 
@@ -50,10 +81,9 @@ def decode_all(buffer):
 
 def decode_until_error(buffer):
     """(records yielded, the NpuError that stopped decoding)."""
-    got = []
+    got: list = []
     with pytest.raises(NpuError) as caught:
-        for record in commands.decode(buffer):
-            got.append(record)
+        got.extend(commands.decode(buffer))  # appends each record as it comes
     return got, caught.value
 
 
@@ -156,5 +186,9 @@ def test_request_arguments_are_declared_for_every_request_op():
     from simnpu.proto import npu_pb2
 
     declared = set(commands.REQUEST_ARGS)
-    ops = {name[len("OP_"):] for name in npu_pb2.Op.keys() if name != "OP_UNSPECIFIED"}
+    ops = {
+        name[len("OP_") :]
+        for name in npu_pb2.Op.DESCRIPTOR.values_by_name
+        if name != "OP_UNSPECIFIED"
+    }
     assert ops <= declared

@@ -1,6 +1,8 @@
 """Scheduling policies on plain lists: which ready stream goes first, how blocks are split,
 how many single-block launches ride along."""
 
+import itertools
+
 import pytest
 from simnpu.server import policy
 from simnpu.server.policy import MAX_RUN, block_chunk, pick_stream, run_length
@@ -56,7 +58,9 @@ class TestBlockChunk:
     def test_one_core_takes_everything(self):
         assert block_chunk(1000, 1) == 1000
 
-    @pytest.mark.parametrize("blocks,cores", [(1, 2), (2, 2), (5, 2), (48, 2), (65535, 2), (9, 4), (100, 7)])
+    @pytest.mark.parametrize(
+        "blocks,cores", [(1, 2), (2, 2), (5, 2), (48, 2), (65535, 2), (9, 4), (100, 7)]
+    )
     def test_handing_out_covers_every_block_once_in_few_chunks(self, blocks, cores):
         first, chunks = 0, []
         while first < blocks:
@@ -65,7 +69,7 @@ class TestBlockChunk:
             chunks.append((first, last))
             first = last
         assert chunks[0][0] == 0 and chunks[-1][1] == blocks
-        assert all(a[1] == b[0] for a, b in zip(chunks, chunks[1:]))
+        assert all(a[1] == b[0] for a, b in itertools.pairwise(chunks))
         # each chunk is at most an even share of what was left, so all cores get work
         assert chunks[0][1] - chunks[0][0] == -(-blocks // cores)
         assert len(chunks) <= cores * max(1, blocks.bit_length())

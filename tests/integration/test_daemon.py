@@ -1,0 +1,415 @@
+"""The daemon's lifecycle: signals, its socket, refusing to start, several devices, TCP with
+a token, the health service, and supervision of its workers (death, timeout)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import stat
+import subprocess
+import sys
+import threading
+import time
+
+import grpc
+import numpy as np
+import pytest
+from conftest import run_client, simnpu_segments
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+from simnpu.client import autostart
+from simnpu.client.runtime import Runtime
+from simnpu.client.tools import query
+from simnpu.proto import codes, commands, service
+from simnpu.proto.errors import NpuError
+
+H2D = codes.ACL_MEMCPY_HOST_TO_DEVICE
+D2H = codes.ACL_MEMCPY_DEVICE_TO_HOST
+MiB = 1 << 20
+
+NAP = "from simnpu import kernel\nimport time\n@kernel('f64')\ndef nap(ctx, seconds):\n    time.sleep(seconds)\n"
+
+
+def client(address: str, token: str | None = None) -> Runtime:
+    rt = Runtime(address, token)
+    rt.set_device(0)
+    return rt
+
+
+def round_trip(rt: Runtime, blocks: int = 2, n: int = 4096) -> None:
+    """malloc, copy in, an add_f32 over `blocks` blocks (so every AI core takes part), sync,
+    copy out, check, free; on the current device."""
+    a = np.arange(n, dtype=np.float32)
+    ptrs = [rt.malloc(a.nbytes) for _ in range(3)]
+    stream = rt.create_stream()
+    for ptr in ptrs[:2]:
+        rt.memcpy(ptr, a.nbytes, a.ctypes.data, a.nbytes, H2D)
+    add = rt.get_function(commands.BUILTIN_BINARY, "add_f32")
+    rt.launch_kernel(add, blocks, rt.signature(add).pack(*ptrs, n), stream)
+    rt.synchronize_stream(stream)
+    out = np.zeros(n, np.float32)
+    rt.memcpy(out.ctypes.data, out.nbytes, ptrs[2], out.nbytes, D2H)
+    assert np.array_equal(out, 2 * a)
+    rt.destroy_stream(stream)
+    for ptr in ptrs:
+        rt.free(ptr)
+
+
+def within(seconds: float, rt: Runtime, call, *args):
+    """call(*args) in a thread with `rt`'s current context: its result or exception, or a
+    failure if it hangs."""
+    outcome: list = []
+    context = rt._local.context
+
+    def run() -> None:
+        try:
+            rt._local.context = context
+            outcome.append((True, call(*args)))
+        except Exception as error:  # noqa: BLE001  (handed to the test's thread)
+            outcome.append((False, error))
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    thread.join(seconds)
+    assert outcome, f"{getattr(call, '__name__', call)} hung for {seconds} s"
+    ok, value = outcome[0]
+    if not ok:
+        raise value
+    return value
+
+
+def _code_of(call, *args):
+    try:
+        call(*args)
+    except NpuError as error:
+        return error.code
+    return 0
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def run_daemon(*flags, env=None, timeout: float = 60) -> subprocess.CompletedProcess:
+    """Run a daemon expected to refuse to start: its exit code and output, and (the test
+    checks) none of its segments left behind."""
+    process = subprocess.Popen(
+        [sys.executable, "-m", "simnpu.server", "--memory", "64MiB", *flags],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, **(env or {})},
+    )
+    try:
+        out, err = process.communicate(timeout=timeout)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.communicate()
+    left = [name for name in simnpu_segments() if name.startswith(f"simnpu-{process.pid}-")]
+    assert not left, f"a daemon that did not start left {left} behind"
+    return subprocess.CompletedProcess(process.args, process.returncode, out, err)
+
+
+# ---- stopping --------------------------------------------------------------------------------------
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_signal_stops_the_daemon_cleanly_and_clients_are_told(start_daemon, sig):
+    daemon = start_daemon()
+    holder = client(daemon.address)  # owns memory, pinned memory and a stream
+    holder.malloc(16 * MiB)
+    holder.malloc_host(MiB)
+    holder.create_stream()
+    busy = client(daemon.address)  # a running kernel, more queued, and a blocked synchronize
+    nap = busy.get_function(busy.binary_load(NAP), "nap")
+    stream = busy.create_stream()
+    for _ in range(4):
+        busy.launch_kernel(nap, 1, busy.signature(nap).pack(3.0), stream)
+    blocked: list = []
+    waiter = threading.Thread(
+        target=lambda: blocked.append(_code_of(busy.synchronize_stream, stream))
+    )
+    waiter.start()
+    assert daemon.segments()
+    try:
+        assert daemon.stop(sig) == 0, daemon.output()  # segments and workers gone: checked there
+        assert not os.path.exists(daemon.address[len("unix://") :])
+        waiter.join(30)
+        assert blocked and blocked[0] not in (None, 0), "a blocked synchronize was not told"
+        for rt in (holder, busy):
+            with pytest.raises(NpuError) as caught:
+                within(10, rt, rt.get_mem_info)
+            assert caught.value.code == codes.ACL_ERROR_RT_DRV_INTERNAL_ERROR
+            with pytest.raises(NpuError):
+                within(10, rt, rt.launch_kernel, nap, 1, busy.signature(nap).pack(0.0), 0)
+    finally:
+        holder.close()
+        busy.close()
+
+
+def test_a_stopped_daemon_leaves_a_client_process_an_error_not_a_hang(start_daemon):
+    daemon = start_daemon()
+    process = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            f"""
+import sys, time
+from simnpu.client.runtime import Runtime
+from simnpu.proto.errors import NpuError
+rt = Runtime({daemon.address!r})
+rt.set_device(0)
+rt.malloc(1024)
+print("ready", flush=True)
+sys.stdin.readline()
+try:
+    rt.malloc(1024)
+except NpuError as error:
+    print(error.code, flush=True)
+""",
+        ],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert process.stdout.readline().strip() == "ready"
+        assert daemon.stop(signal.SIGTERM) == 0
+        out, err = process.communicate("go\n", timeout=30)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.communicate()
+    assert out.strip() == str(codes.ACL_ERROR_RT_DRV_INTERNAL_ERROR), err
+
+
+# ---- the socket ----------------------------------------------------------------------------------------
+def test_socket_is_owner_only_in_a_private_directory(start_daemon, tmp_path):
+    path = tmp_path / "deep" / "run" / "npu.sock"
+    daemon = start_daemon(address=f"unix://{path}")
+    mode = os.stat(path).st_mode
+    assert stat.S_ISSOCK(mode)
+    assert stat.S_IMODE(mode) == 0o600
+    assert stat.S_IMODE(os.stat(path.parent).st_mode) & 0o077 == 0, (
+        "the socket's directory is open to others"
+    )
+    rt = client(daemon.address)
+    round_trip(rt)
+    rt.close()
+
+
+def test_stale_socket_file_is_replaced(start_daemon, tmp_path):
+    path = tmp_path / "stale" / "npu.sock"
+    path.parent.mkdir(mode=0o700)
+    dead = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    dead.bind(str(path))  # the file a daemon that died leaves behind
+    dead.close()
+    assert path.exists() and not autostart.reachable(f"unix://{path}")
+    daemon = start_daemon(address=f"unix://{path}")
+    rt = client(daemon.address)
+    round_trip(rt)
+    rt.close()
+
+
+def test_second_daemon_on_a_live_socket_refuses_to_start(daemon):
+    result = run_daemon("--listen", daemon.address)
+    assert result.returncode == 2, result.stderr
+    assert "already listening" in result.stderr
+    socket_path = daemon.address[len("unix://") :]
+    assert os.path.exists(socket_path), "the refused daemon removed the running one's socket"
+    rt = client(daemon.address)
+    round_trip(rt)
+    rt.close()
+
+
+def test_not_enough_shared_memory_is_a_clear_error(tmp_path):
+    path = tmp_path / "big.sock"
+    result = run_daemon("--listen", f"unix://{path}", "--memory", "10000GiB")
+    assert result.returncode == 2
+    assert "/dev/shm" in result.stderr and "--memory" in result.stderr, result.stderr
+    assert not path.exists()
+
+
+def test_bad_flags_are_refused(tmp_path):
+    for flags in (["--devices", "0"], ["--ai-cores", "0"], ["--memory", "12 apples"]):
+        result = run_daemon("--listen", f"unix://{tmp_path}/x.sock", *flags)
+        assert result.returncode == 2, (flags, result.stderr)
+    assert not [n for n in os.listdir(tmp_path) if n.endswith(".sock")]
+
+
+# ---- several devices -------------------------------------------------------------------------------
+def test_two_devices(start_daemon):
+    daemon = start_daemon("--devices", "2")
+    rt = Runtime(daemon.address)
+    try:
+        assert rt.get_device_count() == 2
+        addresses = {}
+        for device in (0, 1):
+            rt.set_device(device)
+            assert rt.get_device() == device
+            assert rt.get_mem_info() == (256 * MiB, 256 * MiB)
+            round_trip(rt)
+            addresses[device] = rt.malloc(8 * MiB)
+            assert rt.get_mem_info()[0] < 256 * MiB - 8 * MiB + 1
+        assert addresses[1] - addresses[0] >= 1 << 40  # separate address spaces
+        rt.set_device(0)
+        assert rt.get_mem_info()[0] <= 248 * MiB
+        with pytest.raises(NpuError) as caught:
+            rt.set_device(2)
+        assert caught.value.code == codes.ACL_ERROR_RT_INVALID_DEVICEID
+        devices = query("devices", address=daemon.address)["devices"]
+        assert [d["index"] for d in devices] == [0, 1]
+        assert all(d["ai_cores"] == 2 for d in devices)
+    finally:
+        rt.close()
+    assert len(daemon.segments()) == 2
+
+
+# ---- TCP and the token -----------------------------------------------------------------------------
+def test_tcp_without_a_token_refuses_to_start(monkeypatch):
+    monkeypatch.delenv("SIMNPU_TOKEN", raising=False)
+    result = run_daemon("--listen", f"127.0.0.1:{free_port()}")
+    assert result.returncode == 2
+    assert "token" in result.stderr.lower(), result.stderr
+
+
+def test_tcp_needs_the_right_token(start_daemon, monkeypatch):
+    monkeypatch.delenv("SIMNPU_TOKEN", raising=False)
+    address = f"127.0.0.1:{free_port()}"
+    daemon = start_daemon(address=address, env={"SIMNPU_TOKEN": "s3cret-token"})
+    rt = client(address, token="s3cret-token")
+    round_trip(rt)
+    for token in ("wrong", "s3cret-tokeN", "s3cret-token "):
+        with pytest.raises(NpuError) as caught:
+            Runtime(address, token)
+        assert caught.value.code == codes.ACL_ERROR_RT_NO_PERMISSION
+        assert "token" in caught.value.message
+    with pytest.raises(NpuError) as caught:
+        Runtime(address)  # no token at all
+    assert caught.value.code == codes.ACL_ERROR_RT_NO_PERMISSION
+    result = run_client(
+        address,
+        "import simnpu.client as npu; npu.Device(0); print('in')",
+        env={"SIMNPU_TOKEN": "s3cret-token"},
+    )
+    assert result.stdout.strip() == "in", result.stderr
+    round_trip(rt)  # the refused clients changed nothing for the accepted one
+    rt.close()
+    assert daemon.segments()
+
+
+# ---- the health service ---------------------------------------------------------------------------
+def test_health_service_reports_serving(daemon):
+    with grpc.insecure_channel(daemon.address) as channel:
+        stub = health_pb2_grpc.HealthStub(channel)
+        for name in ("", service.SERVICE):
+            reply = stub.Check(health_pb2.HealthCheckRequest(service=name), timeout=30)
+            assert reply.status == health_pb2.HealthCheckResponse.SERVING
+        with pytest.raises(grpc.RpcError) as caught:
+            stub.Check(health_pb2.HealthCheckRequest(service="no.such.Service"), timeout=30)
+        assert caught.value.code() == grpc.StatusCode.NOT_FOUND
+
+
+# ---- supervision of workers -----------------------------------------------------------------------
+CRASHERS = {
+    "os._exit": "from simnpu import kernel\nimport os\n@kernel()\ndef crash(ctx):\n    os._exit(1)\n",
+    "SIGKILL": "from simnpu import kernel\nimport os\n@kernel()\ndef crash(ctx):\n    os.kill(os.getpid(), 9)\n",
+}
+
+
+def restarts(daemon) -> int:
+    return query("devices", address=daemon.address)["devices"][0]["worker_restarts"]
+
+
+@pytest.mark.parametrize("how", CRASHERS)
+def test_a_dying_ai_core_fails_its_task_and_is_replaced(daemon, how):
+    rt, other = client(daemon.address), client(daemon.address)
+    try:
+        before = restarts(daemon)
+        other_nap = other.get_function(other.binary_load(NAP), "nap")
+        other_stream = other.create_stream()
+        other.launch_kernel(other_nap, 1, other.signature(other_nap).pack(0.3), other_stream)
+        crash = rt.get_function(rt.binary_load(CRASHERS[how]), "crash")
+        stream = rt.create_stream()
+        rt.launch_kernel(crash, 1, b"", stream)
+        with pytest.raises(NpuError) as caught:
+            within(60, rt, rt.synchronize_stream, stream)
+        assert caught.value.code == codes.ACL_ERROR_RT_AICORE_EXCEPTION
+        assert "replaced" in caught.value.message
+        assert restarts(daemon) == before + 1
+        within(60, rt, rt.synchronize_stream, stream)  # reported once
+        within(60, other, other.synchronize_stream, other_stream)  # the other client saw nothing
+        for _ in range(3):  # both cores, the new one included, work
+            within(60, rt, round_trip, rt)
+            within(60, other, round_trip, other)
+        rt.destroy_stream(stream)
+        other.destroy_stream(other_stream)
+    finally:
+        rt.close()
+        other.close()
+
+
+def test_a_kernel_over_the_op_timeout_fails_with_507014_and_its_core_is_replaced(daemon):
+    rt, other = client(daemon.address), client(daemon.address)
+    try:
+        before = restarts(daemon)
+        rt.set_op_execute_timeout(300)
+        nap = rt.get_function(rt.binary_load(NAP), "nap")
+        other_nap = other.get_function(other.binary_load(NAP), "nap")
+        stream, other_stream = rt.create_stream(), other.create_stream()
+        rt.launch_kernel(nap, 1, rt.signature(nap).pack(5.0), stream)
+        # the timeout is this process's: the other client's slower kernel is not cut short
+        other.launch_kernel(other_nap, 1, other.signature(other_nap).pack(0.6), other_stream)
+        with pytest.raises(NpuError) as caught:
+            within(30, rt, rt.synchronize_stream, stream)
+        assert caught.value.code == codes.ACL_ERROR_RT_AICORE_TIMEOUT
+        within(30, other, other.synchronize_stream, other_stream)
+        assert restarts(daemon) == before + 1
+        rt.set_op_execute_timeout(0)  # back to the daemon's default
+        for _ in range(3):
+            within(60, rt, round_trip, rt)
+            within(60, other, round_trip, other)
+        rt.launch_kernel(nap, 2, rt.signature(nap).pack(0.4), stream)
+        within(30, rt, rt.synchronize_stream, stream)
+        rt.destroy_stream(stream)
+        other.destroy_stream(other_stream)
+    finally:
+        rt.close()
+        other.close()
+
+
+def test_calls_racing_the_daemons_end_all_get_an_error(start_daemon):
+    """Threads issuing requests while the daemon stops: every one ends with an NpuError,
+    none waits forever for a reply that cannot come."""
+    daemon = start_daemon()
+    rt = client(daemon.address)
+    context = rt.get_context()
+    ended: list = []
+    started = threading.Barrier(9)
+
+    def hammer() -> None:
+        rt.set_context(context)
+        started.wait()
+        try:
+            while True:
+                rt.get_mem_info()
+        except NpuError as error:
+            ended.append(error.code)
+
+    threads = [threading.Thread(target=hammer, daemon=True) for _ in range(8)]
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)  # switch threads often, so that the race windows get hit
+    try:
+        for thread in threads:
+            thread.start()
+        started.wait()
+        time.sleep(0.2)
+        assert daemon.stop(signal.SIGTERM) == 0
+        for thread in threads:
+            thread.join(15)
+        assert len(ended) == 8, f"{8 - len(ended)} call(s) never returned after the daemon stopped"
+    finally:
+        sys.setswitchinterval(interval)
+        rt.close()

@@ -1,0 +1,533 @@
+"""Sessions: whatever way a client's session ends, the daemon frees all it owned; many
+clients at once; the last-error slot; the in-stream fallback; autostart."""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import signal
+import threading
+import time
+
+import numpy as np
+import pytest
+from conftest import alive, children_of, run_client, simnpu_segments, start_client
+from simnpu.client.runtime import Runtime
+from simnpu.client.tools import query
+from simnpu.proto import codes, commands
+from simnpu.proto.errors import NpuError
+
+H2H = codes.ACL_MEMCPY_HOST_TO_HOST
+H2D = codes.ACL_MEMCPY_HOST_TO_DEVICE
+D2H = codes.ACL_MEMCPY_DEVICE_TO_HOST
+D2D = codes.ACL_MEMCPY_DEVICE_TO_DEVICE
+DEFAULT = codes.ACL_MEMCPY_DEFAULT
+MiB = 1 << 20
+
+
+def eventually(check, timeout: float = 30.0, what: str = "condition"):
+    """Poll `check()` until it returns something true; fail after `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        result = check()
+        if result:
+            return result
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{what} did not hold within {timeout} s")
+        time.sleep(0.05)
+
+
+def session_segments(daemon, session_id: int) -> list[str]:
+    return [
+        name for name in simnpu_segments() if name.startswith(f"simnpu-{daemon.pid}-s{session_id}-")
+    ]
+
+
+def sessions(daemon) -> dict[int, dict]:
+    return {p["session"]: p for p in query("processes", address=daemon.address)["processes"]}
+
+
+@pytest.fixture(scope="module")
+def observer(daemon):
+    """A client that watches the daemon's memory and must keep working throughout."""
+    rt = Runtime(daemon.address)
+    rt.set_device(0)
+    yield rt
+    rt.close()
+
+
+def round_trip(rt: Runtime, n: int = 4096) -> None:
+    a = np.arange(n, dtype=np.float32)
+    ptrs = [rt.malloc(a.nbytes) for _ in range(3)]
+    stream = rt.create_stream()
+    for ptr in ptrs[:2]:
+        rt.memcpy(ptr, a.nbytes, a.ctypes.data, a.nbytes, H2D)
+    add = rt.get_function(commands.BUILTIN_BINARY, "add_f32")
+    rt.launch_kernel(add, 2, rt.signature(add).pack(*ptrs, n), stream)
+    rt.synchronize_stream(stream)
+    out = np.zeros(n, np.float32)
+    rt.memcpy(out.ctypes.data, out.nbytes, ptrs[2], out.nbytes, D2H)
+    assert np.array_equal(out, 2 * a)
+    rt.destroy_stream(stream)
+    for ptr in ptrs:
+        rt.free(ptr)
+
+
+def assert_all_freed(daemon, observer: Runtime, session_id: int) -> None:
+    """The session is gone from the daemon with everything it owned."""
+    total = observer.get_mem_info()[1]
+    eventually(lambda: observer.get_mem_info()[0] == total, what="device memory back to fully free")
+    eventually(
+        lambda: not session_segments(daemon, session_id),
+        what=f"session {session_id}'s segments gone",
+    )
+    eventually(
+        lambda: session_id not in sessions(daemon),
+        what=f"session {session_id} gone from the daemon",
+    )
+    round_trip(observer)
+
+
+# ---- a session ends: the daemon frees everything ------------------------------------------------
+OWNER = """
+    import ctypes, os, sys, time
+    import numpy as np
+    import simnpu.client as npu
+    from simnpu.client.runtime import Runtime
+    from simnpu.proto import commands
+    rt = npu.connect()
+    rt.set_device(0)
+    nap = rt.get_function(rt.binary_load({nap!r}), "nap")
+    big = rt.malloc(64 << 20)
+    small = [rt.malloc(4096 * (i + 1)) for i in range(8)]
+    pinned = rt.malloc_host(1 << 20)
+    ctypes.memset(pinned, 7, 1 << 20)
+    streams = [rt.create_stream(), rt.create_stream(priority=3)]
+    events = [rt.create_event() for _ in range(4)]
+    rt.create_context(0)  # a second context with its own default stream, made current
+    extra = rt.create_stream()
+    rt.set_device(0)
+    for stream in streams:
+        for _ in range({launches}):
+            rt.launch_kernel(nap, 1, rt.signature(nap).pack({seconds}), stream)
+    rt.record_event(events[0], streams[0])
+    rt.stream_wait_event(streams[1], events[0])
+    rt.memcpy_async(big, 1 << 20, pinned, 1 << 20, 1, streams[1])
+    print(rt.session_id, flush=True)
+    {ending}
+"""
+
+NAP = """
+from simnpu import kernel
+import time
+@kernel("f64")
+def nap(ctx, seconds):
+    with open(LOG, "a") as log:
+        log.write("ran\\n")
+    time.sleep(seconds)
+"""
+
+
+def owner_code(log, launches: int, seconds: float, ending: str) -> str:
+    """A client that owns memory, pinned memory, streams, events and queued kernels, each
+    kernel run leaving a line in `log`; it prints its session id, then ends by `ending`."""
+    nap = f"LOG = {str(log)!r}\n" + NAP
+    return OWNER.format(nap=nap, launches=launches, seconds=seconds, ending=ending)
+
+
+ENDINGS = {
+    "normal close": "rt.synchronize_device(); npu.shutdown()",
+    "exception": "raise RuntimeError('the client crashed')",
+    "exit without closing": "os._exit(0)",
+}
+
+
+@pytest.mark.parametrize("ending", ENDINGS)
+def test_ending_session_frees_everything(daemon, observer, tmp_path, ending):
+    log = tmp_path / "kernels.log"
+    code = owner_code(log, launches=2, seconds=0.0, ending=ENDINGS[ending])
+    result = run_client(daemon.address, code)
+    assert result.returncode == (1 if ending == "exception" else 0), result.stderr
+    if ending == "exception":
+        assert "the client crashed" in result.stderr
+    assert_all_freed(daemon, observer, int(result.stdout.split()[0]))
+
+
+def test_sigkill_mid_flight_frees_everything_and_drops_queued_work(daemon, observer, tmp_path):
+    log = tmp_path / "kernels.log"
+    launches = 10
+    code = owner_code(log, launches=launches, seconds=0.5, ending="time.sleep(120)")
+    process = start_client(daemon.address, code)
+    try:
+        line = process.stdout.readline()
+        assert line, process.stderr.read()
+        session_id = int(line)
+        eventually(lambda: log.exists() and log.read_text(), what="the first kernels running")
+        # mid-flight: its memory, segments, streams and queued kernels are all there
+        free, total = observer.get_mem_info()
+        assert total - free >= 64 * MiB
+        assert any("-pin" in name for name in session_segments(daemon, session_id))
+        assert any(name.endswith("-staging") for name in session_segments(daemon, session_id))
+        assert sessions(daemon)[session_id]["streams"] == 5  # 2 defaults + 3 created
+        process.send_signal(signal.SIGKILL)
+        process.wait(30)
+    finally:
+        if process.poll() is None:
+            process.kill()
+        process.communicate()
+    assert_all_freed(daemon, observer, session_id)
+    ran = len(log.read_text().split())
+    time.sleep(1.0)  # long enough for two more 0.5 s kernels, had the queue been kept
+    assert len(log.read_text().split()) == ran, "queued kernels of the dead client still ran"
+    assert ran < 2 * launches
+
+
+def test_an_in_process_close_frees_what_it_owned(daemon, observer):
+    rt = Runtime(daemon.address)
+    rt.set_device(0)
+    session_id = rt.session_id
+    rt.malloc(32 * MiB)
+    pinned = rt.malloc_host(MiB)
+    stream = rt.create_stream()
+    rt.create_event()
+    rt.memcpy_async(rt.malloc(MiB), MiB, pinned, MiB, H2D, stream)
+    assert observer.get_mem_info()[0] < observer.get_mem_info()[1] - 32 * MiB
+    assert session_segments(daemon, session_id)
+    rt.close()
+    rt.close()  # idempotent
+    assert_all_freed(daemon, observer, session_id)
+    with pytest.raises(NpuError):
+        rt.malloc(64)
+
+
+def test_close_right_after_asynchronous_calls_returns_at_once(daemon, observer):
+    """close() may follow a free or a launch that has not been sent yet; it must end the
+    session cleanly rather than wait for its 5 s fallback (guard: 4 s)."""
+    for round_ in range(6):
+        rt = Runtime(daemon.address)
+        rt.set_device(0)
+        ptr, spare = rt.malloc(4096), rt.malloc(4096)
+        fill = rt.get_function(commands.BUILTIN_BINARY, "fill_f32")
+        rt.launch_kernel(fill, 1, rt.signature(fill).pack(ptr, 1.0, 16), 0)
+        rt.free(spare)
+        closer = threading.Thread(target=rt.close)
+        closer.start()
+        closer.join(4)
+        assert not closer.is_alive(), f"close() hung (round {round_})"
+        assert_all_freed(daemon, observer, rt.session_id)
+
+
+# ---- many clients at once -------------------------------------------------------------------------
+WORKER = """
+    import numpy as np
+    import simnpu.client as npu
+    seed = {seed}
+    rng = np.random.default_rng(seed)
+    n = 50_000 + 1000 * seed
+    with npu.Device(0):
+        a = rng.standard_normal(n).astype(np.float32)
+        b = rng.standard_normal(n).astype(np.float32)
+        s1, s2 = npu.Stream(), npu.Stream(priority=seed % 8)
+        pinned = npu.PinnedBuffer(a.nbytes)
+        pinned.array(np.float32)[:] = a
+        x, y, z, w = (npu.DeviceBuffer(a.nbytes) for _ in range(4))
+        for round_ in range(5):
+            x.copy_from_host(pinned.array(np.float32), stream=s1)
+            y.copy_from_host(b, stream=s2)
+            ready = s2.record()
+            s1.wait_event(ready)
+            npu.builtin("add_f32").launch(3, x, y, z, n, stream=s1)
+            npu.builtin("mul_f32").launch(2, z, z, w, n, stream=s1)
+            npu.builtin("relu_f32").launch(1, w, z, n, stream=s1)
+            s1.synchronize()
+            expected = np.maximum((a + b) * (a + b), 0)
+            assert np.allclose(z.to_numpy(np.float32), expected), (seed, round_)
+            ready.destroy()
+        for buffer in (x, y, z, w, pinned):
+            buffer.free()
+        s1.destroy()
+        s2.destroy()
+    print("ok", seed)
+"""
+
+
+@pytest.mark.multiprocess
+def test_several_clients_at_once_each_get_their_own_results(daemon, observer):
+    processes = [start_client(daemon.address, WORKER.format(seed=seed)) for seed in range(4)]
+    try:
+        outputs = [process.communicate(timeout=120) for process in processes]
+    finally:
+        for process in processes:
+            if process.poll() is None:
+                process.kill()
+                process.communicate()
+    for seed, (process, (out, err)) in enumerate(zip(processes, outputs)):
+        assert process.returncode == 0, err
+        assert out.split() == ["ok", str(seed)]
+    eventually(
+        lambda: observer.get_mem_info()[0] == observer.get_mem_info()[1], what="memory freed"
+    )
+
+
+# ---- the last-error slot --------------------------------------------------------------------------
+def test_get_last_error_clears_and_peek_does_not(daemon):
+    rt = Runtime(daemon.address)
+    try:
+        assert rt.get_last_error() == codes.ACL_SUCCESS
+        with pytest.raises(NpuError):
+            rt.create_stream()  # no context yet
+        assert rt.peek_at_last_error() == codes.ACL_ERROR_RT_CONTEXT_NULL
+        assert rt.peek_at_last_error() == codes.ACL_ERROR_RT_CONTEXT_NULL
+        assert rt.get_last_error() == codes.ACL_ERROR_RT_CONTEXT_NULL
+        assert rt.get_last_error() == codes.ACL_SUCCESS
+        assert rt.peek_at_last_error() == codes.ACL_SUCCESS
+        rt.set_device(0)
+        with pytest.raises(NpuError):
+            rt.malloc(1 << 40)
+        round_trip(rt)  # successful calls leave the slot alone
+        assert rt.peek_at_last_error() == codes.ACL_ERROR_RT_MEMORY_ALLOCATION
+        with pytest.raises(NpuError):
+            rt.synchronize_stream(0xBAD)  # the latest error wins
+        assert rt.get_last_error() == codes.ACL_ERROR_RT_INVALID_HANDLE
+
+        seen = {}
+
+        def other_thread():  # the slot is per thread
+            seen["before"] = rt.peek_at_last_error()
+            try:
+                rt.free(0)
+            except NpuError:
+                pass
+            seen["after"] = rt.peek_at_last_error()
+
+        with pytest.raises(NpuError):
+            rt.synchronize_stream(0xBAD)
+        thread = threading.Thread(target=other_thread)
+        thread.start()
+        thread.join(30)
+        assert seen == {"before": codes.ACL_SUCCESS, "after": codes.ACL_ERROR_INVALID_PARAM}
+        assert rt.get_last_error() == codes.ACL_ERROR_RT_INVALID_HANDLE
+    finally:
+        rt.close()
+
+
+# ---- the in-stream fallback (no shared memory with the daemon) -----------------------------------
+SIZES = [0, 1, 4097, 3 * MiB + 5]
+
+
+def copy_everything(rt: Runtime, size: int) -> list[bytes]:
+    """Every copy kind, pinned and pageable, sync and async; the bytes each produced."""
+    data = np.random.default_rng(size).integers(0, 256, size, dtype=np.uint8)
+    n = max(size, 1)
+    d1, d2, d3 = (rt.malloc(n) for _ in range(3))
+    p1, p2 = rt.malloc_host(n), rt.malloc_host(n)
+    stream = rt.create_stream()
+    results = []
+
+    def read(ptr) -> bytes:
+        out = np.zeros(n, np.uint8)
+        rt.memcpy(out.ctypes.data, n, ptr, size, D2H)
+        return out[:size].tobytes()
+
+    def clear(*ptrs) -> None:
+        for ptr in ptrs:
+            rt.memset(ptr, n, 0, n)
+
+    # synchronous, pageable
+    rt.memcpy(d1, n, data.ctypes.data, size, H2D)
+    results.append(read(d1))
+    rt.memcpy(d2, n, d1, size, D2D)
+    results.append(read(d2))
+    # synchronous, pinned
+    ctypes.memmove(p1, data.ctypes.data, size)
+    clear(d1)
+    rt.memcpy(d1, n, p1, size, H2D)
+    rt.memcpy(p2, n, d1, size, D2H)
+    results.append(ctypes.string_at(p2, size))
+    # asynchronous, pinned
+    clear(d1, d2)
+    ctypes.memset(p2, 0, n)
+    rt.memcpy_async(d1, n, p1, size, H2D, stream)
+    rt.memcpy_async(d2, n, d1, size, D2D, stream)
+    rt.memcpy_async(p2, n, d2, size, D2H, stream)
+    rt.synchronize_stream(stream)
+    results.append(ctypes.string_at(p2, size))
+    # asynchronous, pageable
+    clear(d3)
+    out = np.zeros(n, np.uint8)
+    rt.memcpy_async(d3, n, data.ctypes.data, size, H2D, stream)
+    rt.memcpy_async(out.ctypes.data, n, d3, size, D2H, stream)
+    rt.synchronize_stream(stream)
+    results.append(out[:size].tobytes())
+    # ACL_MEMCPY_DEFAULT: the direction from the addresses
+    clear(d2)
+    rt.memcpy(d2, n, data.ctypes.data, size, DEFAULT)
+    rt.memcpy_async(d3, n, d2, size, DEFAULT, stream)
+    rt.synchronize_stream(stream)
+    out = np.zeros(n, np.uint8)
+    rt.memcpy(out.ctypes.data, n, d3, size, DEFAULT)
+    results.append(out[:size].tobytes())
+    # host to host, pinned and pageable
+    out = np.zeros(n, np.uint8)
+    rt.memcpy(out.ctypes.data, n, p1, size, H2H)
+    results.append(out[:size].tobytes())
+    # memset of device memory, sync and async
+    rt.memset(d1, n, 0xA5, size)
+    rt.memset_async(d2, n, 0x3C, size, stream)
+    rt.synchronize_stream(stream)
+    results += [read(d1), read(d2)]
+    rt.destroy_stream(stream)
+    for ptr in (d1, d2, d3):
+        rt.free(ptr)
+    for ptr in (p1, p2):
+        rt.free_host(ptr)
+    expected = [data.tobytes()] * 7 + [b"\xa5" * size, b"\x3c" * size]
+    assert results == expected, (
+        f"size {size}: copies {[i for i, (r, e) in enumerate(zip(results, expected)) if r != e]} differ"
+    )
+    return results
+
+
+@pytest.fixture
+def in_stream(daemon, monkeypatch):
+    monkeypatch.setenv("SIMNPU_NO_SHM", "1")
+    rt = Runtime(daemon.address)
+    monkeypatch.delenv("SIMNPU_NO_SHM")
+    rt.set_device(0)
+    yield rt
+    rt.close()
+
+
+@pytest.fixture
+def shared(daemon):
+    rt = Runtime(daemon.address)
+    rt.set_device(0)
+    yield rt
+    rt.close()
+
+
+def test_shared_memory_is_used_unless_out_of_reach(shared, in_stream):
+    assert shared.uses_shared_memory is True
+    assert in_stream.uses_shared_memory is False
+
+
+@pytest.mark.parametrize("size", SIZES)
+def test_in_stream_fallback_gives_identical_results(shared, in_stream, size):
+    assert copy_everything(in_stream, size) == copy_everything(shared, size)
+
+
+def test_in_stream_client_in_its_own_process(daemon):
+    result = run_client(
+        daemon.address,
+        """
+        import numpy as np
+        import simnpu.client as npu
+        runtime = npu.runtime()
+        assert not runtime.uses_shared_memory
+        with npu.Device(0):
+            data = np.arange(3 * 2**20 + 5, dtype=np.uint8)
+            pinned = npu.PinnedBuffer(data.nbytes)
+            pinned.array()[:] = data
+            buffer = npu.DeviceBuffer(data.nbytes)
+            stream = npu.Stream()
+            buffer.copy_from_host(pinned.array(), stream=stream)
+            stream.synchronize()
+            assert np.array_equal(buffer.to_numpy(), data)
+            buffer.free()
+            pinned.free()
+        print("ok")
+    """,
+        env={"SIMNPU_NO_SHM": "1"},
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "ok"
+
+
+# ---- autostart -------------------------------------------------------------------------------------
+AUTOSTARTED = """
+    import os, sys, time
+    import numpy as np
+    from simnpu.client.runtime import Runtime
+    from simnpu.client.tools import query
+    rt = Runtime()
+    rt.set_device(0)
+    barrier = {barrier!r}
+    open(os.path.join(barrier, str(os.getpid())), "w").close()
+    deadline = time.monotonic() + 60
+    while len(os.listdir(barrier)) < 3:  # every client is connected before any leaves
+        assert time.monotonic() < deadline, "the other clients never connected"
+        time.sleep(0.02)
+    a = np.arange(1000, dtype=np.float32)
+    x, y = rt.malloc(4000), rt.malloc(4000)
+    rt.memcpy(x, 4000, a.ctypes.data, 4000, 1)
+    relu = rt.get_function(1, "relu_f32")
+    rt.launch_kernel(relu, 2, rt.signature(relu).pack(x, y, 1000), 0)
+    rt.synchronize_stream(0)
+    out = np.zeros(1000, np.float32)
+    rt.memcpy(out.ctypes.data, 4000, y, 4000, 2)
+    assert np.array_equal(out, a)
+    print(query("devices")["pid"], flush=True)
+"""
+
+
+@pytest.mark.multiprocess
+def test_autostart_starts_exactly_one_daemon_that_exits_after_the_last_client(tmp_path):
+    run_dir = tmp_path / "run"  # does not exist yet: the first client makes it
+    address = f"unix://{run_dir}/simnpu.sock"
+    barrier = tmp_path / "barrier"
+    barrier.mkdir()
+    env = {
+        "SIMNPU_AUTOSTART": "1",
+        "SIMNPU_IDLE_EXIT": "1",
+        "SIMNPU_MEMORY": "64MiB",
+        "SIMNPU_LOG_LEVEL": "INFO",
+    }
+    code = AUTOSTARTED.format(barrier=str(barrier))
+    processes = [start_client(address, code, env=env) for _ in range(3)]
+    daemon_pid = None
+    try:
+        outputs = [process.communicate(timeout=120) for process in processes]
+        for process, (out, err) in zip(processes, outputs):
+            assert process.returncode == 0, err
+        pids = {int(out) for out, _ in outputs}
+        assert len(pids) == 1, f"the clients talked to different daemons: {pids}"
+        daemon_pid = pids.pop()
+        log = (run_dir / "simnpu-daemon.log").read_text()
+        assert log.count(" serving ") == 1, log
+        assert f"simnpu daemon {daemon_pid} serving" in log
+        assert os.stat(run_dir).st_mode & 0o077 == 0
+        # the daemon goes by itself a little after its last client, leaving nothing behind
+        eventually(lambda: not alive(daemon_pid), timeout=30, what="the autostarted daemon exiting")
+        assert not [n for n in simnpu_segments() if n.startswith(f"simnpu-{daemon_pid}-")]
+        assert not (run_dir / "simnpu.sock").exists()
+        assert "stopped" in (run_dir / "simnpu-daemon.log").read_text()
+    finally:
+        for process in processes:
+            if process.poll() is None:
+                process.kill()
+                process.communicate()
+        if daemon_pid is not None and alive(daemon_pid):
+            for pid in children_of(daemon_pid) + [daemon_pid]:
+                os.kill(pid, signal.SIGKILL)
+
+
+def test_no_daemon_and_autostart_off_is_207004(tmp_path, monkeypatch):
+    monkeypatch.setenv("SIMNPU_AUTOSTART", "0")
+    address = f"unix://{tmp_path}/nobody.sock"
+    with pytest.raises(NpuError) as caught:
+        Runtime(address)
+    assert caught.value.code == codes.ACL_ERROR_RT_NO_DEVICE
+    assert not (tmp_path / "nobody.sock").exists()
+    result = run_client(
+        address,
+        """
+        import simnpu.client as npu
+        try:
+            npu.Device(0)
+        except npu.NpuError as error:
+            print(error.code)
+    """,
+        env={"SIMNPU_AUTOSTART": "0"},
+    )
+    assert result.stdout.strip() == str(codes.ACL_ERROR_RT_NO_DEVICE), result.stderr
+    assert not [n for n in os.listdir(tmp_path) if n.endswith(".log")]

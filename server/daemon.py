@@ -29,7 +29,7 @@ from simnpu.server.resources import Binary
 from simnpu.server.scheduler import Scheduler
 from simnpu.server.service import NpuServicer
 from simnpu.server.session import CLOSED, Session
-from simnpu.shm.region import unlink_daemon_segments
+from simnpu.shm.region import shm_available_bytes, unlink_daemon_segments
 
 log = logging.getLogger("simnpu.daemon")
 
@@ -226,8 +226,7 @@ class Daemon:
 
 def check_shm_space(needed: int) -> None:
     """Refuse to start when /dev/shm cannot hold the device memory (a late SIGBUS otherwise)."""
-    stat = os.statvfs("/dev/shm")
-    available = stat.f_bavail * stat.f_frsize
+    available = shm_available_bytes()
     if available < needed:
         raise RuntimeError(f"/dev/shm has {available >> 20} MiB free but the devices need {needed >> 20} MiB: "
                            "lower --memory or --devices, or enlarge /dev/shm (docker: shm_size)")

@@ -126,6 +126,8 @@ def test_signal_stops_the_daemon_cleanly_and_clients_are_told(start_daemon, sig)
     stream = busy.create_stream()
     for _ in range(4):
         busy.launch_kernel(nap, 1, busy.signature(nap).pack(3.0), stream)
+    fills = {rt: rt.get_function(commands.BUILTIN_BINARY, "fill_f32") for rt in (holder, busy)}
+    buffers = {rt: rt.malloc(64) for rt in (holder, busy)}
     blocked: list = []
     waiter = threading.Thread(
         target=lambda: blocked.append(_code_of(busy.synchronize_stream, stream))
@@ -141,8 +143,10 @@ def test_signal_stops_the_daemon_cleanly_and_clients_are_told(start_daemon, sig)
             with pytest.raises(NpuError) as caught:
                 within(10, rt, rt.get_mem_info)
             assert caught.value.code == codes.ACL_ERROR_RT_DRV_INTERNAL_ERROR
-            with pytest.raises(NpuError):
-                within(10, rt, rt.launch_kernel, nap, 1, busy.signature(nap).pack(0.0), 0)
+            args = rt.signature(fills[rt]).pack(buffers[rt], 1.0, 16)
+            with pytest.raises(NpuError) as caught:  # asynchronous calls fail at once too
+                within(10, rt, rt.launch_kernel, fills[rt], 1, args, 0)
+            assert caught.value.code == codes.ACL_ERROR_RT_DRV_INTERNAL_ERROR
     finally:
         holder.close()
         busy.close()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import secrets
 import sys
 
 from simnpu.proto import service
@@ -32,6 +33,9 @@ def _serve_parser(sub) -> None:
                    help="per-client staging area for pageable copies")
     p.add_argument("--token-file", help="file holding the shared token TCP clients must send "
                         "(default: $SIMNPU_TOKEN, else the file $SIMNPU_TOKEN_FILE)")
+    p.add_argument("--create-token", action="store_true", default=env("SIMNPU_CREATE_TOKEN") == "1",
+                   help="when no token is set and the token file does not exist, create it (mode "
+                        "0600) with a new random token ($SIMNPU_CREATE_TOKEN=1)")
     p.add_argument("--idle-exit", type=float, default=None, metavar="SECONDS",
                    help="exit this long after the last client is gone")
     p.add_argument("--op-timeout", type=float, default=300.0, metavar="SECONDS",
@@ -45,6 +49,8 @@ def serve(args) -> int:
 
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s simnpu %(levelname)s %(message)s")
     try:
+        if args.create_token:
+            create_token_file(args.token_file)
         token = service.read_token_file(args.token_file) if args.token_file else service.configured_token()
     except OSError as error:
         print(f"simnpu: cannot read the token file: {error}", file=sys.stderr)
@@ -67,6 +73,20 @@ def serve(args) -> int:
         return 2
     daemon.wait()
     return 0
+
+
+def create_token_file(flag_file: str | None) -> None:
+    """--create-token: write a random token to the token file unless one is set already."""
+    path = flag_file or (None if os.environ.get("SIMNPU_TOKEN") else os.environ.get("SIMNPU_TOKEN_FILE"))
+    if not path:
+        return
+    try:
+        descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:
+        return
+    with os.fdopen(descriptor, "w", encoding="utf-8") as handle:
+        handle.write(secrets.token_urlsafe(32) + "\n")
+    logging.getLogger("simnpu.daemon").info("created a new token in %s", path)
 
 
 def env_listen() -> list[str]:

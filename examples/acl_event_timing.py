@@ -13,9 +13,8 @@ Run: python examples/acl_event_timing.py   (a daemon is started if none runs)
 import struct
 import time
 
-import numpy as np
-
 import acl
+import numpy as np
 
 SIZES = (128, 256, 512)
 
@@ -82,7 +81,7 @@ def main():
             check(acl.rt.free(ptr), "free")
 
     # The end record must not complete before the start record: the reverse order is an error.
-    ms, ret = acl.rt.event_elapsed_time(end, start)
+    _, ret = acl.rt.event_elapsed_time(end, start)
     assert ret == acl.ACL_ERROR_RT_EVENT_TIMESTAMP_REVERSAL, ret
     print(f"event_elapsed_time(end, start) returns {ret}: {acl.get_recent_err_msg()}")
     print("every product matches numpy; the events time the kernel alone, the host clock adds the launch "

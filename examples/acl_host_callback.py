@@ -16,9 +16,8 @@ import struct
 import threading
 import time
 
-import numpy as np
-
 import acl
+import numpy as np
 
 BATCHES = 6
 N = 4096

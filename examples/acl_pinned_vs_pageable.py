@@ -19,9 +19,8 @@ import ctypes
 import threading
 import time
 
-import numpy as np
-
 import acl
+import numpy as np
 
 NBYTES = 16 << 20
 HOLD_S = 0.3

@@ -18,9 +18,8 @@ import ctypes
 import struct
 import threading
 
-import numpy as np
-
 import acl
+import numpy as np
 
 N = 1 << 16
 NBYTES = N * 4

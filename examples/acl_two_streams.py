@@ -13,9 +13,8 @@ Run: python examples/acl_two_streams.py   (a daemon is started if none runs)
 import ctypes
 import struct
 
-import numpy as np
-
 import acl
+import numpy as np
 
 CHUNKS = 8
 ROWS, COLS = 512, 512                  # one chunk: 512 rows of 512 float32 (1 MiB)

@@ -26,13 +26,13 @@ See docs/acl.md for every call and what simnpu does with it.
 
 from __future__ import annotations
 
-import json
+import json as _json
 
 from simnpu.proto import codes as _codes
 from simnpu.proto import commands as _commands
 from simnpu.proto.errors import NpuError as _NpuError
 
-from . import _api, media, rt, util
+from . import _api, media, rt, util  # noqa: F401 - the pyACL submodules
 
 for _name in dir(_codes):
     if _name.startswith("ACL_"):
@@ -72,7 +72,7 @@ def _check_config(path: str) -> None:
         raise _NpuError(_codes.ACL_ERROR_INVALID_FILE, f"cannot read config file {path}: {error}") from None
     if text.strip():
         try:
-            json.loads(text)
+            _json.loads(text)
         except ValueError as error:
             raise _NpuError(_codes.ACL_ERROR_PARSE_FILE, f"config file {path} is not JSON: {error}") from None
 
@@ -112,5 +112,3 @@ def __getattr__(name: str):
     raise AttributeError(f"module 'acl' has no attribute {name!r}")
 
 
-__all__ = ["init", "finalize", "get_recent_err_msg", "rt", "util", "media", "SIMNPU_BUILTIN_BINARY",
-           *sorted(name for name in dir(_codes) if name.startswith("ACL_"))]

@@ -198,7 +198,7 @@ def api(spec: str = "", outputs: tuple | None = None, *, delegate: str | None = 
         lines.append("    except _RangeErrors as error:\n"
                      f"        return {failure.replace('_failed(', '_out_of_range(')}\n")
         lines.append(f"    return {success}\n")
-        exec("".join(lines), _NS)  # noqa: S102 - generated from the body's own signature
+        exec("".join(lines), _NS)  # noqa: S102 - source built above from the body's own signature
         function = _NS.pop(body.__name__)
         function.__defaults__ = body.__defaults__
         function.__doc__ = body.__doc__
@@ -224,5 +224,5 @@ def not_supported(name: str, call: str, why: str, outputs: tuple | None = None, 
 
     unsupported.__name__ = unsupported.__qualname__ = name.rpartition(".")[2]
     unsupported.__doc__ = f"Not supported ({call}): {why}. Returns ACL_ERROR_RT_FEATURE_NOT_SUPPORT (207000)."
-    unsupported.not_supported = True
+    unsupported.not_supported = True  # type: ignore[attr-defined]
     return unsupported

@@ -16,10 +16,13 @@ import os
 import struct
 
 from simnpu.proto import codes
-from simnpu.proto.errors import NotSupportedError, NpuError, invalid
+from simnpu.proto.errors import NotSupportedError as _NotSupported
+from simnpu.proto.errors import NpuError as _NpuError
+from simnpu.proto.errors import invalid as _invalid
 from simnpu.shm.addresses import DEVICE_BASE
 
-from ._api import api, last_error, not_supported
+from ._api import api, not_supported
+from ._api import last_error as _last_error
 
 _FLOAT = struct.Struct("<f")
 _HOST_ARGS: dict = {}  # argument-struct size -> ctypes array type (string_at costs twice as much)
@@ -311,7 +314,7 @@ def _check_options(options, name: str) -> None:
     if options is None:
         return
     if not isinstance(options, list):
-        raise ValueError(f"{name}: options must be a list of option dicts (or None)")
+        raise ValueError(f"{name}: options must be a list of option dicts (or None)")  # noqa: TRY004 - as pyACL
     for option in options:
         if not isinstance(option, dict):
             raise TypeError(f"{name}: the bin_option argument is not dict")
@@ -326,7 +329,7 @@ def binary_load_from_file(rt, path, options=None):
         with open(path, "rb") as handle:
             data = handle.read()
     except OSError as error:
-        raise NpuError(codes.ACL_ERROR_RT_FILE_OPEN, f"cannot read kernel module {path}: {error}") from None
+        raise _NpuError(codes.ACL_ERROR_RT_FILE_OPEN, f"cannot read kernel module {path}: {error}") from None
     return rt.binary_load(_source(data, path), os.fspath(path))
 
 
@@ -345,7 +348,7 @@ def _source(data: bytes, where) -> str:
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError:
-        raise NpuError(codes.ACL_ERROR_INVALID_FILE,
+        raise _NpuError(codes.ACL_ERROR_INVALID_FILE,
                        f"{where} is not a simnpu kernel module: kernels are Python source with @kernel "
                        "functions (a compiled Ascend C binary cannot run on the simulated NPU)") from None
 
@@ -374,16 +377,16 @@ def launch_kernel_with_host_args(rt, func, num_blocks, stream, cfg, host_args_pt
     """aclrtLaunchKernelWithHostArgs (async): the packed argument struct lies in host memory
     at host_args_ptr (copied before the call returns). `cfg` may be None, 0 or []."""
     if cfg:
-        raise NotSupportedError("aclrtLaunchKernelWithHostArgs launch attributes (cfg)")
+        raise _NotSupported("aclrtLaunchKernelWithHostArgs launch attributes (cfg)")
     if place_holders or place_holder_num:
-        raise NotSupportedError("aclrtLaunchKernelWithHostArgs place holders")
+        raise _NotSupported("aclrtLaunchKernelWithHostArgs place holders")
     if not host_args_ptr:
-        raise NpuError(codes.ACL_ERROR_INVALID_PARAM, "host_args_ptr is null")
+        raise _NpuError(codes.ACL_ERROR_INVALID_PARAM, "host_args_ptr is null")
     if host_args_ptr >= DEVICE_BASE:
-        raise invalid(f"host_args_ptr {host_args_ptr:#x} is a device address: launch_kernel takes "
+        raise _invalid(f"host_args_ptr {host_args_ptr:#x} is a device address: launch_kernel takes "
                       "arguments in device memory, launch_kernel_with_host_args in host memory")
     if args_size < 0:
-        raise invalid(f"args_size {args_size} is negative")
+        raise _invalid(f"args_size {args_size} is negative")
     struct_type = _HOST_ARGS.get(args_size)
     if struct_type is None:
         struct_type = ctypes.c_char * args_size
@@ -416,7 +419,7 @@ def launch_callback(rt, fn, user_data, block_type, stream):
     """aclrtLaunchCallback (async): fn(user_data) runs on the subscribed thread when the
     stream reaches it; ACL_CALLBACK_BLOCK holds the stream until it returns."""
     if block_type not in (codes.ACL_CALLBACK_NO_BLOCK, codes.ACL_CALLBACK_BLOCK):
-        raise NpuError(codes.ACL_ERROR_INVALID_PARAM, f"block_type {block_type}: use ACL_CALLBACK_BLOCK or "
+        raise _NpuError(codes.ACL_ERROR_INVALID_PARAM, f"block_type {block_type}: use ACL_CALLBACK_BLOCK or "
                        "ACL_CALLBACK_NO_BLOCK")
     rt.launch_callback(fn, user_data, block_type, stream)
 
@@ -427,7 +430,7 @@ def process_report(rt, timeout):
     507012 when none arrives in time, 107012 while no stream is subscribed to this thread
     (at once). Blocks."""
     if timeout < -1 or timeout == 0:
-        raise NpuError(codes.ACL_ERROR_INVALID_PARAM, f"timeout {timeout}: -1 waits forever, a positive "
+        raise _NpuError(codes.ACL_ERROR_INVALID_PARAM, f"timeout {timeout}: -1 waits forever, a positive "
                        "value waits that many milliseconds")
     rt.process_report(timeout)
 
@@ -442,12 +445,12 @@ def launch_host_func(rt, stream, fn, args):
 # ---- errors ---------------------------------------------------------------------------------------
 def get_last_error(level=codes.ACL_RT_THREAD_LEVEL):
     """aclrtGetLastError: the last error code an acl call returned in this thread, cleared."""
-    return last_error(True) if level == codes.ACL_RT_THREAD_LEVEL else codes.ACL_ERROR_INVALID_PARAM
+    return _last_error(True) if level == codes.ACL_RT_THREAD_LEVEL else codes.ACL_ERROR_INVALID_PARAM
 
 
 def peek_at_last_error(level=codes.ACL_RT_THREAD_LEVEL):
     """aclrtPeekAtLastError: the same, not cleared."""
-    return last_error(False) if level == codes.ACL_RT_THREAD_LEVEL else codes.ACL_ERROR_INVALID_PARAM
+    return _last_error(False) if level == codes.ACL_RT_THREAD_LEVEL else codes.ACL_ERROR_INVALID_PARAM
 
 
 # ---- what simnpu does not simulate ------------------------------------------------------------------
@@ -460,12 +463,12 @@ _ARGS = "the kernel-arguments builder is not simulated (pack the argument struct
 _ALLOC = "user allocators for streams are not simulated"
 _EXC = "exception-info callbacks are not simulated (errors are returned by synchronize)"
 _CAPS = "the simulated device has no such attribute or capability to report"
+_BINARY = "aclrtCreateBinary objects are not simulated: use binary_load_from_file or binary_load_from_data"
 _UNSUPPORTED = {
     "get_function_addr": ("aclrtGetFunctionAddr", (0, 0), "kernels have no device code address"),
     "get_function_name": ("aclrtGetFunctionName", ("",), "function names are not kept"),
     "register_cpu_func": ("aclrtRegisterCpuFunc", (0,), "AI CPU kernels are not simulated"),
-    "binary_load": ("aclrtBinaryLoad", (0,), "aclrtCreateBinary objects are not simulated: "
-                    "use binary_load_from_file or binary_load_from_data"),
+    "binary_load": ("aclrtBinaryLoad", (0,), _BINARY),
     "destroy_binary": ("aclrtDestroyBinary", None, "aclrtCreateBinary objects are not simulated"),
     "kernel_args_init": ("aclrtKernelArgsInit", (0,), _ARGS),
     "kernel_args_init_by_user_mem": ("aclrtKernelArgsInitByUserMem", None, _ARGS),
@@ -522,20 +525,20 @@ _UNSUPPORTED = {
     "device_disable_peer_access": ("aclrtDeviceDisablePeerAccess", None,
                                    "peer access between devices is not simulated"),
     "device_peer_access_status": ("aclrtDevicePeerAccessStatus", (0,), "peer access between devices is not simulated"),
-    "stream_abort": ("aclrtStreamAbort", None, "aborting running tasks is not simulated "
-                     "(destroy_stream_force drops queued ones)"),
+    "stream_abort": ("aclrtStreamAbort", None,
+                     "aborting running tasks is not simulated (destroy_stream_force drops queued ones)"),
     "device_task_abort": ("aclrtDeviceTaskAbort", None, "aborting running tasks is not simulated"),
     "stream_get_id": ("aclrtStreamGetId", (0,), "streams have no hardware id"),
     "get_stream_available_num": ("aclrtGetStreamAvailableNum", (0,),
                                  "the stream limit is device-wide and the daemon does not report what is left"),
-    "set_stream_attribute": ("aclrtSetStreamAttribute", None, "stream attributes are not simulated "
-                             "(use set_stream_failure_mode)"),
+    "set_stream_attribute": ("aclrtSetStreamAttribute", None,
+                             "stream attributes are not simulated (use set_stream_failure_mode)"),
     "get_stream_attribute": ("aclrtGetStreamAttribute", ({},), "stream attributes are not simulated"),
     "get_thread_last_task_id": ("aclrtGetThreadLastTaskId", (0,), "task ids are not reported"),
     "query_event_wait_status": ("aclrtQueryEventWaitStatus", (codes.ACL_EVENT_WAIT_STATUS_RESERVED,),
                                 "the daemon does not report whether an event's waiters have passed"),
-    "event_get_timestamp": ("aclrtEventGetTimestamp", (0,), "absolute event timestamps are not reported "
-                            "(event_elapsed_time works)"),
+    "event_get_timestamp": ("aclrtEventGetTimestamp", (0,),
+                            "absolute event timestamps are not reported (event_elapsed_time works)"),
     "get_event_id": ("aclrtGetEventId", (0,), "events have no hardware id"),
     "get_event_avail_num": ("aclrtGetEventAvailNum", (0,),
                             "the event limit is device-wide and the daemon does not report what is left"),
@@ -593,8 +596,7 @@ _UNSUPPORTED = {
 }
 # C calls that return a value and no aclError: pyACL returns just that value.
 _UNSUPPORTED_VALUES = {
-    "create_binary": ("aclrtCreateBinary", 0, "aclrtCreateBinary objects are not simulated: "
-                      "use binary_load_from_file or binary_load_from_data"),
+    "create_binary": ("aclrtCreateBinary", 0, _BINARY),
     "allocator_create_desc": ("aclrtAllocatorCreateDesc", 0, _ALLOC),
     "get_error_code_from_exception_info": ("aclrtGetErrorCodeFromExceptionInfo", _U32, _EXC),
     "get_task_id_from_exception_info": ("aclrtGetTaskIdFromExceptionInfo", _U32, _EXC),
@@ -607,9 +609,9 @@ for _name, (_call, _outputs, _why) in _UNSUPPORTED.items():
     globals()[_name] = not_supported(f"acl.rt.{_name}", _call, _why, _outputs)
 for _name, (_call, _value, _why) in _UNSUPPORTED_VALUES.items():
     globals()[_name] = not_supported(f"acl.rt.{_name}", _call, _why, (_value,), returns_code=False)
-del _name, _call, _outputs, _why, _value
+del _name, _call, _outputs, _why, _value, api, not_supported
 
 
 # ---- device memory: IPC sharing and stream-ordered pools --------------------------------------
 # (written in client/acl/rt_memory.py by the device-memory work; docs/memory.md)
-from .rt_memory import *  # noqa: E402,F401,F403
+from .rt_memory import *

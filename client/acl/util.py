@@ -17,16 +17,16 @@ import warnings
 
 from simnpu.shm.addresses import DEVICE_BASE
 
-# CPython keeps a bytes object's data inline, after its header (PyBytesObject.ob_sval).
-_BYTES_DATA = bytes.__basicsize__ - 1
-
 
 def _address_of(data: bytes) -> int:
-    return ctypes.cast(ctypes.c_char_p(data), ctypes.c_void_p).value
+    return ctypes.cast(ctypes.c_char_p(data), ctypes.c_void_p).value or 0
 
 
+# CPython keeps a bytes object's data inline, after its header (PyBytesObject.ob_sval);
+# checked once against ctypes (None: another layout, ask ctypes every time).
 _probe = b"simnpu probe"
-if _address_of(_probe) != id(_probe) + _BYTES_DATA:  # another interpreter layout: ask ctypes
+_BYTES_DATA: int | None = bytes.__basicsize__ - 1
+if _address_of(_probe) != id(_probe) + bytes.__basicsize__ - 1:
     _BYTES_DATA = None
 
 
@@ -35,7 +35,7 @@ def bytes_to_ptr(data):
     if data.__class__ is bytes and _BYTES_DATA is not None:
         return id(data) + _BYTES_DATA
     if not isinstance(data, bytes):
-        raise ValueError("acl.util.bytes_to_ptr: needs an byte as argument")
+        raise ValueError("acl.util.bytes_to_ptr: needs an byte as argument")  # noqa: TRY004 - as pyACL
     return _address_of(data)
 
 
@@ -58,7 +58,7 @@ def numpy_to_ptr(array):
     warnings.warn("acl.util.numpy_to_ptr will be deprecated. Please use acl.util.bytes_to_ptr instead.",
                   Warning, stacklevel=2)
     if not isinstance(array, numpy.ndarray):
-        raise ValueError("acl.util.numpy_to_ptr: needs an ndarray as argument")
+        raise ValueError("acl.util.numpy_to_ptr: needs an ndarray as argument")  # noqa: TRY004 - as pyACL
     if not array.flags.c_contiguous:
         warnings.warn("The input ndarray is discontiguous. Please use acl.util.bytes_to_ptr instead.",
                       Warning, stacklevel=2)
@@ -73,7 +73,7 @@ def numpy_contiguous_to_ptr(array):
     warnings.warn("acl.util.numpy_contiguous_to_ptr will be deprecated. Please use acl.util.bytes_to_ptr "
                   "instead.", Warning, stacklevel=2)
     if not isinstance(array, numpy.ndarray):
-        raise ValueError("acl.util.numpy_contiguous_to_ptr: needs an ndarray as argument")
+        raise ValueError("acl.util.numpy_contiguous_to_ptr: needs an ndarray as argument")  # noqa: TRY004
     contiguous = array if array.flags.c_contiguous and array.flags.aligned else numpy.ascontiguousarray(array)
     return contiguous.__array_interface__["data"][0], contiguous
 
@@ -88,7 +88,7 @@ def ptr_to_numpy(ptr, shape, npy_type):
                   Warning, stacklevel=2)
     _check_int(ptr, 1, "ptr_to_numpy")
     if not isinstance(shape, (tuple, list)):
-        raise ValueError("acl.util.ptr_to_numpy: shape is empty (pass a tuple of ints)")
+        raise ValueError("acl.util.ptr_to_numpy: shape is empty (pass a tuple of ints)")  # noqa: TRY004
     for dim in shape:
         if not isinstance(dim, int):
             raise TypeError("acl.util.ptr_to_numpy: the second argument is not list of int")
@@ -113,7 +113,7 @@ def _numpy_types() -> dict:
     if _NUMPY_TYPES is None:
         import numpy
 
-        found = {}
+        found: dict = {}
         for code in "?bBhHiIlLqQefdgFDG":
             dtype = numpy.dtype(code)
             found.setdefault(dtype.num, dtype)
@@ -143,7 +143,7 @@ def start_thread(function, args):
 def _run(function, args, failures) -> None:
     try:
         function() if args is None else function(args)
-    except BaseException as error:  # pyACL prints it and stop_thread raises it
+    except BaseException as error:  # noqa: BLE001 - pyACL prints it and stop_thread raises it
         traceback.print_exc(file=sys.stderr)
         failures.append(f"exception={type(error).__name__},msg=thread call failed")
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -182,4 +183,5 @@ def test_the_example_as_ranks_of_a_job_with_and_without_shared_memory(daemon2):
     for out in outputs:
         assert "every rank's weights identical bit for bit: True" in out
         assert out.strip().endswith("ok")
-    assert sorted(out.split("/")[0].split()[-1] for out in outputs) == ["0", "1"]
+    ranks = [re.search(r"^rank (\d)/2 of job 'example'", out, re.MULTILINE)[1] for out in outputs]
+    assert sorted(ranks) == ["0", "1"]

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ctypes
 import json
+import os
 import sys
 import time
 
@@ -40,11 +41,14 @@ def builtin(name):
     return value(acl.rt.binary_get_function(acl.SIMNPU_BUILTIN_BINARY, name), name)
 
 
+_NO_ARGS = ctypes.create_string_buffer(1)  # acl refuses a null argument pointer, even for 0 bytes
+
+
 def launch(func, blocks, stream, args: bytes = b""):
     if args:
         buffer = ctypes.create_string_buffer(args, len(args))
         return acl.rt.launch_kernel_with_host_args(func, blocks, stream, None, ctypes.addressof(buffer), len(args))
-    return acl.rt.launch_kernel_with_host_args(func, blocks, stream, None, 0, 0)
+    return acl.rt.launch_kernel_with_host_args(func, blocks, stream, None, ctypes.addressof(_NO_ARGS), 0)
 
 
 def launch_rate(count: str = "100000"):
@@ -52,6 +56,7 @@ def launch_rate(count: str = "100000"):
     count = int(count)
     stream = setup()
     empty = builtin("empty")
+    check(launch(empty, 1, stream), "launch")
     for _ in range(2000):
         launch(empty, 1, stream)
     check(acl.rt.synchronize_stream(stream))
@@ -69,6 +74,7 @@ def round_trip(rounds: str = "3000"):
     stream = setup()
     empty = builtin("empty")
     samples = []
+    check(launch(empty, 1, stream), "launch")
     for i in range(int(rounds) + 200):
         start = time.perf_counter()
         launch(empty, 1, stream)
@@ -86,13 +92,46 @@ def device_throughput(streams: str = "1", count: str = "50000"):
     empty = builtin("empty")
     count = int(count)
     for stream in handles:
-        launch(empty, 1, stream)
+        check(launch(empty, 1, stream), "launch")
     check(acl.rt.synchronize_device())
+    daemon_pid = int(os.environ.get("SIMNPU_BENCH_DAEMON_PID", "0"))  # bench/observe_bench.py
+    daemon_cpu = _cpu_ns(daemon_pid) if daemon_pid else 0
+    client_cpu = time.process_time_ns()
     start = time.perf_counter()
+    failed = 0
     for i in range(count):
-        launch(empty, 1, handles[i % len(handles)])
+        if launch(empty, 1, handles[i % len(handles)]):
+            failed += 1
     check(acl.rt.synchronize_device())
-    return {"rate": count / (time.perf_counter() - start)}
+    rate = count / (time.perf_counter() - start)
+    if failed:
+        raise SystemExit(f"{failed} of {count} launches failed: {acl.get_recent_err_msg()}")
+    result = {"rate": rate, "client_cpu_ns": time.process_time_ns() - client_cpu}
+    if daemon_pid:
+        result["daemon_cpu_ns"] = _cpu_ns(daemon_pid) - daemon_cpu
+    return result
+
+
+def _cpu_ns(pid: int) -> int:
+    """User + system CPU of a process and its children (a daemon and its workers), from /proc."""
+    ticks, total = os.sysconf("SC_CLK_TCK"), 0
+    pids = [pid]
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as stat:
+                    if int(stat.read().rsplit(")", 1)[1].split()[1]) == pid:
+                        pids.append(int(entry))
+            except OSError:
+                pass
+    for entry in pids:
+        try:
+            with open(f"/proc/{entry}/stat") as stat:
+                fields = stat.read().rsplit(")", 1)[1].split()
+            total += int(fields[11]) + int(fields[12])
+        except OSError:
+            pass
+    return total * 1_000_000_000 // ticks
 
 
 def copy_bandwidth(nbytes: str, memory: str):

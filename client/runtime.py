@@ -20,6 +20,7 @@ from simnpu.client.callbacks import HostCallbacks
 from simnpu.client.copies import CopyPaths
 from simnpu.client.hostmem import HostMemory
 from simnpu.client.last_error import records_errors
+from simnpu.client.observe import ClientObserver
 from simnpu.client.runtime_memory import RuntimeMemory, env_memory_limit
 from simnpu.client.transport import Connection, caller_site
 from simnpu.proto import codes, commands, npu_pb2
@@ -49,7 +50,8 @@ class Runtime(RuntimeMemory):
         self._lock = threading.Lock()
         hello = self.connection.request(npu_pb2.OP_HELLO, [os.getpid(), env_memory_limit()],
                                         text=os.path.basename(sys.argv[0] or "python") or "python")
-        self.session_id, self.device_count, staging_bytes, self.ai_cores, self.copy_engines = hello.values
+        values = list(hello.values)
+        self.session_id, self.device_count, staging_bytes, self.ai_cores, self.copy_engines = values[:5]
         self.host = HostMemory()
         staging = _attach_staging(hello.text, staging_bytes, hello.data)
         self.copies = CopyPaths(self, staging, staging_bytes)
@@ -67,6 +69,8 @@ class Runtime(RuntimeMemory):
         self.functions: dict[int, KernelSignature] = {}
         self.function_binary: dict[int, int] = {}  # function handle -> its binary
         self.binaries: set[int] = {commands.BUILTIN_BINARY}
+        # tracing and checking: SIMNPU_TRACE / SIMNPU_CHECK, or the daemon's --trace / --check
+        self.observer = ClientObserver(self, values[5] if len(values) > 5 else 0)
 
     @property
     def uses_shared_memory(self) -> bool:
@@ -462,6 +466,7 @@ class Runtime(RuntimeMemory):
 
     def close(self) -> None:
         """End the session; the daemon frees whatever this process still owns."""
+        self.observer.finish()  # trace and report files, while the session is still there
         for block in self.host.blocks():
             if block.region is not None:
                 try:

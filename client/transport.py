@@ -60,6 +60,8 @@ class Connection:
         self._seq = 0
         self._replies: dict[int, _Pending] = {}
         self._sites: list = [None] * _SITE_RING
+        self.send_sites = False  # an observed session: call sites travel with each message
+        self._sites_sent = 0  # sequence numbers up to here have had their sites sent
         self._broken: NpuError | None = None
         self._closing = False
         self._open()
@@ -133,6 +135,11 @@ class Connection:
         """Send a request and block until its reply (the path of every call that answers)."""
         return self.wait(self.request_async(op, args, data, text, site))
 
+    def site_of(self, seq: int) -> str | None:
+        """The call site of sequence number `seq`, if it is still in the ring (the last 65,536)."""
+        entry = self._sites[seq & (_SITE_RING - 1)]
+        return entry[1] if entry is not None and entry[0] == seq and entry[1] else None
+
     def _describe_failure(self, reply) -> str:
         if not reply.task_seq:
             return reply.message
@@ -163,7 +170,31 @@ class Connection:
                 items.append(_Item(request=item))
             if run:
                 items.append(_Item(commands=b"".join(run)))
-            yield npu_pb2.ClientMessage(items=items)
+            if self.send_sites:
+                yield self._with_sites(items)
+            else:
+                yield npu_pb2.ClientMessage(items=items)
+
+    def start_sending_sites(self) -> None:
+        """From the next call on, send each call's site with it (tracing or checking is on)."""
+        with self._lock:
+            self._sites_sent = self._seq
+            self.send_sites = True
+
+    def _with_sites(self, items) -> npu_pb2.ClientMessage:
+        """A message carrying the sites of every sequence number used since the last one
+        (each item's site is in the ring before the item is queued)."""
+        with self._lock:
+            first, last = self._sites_sent + 1, self._seq
+            self._sites_sent = last
+        seqs, names = [], []
+        ring = self._sites
+        for seq in range(max(first, last - _SITE_RING + 1), last + 1):
+            entry = ring[seq & (_SITE_RING - 1)]
+            if entry is not None and entry[0] == seq:
+                seqs.append(seq)
+                names.append(entry[1] or "?")
+        return npu_pb2.ClientMessage(items=items, site_seqs=seqs, sites=names)
 
     # ---- receiving ----------------------------------------------------------------------------
     def _receive(self) -> None:

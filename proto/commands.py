@@ -242,5 +242,9 @@ REQUEST_ARGS = {
     "HCCL_COMM_ASYNC_ERROR": ("comm",),  # -> (HcclResult,); text: what failed
     # text: job name -> (rank, world_size, formation); data: root info (server/rendezvous.py)
     "HCCL_RENDEZVOUS": ("world_size", "exec_timeout_ms", "timeout_ms"),
+    # observability (docs/observability.md): flags are simnpu.proto.observe bits
+    "OBSERVE": ("flags",),  # -> (flags in force,)
+    "OBSERVE_TRACE": (),  # -> text: Chrome trace JSON of this session
+    "OBSERVE_REPORT": ("final",),  # final=1 also lists leaks -> text: JSON findings
 }
 BUILTIN_BINARY = 1  # handle of the built-in kernel library, present in every session

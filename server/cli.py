@@ -9,6 +9,7 @@ import secrets
 import sys
 
 from simnpu.proto import service
+from simnpu.proto.observe import parse_checks
 from simnpu.proto.service import configured_address
 from simnpu.server.config import DaemonConfig, parse_size
 from simnpu.server.quotas import parse_limit
@@ -40,6 +41,13 @@ def _serve_parser(sub) -> None:
                    help="exit this long after the last client is gone")
     p.add_argument("--op-timeout", type=float, default=300.0, metavar="SECONDS",
                    help="default operator execution timeout (aclrtSetOpExecuteTimeOut)")
+    p.add_argument("--trace", metavar="FILE", help="record every client's tasks; write the timeline as "
+                                                   "Chrome/Perfetto trace JSON to FILE at exit")
+    p.add_argument("--trace-buffer", type=int, default=500_000, metavar="N",
+                   help="timeline records kept in memory (the oldest go first)")
+    p.add_argument("--check", default="", metavar="LIST",
+                   help="check every client: memcheck, initcheck, racecheck, strict, or all (comma-separated)")
+    p.add_argument("--check-report", metavar="FILE", help="write every finding to FILE at exit")
     p.add_argument("--log-level", default=env("SIMNPU_LOG_LEVEL", "INFO"))
 
 
@@ -57,13 +65,16 @@ def serve(args) -> int:
         return 2
     try:
         memory_limit = parse_limit(args.memory_limit, args.memory)
+        checks = parse_checks(args.check)
     except ValueError as error:
         print(f"simnpu: {error}", file=sys.stderr)
         return 2
     config = DaemonConfig(listen=args.listen or env_listen() or [configured_address()], devices=args.devices,
                           memory_bytes=args.memory, ai_cores=args.ai_cores, copy_engines=args.copy_engines,
                           staging_bytes=args.staging, token=token, idle_exit_s=args.idle_exit,
-                          op_timeout_s=args.op_timeout, memory_limit=memory_limit)
+                          op_timeout_s=args.op_timeout, memory_limit=memory_limit,
+                          trace_path=args.trace, checks=checks, check_report=args.check_report,
+                          trace_buffer=args.trace_buffer)
     try:
         daemon = Daemon(config)
         daemon.install_signal_handlers()

@@ -31,6 +31,10 @@ class DaemonConfig:
     op_timeout_s: float = 300.0        # default operator execution timeout (aclrtSetOpExecuteTimeOut)
     max_sessions: int = 64
     memory_limit: int | None = None    # default per-client device-memory limit (server/quotas.py)
+    trace_path: str | None = None      # --trace: the daemon's timeline, written at stop (observe.py)
+    checks: int = 0                    # --check: simnpu.proto.observe bits for every client
+    check_report: str | None = None    # --check-report: the daemon's findings, written at stop
+    trace_buffer: int = 500_000        # --trace-buffer: timeline records kept (oldest dropped)
 
     def validate(self) -> None:
         if self.devices < 1:

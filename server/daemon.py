@@ -19,7 +19,7 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from simnpu.proto import codes, npu_pb2, service
 from simnpu.proto.errors import NpuError
 from simnpu.proto.kernel_abi import discover_kernels
-from simnpu.server import worker_pool
+from simnpu.server import observe, smi_view, worker_pool
 from simnpu.server.config import DaemonConfig, is_unix, unix_path
 from simnpu.server.device import Device
 from simnpu.server.ipc_memory import IpcMemory
@@ -52,6 +52,7 @@ class Daemon:
         self.health = None
         self._socket_paths: list[str] = []  # socket files this daemon created (and removes)
         self.scheduler = None
+        self.observer = None  # timeline and checkers (server/observe.py), when asked for
         self.jobs: Jobs | None = None  # job rendezvous (server/rendezvous.py), with the scheduler
         source = resources.files("simnpu.server.kernels").joinpath("builtin.py").read_text()
         self.builtin_binary = Binary(1, source, "<simnpu builtin kernels>", discover_kernels(source))
@@ -72,6 +73,7 @@ class Daemon:
                 handle.start()
             worker_pool.wait_ready(handles)
             self.scheduler = Scheduler(self.devices, self.config.op_timeout_s)
+            observe.install(self)  # --trace / --check
             self.jobs = Jobs(self.scheduler)
             self.scheduler.start()
             self._start_grpc()
@@ -127,6 +129,8 @@ class Daemon:
             session.outbox.put(CLOSED)
         if self.server is not None:
             self.server.stop(grace=1).wait(5)
+        if self.observer is not None:
+            self.observer.stop()  # --trace / --check-report files
         if self.scheduler is not None:
             self.scheduler.stop()
         for device in self.devices:
@@ -207,20 +211,15 @@ class Daemon:
                                  f"(this daemon simulates {len(self.devices)})"}
             view = memory_stats if what == "memory_stats" else memory_snapshot
             return view(self, self.devices[device_index])
+        if what in ("trace", "check_report"):
+            return observe.query(self, what)
         with self._lock:
             sessions = list(self.sessions.values())
         return {
             "pid": os.getpid(),
-            "devices": [{
-                "index": d.index, "memory_total": d.capacity, "memory_free": d.allocator.free_bytes,
-                "ai_cores": len(d.cores), "copy_engines": len(d.engines),
-                "ai_core_utilisation": self.scheduler.utilisation(d) if self.scheduler else 0.0,
-                "worker_restarts": sum(w.restarts for w in d.cores + d.engines),
-            } for d in self.devices],
-            "processes": [{
-                "session": s.id, "pid": s.pid, "name": s.process_name, "memory": s.memory_in_use(),
-                "streams": sum(len(c.streams) for c in s.contexts),
-            } for s in sessions],
+            "devices": [smi_view.device(self, d) for d in self.devices],  # (simnpu smi)
+            "processes": [smi_view.process(s) for s in sessions],
+            "observe": self.observer.describe() if self.observer is not None else None,
         }
 
 

@@ -96,6 +96,7 @@ class Task:
     blocks_next: int = 0          # kernels: first block not yet handed to a core; copies: piece
     chunks_out: int = 0           # kernels, copies: pieces handed out and not yet finished
     pieces: int = 0               # copies, memsets: how many engines share it (set at dispatch)
+    probe: object = None          # observed sessions: timeline and checking state (server/observe.py)
 
 
 @dataclass(eq=False)

@@ -57,6 +57,7 @@ class Scheduler:
         self._workers = [w for d in devices for w in d.cores + d.engines]
         self._thread = threading.Thread(target=self._run, name="simnpu-scheduler", daemon=True)
         self.collectives = Collectives(self)  # HCCL communicators (server/collectives.py)
+        self.observer = None  # tracing and checking (server/observe.py), when asked for
         self._started_ns = time.monotonic_ns()
 
     # ---- any thread ---------------------------------------------------------------------
@@ -154,6 +155,8 @@ class Scheduler:
             task.payload[0].latest_record = task
         elif task.kind == WAIT:  # a wait binds to the latest record at the time of the wait
             task.payload = (task.payload[0].latest_record,)
+        if self.observer is not None:
+            self.observer.submitted(task)
         if stream.context.failure is not None:  # stopped on failure: nothing more runs
             self._discard(task)
             return
@@ -229,6 +232,8 @@ class Scheduler:
             self._complete(task)
 
     def _complete(self, task: Task) -> None:
+        if task.probe:  # observed (a traced-only kernel or copy has False: nothing to do here)
+            self.observer.completing(task)
         task.state = DONE
         stream = task.stream
         head = stream.tasks.popleft()
@@ -341,6 +346,8 @@ class Scheduler:
             core.loaded.add(binary.id)
         token = next(self._tokens)
         core.inflight[token] = task
+        if self.observer is not None and self.observer.tracing and last - first < num_blocks:
+            self.observer.blocks[token] = (first, last)  # the timeline names a partial launch's blocks
         task.state = DISPATCHED
         task.blocks_next = last
         task.chunks_out += 1
@@ -404,9 +411,14 @@ class Scheduler:
         except (EOFError, OSError):
             self._worker_lost(worker, _death_code(worker), worker.exit_description())
             return
-        if message == ("ready",):
-            worker.ready = True
+        if message.__class__ is tuple:
+            if message == ("ready",):
+                worker.ready = True
+            elif self.observer is not None:  # ("accesses", ...) of a checked kernel
+                self.observer.worker_notice(worker, message)
             return
+        if self.observer is not None and self.observer.tracing:
+            self.observer.ran(worker, message)  # the timeline: what ran where, when
         for token, code, start, end, text in message:
             task = worker.inflight.pop(token)
             worker.busy_ns += end - start

@@ -21,6 +21,7 @@ from simnpu.server.objects import (
     COLLECTIVE, COPY, HOST, KERNEL, MEMSET, RECORD, RESET, WAIT, Context, DeviceArgs, Event, Stream, Task,
     Waiter,
 )
+from simnpu.server import observe
 from simnpu.server.resources import Binary, Function, Pinned
 from simnpu.server.session_memory import MEMORY_OPS, SessionMemory
 from simnpu.shm.addresses import is_device_address, split_device_address
@@ -85,6 +86,7 @@ class Session(SessionMemory):
         self._init_memory()
         self._handlers.update({op: getattr(self, name) for op, name in MEMORY_OPS.items()})
         self._handlers.update(self.scheduler.collectives.handlers(self))  # HCCL requests
+        self._handlers.update(observe.handlers(self))  # tracing and checking (server/observe.py)
         self._handlers.update(daemon.jobs.handlers(self))  # job rendezvous (server/rendezvous.py)
         self.handles[commands.BUILTIN_BINARY] = daemon.builtin_binary
 
@@ -94,6 +96,8 @@ class Session(SessionMemory):
     # ---- messages ---------------------------------------------------------------------------
     def handle_message(self, message: npu_pb2.ClientMessage) -> None:
         """Execute one ClientMessage's items in order (reader thread)."""
+        if message.site_seqs and self.daemon.observer is not None:  # an observed client's call sites
+            self.daemon.observer.sites(self, message.site_seqs, message.sites)
         for item in message.items:
             if item.HasField("request"):
                 self._handle_request(item.request)
@@ -327,7 +331,7 @@ class Session(SessionMemory):
         probe = os.urandom(_PROBE_BYTES)
         self.staging.map[config.staging_bytes:config.staging_bytes + _PROBE_BYTES] = probe
         return npu_pb2.Reply(values=[self.id, len(self.daemon.devices), config.staging_bytes,
-                                     config.ai_cores, config.copy_engines],
+                                     config.ai_cores, config.copy_engines, observe.hello_flags(self)],
                              text=self.staging.name, data=probe)
 
     def _create_context(self, request):
@@ -378,6 +382,8 @@ class Session(SessionMemory):
         """Reply to `request_id` when the given streams have run all they had when this was
         called (scheduler thread), or with `timeout_code` at the deadline."""
         targets = [(s, s.tasks[-1].seq) for s in streams if s.tasks]
+        if self.scheduler.observer is not None:  # the host will have seen these streams finish
+            self.scheduler.observer.host_synced(self, streams)
 
         def finish(timed_out: bool) -> None:
             if timed_out:
@@ -455,6 +461,8 @@ class Session(SessionMemory):
                 self.respond_failure(request.id, failure)
             else:
                 status = codes.ACL_STREAM_STATUS_NOT_READY if stream.tasks else codes.ACL_STREAM_STATUS_COMPLETE
+                if not stream.tasks and self.scheduler.observer is not None:
+                    self.scheduler.observer.host_synced(self, [stream])
                 self.respond(request.id, values=[status])
 
         self._batch.append((answer, ()))
@@ -498,6 +506,8 @@ class Session(SessionMemory):
         def answer():
             record = event.latest_record
             done = record is not None and record.state == 2
+            if done and self.scheduler.observer is not None:
+                self.scheduler.observer.host_synced(self, record=record)
             self.respond(request.id, values=[codes.ACL_EVENT_RECORDED_STATUS_COMPLETE if done
                                              else codes.ACL_EVENT_RECORDED_STATUS_NOT_READY])
 
@@ -510,6 +520,8 @@ class Session(SessionMemory):
 
         def begin():
             record = event.latest_record
+            if record is not None and self.scheduler.observer is not None:
+                self.scheduler.observer.host_synced(self, record=record)
 
             def finish(timed_out: bool) -> None:
                 if timed_out:
@@ -692,6 +704,8 @@ class Session(SessionMemory):
 
         def finish():
             try:
+                if self.daemon.observer is not None:  # leaks, then forget its timeline/checks
+                    self.daemon.observer.session_closed(self)
                 self.release_all()
             finally:
                 on_closed(self)

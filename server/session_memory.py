@@ -33,6 +33,8 @@ class SessionMemory(SessionPools):
             raise NpuError(codes.ACL_ERROR_INVALID_PARAM, f"cannot allocate {size} bytes")
         address = device.allocate(size, policy, self, self.memory_limits.of(device.index))
         self.allocations[address] = device.index
+        if self.daemon.observer is not None:  # checking: remember it and its call site
+            self.daemon.observer.allocated(self, device.index, address, size)
         return [address]
 
     def _free(self, request):
@@ -47,6 +49,8 @@ class SessionMemory(SessionPools):
             owner = self._owner_of(address)
             raise invalid(f"{address:#x} is not the start of a live allocation of this process"
                           + (f" (it belongs to {owner})" if owner else " (double free or bad pointer)"))
+        if self.daemon.observer is not None:  # checking: tombstone, freed while in use
+            self.daemon.observer.freeing(self, address)
         self._release_block(address, device_index)
         return []
 

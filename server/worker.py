@@ -31,7 +31,7 @@ import numpy as np
 
 from simnpu.proto import codes
 from simnpu.proto.kernel_abi import canonical_type
-from simnpu.server import reduce
+from simnpu.server import access_log, reduce
 from simnpu.shm.addresses import split_device_address
 from simnpu.shm.region import Region, unlink_daemon_segments
 
@@ -180,8 +180,14 @@ class Worker:
         function = getattr(module, name)
         block = first
         try:
-            for block in range(first, last):
-                function(KernelContext(block, block_num, self.core_id, bounds, self.maps), *args)
+            if bounds.__class__ is not tuple:  # a checked launch: record what it touches
+                block, error = access_log.run_checked(self, KernelContext, MemoryFault, token, function,
+                                                      args, first, last, block_num, bounds)
+                if error is not None:
+                    raise error
+            else:
+                for block in range(first, last):
+                    function(KernelContext(block, block_num, self.core_id, bounds, self.maps), *args)
         except MemoryFault as fault:
             return (token, codes.ACL_ERROR_RT_DEVICE_MEM_ERROR, start, time.monotonic_ns(),
                     f"memory fault in kernel {name} block {block}/{block_num} on AI core "
@@ -231,7 +237,7 @@ class Worker:
 def _describe(exc: BaseException) -> str:
     """The kernel's own traceback, without the worker's frames."""
     frames = traceback.extract_tb(exc.__traceback__)
-    own = [f for f in frames if not f.filename.endswith(("server/worker.py",))]
+    own = [f for f in frames if not f.filename.endswith(("server/worker.py", "server/access_log.py"))]
     lines = traceback.format_list(own) + traceback.format_exception_only(type(exc), exc)
     return "Traceback (most recent call last):\n" + "".join(lines)
 

@@ -19,6 +19,10 @@ commands:
   memory stats          device-memory statistics of a running daemon (--device N, --json)
   memory snapshot       its live blocks with their owners (--device N, --json)
   health                exit 0 if the daemon is serving (gRPC health check; --address)
+  smi                   devices, AI-core use, memory and processes, like npu-smi info (--watch, --json)
+  trace summary FILE    per-stream busy time, overlap and longest gaps of a trace (SIMNPU_TRACE)
+  trace save FILE       a running daemon's timeline (simnpu serve --trace) as Perfetto JSON
+  check report          a running daemon's checker findings (simnpu serve --check)
 """
 
 
@@ -33,6 +37,14 @@ def main(argv=None) -> int:
         from simnpu.client.health import main as health
 
         return health(argv[1:])
+    if command == "smi":
+        from simnpu.client.smi import main as smi
+
+        return smi(argv[1:])
+    if command in ("trace", "check"):
+        from simnpu.client.observe_tools import main as observe_tool
+
+        return observe_tool(argv)
     if command in TOOLS:
         from simnpu.client.tools import main as tool
 

@@ -1,0 +1,599 @@
+"""Observability in the daemon: the timeline and the checkers, and the hooks that feed them.
+
+Off by default and free when off: the daemon has no Observer until `simnpu serve --trace /
+--check` or a client's OP_OBSERVE asks for one; until then every hook in the command path
+is one `is not None` test. With an Observer, a session is observed (has a `Watch`) when
+the daemon observes everyone or the client asked; its tasks carry a `Probe` (submit time,
+call site, vector clock, the accesses a checked kernel reported). Unobserved sessions'
+tasks have no probe and cost one dict look-up at submit.
+
+Hooks (all under the scheduler lock unless said otherwise):
+
+  Scheduler.submit        -> submitted(task)        probe, vector clock, checked bounds
+  Scheduler._add_kernel_item                        block range of a traced chunk
+  Scheduler._on_worker_message -> ran(), worker_notice()   chunk times, kernel accesses
+  Scheduler._complete     -> completing(task)       timeline record, checks, failures
+  Session.handle_message  -> sites()                the client's call sites (reader thread)
+  Session sync/query/free/malloc/close              host ordering, tombstones, leaks
+
+Findings become task failures (507053, at the next synchronize, as ACL reports memory
+errors) when they are errors, and lines in the report; see docs/observability.md.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+
+from simnpu.proto import codes, npu_pb2
+from simnpu.proto import hccl_types as ht
+from simnpu.proto import observe as flags_
+from simnpu.proto.errors import NpuError
+from simnpu.proto.observe import render
+from simnpu.server import races
+from simnpu.server.access_log import CheckedBounds
+from simnpu.server.findings import Finding, Findings, log_finding, task_line
+from simnpu.server.memcheck import (
+    MemoryMap,
+    Tombstone,
+    add_range,
+    classify_fault,
+    missing,
+    task_accesses,
+)
+from simnpu.server.objects import (
+    COLLECTIVE,
+    COPY,
+    KERNEL,
+    MEMSET,
+    DeviceArgs,
+    Failure,
+    Waiter,
+)
+from simnpu.server.timeline import (
+    DEFAULT_CAPACITY,
+    Timeline,
+    chrome_trace,
+    describe_task,
+    stream_label,
+    write_json,
+)
+from simnpu.shm.addresses import split_device_address
+
+log = logging.getLogger("simnpu.observe")
+
+TRACE, MEMCHECK, INITCHECK, RACECHECK, STRICT, CHECKS = (
+    flags_.TRACE, flags_.MEMCHECK, flags_.INITCHECK, flags_.RACECHECK, flags_.STRICT, flags_.CHECKS)
+MEMORY_ERROR = codes.ACL_ERROR_RT_DEVICE_MEM_ERROR  # what checker errors fail tasks with
+DRAIN_WAIT_S = 5.0  # how long a trace/report request waits for the session's queued work
+_TIMED = (KERNEL, COPY, MEMSET, COLLECTIVE)
+_DEVICE_WORK = (KERNEL, COPY, MEMSET)
+
+
+class Probe:
+    """What an observed task carries (Task.probe)."""
+
+    __slots__ = ("accesses", "agent", "clock", "epoch", "fault", "ref", "site", "submit", "traced", "watch")
+
+    def __init__(self, submit: int, site: str, watch: Watch):
+        self.submit, self.site, self.watch = submit, site, watch
+        self.traced = bool(watch.flags & TRACE)
+        self.agent = self.epoch = 0
+        self.clock = None
+        self.accesses: list = []
+        self.fault = None
+        self.ref = None
+
+
+class Watch:
+    """An observed session."""
+
+    __slots__ = ("findings", "flags", "keys", "last_free_seq", "session", "sites")
+
+    def __init__(self, session, flags: int):
+        self.session, self.flags = session, flags
+        self.sites: dict = {}  # seq -> call site, until the task or request takes it
+        self.keys: dict = {}  # Stream -> its timeline key
+        self.findings = Findings()
+        self.last_free_seq = -1
+
+
+class Observer:
+    def __init__(self, daemon, flags: int = 0, trace_path: str | None = None,
+                 report_path: str | None = None, capacity: int = DEFAULT_CAPACITY):
+        self.daemon = daemon
+        self.scheduler = daemon.scheduler
+        self.flags = flags  # what every session gets
+        self.trace_path, self.report_path = trace_path, report_path
+        self.started_ns = time.monotonic_ns()
+        self.timeline = Timeline(capacity)
+        self.watches: dict = {}  # Session -> Watch
+        self.tracing = bool(flags & TRACE)  # someone is traced: workers' results are recorded
+        self.blocks: dict = {}  # token -> (first, last) of a traced kernel chunk
+        self.memory = MemoryMap()
+        self.clocks = races.Clocks()
+        self.findings = Findings()  # every session's, for the daemon's report
+
+    @classmethod
+    def ensure(cls, daemon) -> Observer:
+        """The daemon's observer, made and installed in the scheduler on first use."""
+        with daemon.scheduler._lock:
+            if daemon.observer is None:
+                daemon.observer = cls(daemon, capacity=daemon.config.trace_buffer)
+                daemon.scheduler.observer = daemon.observer
+            return daemon.observer
+
+    # ---- sessions (reader threads) ---------------------------------------------------------------
+    def hello(self, session) -> int:
+        """Flags the client must honour (send call sites) because the daemon observes everyone."""
+        if self.flags:
+            self.watch(session, self.flags)
+        return self.flags
+
+    def watch(self, session, flags: int) -> Watch:
+        with self.scheduler._lock:
+            watch = self.watches.get(session)
+            if watch is None:
+                watch = self.watches[session] = Watch(session, flags | self.flags)
+            else:
+                watch.flags |= flags
+            if watch.flags & TRACE:
+                self.tracing = True
+            return watch
+
+    def sites(self, session, seqs, names) -> None:
+        watch = self.watches.get(session)
+        if watch is None:
+            return
+        table = watch.sites
+        if table:
+            done = session.seq
+            for seq in [s for s in table if s <= done]:
+                del table[seq]
+        table.update(zip(seqs, names))
+
+    # ---- the command path (scheduler lock) ------------------------------------------------------
+    def submitted(self, task) -> None:
+        session = task.stream.context.session
+        watch = self.watches.get(session)
+        if watch is None:
+            return
+        now = time.monotonic_ns()
+        if not watch.flags & CHECKS:  # traced only: on the timeline; a probe that says so:
+            stream = task.stream  # False on device work (its results are all the timeline
+            key = watch.keys.get(stream)  # needs), (submit time, watch) on control tasks
+            if key is None:  # (they are recorded when they complete)
+                key = watch.keys[stream] = self.timeline.stream_key(stream)
+            self.timeline.submitted(task, key, now, None)
+            task.probe = False if task.kind in _DEVICE_WORK else (now, watch)
+            return
+        probe = task.probe = Probe(now, watch.sites.pop(task.seq, "?"), watch)
+        if probe.traced:
+            self.timeline.submitted(task, self.timeline.stream_key(task.stream), now, probe.site)
+        self.clocks.stamp(task, probe, session, _blocks_host(task, session))
+        if task.kind == KERNEL:
+            binary, name, values, num_blocks, bounds = task.payload
+            if isinstance(values, DeviceArgs):
+                read = values.read
+                values = DeviceArgs(lambda: _checked_args(read()))
+            else:
+                bounds = CheckedBounds(bounds)
+            task.payload = (binary, name, values, num_blocks, bounds)
+
+    def ran(self, worker, results) -> None:
+        """A worker's results (token, code, start, end, text), before the scheduler takes them:
+        one timeline record for those of traced tasks."""
+        inflight, blocks = worker.inflight, self.blocks
+        runs = []
+        for token, code, start, end, _ in results:
+            task = inflight[token]
+            chunk = blocks.pop(token, None) if blocks else None
+            probe = getattr(task, "probe", None)  # (an HCCL collective's data movement has none)
+            if probe is False or (probe is not None and probe.traced):
+                runs.append((id(task), start, end, chunk, code))
+        if runs:
+            self.timeline.ran(worker, tuple(runs))
+
+    def worker_notice(self, worker, message) -> None:
+        if message[0] != "accesses":
+            return
+        _, token, entries, fault = message
+        task = worker.inflight.get(token)
+        probe = getattr(task, "probe", None)
+        if probe.__class__ is Probe:
+            probe.accesses.extend(entries)
+            if fault is not None and probe.fault is None:
+                probe.fault = fault
+
+    def completing(self, task) -> None:
+        probe = task.probe
+        if probe.__class__ is tuple:  # a traced-only control task
+            self._done(task)
+            return
+        watch = probe.watch
+        if probe.traced and (task.kind not in _DEVICE_WORK or task.failure is not None):
+            self._done(task)
+        if watch.flags & CHECKS:
+            try:
+                self._check_task(task, probe, watch)
+            except Exception:  # a checker bug must not stop the device
+                log.exception("checking task %d of %r failed", task.seq, watch.session)
+
+    def _done(self, task) -> None:
+        end = task.timestamp if task.kind in _TIMED and task.timestamp else time.monotonic_ns()
+        self.timeline.done(task, end)
+
+    # ---- host ordering (scheduler lock) ---------------------------------------------------------
+    def host_synced(self, session, streams=(), record=None) -> None:
+        """The host of `session` waits for (or saw complete) these streams / this record."""
+        watch = self.watches.get(session)
+        if watch is None or not watch.flags & CHECKS:
+            return
+        if streams:
+            self.clocks.host_syncs_streams(session, streams)
+        if record is not None and record.probe.__class__ is Probe:
+            self.clocks.host_joins(session, record.probe.clock)
+
+    # ---- memory (session reader threads) --------------------------------------------------------
+    def allocated(self, session, device: int, address: int, size: int) -> None:
+        watch = self.watches.get(session)
+        if watch is None or not watch.flags & CHECKS:
+            return
+        with self.scheduler._lock:
+            self.memory.allocated(device, address, size, session, watch.sites.pop(session.seq, "?"), session.seq)
+
+    def freeing(self, session, address: int) -> None:
+        """aclrtFree of a live block of `session` (before it goes back to the allocator)."""
+        watch = self.watches.get(session)
+        if watch is None or not watch.flags & CHECKS:
+            return
+        if session._batch:  # what this message queued before the free is submitted first
+            batch, session._batch = session._batch, []
+            self.scheduler.post(batch)
+        with self.scheduler._lock:
+            device, _ = split_device_address(address)
+            site = watch.sites.pop(session.seq, "?")
+            shared = self.daemon.ipc.describe(address)
+            if shared and shared.get("importers"):
+                return  # importers still hold it: it is not freed yet (server/ipc_memory.py)
+            block = self.memory.freed(device, address)
+            if block is None:
+                return
+            clock = self.clocks.host_clock(session)
+            self.memory.tombstones.append(Tombstone(block, site, session.seq, clock))
+            watch.last_free_seq = session.seq
+            if not watch.flags & MEMCHECK:
+                return
+            for old in block.history:
+                if old.session is session and not races.ordered_before(old.agent, old.epoch, clock):
+                    lo, hi = old.lo, old.hi
+                    text = (f"{block.describe()} was freed at {site} (task {session.seq}) while "
+                            f"{'a write' if old.write else 'a read'} of bytes [{lo:#x}, {hi:#x}) by\n"
+                            f"  {task_line(old.ref, old.blocks)}\n"
+                            "was not known to be finished: synchronize its stream (or an event recorded "
+                            "after it) before aclrtFree (aclrtFree does not wait for the device)")
+                    _finding, new = self._report(watch, "memcheck", "use-after-free", "error",
+                                                ("freed in use", site, old.ref["site"]), text,
+                                                {"tasks": [old.ref], "range": [lo, hi], "free_site": site})
+                    if new:
+                        session._defer_failure(NpuError(MEMORY_ERROR, f"simnpu memcheck: use-after-free\n{text}"))
+                    break
+
+    def session_closed(self, session) -> None:
+        """The session ended (its queued work is done): leaks, then forget it."""
+        with self.scheduler._lock:
+            watch = self.watches.pop(session, None)
+            if watch is None:
+                return
+            if watch.flags & MEMCHECK:
+                for finding in self._leaks(watch):
+                    self.findings.add(("leak", session.id, finding.details["address"]), lambda f=finding: f)
+                    log_finding(finding)
+            if watch.flags & TRACE and not self.flags & TRACE:
+                self.timeline.forget_session(session.id)
+            self.memory.forget_session(session)
+            self.clocks.forget_session(session)
+
+    # ---- requests ---------------------------------------------------------------------------------
+    def trace_json(self, session=None) -> dict:
+        with self.scheduler._lock:
+            records = list(self.timeline.records)
+        full = len(records) == self.timeline.capacity
+        title = "simnpu daemon" if session is None else f"simnpu client {session.pid} {session.process_name}"
+        return chrome_trace(self.timeline, records, self.started_ns, title, dropped=full,
+                            session_id=None if session is None else session.id)
+
+    def report_json(self, session=None, final: bool = False) -> dict:
+        with self.scheduler._lock:
+            if session is None:
+                return self.findings.as_json(flags_.describe(self.flags))
+            watch = self.watches.get(session)
+            if watch is None:
+                return Findings().as_json("off")
+            extra = self._leaks(watch) if final and watch.flags & MEMCHECK else []
+            return watch.findings.as_json(flags_.describe(watch.flags & ~TRACE), extra)
+
+    def describe(self) -> dict:
+        counts = self.findings.counts()
+        return {"flags": flags_.describe(self.flags), "observed_sessions": len(self.watches),
+                "trace_records": len(self.timeline), **counts}
+
+    def stop(self) -> None:
+        """The daemon stops: write its trace and report files."""
+        if self.trace_path and self.flags & TRACE:
+            try:
+                write_json(self.trace_path, self.trace_json())
+                log.info("trace of %d records written to %s", len(self.timeline), self.trace_path)
+            except OSError as error:
+                log.error("cannot write the trace to %s: %s", self.trace_path, error)
+        if self.report_path and self.flags & CHECKS:
+            try:
+                with open(self.report_path, "w", encoding="utf-8") as handle:
+                    handle.write(render(self.report_json(), f"simnpu daemon (pid {self.daemon_pid()})"))
+            except OSError as error:
+                log.error("cannot write the check report to %s: %s", self.report_path, error)
+
+    @staticmethod
+    def daemon_pid() -> int:
+        import os
+
+        return os.getpid()
+
+    # ---- checking a completed task ----------------------------------------------------------------
+    def _check_task(self, task, probe, watch) -> None:
+        session = watch.session
+        if probe.fault is not None and watch.flags & MEMCHECK and task.failure is not None:
+            kind, why = classify_fault(self.memory, session, task.payload[4] or (), probe.fault)
+            ref = self._ref(task, probe)
+            text = f"{why}\n  in {task_line(ref, (probe.fault[3], probe.fault[3]))}"
+            self._report(watch, "memcheck", kind, "error", (kind, probe.site), text,
+                         {"tasks": [ref], "address": probe.fault[0], "bytes": probe.fault[1]})
+            task.failure.message = f"simnpu memcheck: {kind}: {why}\n{task.failure.message}"
+        if task.kind == COLLECTIVE:
+            accesses = _collective_accesses(task)
+        else:
+            accesses = task_accesses(task, probe)
+        raced: set = set()  # tasks this one was found racing with (one finding per pair)
+        for access in accesses:
+            self._check_access(task, probe, watch, raced, *access)
+
+    def _check_access(self, task, probe, watch, raced, space, key, lo, hi, mode, blocks) -> None:
+        if hi <= lo:
+            return
+        session, flags = watch.session, watch.flags
+        write = mode == 1
+        if space == "seg":
+            if not flags & RACECHECK or (session.staging is not None and key == session.staging.name):
+                return
+            block = self.memory.segment(key, 1 << 62)
+            self._race(task, probe, watch, raced, block, lo, hi, write, blocks)
+            return
+        if task.seq < watch.last_free_seq:
+            tomb = self.memory.tombstone_of(session, key, lo, hi, task.seq)
+            if tomb is not None:
+                if flags & MEMCHECK and not races.ordered_before(probe.agent, probe.epoch, tomb.free_clock):
+                    a, b = max(lo, tomb.start), min(hi, tomb.start + tomb.size)
+                    ref = self._ref(task, probe)
+                    text = (f"{'write' if write else 'read'} of bytes [{a:#x}, {b:#x}) of {tomb.describe()}\n"
+                            f"  by {task_line(ref, blocks)}\n"
+                            f"  the free (task {tomb.free_seq}) came after this task was submitted but did not "
+                            "wait for it: synchronize before aclrtFree")
+                    self._report(watch, "memcheck", "use-after-free", "error",
+                                 ("use-after-free", probe.site, tomb.free_site), text,
+                                 {"tasks": [ref], "range": [a, b], "free_site": tomb.free_site}, task)
+                return
+        at = lo
+        while at < hi:
+            block = self.memory.find(key, at)
+            if block is None:
+                return  # not memory a checked session allocated
+            top = min(hi, block.end)
+            if flags & INITCHECK and mode == 0:
+                gaps = missing(block.written, at, top)
+                if gaps:
+                    self._uninitialised(task, probe, watch, block, gaps, blocks)
+            if mode:  # written, or given to a kernel as "rw": initialised from now on (an "rw"
+                add_range(block.written, at, top)  # store of the value already there is a write too)
+            self._race(task, probe, watch, raced, block, at, top, write, blocks)
+            at = top
+
+    def _uninitialised(self, task, probe, watch, block, gaps, blocks) -> None:
+        ref = self._ref(task, probe)
+        count = sum(b - a for a, b in gaps)
+        first = gaps[0]
+        ranges = ", ".join(f"[{a:#x}, {b:#x})" for a, b in gaps[:3]) + (" ..." if len(gaps) > 3 else "")
+        text = (f"read of {count} byte(s) never written since the malloc: {ranges}, offset "
+                f"{first[0] - block.start} of {block.describe()}\n"
+                f"  by {task_line(ref, blocks)}")
+        self._report(watch, "initcheck", "uninitialised read", "error", ("init", probe.site, block.site), text,
+                     {"tasks": [ref], "range": [first[0], gaps[-1][1]], "bytes": count}, task)
+
+    def _race(self, task, probe, watch, raced, block, lo, hi, write, blocks) -> None:
+        flags = watch.flags
+        if flags & RACECHECK and block.history:
+            for old in races.check(block.history, lo, hi, write, probe):
+                if id(old.ref) not in raced:
+                    raced.add(id(old.ref))
+                    self._report_race(task, probe, watch, block, old, lo, hi, write, blocks)
+        ref = self._ref(task, probe)
+        races.remember(block.history, races.Access(lo, hi, write, probe.agent, probe.epoch, ref, blocks,
+                                                   watch.session), probe.clock)
+
+    def _report_race(self, task, probe, watch, block, old, lo, hi, write, blocks) -> None:
+        a, b = max(lo, old.lo), min(hi, old.hi)
+        ref = self._ref(task, probe)
+        pair = f"{'write' if old.write else 'read'}-{'write' if write else 'read'}"
+        where = (block.describe() if block.space == "dev" else "pinned host memory (offsets)")
+        across = old.session is not watch.session
+        text = (f"data race ({pair}) on {b - a} byte(s) [{a:#x}, {b:#x}) of {where}\n"
+                f"  {'write' if old.write else 'read '} by {task_line(old.ref, old.blocks)}\n"
+                f"  {'write' if write else 'read '} by {task_line(ref, blocks)}\n"
+                + ("  the two tasks belong to different clients, and neither client's host synchronized "
+                   "with its task before the other was submitted"
+                   if across else
+                   "  nothing orders them: record an event after the first task and make the second's "
+                   "stream wait for it (aclrtRecordEvent + aclrtStreamWaitEvent), or synchronize in between"))
+        strict = bool(watch.flags & STRICT)
+        key = ("race", old.ref["site"], old.ref["what"], probe.site, ref["what"])
+        finding, new = self._report(watch, "racecheck", "data race", "error" if strict else "warning", key,
+                                    text, {"tasks": [old.ref, ref], "range": [a, b], "bytes": b - a,
+                                           "cross_client": across}, task if strict else None)
+        other = self.watches.get(old.session) if across else None
+        if new and other is not None:  # the other client's report shows it too
+            other.findings.add(key, lambda: finding)
+
+    def _leaks(self, watch) -> list:
+        out = []
+        for block in self.memory.live_of(watch.session):
+            text = (f"{block.size} bytes at {block.start:#x} allocated at {block.site} (call {block.seq}) "
+                    "were never freed")
+            out.append(Finding("memcheck", "leak", "warning", text,
+                               {"address": block.start, "bytes": block.size, "malloc_site": block.site},
+                               watch.session))
+        return out
+
+    def _report(self, watch, check, kind, severity, key, text, details, task=None) -> tuple:
+        session = watch.session
+        finding, new = watch.findings.add(key, lambda: Finding(check, kind, severity, text, details, session))
+        if new:
+            self.findings.add((session.id,) + key, lambda: finding)
+            log_finding(finding)
+        if severity == "error" and task is not None and task.failure is None:
+            task.failure = Failure(MEMORY_ERROR, f"simnpu {check}: {kind}\n{text}", task.seq)
+        return finding, new
+
+    def _ref(self, task, probe) -> dict:
+        ref = probe.ref
+        if ref is None:
+            session = task.stream.session
+            ref = probe.ref = {"task": task.seq, "what": _what(task), "stream": stream_label(task.stream),
+                               "pid": session.pid, "process": session.process_name, "site": probe.site,
+                               "client": session.id}
+        return ref
+
+
+def _what(task) -> str:
+    name, cat, _ = describe_task(task)
+    return f"kernel {name}" if cat == "kernel" else name
+
+
+def _checked_args(result):
+    values, bounds = result
+    return values, CheckedBounds(bounds)
+
+
+def _blocks_host(task, session) -> bool:
+    """Whether the client's host waits for this task before going on: a synchronous copy or
+    memset (the hidden immediate stream) or a copy through the staging area."""
+    if task.stream.handle == 0:
+        return True
+    if task.kind == COPY and session.staging is not None:
+        name = session.staging.name
+        dst, src, _ = task.payload
+        return (dst[0] == "seg" and dst[1] == name) or (src[0] == "seg" and src[1] == name)
+    return False
+
+
+def _collective_accesses(task) -> list:
+    """A rank's collective reads its send buffer and writes its receive buffer."""
+    from simnpu.shm.addresses import device_address
+
+    member, _, call = task.payload
+    kind, n, rank = call.kind, member.n_ranks, member.rank
+    size = ht.ITEM_SIZES.get(call.dtype, 0) * call.elements
+    root = rank == call.root
+    send_bytes, recv_bytes = {
+        ht.HCCL_CMD_ALLREDUCE: (size, size),
+        ht.HCCL_CMD_REDUCE: (size, size if root else 0),
+        ht.HCCL_CMD_ALLGATHER: (size, size * n),
+        ht.HCCL_CMD_REDUCE_SCATTER: (size * n, size),
+        ht.HCCL_CMD_ALLTOALL: (size * n, size * n),
+        ht.HCCL_CMD_SCATTER: (size * n if root else 0, size),
+        ht.HCCL_CMD_SEND: (size, 0),
+        ht.HCCL_CMD_RECEIVE: (0, size),
+    }.get(kind, (0, 0))
+    out = []
+    if kind == ht.HCCL_CMD_BROADCAST:  # in place: the root reads, the others write
+        start = device_address(*call.send)
+        return [("dev", call.send[0], start, start + size, 0 if root else 1, None)]
+    if send_bytes:
+        start = device_address(*call.send)
+        out.append(("dev", call.send[0], start, start + send_bytes, 0, None))
+    if recv_bytes:
+        start = device_address(*call.recv)
+        out.append(("dev", call.recv[0], start, start + recv_bytes, 1, None))
+    return out
+
+
+# ---- the session's requests ------------------------------------------------------------------------
+def handlers(session) -> dict:
+    """OP_OBSERVE, OP_OBSERVE_TRACE, OP_OBSERVE_REPORT for `session` (registered at its start)."""
+    from simnpu.server.session import DEFERRED  # (session.py imports this module)
+
+    daemon = session.daemon
+
+    def observe(request):
+        bits = request.args[0]
+        if bits & ~(TRACE | CHECKS | STRICT):
+            raise NpuError(codes.ACL_ERROR_RT_PARAM_INVALID, f"unknown observe flags {bits:#x}")
+        observer = Observer.ensure(daemon)
+        return [observer.watch(session, bits).flags]
+
+    def after_drain(request, answer):
+        observer = daemon.observer
+        if observer is None:
+            session.respond(request.id, text=answer(None))
+            return
+        streams = [s for c in session.contexts for s in c.streams] + list(session.immediate.values())
+        deadline = time.monotonic() + DRAIN_WAIT_S
+
+        def begin():
+            waiter = Waiter(lambda: all(not s.tasks for s in streams),
+                            lambda timed_out: session.respond(request.id, text=answer(observer)), deadline)
+            session.scheduler.watch(waiter, streams=streams)
+
+        session._batch.append((begin, ()))
+
+    def trace(request):
+        after_drain(request, lambda observer: json.dumps(
+            observer.trace_json(session) if observer else {"traceEvents": []}, separators=(",", ":")))
+        return DEFERRED
+
+    def report(request):
+        final = bool(request.args[0])
+        after_drain(request, lambda observer: json.dumps(
+            observer.report_json(session, final) if observer else Findings().as_json("off")))
+        return DEFERRED
+
+    return {npu_pb2.OP_OBSERVE: observe, npu_pb2.OP_OBSERVE_TRACE: trace, npu_pb2.OP_OBSERVE_REPORT: report}
+
+
+def install(daemon) -> None:
+    """At daemon start: observe every client if `--trace` or `--check` asked for it."""
+    config = daemon.config
+    bits = config.checks | (TRACE if config.trace_path else 0)
+    if bits:
+        daemon.observer = Observer(daemon, bits, config.trace_path, config.check_report, config.trace_buffer)
+        daemon.scheduler.observer = daemon.observer
+        log.info("observing every client: %s", flags_.describe(bits))
+
+
+def hello_flags(session) -> int:
+    observer = session.daemon.observer
+    return observer.hello(session) if observer is not None else 0
+
+
+def query(daemon, what: str) -> object:
+    """The Query RPC's "trace" and "check_report" views."""
+    observer = daemon.observer
+    if observer is None:
+        return {"error": "this daemon records no timeline and checks nothing (start it with "
+                         "`simnpu serve --trace FILE` or `--check all`, or set SIMNPU_TRACE / "
+                         "SIMNPU_CHECK in a client)"}
+    if what == "trace":
+        return observer.trace_json()
+    report = observer.report_json()
+    report["text"] = render(report, f"simnpu daemon (pid {observer.daemon_pid()})")
+    return report
+

@@ -37,7 +37,7 @@ from simnpu.proto import hccl_types as ht
 
 BLOCK_BYTES = 256 << 10  # of each source per step: the running result stays in L2
 MIN_PIECE_BYTES = 2 << 20  # a piece is worth a message and a wake-up above this
-PIECES_PER_CORE = 4  # cores that finish early (or start late) take more of the pieces
+PIECES_PER_CORE = 2  # a core that finishes early (or starts late) takes more of the pieces
 
 Location = tuple  # (device index, byte offset in its memory)
 Group = tuple  # (sources, destinations, element count)

@@ -27,6 +27,7 @@ See docs/acl.md for every call and what simnpu does with it.
 from __future__ import annotations
 
 import json as _json
+import struct as _struct
 
 from simnpu.proto import codes as _codes
 from simnpu.proto import commands as _commands
@@ -94,6 +95,51 @@ def get_recent_err_msg():
     """aclGetRecentErrMsg: the message of this thread's latest failed acl call, then cleared
     (None when there is none)."""
     return _api.take_message()
+
+
+def float_to_float16(value):
+    """aclFloatToFloat16: the IEEE half-precision bits (an int) of `value`."""
+    if not isinstance(value, (int, float)):
+        raise TypeError(f"acl.float_to_float16 args parse failed: must be float, not {type(value).__name__}")
+    try:
+        return _struct.unpack("<H", _struct.pack("<e", value))[0]
+    except OverflowError:
+        return 0x7C00 if value > 0 else 0xFC00  # +-inf, as the C conversion saturates
+
+
+def float16_to_float(value):
+    """aclFloat16ToFloat: the float whose IEEE half-precision bits are `value`."""
+    if not isinstance(value, int):
+        raise TypeError(f"acl.float16_to_float args parse failed: must be int, not {type(value).__name__}")
+    return _struct.unpack("<e", _struct.pack("<H", value & 0xFFFF))[0]
+
+
+_TYPE_SIZES = {
+    _codes.ACL_FLOAT: 4, _codes.ACL_FLOAT16: 2, _codes.ACL_INT8: 1, _codes.ACL_INT32: 4, _codes.ACL_UINT8: 1,
+    _codes.ACL_INT16: 2, _codes.ACL_UINT16: 2, _codes.ACL_UINT32: 4, _codes.ACL_INT64: 8, _codes.ACL_UINT64: 8,
+    _codes.ACL_DOUBLE: 8, _codes.ACL_BOOL: 1, _codes.ACL_COMPLEX64: 8, _codes.ACL_COMPLEX128: 16,
+    _codes.ACL_BF16: 2,
+}
+
+
+def data_type_size(data_type):
+    """aclDataTypeSize: bytes per element of an aclDataType (0 for ACL_STRING and unknown types)."""
+    if not isinstance(data_type, int):
+        raise TypeError(f"acl.data_type_size args parse failed: must be int, not {type(data_type).__name__}")
+    return _TYPE_SIZES.get(data_type, 0)
+
+
+def get_soc_name():
+    """aclrtGetSocName: None -- the simulated NPU is no Ascend SoC (see get_recent_err_msg)."""
+    _api.failed(_NpuError(_codes.ACL_ERROR_RT_FEATURE_NOT_SUPPORT,
+                          "aclrtGetSocName: the simulated NPU has no Ascend SoC name"), "acl.get_soc_name")
+
+
+def get_version():
+    """aclrtGetVersion: `major, minor, patch, ret` -- not supported (simnpu is not a CANN release)."""
+    code = _api.failed(_NpuError(_codes.ACL_ERROR_RT_FEATURE_NOT_SUPPORT,
+                                 "aclrtGetVersion: simnpu is not a CANN release"), "acl.get_version")
+    return 0, 0, 0, code
 
 
 _NOT_PROVIDED = {

@@ -47,11 +47,6 @@ _NS: dict = {"__builtins__": __builtins__, "__name__": __name__, "_rt": None}
 
 
 # ---- the session --------------------------------------------------------------------------------
-def current():
-    """The Runtime of this process's session, or None."""
-    return _NS["_rt"]
-
-
 def session():
     """The session's Runtime, connecting on first use (the daemon at SIMNPU_ADDRESS or the
     per-user socket, started if none runs). Raises NpuError."""
@@ -126,6 +121,8 @@ def _i(value, position: int, name: str) -> int:
 
 
 def _s(value, position: int, name: str) -> str:
+    if isinstance(value, str):
+        return str(value)
     raise TypeError(f"{name} args parse failed: argument {position} must be str, not {_kind(value)}")
 
 
@@ -146,13 +143,14 @@ _CHECKS = {
     "K": "    if {p}.__class__ is not int: {p} = _k({p}, {n}, {name!r})\n",
     "i": "    if {p}.__class__ is not int: {p} = _i({p}, {n}, {name!r})\n",
     "I": "    if {p}.__class__ is not int: {p} = _i({p}, {n}, {name!r})\n",
-    "s": "    if {p}.__class__ is not str: _s({p}, {n}, {name!r})\n",
+    "s": "    if {p}.__class__ is not str: {p} = _s({p}, {n}, {name!r})\n",
     "p": "    if {p}.__class__ is not str: {p} = _p({p}, {n}, {name!r})\n",
     "C": "    if not callable({p}): _c({p}, {n}, {name!r})\n",
     "O": "",
 }
 _NS.update(_k=_k, _i=_i, _s=_s, _p=_p, _c=_c, _failed=failed, _out_of_range=_out_of_range,
-           _session=session, _NpuError=NpuError, _RangeErrors=(OverflowError, struct.error))
+           _session=session, _NpuError=NpuError, _RangeErrors=(OverflowError, struct.error),
+           _INVALID_PARAM=codes.ACL_ERROR_INVALID_PARAM)
 
 
 def api(spec: str = "", outputs: tuple | None = None, *, delegate: str | None = None,
@@ -191,9 +189,9 @@ def api(spec: str = "", outputs: tuple | None = None, *, delegate: str | None = 
             success = "(_result, 0)" if len(outputs) == 1 else "(*_result, 0)"
         acquire = ("        rt = _rt\n        if rt is None:\n            rt = _session()\n"
                    if needs_session else "        rt = None\n")
-        checks = "".join(f"        if not {param}:\n            raise _NpuError(100000, '{param} is null')\n"
+        checks = "".join(f"        if not {param}:\n            raise _NpuError(_INVALID_PARAM, '{param} is null')\n"
                          for param in nonnull)
-        lines.append("    try:\n" + acquire + checks + f"        {result}\n")
+        lines.append("    try:\n" + checks + acquire + f"        {result}\n")
         lines.append(f"    except _NpuError as error:\n        return {failure}\n")
         lines.append("    except _RangeErrors as error:\n"
                      f"        return {failure.replace('_failed(', '_out_of_range(')}\n")

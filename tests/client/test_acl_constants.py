@@ -45,6 +45,18 @@ def test_every_code_and_enum_is_exported_under_its_full_name():
         assert getattr(acl, name) == getattr(codes, name), name
 
 
+def test_host_helpers():
+    assert acl.float_to_float16(1.0) == 0x3C00 and acl.float_to_float16(-2.0) == 0xC000
+    assert acl.float16_to_float(0x3C00) == 1.0 and acl.float16_to_float(0x7BFF) == 65504.0
+    assert acl.float_to_float16(1e6) == 0x7C00                      # saturates to +inf
+    assert [acl.data_type_size(t) for t in (acl.ACL_FLOAT, acl.ACL_FLOAT16, acl.ACL_INT8, acl.ACL_INT64,
+                                            acl.ACL_BF16, acl.ACL_STRING, 999)] == [4, 2, 1, 8, 2, 0, 0]
+    assert acl.get_soc_name() is None
+    assert "no Ascend SoC" in acl.get_recent_err_msg()
+    assert acl.get_version() == (0, 0, 0, acl.ACL_ERROR_RT_FEATURE_NOT_SUPPORT)
+    acl.get_recent_err_msg()
+
+
 def test_docs_list_every_unsupported_call():
     page = (ROOT / "docs" / "acl.md").read_text(encoding="utf-8")
     missing = [name for name in acl.rt.UNSUPPORTED if f"`{name}`" not in page]

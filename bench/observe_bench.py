@@ -114,7 +114,7 @@ def report_table(rows: dict, args) -> list[dict]:
     timeline = [r for r in table if r["mode"].startswith("trace")]
     worst_rate = max(-r["rate_vs_off"] for r in timeline)
     worst_cpu = max(r["cpu_vs_off"] for r in timeline)
-    print(f"\ntimeline cost, worst of client/daemon tracing: throughput {worst_rate:+.1%} lower, CPU per task "
+    print(f"\ntimeline cost, worst of client/daemon tracing: throughput {worst_rate:.1%} lower, CPU per task "
           f"{worst_cpu:+.1%} (target < 10 %: {'met' if max(worst_rate, worst_cpu) < 0.10 else 'MISSED'})")
     print("(throughput on a shared 2-core machine is noisy; CPU per task is not slowed by other processes)")
     return table

@@ -85,7 +85,7 @@ def summarize(trace: dict, gaps: int = 5) -> dict:
             start, end = before["ts"] + before["dur"], after["ts"]
             if end - start <= 0:
                 continue
-            during = []  # the waits of this stream that overlap the gap (sorted by start)
+            during: list = []  # the waits of this stream that overlap the gap (sorted by start)
             index = bisect.bisect_left(wait_starts, end) - 1
             while index >= 0 and waits[index]["ts"] + waits[index]["dur"] > start and len(during) < 3:
                 during.append(waits[index])

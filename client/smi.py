@@ -96,9 +96,9 @@ def render(view: dict, address: str) -> str:
         out.append(_line("="))
     observe = view.get("observe")
     if observe:
-        out.append(f"observing: {observe['flags']}, {observe['observed_sessions']} session(s), "
-                   f"{observe['trace_records']} timeline records, {observe['errors']} error(s), "
-                   f"{observe['warnings']} warning(s) found")
+        out.append(f"observing: {observe['flags']} for every client; {observe['observed_sessions']} observed "
+                   f"session(s) now, {observe['trace_records']} timeline records, {observe['errors']} "
+                   f"error(s) and {observe['warnings']} warning(s) found")
     return "\n".join(out)
 
 

@@ -191,8 +191,9 @@ def _location_access(location, count: int, write: bool) -> tuple:
     return ("seg", key, offset, offset + count, write, None)
 
 
-def classify_fault(memory: MemoryMap, session, bounds, fault) -> tuple[str, str]:
-    """(finding kind, explanation) of a kernel's refused view (address, nbytes, access, block)."""
+def classify_fault(memory: MemoryMap, session, bounds, fault, devices=()) -> tuple[str, str]:
+    """(finding kind, explanation) of a kernel's refused view (address, nbytes, access, block);
+    `devices` (the daemon's) tell whose live allocation an address is in."""
     address, nbytes, _access, _block = fault
     if not isinstance(address, int) or address < (1 << 47):
         return "out-of-bounds", f"{address:#x} is not a device address (a host pointer, or garbage)"
@@ -208,11 +209,14 @@ def classify_fault(memory: MemoryMap, session, bounds, fault) -> tuple[str, str]
     tomb = memory.tombstone_of(session, device, address, address + max(nbytes, 1))
     if tomb is not None and memory.find(device, address) is None:
         return "use-after-free", f"{address:#x} is inside {tomb.describe()}"
-    block = memory.find(device, address)
-    if block is not None and block.session is not session and block.session is not None:
+    live = devices[device].lookup(address) if device < len(devices) else None
+    if live is not None and live.owner is not session:
+        start = address - (split_device_address(address)[1] - live.offset)
         return ("cross-client access",
-                (f"{address:#x} is inside memory of {block.session!r}: {block.describe()}; a kernel may "
-                "only touch its own client's memory (or memory imported with aclrtIpcMemImportByKey)"))
+                (f"{address:#x} is inside the {live.size}-byte allocation at {start:#x} of {live.owner!r}; "
+                 "a kernel may only touch its own client's memory (or memory imported with "
+                 "aclrtIpcMemImportByKey)"))
+    block = memory.find(device, address)
     if block is not None:
         return ("out-of-bounds",
                 (f"{address:#x} is inside {block.describe()}, which was not passed to this kernel as an "

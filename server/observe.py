@@ -165,8 +165,14 @@ class Observer:
             key = watch.keys.get(stream)  # needs), (submit time, watch) on control tasks
             if key is None:  # (they are recorded when they complete)
                 key = watch.keys[stream] = self.timeline.stream_key(stream)
-            self.timeline.submitted(task, key, now, None)
-            task.probe = False if task.kind in _DEVICE_WORK else (now, watch)
+            kind = task.kind
+            if kind == KERNEL:  # (Timeline.submitted, written out: this runs for every task)
+                payload = task.payload
+                self.timeline.records.append(("s", id(task), key, task.seq, kind, payload[1], payload[3], now, None))
+                task.probe = False
+            else:
+                self.timeline.submitted(task, key, now, None)
+                task.probe = False if kind in _DEVICE_WORK else (now, watch)
             return
         probe = task.probe = Probe(now, watch.sites.pop(task.seq, "?"), watch)
         if probe.traced:
@@ -189,11 +195,17 @@ class Observer:
         for token, code, start, end, _ in results:
             task = inflight[token]
             chunk = blocks.pop(token, None) if blocks else None
-            probe = getattr(task, "probe", None)  # (an HCCL collective's data movement has none)
+            try:
+                probe = task.probe
+            except AttributeError:  # an HCCL collective's data movement
+                continue
             if probe is False or (probe is not None and probe.traced):
                 runs.append((id(task), start, end, chunk, code))
         if runs:
-            self.timeline.ran(worker, tuple(runs))
+            timeline = self.timeline
+            if worker.core_id not in timeline.workers:
+                timeline.workers[worker.core_id] = (worker.device, worker.kind, worker.index)
+            timeline.records.append(("r", worker.core_id, tuple(runs)))
 
     def worker_notice(self, worker, message) -> None:
         if message[0] != "accesses":
@@ -294,6 +306,7 @@ class Observer:
                 self.timeline.forget_session(session.id)
             self.memory.forget_session(session)
             self.clocks.forget_session(session)
+            self.tracing = bool(self.flags & TRACE) or any(w.flags & TRACE for w in self.watches.values())
 
     # ---- requests ---------------------------------------------------------------------------------
     def trace_json(self, session=None) -> dict:
@@ -307,7 +320,7 @@ class Observer:
     def report_json(self, session=None, final: bool = False) -> dict:
         with self.scheduler._lock:
             if session is None:
-                return self.findings.as_json(flags_.describe(self.flags))
+                return self.findings.as_json(flags_.describe(self.flags & ~TRACE))
             watch = self.watches.get(session)
             if watch is None:
                 return Findings().as_json("off")
@@ -344,7 +357,8 @@ class Observer:
     def _check_task(self, task, probe, watch) -> None:
         session = watch.session
         if probe.fault is not None and watch.flags & MEMCHECK and task.failure is not None:
-            kind, why = classify_fault(self.memory, session, task.payload[4] or (), probe.fault)
+            kind, why = classify_fault(self.memory, session, task.payload[4] or (), probe.fault,
+                                       self.daemon.devices)
             ref = self._ref(task, probe)
             text = f"{why}\n  in {task_line(ref, (probe.fault[3], probe.fault[3]))}"
             self._report(watch, "memcheck", kind, "error", (kind, probe.site), text,

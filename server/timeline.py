@@ -127,7 +127,7 @@ def chrome_trace(timeline: Timeline, records: list, started_ns: int, title: str,
             if session_id is not None and key[0] != session_id:
                 live.pop(ident, None)
                 continue
-            entry = [key, seq, kind, name, n, submit, site, None, None, None, None, None, None]
+            entry: list | None = [key, seq, kind, name, n, submit, site, None, None, None, None, None, None]
             live[ident] = entry
             entries.append(entry)
         elif tag == "r":

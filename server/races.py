@@ -7,7 +7,8 @@ scheduler lock), so what is ordered does not depend on how the run was timed:
 - a task comes after every earlier task of its stream (streams are FIFO);
 - a task comes after everything its client's host had synchronised with when it was
   submitted (synchronize stream/device/event, a stream or event query that answered
-  "complete", a synchronous copy or memset, a pageable copy -- they return only once done);
+  "complete", a synchronous copy or memset, a pageable copy, destroying a stream or a
+  context -- they return only once done);
 - a stream wait comes after the event record it binds to (the latest record at the time
   of the wait), so everything after the wait on its stream comes after everything before
   the record on the recording stream;

@@ -362,6 +362,8 @@ class Session(SessionMemory):
                 self._forget_event(handle)
 
         def begin():
+            if self.scheduler.observer is not None:  # the host waits for their tasks
+                self.scheduler.observer.host_synced(self, streams)
             waiter = Waiter(lambda: all(not s.tasks for s in streams), lambda timed_out: finish())
             self.scheduler.watch(waiter, streams=streams)
 
@@ -433,6 +435,8 @@ class Session(SessionMemory):
         def begin():
             if force:
                 self.scheduler.drop_pending(stream)
+            elif self.scheduler.observer is not None:  # the host waits for its tasks
+                self.scheduler.observer.host_synced(self, [stream])
             waiter = Waiter(lambda: not stream.tasks, lambda timed_out: finish())
             self.scheduler.watch(waiter, streams=[stream])
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import signal
+import threading
 
 import numpy as np
 import pytest
@@ -105,6 +106,27 @@ def test_freeing_memory_a_queued_kernel_still_uses_is_reported(checked):
     assert sites(error) == [launch_site] and "kernel slow_fill" in error["text"]
 
 
+def test_a_copy_queued_before_a_free_and_run_after_it_is_a_use_after_free(checked):
+    npu, _ = checked
+    stream = npu.Stream()
+    gate = threading.Event()
+    source = filled(npu)
+    block = npu.DeviceBuffer(N * 4)
+    npu.runtime().launch_host_func(stream.handle, lambda _: gate.wait(30), None)  # holds the stream
+    copy_site = next_line()
+    block.copy_from(source, stream=stream)
+    free_site = next_line()
+    block.free()
+    gate.set()
+    with pytest.raises(npu.NpuError) as failure:
+        stream.synchronize()
+    assert failure.value.code == MEM_ERROR and copy_site in str(failure.value)
+    [error] = errors()
+    assert error["kind"] == "use-after-free" and sites(error) == [copy_site]
+    assert error["free_site"] == free_site and "write of bytes" in error["text"]
+    source.free()
+
+
 def test_freeing_after_synchronizing_reports_nothing(checked):
     npu, k = checked
     stream = npu.Stream()
@@ -113,6 +135,11 @@ def test_freeing_after_synchronizing_reports_nothing(checked):
         k["slow_fill"].launch(1, block, N, 0.01, stream=stream)
         stream.synchronize()
         block.free()
+    block = npu.DeviceBuffer(N * 4)
+    other = npu.Stream()
+    k["slow_fill"].launch(1, block, N, 0.01, stream=other)
+    other.destroy()  # aclrtDestroyStream waits for the stream's tasks
+    block.free()
     assert observe.report(final=True)["findings"] == []
 
 

@@ -57,13 +57,18 @@ def launch_rate(count: str = "100000"):
     stream = setup()
     empty = builtin("empty")
     check(launch(empty, 1, stream), "launch")
+    no_args = ctypes.addressof(_NO_ARGS)
     for _ in range(2000):
-        launch(empty, 1, stream)
+        check(launch(empty, 1, stream))
     check(acl.rt.synchronize_stream(stream))
+    failures = 0
     start = time.perf_counter()
-    for _ in range(count):
-        launch(empty, 1, stream)
+    for _ in range(count):  # what a pyACL program's launch loop is: the call and its check
+        if acl.rt.launch_kernel_with_host_args(empty, 1, stream, None, no_args, 0):
+            failures += 1
     host = time.perf_counter() - start
+    if failures:
+        raise SystemExit(f"{failures} launches failed: {acl.get_recent_err_msg()}")
     check(acl.rt.synchronize_stream(stream))
     total = time.perf_counter() - start
     return {"host_rate": count / host, "completed_rate": count / total}
@@ -77,7 +82,7 @@ def round_trip(rounds: str = "3000"):
     check(launch(empty, 1, stream), "launch")
     for i in range(int(rounds) + 200):
         start = time.perf_counter()
-        launch(empty, 1, stream)
+        check(launch(empty, 1, stream))
         check(acl.rt.synchronize_stream(stream))
         if i >= 200:
             samples.append(time.perf_counter() - start)

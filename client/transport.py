@@ -28,12 +28,29 @@ _Item = npu_pb2.Item
 _Request = npu_pb2.Request
 
 
+_own_code: dict = {}   # code object -> whether it belongs to simnpu's client packages
+_site_names: dict = {}  # (code object, line) -> "file:line"
+
+
 def caller_site() -> str:
-    """file:line of the first frame outside simnpu's client packages (the user's call)."""
+    """file:line of the first frame outside simnpu's client packages (the user's call).
+
+    On every asynchronous call, so both answers are cached: which code objects are ours,
+    and the text of each (code, line) seen."""
     frame = sys._getframe(2)
-    while frame is not None and frame.f_globals.get("__name__", "").startswith(_OWN_MODULES):
+    while frame is not None:
+        code = frame.f_code
+        own = _own_code.get(code)
+        if own is None:
+            own = _own_code[code] = frame.f_globals.get("__name__", "").startswith(_OWN_MODULES)
+        if not own:
+            key = (code, frame.f_lineno)
+            name = _site_names.get(key)
+            if name is None:
+                name = _site_names[key] = f"{code.co_filename}:{frame.f_lineno}"
+            return name
         frame = frame.f_back
-    return f"{frame.f_code.co_filename}:{frame.f_lineno}" if frame is not None else "?"
+    return "?"
 
 
 class _Pending:

@@ -25,7 +25,7 @@ from ._api import api, not_supported
 from ._api import last_error as _last_error
 
 _FLOAT = struct.Struct("<f")
-_HOST_ARGS: dict = {}  # argument-struct size -> ctypes array type (string_at costs twice as much)
+_HOST_ARGS: dict = {}  # argument-struct size -> ctypes array type
 _U32 = 0xFFFFFFFF
 _DEVICE_KINDS = frozenset({
     codes.ACL_MEMCPY_HOST_TO_DEVICE, codes.ACL_MEMCPY_DEVICE_TO_HOST, codes.ACL_MEMCPY_DEVICE_TO_DEVICE,
@@ -371,28 +371,33 @@ def launch_kernel(rt, func, num_blocks, args_ptr, args_size, stream):
     """aclrtLaunchKernel (async): the packed argument struct lies in device memory at args_ptr."""
 
 
-@api("kIkOkkOk")
+@api("kIkOkkOk", nonnull=("host_args_ptr",))
 def launch_kernel_with_host_args(rt, func, num_blocks, stream, cfg, host_args_ptr, args_size,
                                  place_holders=None, place_holder_num=0):
     """aclrtLaunchKernelWithHostArgs (async): the packed argument struct lies in host memory
     at host_args_ptr (copied before the call returns). `cfg` may be None, 0 or []."""
+    struct_type = _HOST_ARGS.get(args_size)
+    if cfg or place_holders or place_holder_num or host_args_ptr >= DEVICE_BASE or struct_type is None:
+        struct_type = _host_args_type(cfg, place_holders, place_holder_num, host_args_ptr, args_size)
+    rt.launch_kernel(func, num_blocks, struct_type.from_address(host_args_ptr).raw, stream)
+
+
+def _host_args_type(cfg, place_holders, place_holder_num, host_args_ptr, args_size):
+    """The slow path of launch_kernel_with_host_args: what it refuses, and a ctypes array type
+    for a struct size not seen yet (string_at would cost twice as much on every launch)."""
     if cfg:
         raise _NotSupported("aclrtLaunchKernelWithHostArgs launch attributes (cfg)")
     if place_holders or place_holder_num:
         raise _NotSupported("aclrtLaunchKernelWithHostArgs place holders")
-    if not host_args_ptr:
-        raise _NpuError(codes.ACL_ERROR_INVALID_PARAM, "host_args_ptr is null")
     if host_args_ptr >= DEVICE_BASE:
         raise _invalid(f"host_args_ptr {host_args_ptr:#x} is a device address: launch_kernel takes "
-                      "arguments in device memory, launch_kernel_with_host_args in host memory")
+                       "arguments in device memory, launch_kernel_with_host_args in host memory")
     if args_size < 0:
         raise _invalid(f"args_size {args_size} is negative")
-    struct_type = _HOST_ARGS.get(args_size)
-    if struct_type is None:
-        struct_type = ctypes.c_char * args_size
-        if len(_HOST_ARGS) < 256:
-            _HOST_ARGS[args_size] = struct_type
-    rt.launch_kernel(func, num_blocks, struct_type.from_address(host_args_ptr).raw, stream)
+    struct_type = ctypes.c_char * args_size
+    if len(_HOST_ARGS) < 256:
+        _HOST_ARGS[args_size] = struct_type
+    return struct_type
 
 
 @api("I")

@@ -16,6 +16,8 @@ scheduler lock), so what is ordered does not depend on how the run was timed:
   before everything any client submits afterwards: clients can only coordinate through
   the host (pipes, files, sockets the daemon cannot see), and a correct program lets its
   peer go on only after synchronising. Unsynchronised work of two clients is unordered.
+  (So between clients, and only there, what is found depends on when each client's
+  work reached the daemon relative to the other's synchronisation.)
 
 Not ordering: host submission order across streams, stream priorities, HCCL collectives
 (their send/recv buffers are not checked), host callbacks (they run on another thread).

@@ -215,9 +215,12 @@ def test_two_clients_sharing_memory_race_unless_one_synchronizes_first(daemon):
         one.memset(block, 4096, 0, 4096)
         key = one.ipc_mem_get_export_key(block, 4096, codes.ACL_RT_IPC_MEM_EXPORT_FLAG_DISABLE_PID_VALIDATION)
         shared = two.ipc_mem_import_by_key(key)
-        # unsynchronized: both write
+        # unsynchronized: both write; both writes reach the daemon before either host
+        # synchronizes (a request answers only after the commands before it were taken)
         one.memset_async(block, 4096, 1, 4096, 0)
         two.memset_async(shared, 4096, 2, 4096, 0)
+        one.get_mem_info(codes.ACL_HBM_MEM)
+        two.get_mem_info(codes.ACL_HBM_MEM)
         one.synchronize_stream(0)
         two.synchronize_stream(0)
         reports = [rt.observer.report() for rt in (one, two)]

@@ -158,8 +158,14 @@ class MemoryMap:
         return sorted((b for b in self.blocks.values() if b.session is session), key=lambda b: b.seq)
 
     def forget_session(self, session) -> None:
+        """A session ended: its blocks go, and its accesses to other sessions' (shared) blocks."""
         for key in [k for k, b in self.blocks.items() if b.session is session]:
             self.freed(*key)
+        for block in list(self.blocks.values()) + list(self.segments.values()):
+            if any(access.session is session for access in block.history):
+                block.history[:] = [a for a in block.history if a.session is not session]
+        self.tombstones = deque((t for t in self.tombstones if t.session is not session),
+                                maxlen=self.tombstones.maxlen)
 
 
 def task_accesses(task, probe, device_address_of=device_address) -> list:

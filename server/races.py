@@ -98,10 +98,22 @@ class Clocks:
         join(clock, self.hosts.get(session, {}))
         return clock
 
-    def forget_session(self, session) -> None:
+    def forget_session(self, session) -> set:
+        """Drop a finished session's clocks; returns its agents (its work is all done: the caller
+        forgets their accesses too, so nothing later is compared with them)."""
         self.hosts.pop(session, None)
+        agents = set()
         for stream in [s for s in self.streams if s.context.session is session]:
-            del self.streams[stream]
+            agents.add(self.streams.pop(stream)[0])
+        for agent in agents:
+            self.world.pop(agent, None)
+        for entry in self.streams.values():  # (a tail clock is also its task's: replace, not edit)
+            if any(agent in entry[1] for agent in agents):
+                entry[1] = {a: e for a, e in entry[1].items() if a not in agents}
+        for session_of, host in list(self.hosts.items()):
+            if any(agent in host for agent in agents):
+                self.hosts[session_of] = {a: e for a, e in host.items() if a not in agents}
+        return agents
 
 
 def ordered_before(agent: int, epoch: int, clock: dict) -> bool:

@@ -68,6 +68,7 @@ class HostCallbacks:
         callback = next(self._ids)
         with self._lock:
             self._pending[callback] = (function, data, stream, blocking, target)
+        self.connection.expect_notice()
         self.connection.send_command(
             commands.pack_host(commands.CMD_HOST_CALLBACK, stream, callback, blocking), caller_site())
 

@@ -81,6 +81,9 @@ class Connection:
         self._sites_sent = 0  # sequence numbers up to here have had their sites sent
         self._broken: NpuError | None = None
         self._closing = False
+        self._reading = threading.Condition()  # guards _reader_busy and _notice_demand
+        self._reader_busy = False  # a thread is inside next(self._call)
+        self._notice_demand = 0  # host callbacks queued and not yet announced by the daemon
         self._open()
 
     def _open(self) -> None:
@@ -95,6 +98,11 @@ class Connection:
         self._call = session(self._messages(), metadata=metadata)
         self._receiver = threading.Thread(target=self._receive, name="simnpu-receiver", daemon=True)
         self._receiver.start()
+
+    # The stream is read by whoever needs it: a thread waiting for a reply reads it itself
+    # (the reply wakes that very thread, no hand-off), others wait for the reader to pass
+    # their reply on; the background receiver reads only when notices must arrive with
+    # nobody waiting (host callbacks) or the session is closing.
 
     # ---- sending --------------------------------------------------------------------------
     def send_command(self, record: bytes, site: str) -> int:
@@ -140,7 +148,20 @@ class Connection:
 
     def wait(self, pending: _Pending) -> npu_pb2.Reply:
         """Block until the reply arrives; raise NpuError if it carries an error code."""
-        pending.event.wait()
+        reading = self._reading
+        while not pending.event.is_set():
+            with reading:
+                while self._reader_busy and not pending.event.is_set():
+                    reading.wait()
+                if pending.event.is_set():
+                    break
+                self._reader_busy = True
+            try:
+                self._read_one()
+            finally:
+                with reading:
+                    self._reader_busy = False
+                    reading.notify_all()
         reply = pending.reply
         if isinstance(reply, NpuError):
             raise reply
@@ -214,24 +235,56 @@ class Connection:
         return npu_pb2.ClientMessage(items=items, site_seqs=seqs, sites=names)
 
     # ---- receiving ----------------------------------------------------------------------------
-    def _receive(self) -> None:
+    def expect_notice(self) -> None:
+        """A host callback was queued: its notice must be read even if no call waits."""
+        with self._reading:
+            self._notice_demand += 1
+            self._reading.notify_all()
+
+    def _read_one(self) -> None:
+        """Read and dispatch one ServerMessage (the caller holds the reader role)."""
+        if self._broken is not None:
+            return
         try:
-            for message in self._call:
-                for reply in message.replies:
-                    pending = self._replies.pop(reply.id, None)
-                    if pending is not None:
-                        pending.reply = reply
-                        pending.event.set()
-                for notice in message.notices:
-                    if notice.kind == npu_pb2.Notice.KIND_HOST_CALLBACK and self.on_callback:
-                        self.on_callback(notice.callback)
-                    elif notice.kind == npu_pb2.Notice.KIND_DEVICE_GONE:
-                        self._fail_all(codes.ACL_ERROR_RT_DRV_INTERNAL_ERROR,
-                                       f"the simnpu daemon at {self.address} is gone: {notice.message}")
+            message = next(self._call)
+        except StopIteration:
             self._fail_all(codes.ACL_ERROR_RT_DRV_INTERNAL_ERROR,
                            f"the simnpu daemon at {self.address} closed the session")
+            return
         except grpc.RpcError as error:
             self._fail_all(*_describe_rpc_error(self.address, error))
+            return
+        for reply in message.replies:
+            pending = self._replies.pop(reply.id, None)
+            if pending is not None:
+                pending.reply = reply
+                pending.event.set()
+        for notice in message.notices:
+            if notice.kind == npu_pb2.Notice.KIND_HOST_CALLBACK:
+                with self._reading:
+                    self._notice_demand -= 1
+                if self.on_callback:
+                    self.on_callback(notice.callback)
+            elif notice.kind == npu_pb2.Notice.KIND_DEVICE_GONE:
+                self._fail_all(codes.ACL_ERROR_RT_DRV_INTERNAL_ERROR,
+                               f"the simnpu daemon at {self.address} is gone: {notice.message}")
+
+    def _receive(self) -> None:
+        """The background reader: reads while notices are due or the session closes."""
+        reading = self._reading
+        while self._broken is None:
+            with reading:
+                while self._broken is None and (self._reader_busy or not (self._notice_demand > 0 or self._closing)):
+                    reading.wait()
+                if self._broken is not None:
+                    return
+                self._reader_busy = True
+            try:
+                self._read_one()
+            finally:
+                with reading:
+                    self._reader_busy = False
+                    reading.notify_all()
 
     def _fail_all(self, code: int, message: str) -> None:
         with self._lock:
@@ -241,6 +294,8 @@ class Connection:
         for item in pending:
             item.reply = self._broken
             item.event.set()
+        with self._reading:
+            self._reading.notify_all()
 
     @property
     def broken(self) -> NpuError | None:
@@ -252,6 +307,8 @@ class Connection:
             return
         self._closing = True
         self._wake.set()
+        with self._reading:
+            self._reading.notify_all()  # the background reader drains the stream to its end
         try:
             self._receiver.join(5)
         finally:

@@ -156,12 +156,7 @@ class Connection:
                 if pending.event.is_set():
                     break
                 self._reader_busy = True
-            try:
-                self._read_one()
-            finally:
-                with reading:
-                    self._reader_busy = False
-                    reading.notify_all()
+            self._read_turn()
         reply = pending.reply
         if isinstance(reply, NpuError):
             raise reply
@@ -241,6 +236,15 @@ class Connection:
             self._notice_demand += 1
             self._reading.notify_all()
 
+    def _read_turn(self) -> None:
+        """Read one message in the reader role (taken by the caller), then give the role up."""
+        try:
+            self._read_one()
+        finally:
+            with self._reading:
+                self._reader_busy = False
+                self._reading.notify_all()
+
     def _read_one(self) -> None:
         """Read and dispatch one ServerMessage (the caller holds the reader role)."""
         if self._broken is not None:
@@ -279,12 +283,7 @@ class Connection:
                 if self._broken is not None:
                     return
                 self._reader_busy = True
-            try:
-                self._read_one()
-            finally:
-                with reading:
-                    self._reader_busy = False
-                    reading.notify_all()
+            self._read_turn()
 
     def _fail_all(self, code: int, message: str) -> None:
         with self._lock:

@@ -320,12 +320,8 @@ class Scheduler:
 
     def _dispatch_kernels(self, device) -> None:
         ready = device.ready_kernels
-        for core in device.cores:
-            if not ready:
-                return
-            if not core.idle:
-                continue
-            stream = ready[policy.pick_stream([s.priority for s in ready])]
+        for core, index in _idle_with_work(device.cores, ready):
+            stream = ready[index]
             task = stream.tasks[0]
             num_blocks = task.payload[3]
             first = task.blocks_next
@@ -365,12 +361,7 @@ class Scheduler:
 
     def _dispatch_copies(self, device) -> None:
         ready = device.ready_copies
-        for engine in device.engines:
-            if not ready:
-                return
-            if not engine.idle:
-                continue
-            index = policy.pick_stream([s.priority for s in ready])
+        for engine, index in _idle_with_work(device.engines, ready):
             stream = ready[index]
             task = stream.tasks[0]
             count = task.payload[2]
@@ -507,6 +498,15 @@ class Scheduler:
                                   "exceeded the operator execution timeout")
         if self._dirty:
             self._pump()
+
+
+def _idle_with_work(workers, ready):
+    """(idle worker, index of the ready stream it should serve) while both remain."""
+    for worker in workers:
+        if not ready:
+            return
+        if worker.idle:
+            yield worker, policy.pick_stream([s.priority for s in ready])
 
 
 def _copy_piece(task, token, start: int, end: int) -> tuple:

@@ -267,14 +267,18 @@ class Session(SessionMemory):
         values = function.signature.unpack(self._read_device(address, size))
         return values, self._bounds(function, values)
 
-    def _own_allocation(self, address: int):
-        """(start address, requested size) of this session's allocation holding `address`."""
+    def _allocation_at(self, address: int):
+        """The live allocation (of any session) holding device address `address`, if any."""
         if not is_device_address(address):
             return None
         device_index, _ = split_device_address(address)
         if device_index >= len(self.daemon.devices):
             return None
-        allocation = self.daemon.devices[device_index].lookup(address)
+        return self.daemon.devices[device_index].lookup(address)
+
+    def _own_allocation(self, address: int):
+        """(start address, requested size) of this session's allocation holding `address`."""
+        allocation = self._allocation_at(address)
         if allocation is None:
             return None
         if allocation.owner is not self:
@@ -560,12 +564,8 @@ class Session(SessionMemory):
         return DEFERRED
 
     def _owner_of(self, address: int):
-        if not is_device_address(address):
-            return None
-        device_index, _ = split_device_address(address)
-        if device_index >= len(self.daemon.devices):
-            return None
-        allocation = self.daemon.devices[device_index].lookup(address)
+        """Another session owning the allocation at `address` (for error messages), if any."""
+        allocation = self._allocation_at(address)
         return None if allocation is None or allocation.owner is self else allocation.owner
 
     def _malloc_host(self, request):

@@ -20,7 +20,21 @@ from simnpu.proto import codes
 from simnpu.proto.errors import NotSupportedError, NpuError, NpuMemoryError
 
 __all__ = [
-    "Device", "connect", "device_count", "runtime", "shutdown", "Kernel", "Module", "builtin",
-    "DeviceBuffer", "PinnedBuffer", "Event", "Stream", "current_stream", "codes",
-    "NotSupportedError", "NpuError", "NpuMemoryError",
+    "Device",
+    "DeviceBuffer",
+    "Event",
+    "Kernel",
+    "Module",
+    "NotSupportedError",
+    "NpuError",
+    "NpuMemoryError",
+    "PinnedBuffer",
+    "Stream",
+    "builtin",
+    "codes",
+    "connect",
+    "current_stream",
+    "device_count",
+    "runtime",
+    "shutdown",
 ]

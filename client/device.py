@@ -57,7 +57,7 @@ class Device:
     def __repr__(self) -> str:
         return f"<simnpu Device {self.index}>"
 
-    def __enter__(self) -> "Device":
+    def __enter__(self) -> Device:
         return self
 
     def __exit__(self, *exc) -> None:

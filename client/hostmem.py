@@ -21,7 +21,7 @@ PAGEABLE = "pageable"
 
 
 class PinnedBlock:
-    __slots__ = ("handle", "address", "size", "region", "buffer")
+    __slots__ = ("address", "buffer", "handle", "region", "size")
 
     def __init__(self, handle, address, size, region=None, buffer=None):
         self.handle = handle

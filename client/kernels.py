@@ -35,14 +35,14 @@ class Module:
         self.name = name
 
     @classmethod
-    def load(cls, path: str | os.PathLike) -> "Module":
+    def load(cls, path: str | os.PathLike) -> Module:
         """aclrtBinaryLoadFromFile."""
         with open(path, encoding="utf-8") as handle:
             source = handle.read()
         return cls(runtime().binary_load(source, os.fspath(path)), os.fspath(path))
 
     @classmethod
-    def from_source(cls, source: str, name: str = "<kernel module>") -> "Module":
+    def from_source(cls, source: str, name: str = "<kernel module>") -> Module:
         """aclrtBinaryLoadFromData."""
         return cls(runtime().binary_load(source, name), name)
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 import ctypes
 
 import numpy as np
-
 from simnpu.client.device import runtime
 from simnpu.client.stream import Stream, current_stream
 from simnpu.proto import codes
@@ -21,7 +20,7 @@ class DeviceBuffer:
         self._exported: list[str] = []
 
     @classmethod
-    def ipc_import(cls, key: str) -> "DeviceBuffer":
+    def ipc_import(cls, key: str) -> DeviceBuffer:
         """The buffer another process exported under `key` (aclrtIpcMemImportByKey); free()
         closes the import (aclrtIpcMemClose). Blocks."""
         buffer = cls.__new__(cls)
@@ -44,7 +43,7 @@ class DeviceBuffer:
         return key
 
     @classmethod
-    def from_array(cls, array, stream: Stream | None = None) -> "DeviceBuffer":
+    def from_array(cls, array, stream: Stream | None = None) -> DeviceBuffer:
         """A new buffer holding a copy of `array` (synchronous unless `stream` is given)."""
         array = np.ascontiguousarray(array)
         buffer = cls(max(array.nbytes, 1))
@@ -54,7 +53,7 @@ class DeviceBuffer:
     def __repr__(self) -> str:
         return f"<simnpu DeviceBuffer {self.ptr:#x} {self.nbytes} bytes>"
 
-    def __enter__(self) -> "DeviceBuffer":
+    def __enter__(self) -> DeviceBuffer:
         return self
 
     def __exit__(self, *exc) -> None:
@@ -98,7 +97,7 @@ class DeviceBuffer:
         shape = (self.nbytes // dtype.itemsize,) if shape is None else shape
         return self.copy_to_host(np.empty(shape, dtype))
 
-    def copy_from(self, source: "DeviceBuffer", nbytes: int | None = None, stream: Stream | None = None) -> None:
+    def copy_from(self, source: DeviceBuffer, nbytes: int | None = None, stream: Stream | None = None) -> None:
         """Device -> device."""
         nbytes = source.nbytes if nbytes is None else nbytes
         self._copy(self.ptr, self.nbytes, source.ptr, nbytes, codes.ACL_MEMCPY_DEVICE_TO_DEVICE, stream)
@@ -129,7 +128,7 @@ class PinnedBuffer:
     def __repr__(self) -> str:
         return f"<simnpu PinnedBuffer {self.ptr:#x} {self.nbytes} bytes>"
 
-    def __enter__(self) -> "PinnedBuffer":
+    def __enter__(self) -> PinnedBuffer:
         return self
 
     def __exit__(self, *exc) -> None:

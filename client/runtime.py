@@ -30,7 +30,7 @@ from simnpu.shm.region import Region
 
 
 class ContextInfo:
-    __slots__ = ("handle", "device", "default_stream", "streams", "events")
+    __slots__ = ("default_stream", "device", "events", "handle", "streams")
 
     def __init__(self, handle, device, default_stream):
         self.handle = handle

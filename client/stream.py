@@ -10,7 +10,7 @@ from simnpu.proto import codes
 _local = threading.local()
 
 
-def current_stream() -> "Stream":
+def current_stream() -> Stream:
     """The stream `with stream:` made current in this thread, else the default stream."""
     stack = getattr(_local, "stack", None)
     return stack[-1] if stack else Stream.wrap(0)
@@ -30,7 +30,7 @@ class Stream:
         self._owned = True
 
     @classmethod
-    def wrap(cls, handle: int) -> "Stream":
+    def wrap(cls, handle: int) -> Stream:
         """A Stream object for an existing handle (0 = the default stream); not owned."""
         stream = cls.__new__(cls)
         stream.handle, stream.priority, stream._owned = handle, 0, False
@@ -39,7 +39,7 @@ class Stream:
     def __repr__(self) -> str:
         return f"<simnpu Stream {self.handle:#x}>"
 
-    def __enter__(self) -> "Stream":
+    def __enter__(self) -> Stream:
         if not hasattr(_local, "stack"):
             _local.stack = []
         _local.stack.append(self)
@@ -56,11 +56,11 @@ class Stream:
         """aclrtStreamQuery: True when every task submitted so far has finished."""
         return runtime().stream_query(self.handle) == codes.ACL_STREAM_STATUS_COMPLETE
 
-    def wait_event(self, event: "Event") -> None:
+    def wait_event(self, event: Event) -> None:
         """aclrtStreamWaitEvent (async): later tasks wait for the event's latest record."""
         runtime().stream_wait_event(self.handle, event.handle)
 
-    def record(self, event: "Event | None" = None) -> "Event":
+    def record(self, event: Event | None = None) -> Event:
         """aclrtRecordEvent (async) of `event` (a new one if None) on this stream."""
         event = event if event is not None else Event()
         event.record(self)
@@ -103,7 +103,7 @@ class Event:
         """aclrtQueryEventStatus: True once the latest record has completed."""
         return runtime().query_event_status(self.handle) == codes.ACL_EVENT_RECORDED_STATUS_COMPLETE
 
-    def elapsed_time(self, end: "Event") -> float:
+    def elapsed_time(self, end: Event) -> float:
         """aclrtEventElapsedTime: milliseconds from this event's record to `end`'s."""
         return runtime().event_elapsed_time(self.handle, end.handle)
 

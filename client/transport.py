@@ -17,9 +17,8 @@ from simnpu.proto import codes, npu_pb2, service
 
 service.prefer_fast_grpc()
 
-import grpc  # noqa: E402  (after choosing the polling engine)
-
-from simnpu.client import autostart  # noqa: E402
+import grpc
+from simnpu.client import autostart
 from simnpu.proto.errors import NpuError, error_for
 
 _SITE_RING = 1 << 16

@@ -15,7 +15,8 @@ A memory location in a copy or memset is (space, id, offset):
 from __future__ import annotations
 
 import struct
-from typing import Iterator, NamedTuple
+from collections.abc import Iterator
+from typing import NamedTuple
 
 from simnpu.proto import codes
 from simnpu.proto.errors import NpuError

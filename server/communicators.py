@@ -28,6 +28,7 @@ from simnpu.proto import hccl_types as ht
 from simnpu.proto import npu_pb2
 from simnpu.proto.errors import NpuError, bad_handle
 from simnpu.server.objects import Waiter
+from simnpu.server.sentinels import DEFERRED
 
 log = logging.getLogger("simnpu.collectives")
 
@@ -140,7 +141,6 @@ class Communicators:
                     session.respond(request.id, failure.result, failure.message)
                 except NpuError as error:  # a bad handle or argument: HCCL says E_PARA
                     session.respond(request.id, ht.HCCL_E_PARA, error.message)
-                from simnpu.server.session import DEFERRED
 
                 return DEFERRED
 

@@ -15,7 +15,6 @@ from importlib import resources
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
-
 from simnpu.proto import codes, npu_pb2, service
 from simnpu.proto.errors import NpuError
 from simnpu.proto.kernel_abi import discover_kernels
@@ -27,8 +26,9 @@ from simnpu.server.memory_views import memory_snapshot, memory_stats
 from simnpu.server.rendezvous import Jobs
 from simnpu.server.resources import Binary
 from simnpu.server.scheduler import Scheduler
+from simnpu.server.sentinels import CLOSED
 from simnpu.server.service import NpuServicer
-from simnpu.server.session import CLOSED, Session
+from simnpu.server.session import Session
 from simnpu.shm.region import shm_available_bytes, unlink_daemon_segments
 
 log = logging.getLogger("simnpu.daemon")

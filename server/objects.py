@@ -80,7 +80,7 @@ class Event:
     handle: int
     context: Context
     flags: int
-    latest_record: "Task | None" = None
+    latest_record: Task | None = None
 
 
 @dataclass(eq=False, slots=True)

@@ -51,6 +51,7 @@ from simnpu.server.objects import (
     Failure,
     Waiter,
 )
+from simnpu.server.sentinels import DEFERRED
 from simnpu.server.timeline import (
     DEFAULT_CAPACITY,
     Timeline,
@@ -543,7 +544,6 @@ def _collective_accesses(task) -> list:
 # ---- the session's requests ------------------------------------------------------------------------
 def handlers(session) -> dict:
     """OP_OBSERVE, OP_OBSERVE_TRACE, OP_OBSERVE_REPORT for `session` (registered at its start)."""
-    from simnpu.server.session import DEFERRED  # (session.py imports this module)
 
     daemon = session.daemon
 

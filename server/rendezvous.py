@@ -30,6 +30,7 @@ from simnpu.proto import hccl_types as ht
 from simnpu.proto import npu_pb2
 from simnpu.server.communicators import MAX_RANKS
 from simnpu.server.objects import Waiter
+from simnpu.server.sentinels import DEFERRED
 
 log = logging.getLogger("simnpu.rendezvous")
 
@@ -80,7 +81,6 @@ class Jobs:
 
     def _request(self, session, request):
         """Check the arguments (reader thread); the rest under the scheduler."""
-        from simnpu.server.session import DEFERRED
 
         world_size, exec_timeout_ms, timeout_ms = list(request.args)[:3]
         job = request.text

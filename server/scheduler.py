@@ -28,11 +28,25 @@ from simnpu.proto import codes
 from simnpu.proto.errors import NpuError
 from simnpu.server import policy
 from simnpu.server.collectives import Collectives
-from simnpu.server.worker_pool import AI_CORE
 from simnpu.server.objects import (
-    COLLECTIVE, COLLECTIVE_WORK, COPY, DONE, DISPATCHED, HOST, KERNEL, MEMSET, PENDING, RECORD, RESET,
-    WAIT, DeviceArgs, Failure, Task, Waiter,
+    COLLECTIVE,
+    COLLECTIVE_WORK,
+    COPY,
+    DISPATCHED,
+    DONE,
+    HOST,
+    KERNEL,
+    MEMSET,
+    PENDING,
+    RECORD,
+    RESET,
+    WAIT,
+    DeviceArgs,
+    Failure,
+    Task,
+    Waiter,
 )
+from simnpu.server.worker_pool import AI_CORE
 
 log = logging.getLogger("simnpu.scheduler")
 _LONGEST_SLEEP_S = 3600.0  # wait() cannot take arbitrarily far deadlines; wake and re-check

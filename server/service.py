@@ -11,9 +11,8 @@ import logging
 import threading
 
 import grpc
-
 from simnpu.proto import npu_pb2, service
-from simnpu.server.session import CLOSED
+from simnpu.server.sentinels import CLOSED
 
 log = logging.getLogger("simnpu.service")
 

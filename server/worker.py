@@ -28,7 +28,6 @@ import traceback
 import types
 
 import numpy as np
-
 from simnpu.proto import codes
 from simnpu.proto.kernel_abi import canonical_type
 from simnpu.server import access_log, reduce
@@ -49,7 +48,7 @@ class MemoryFault(Exception):
 class KernelContext:
     """What a kernel sees as `ctx`: its block, its core, and bounded views of device memory."""
 
-    __slots__ = ("block_idx", "block_num", "core_id", "_bounds", "_maps")
+    __slots__ = ("_bounds", "_maps", "block_idx", "block_num", "core_id")
 
     def __init__(self, block_idx, block_num, core_id, bounds, maps):
         self.block_idx = block_idx

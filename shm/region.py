@@ -34,7 +34,7 @@ class Region:
         self._closed = False
 
     @classmethod
-    def create(cls, name: str, size: int) -> "Region":
+    def create(cls, name: str, size: int) -> Region:
         """Create a new segment of `size` bytes (fails if the name exists)."""
         memory = posix_ipc.SharedMemory(name, posix_ipc.O_CREX, mode=0o600, size=size)
         try:
@@ -45,7 +45,7 @@ class Region:
             raise
 
     @classmethod
-    def attach(cls, name: str, populate: bool = False) -> "Region":
+    def attach(cls, name: str, populate: bool = False) -> Region:
         """Map an existing segment created by someone else; never resizes it.
 
         populate=True faults every page in now (MAP_POPULATE), so that the first copy into

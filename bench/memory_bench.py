@@ -23,8 +23,6 @@ import json
 import math
 import os
 import random
-import signal
-import subprocess
 import sys
 import tempfile
 import time
@@ -33,8 +31,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
 import baselines
+from run import Daemon
 from alloc_traces import Buddy, FirstFit, dl_trace, replay, trace_summary
-from simnpu.client import autostart
 from simnpu.proto import codes
 from simnpu.shm.allocator import DeviceAllocator
 
@@ -111,23 +109,6 @@ def trace_figures(seeds: list[int], capacity: int) -> dict:
 
 
 # ---- 3. end to end ---------------------------------------------------------------------------------
-class Daemon:
-    def __init__(self, directory: str):
-        self.address = f"unix://{directory}/memory-bench.sock"
-        self.process = subprocess.Popen(
-            [sys.executable, "-m", "simnpu.server", "--listen", self.address, "--memory", "1GiB",
-             "--log-level", "WARNING"])
-        deadline = time.monotonic() + 120
-        while not autostart.reachable(self.address):
-            if self.process.poll() is not None or time.monotonic() > deadline:
-                raise SystemExit("the daemon did not start")
-            time.sleep(0.05)
-
-    def close(self) -> None:
-        self.process.send_signal(signal.SIGTERM)
-        self.process.wait(30)
-
-
 def end_to_end(address: str, rounds: int, live_blocks: int = 4096) -> dict:
     """aclrtMalloc and aclrtFree through the raw client layer, with `live_blocks` blocks of
     this process live in the daemon."""
@@ -216,7 +197,7 @@ def main(argv=None) -> int:
     rounds = 1000 if args.quick else 3000
     with tempfile.TemporaryDirectory(prefix="simnpu-membench-") as directory:
         bare = baselines.BareServer(directory)
-        daemon = Daemon(directory)
+        daemon = Daemon(directory, "1GiB")
         try:
             ping = baselines.ping_pong_us(bare.address, rounds)
             e2e = end_to_end(daemon.address, rounds)

@@ -28,6 +28,8 @@ from simnpu.client import autostart  # noqa: E402
 
 
 class Daemon:
+    """A daemon of its own for a benchmark run, on a socket in `directory`."""
+
     def __init__(self, directory: str, memory: str):
         self.address = f"unix://{directory}/bench.sock"
         self.process = subprocess.Popen(

@@ -140,6 +140,20 @@ def npu(daemon):
     client.shutdown()
 
 
+@pytest.fixture
+def acl(daemon, monkeypatch):
+    """This test process as a pyACL program of the module's daemon, device 0 set."""
+    import acl
+
+    monkeypatch.setenv("SIMNPU_ADDRESS", daemon.address)
+    assert acl.init() == 0
+    assert acl.rt.set_device(0) == 0
+    acl.get_recent_err_msg()
+    yield acl
+    acl.rt.reset_device(0)
+    assert acl.finalize() == 0
+
+
 def run_client(address: str, code: str, timeout: float = 120, env=None) -> subprocess.CompletedProcess:
     """Run `code` in a new Python process whose SIMNPU_ADDRESS is `address`."""
     return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True,

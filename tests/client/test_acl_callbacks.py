@@ -10,19 +10,6 @@ import time
 import pytest
 
 
-@pytest.fixture
-def acl(daemon, monkeypatch):
-    import acl
-
-    monkeypatch.setenv("SIMNPU_ADDRESS", daemon.address)
-    assert acl.init() == 0
-    assert acl.rt.set_device(0) == 0
-    acl.get_recent_err_msg()
-    yield acl
-    acl.rt.reset_device(0)
-    assert acl.finalize() == 0
-
-
 def test_callbacks_run_on_the_subscribed_thread_in_stream_order(acl):
     context, _ = acl.rt.get_context()
     stream, _ = acl.rt.create_stream()

@@ -28,19 +28,6 @@ def fails(ctx, x):
 
 
 @pytest.fixture
-def acl(daemon, monkeypatch):
-    import acl
-
-    monkeypatch.setenv("SIMNPU_ADDRESS", daemon.address)
-    assert acl.init() == 0
-    assert acl.rt.set_device(0) == 0
-    acl.get_recent_err_msg()
-    yield acl
-    acl.rt.reset_device(0)
-    assert acl.finalize() == 0
-
-
-@pytest.fixture
 def buffers(acl):
     """x = 0..N-1 on the device, y zeroed; yields (x, y)."""
     x_host = np.arange(N, dtype=np.float32).tobytes()

@@ -10,19 +10,6 @@ from simnpu.proto import codes
 MiB = 1 << 20
 
 
-@pytest.fixture
-def acl(daemon, monkeypatch):
-    """This process as a pyACL program of the module's daemon (init ... finalize)."""
-    import acl
-
-    monkeypatch.setenv("SIMNPU_ADDRESS", daemon.address)
-    assert acl.init() == 0
-    assert acl.rt.set_device(0) == 0
-    yield acl
-    acl.rt.reset_device(0)
-    assert acl.finalize() == 0
-
-
 def test_ipc_through_acl_in_two_processes(daemon, acl):
     ptr, ret = acl.rt.malloc(4096, codes.ACL_MEM_MALLOC_NORMAL_ONLY)
     assert ret == 0

@@ -15,19 +15,6 @@ MiB = 1 << 20
 TOTAL = 256 * MiB  # the `daemon` fixture's memory
 
 
-@pytest.fixture
-def acl(daemon, monkeypatch):
-    import acl
-
-    monkeypatch.setenv("SIMNPU_ADDRESS", daemon.address)
-    assert acl.init() == 0
-    assert acl.rt.set_device(0) == 0
-    acl.get_recent_err_msg()
-    yield acl
-    acl.rt.reset_device(0)
-    assert acl.finalize() == 0
-
-
 def host_view(ptr, nbytes, dtype=np.uint8):
     return np.frombuffer((ctypes.c_char * nbytes).from_address(ptr), dtype)
 

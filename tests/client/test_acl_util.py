@@ -9,18 +9,6 @@ import numpy as np
 import pytest
 
 
-@pytest.fixture
-def acl(daemon, monkeypatch):
-    import acl
-
-    monkeypatch.setenv("SIMNPU_ADDRESS", daemon.address)
-    assert acl.init() == 0
-    assert acl.rt.set_device(0) == 0
-    yield acl
-    acl.rt.reset_device(0)
-    assert acl.finalize() == 0
-
-
 def test_bytes_to_ptr_is_the_bytes_data_and_a_memcpy_destination(acl):
     """The pyACL sample pattern: bytes_to_ptr -> memcpy D2H into it -> read the bytes."""
     data = bytes(range(256)) * 64

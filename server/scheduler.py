@@ -18,11 +18,12 @@ from __future__ import annotations
 import heapq
 import itertools
 import logging
+import math
 import os
+import select
 import threading
 import time
 from collections import deque
-from multiprocessing.connection import wait as wait_for
 
 from simnpu.proto import codes
 from simnpu.proto.errors import NpuError
@@ -69,6 +70,8 @@ class Scheduler:
         self._tokens = itertools.count(1)
         self._stopping = False
         self._workers = [w for d in devices for w in d.cores + d.engines]
+        self._workers_generation = 0  # bumped whenever a worker (and its pipe) is replaced
+        self._poller_generation = -1
         self._thread = threading.Thread(target=self._run, name="simnpu-scheduler", daemon=True)
         self.collectives = Collectives(self)  # HCCL communicators (server/collectives.py)
         self.observer = None  # tracing and checking (server/observe.py), when asked for
@@ -130,22 +133,32 @@ class Scheduler:
         with self._lock:
             timeout = self._next_timeout()
             self._sleep_until = float("inf") if timeout is None else time.monotonic() + timeout
-            conns = [w.conn for w in self._workers]
-        ready = wait_for([self._wake_r] + conns, timeout)
+            if self._poller_generation != self._workers_generation:
+                self._rebuild_poller()
+            generation, by_fd = self._poller_generation, self._worker_by_fd
+        events = self._poller.poll(None if timeout is None else math.ceil(timeout * 1000))
         with self._lock:
             self._sleep_until = 0.0  # awake: nobody needs to wake this thread
-            for source in ready:
-                if source == self._wake_r:
+            for fd, _ in events:
+                if fd == self._wake_r:
                     try:
                         os.read(self._wake_r, 65536)
                     except BlockingIOError:
                         pass
-                    continue
-                worker = self._worker_of(source)
-                if worker is not None:  # else: replaced meanwhile, its pipe is closed
-                    self._on_worker_message(worker)
+                elif generation == self._workers_generation:  # else: a pipe was replaced meanwhile
+                    self._on_worker_message(by_fd[fd])
             self._pump()
             self._expire()
+
+    def _rebuild_poller(self) -> None:
+        """One poll object over the wake-up pipe and every worker pipe, rebuilt only when a
+        worker is replaced (multiprocessing's wait() builds a selector on every call)."""
+        self._poller = select.poll()
+        self._poller.register(self._wake_r, select.POLLIN)
+        self._worker_by_fd = {w.conn.fileno(): w for w in self._workers}
+        for fd in self._worker_by_fd:
+            self._poller.register(fd, select.POLLIN)
+        self._poller_generation = self._workers_generation
 
     def _pump(self) -> None:
         while True:
@@ -154,12 +167,6 @@ class Scheduler:
             self._dispatch()
             if not self._dirty:
                 return
-
-    def _worker_of(self, conn):
-        for worker in self._workers:
-            if worker.conn is conn:
-                return worker
-        return None
 
     # ---- stream progress ------------------------------------------------------------------
     def submit(self, task: Task) -> None:
@@ -459,7 +466,8 @@ class Scheduler:
                                               f"(task {task.seq}); the worker was replaced")
         worker.restarts += 1
         worker.start()
-        self._wake()  # the scheduler thread must wait on the new pipe
+        self._workers_generation += 1
+        self._wake()  # the scheduler thread must poll the new pipe
 
     # ---- waiting ------------------------------------------------------------------------------
     def watch(self, waiter: Waiter, streams=(), tasks=()) -> None:

@@ -154,6 +154,51 @@ def acl(daemon, monkeypatch):
     assert acl.finalize() == 0
 
 
+# A kernel that holds its stream until the host sets flag[0] (or fails after `limit` s):
+# tests use it to create orderings without timing.
+GATE = '''
+import time
+from simnpu import kernel
+
+
+@kernel("ptr", "f64")
+def gate(ctx, flag, limit):
+    """Hold the stream until the host sets flag[0]."""
+    view = ctx.gm(flag, "int32", 1, access="r")
+    deadline = time.monotonic() + limit
+    while view[0] == 0:
+        if time.monotonic() > deadline:
+            raise TimeoutError("the gate was never opened")
+        time.sleep(0.0002)
+'''
+
+
+def round_trip(rt, value: float = 1.0, blocks: int = 2, n: int = 4096) -> None:
+    """Prove `rt` (a raw Runtime, current device set) works: malloc, copy in, add_f32 over
+    `blocks` blocks on a new stream, synchronize, copy out, check, free."""
+    import numpy as np
+
+    from simnpu.proto import codes, commands
+
+    a = np.arange(n, dtype=np.float32)
+    b = np.full(n, value, np.float32)
+    ptrs = [rt.malloc(a.nbytes) for _ in range(3)]
+    stream = rt.create_stream()
+    try:
+        rt.memcpy(ptrs[0], a.nbytes, a.ctypes.data, a.nbytes, codes.ACL_MEMCPY_HOST_TO_DEVICE)
+        rt.memcpy(ptrs[1], b.nbytes, b.ctypes.data, b.nbytes, codes.ACL_MEMCPY_HOST_TO_DEVICE)
+        add = rt.get_function(commands.BUILTIN_BINARY, "add_f32")
+        rt.launch_kernel(add, blocks, rt.signature(add).pack(*ptrs, n), stream)
+        rt.synchronize_stream(stream)
+        out = np.zeros(n, np.float32)
+        rt.memcpy(out.ctypes.data, out.nbytes, ptrs[2], out.nbytes, codes.ACL_MEMCPY_DEVICE_TO_HOST)
+        assert np.array_equal(out, a + value)
+    finally:
+        rt.destroy_stream(stream)
+        for ptr in ptrs:
+            rt.free(ptr)
+
+
 def run_client(address: str, code: str, timeout: float = 120, env=None) -> subprocess.CompletedProcess:
     """Run `code` in a new Python process whose SIMNPU_ADDRESS is `address`."""
     return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True,

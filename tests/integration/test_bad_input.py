@@ -25,7 +25,7 @@ from contextlib import contextmanager
 import grpc
 import numpy as np
 import pytest
-from conftest import run_client
+from conftest import round_trip, run_client
 from simnpu.client.runtime import Runtime
 from simnpu.proto import codes, commands, npu_pb2, service
 from simnpu.proto.commands import Location
@@ -44,27 +44,6 @@ MiB = 1 << 20
 
 
 # ---- helpers ----------------------------------------------------------------------------------
-def round_trip(rt: Runtime, value: float = 1.0) -> None:
-    """malloc, copy in, a 2-block kernel on a new stream, synchronize, copy out, check, free."""
-    a = np.arange(N, dtype=np.float32)
-    b = np.full(N, value, np.float32)
-    ptrs = [rt.malloc(a.nbytes) for _ in range(3)]
-    stream = rt.create_stream()
-    try:
-        rt.memcpy(ptrs[0], a.nbytes, a.ctypes.data, a.nbytes, H2D)
-        rt.memcpy(ptrs[1], b.nbytes, b.ctypes.data, b.nbytes, H2D)
-        add = rt.get_function(commands.BUILTIN_BINARY, "add_f32")
-        rt.launch_kernel(add, 2, rt.signature(add).pack(*ptrs, N), stream)
-        rt.synchronize_stream(stream)
-        out = np.zeros(N, np.float32)
-        rt.memcpy(out.ctypes.data, out.nbytes, ptrs[2], out.nbytes, D2H)
-        assert np.array_equal(out, a + value)
-    finally:
-        rt.destroy_stream(stream)
-        for ptr in ptrs:
-            rt.free(ptr)
-
-
 def client(address: str) -> Runtime:
     rt = Runtime(address)
     rt.set_device(0)

@@ -12,6 +12,7 @@ import time
 
 import numpy as np
 import pytest
+from conftest import GATE as SHARED_GATE
 from simnpu.proto import codes
 from simnpu.proto.errors import NpuError
 
@@ -25,21 +26,7 @@ H2D, D2H, D2D, H2H = (codes.ACL_MEMCPY_HOST_TO_DEVICE, codes.ACL_MEMCPY_DEVICE_T
                       codes.ACL_MEMCPY_DEVICE_TO_DEVICE, codes.ACL_MEMCPY_HOST_TO_HOST)
 DEFAULT = codes.ACL_MEMCPY_DEFAULT
 
-GATE = '''
-import time
-from simnpu import kernel
-
-
-@kernel("ptr", "f64")
-def gate(ctx, flag, limit):
-    """Hold the stream until the host sets flag[0]."""
-    view = ctx.gm(flag, "int32", 1, access="r")
-    deadline = time.monotonic() + limit
-    while view[0] == 0:
-        if time.monotonic() > deadline:
-            raise TimeoutError("the gate was never opened")
-        time.sleep(0.0002)
-
+GATE = SHARED_GATE + '''
 
 @kernel("ptr", "u32", "u8", "f64")
 def slow_fill_bytes(ctx, x, n, value, seconds):

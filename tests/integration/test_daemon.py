@@ -13,9 +13,8 @@ import threading
 import time
 
 import grpc
-import numpy as np
 import pytest
-from conftest import run_client, simnpu_segments
+from conftest import round_trip, run_client, simnpu_segments
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from simnpu.client import autostart
 from simnpu.client.runtime import Runtime
@@ -34,25 +33,6 @@ def client(address: str, token: str | None = None) -> Runtime:
     rt = Runtime(address, token)
     rt.set_device(0)
     return rt
-
-
-def round_trip(rt: Runtime, blocks: int = 2, n: int = 4096) -> None:
-    """malloc, copy in, an add_f32 over `blocks` blocks (so every AI core takes part), sync,
-    copy out, check, free; on the current device."""
-    a = np.arange(n, dtype=np.float32)
-    ptrs = [rt.malloc(a.nbytes) for _ in range(3)]
-    stream = rt.create_stream()
-    for ptr in ptrs[:2]:
-        rt.memcpy(ptr, a.nbytes, a.ctypes.data, a.nbytes, H2D)
-    add = rt.get_function(commands.BUILTIN_BINARY, "add_f32")
-    rt.launch_kernel(add, blocks, rt.signature(add).pack(*ptrs, n), stream)
-    rt.synchronize_stream(stream)
-    out = np.zeros(n, np.float32)
-    rt.memcpy(out.ctypes.data, out.nbytes, ptrs[2], out.nbytes, D2H)
-    assert np.array_equal(out, 2 * a)
-    rt.destroy_stream(stream)
-    for ptr in ptrs:
-        rt.free(ptr)
 
 
 def within(seconds: float, rt: Runtime, call, *args):

@@ -10,7 +10,7 @@ import os
 
 import numpy as np
 import pytest
-from conftest import start_client
+from conftest import GATE, start_client
 from simnpu.proto import codes
 from simnpu.proto.errors import NpuError
 
@@ -432,22 +432,6 @@ def check_echo(out) -> None:
     assert got[8] == 3.25
     assert raw[9] == -12345
     assert got[10] == float(2 ** 64 - 1)
-
-
-GATE = '''
-import time
-from simnpu import kernel
-
-
-@kernel("ptr", "f64")
-def gate(ctx, flag, limit):
-    view = ctx.gm(flag, "int32", 1, access="r")
-    deadline = time.monotonic() + limit
-    while view[0] == 0:
-        if time.monotonic() > deadline:
-            raise TimeoutError("the gate was never opened")
-        time.sleep(0.0002)
-'''
 
 
 @pytest.fixture

@@ -11,7 +11,7 @@ import time
 
 import numpy as np
 import pytest
-from conftest import alive, children_of, run_client, simnpu_segments, start_client
+from conftest import alive, children_of, round_trip, run_client, simnpu_segments, start_client
 from simnpu.client.runtime import Runtime
 from simnpu.client.tools import query
 from simnpu.proto import codes, commands
@@ -54,23 +54,6 @@ def observer(daemon):
     rt.set_device(0)
     yield rt
     rt.close()
-
-
-def round_trip(rt: Runtime, n: int = 4096) -> None:
-    a = np.arange(n, dtype=np.float32)
-    ptrs = [rt.malloc(a.nbytes) for _ in range(3)]
-    stream = rt.create_stream()
-    for ptr in ptrs[:2]:
-        rt.memcpy(ptr, a.nbytes, a.ctypes.data, a.nbytes, H2D)
-    add = rt.get_function(commands.BUILTIN_BINARY, "add_f32")
-    rt.launch_kernel(add, 2, rt.signature(add).pack(*ptrs, n), stream)
-    rt.synchronize_stream(stream)
-    out = np.zeros(n, np.float32)
-    rt.memcpy(out.ctypes.data, out.nbytes, ptrs[2], out.nbytes, D2H)
-    assert np.array_equal(out, 2 * a)
-    rt.destroy_stream(stream)
-    for ptr in ptrs:
-        rt.free(ptr)
 
 
 def assert_all_freed(daemon, observer: Runtime, session_id: int) -> None:

@@ -117,8 +117,9 @@ class Worker:
                 continue
             results = []
             cancelled: set[int] = set()
-            for item in batch:
-                if not self.take_cancellations(cancelled):
+            for index, item in enumerate(batch):
+                # only launches behind a run's first can be cancelled: no poll before that one
+                if index and not self.take_cancellations(cancelled):
                     return
                 if item[0] == "kernel" and item[1] in cancelled:
                     now = time.monotonic_ns()

@@ -70,7 +70,7 @@ class HostCallbacks:
             self._pending[callback] = (function, data, stream, blocking, target)
         self.connection.expect_notice()
         self.connection.send_command(
-            commands.pack_host(commands.CMD_HOST_CALLBACK, stream, callback, blocking), caller_site())
+            commands.pack_host(commands.CMD_HOST_CALLBACK, stream, callback, blocking), caller_site(), stream)
 
     # ---- running -----------------------------------------------------------------------------
     def arrived(self, callback: int) -> None:

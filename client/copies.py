@@ -106,7 +106,8 @@ class CopyPaths:
         if stream is None:
             self._request(npu_pb2.OP_MEMCPY, [target, *dst_loc, *src_loc, count, 0])
         else:
-            self.runtime.connection.send_command(commands.pack_copy(stream, dst_loc, src_loc, count), caller_site())
+            self.runtime.connection.send_command(commands.pack_copy(stream, dst_loc, src_loc, count),
+                                                 caller_site(), stream)
 
     def _staged(self, dst, dst_side, src, src_side, count, stream) -> None:
         """Chunks through the staging area, `depth` in flight (one per slot of it). Blocks."""
@@ -177,4 +178,4 @@ class CopyPaths:
             self._request(npu_pb2.OP_MEMSET, [commands.IMMEDIATE, *location, value & 0xFF, count])
         else:
             self.runtime.connection.send_command(
-                commands.pack_memset(stream, location, value & 0xFF, count), caller_site())
+                commands.pack_memset(stream, location, value & 0xFF, count), caller_site(), stream)

@@ -238,7 +238,7 @@ class Hccl:
             op,
             root,
         )
-        self.runtime.connection.send_command(commands.pack_collective(call), caller_site())
+        self.runtime.connection.send_command(commands.pack_collective(call), caller_site(), stream)
 
     def _check_buffer(
         self, info: CommInfo, address: int, nbytes: int, itemsize: int, what: str

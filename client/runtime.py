@@ -18,6 +18,7 @@ import threading
 
 from simnpu.client.callbacks import HostCallbacks
 from simnpu.client.copies import CopyPaths
+from simnpu.client.fast_sync import StreamWords
 from simnpu.client.hostmem import HostMemory
 from simnpu.client.last_error import records_errors
 from simnpu.client.observe import ClientObserver
@@ -26,6 +27,8 @@ from simnpu.client.transport import Connection, caller_site
 from simnpu.proto import codes, commands, npu_pb2
 from simnpu.proto.errors import NpuError, bad_handle, invalid
 from simnpu.proto.kernel_abi import KernelSignature
+from simnpu.shm import futex
+from simnpu.shm.notify import NotifyArea
 from simnpu.shm.region import Region
 
 
@@ -53,8 +56,15 @@ class Runtime(RuntimeMemory):
         values = list(hello.values)
         self.session_id, self.device_count, staging_bytes, self.ai_cores, self.copy_engines = values[:5]
         self.host = HostMemory()
-        staging = _attach_staging(hello.text, staging_bytes, hello.data)
+        staging_name, _, notify_name = hello.text.partition("\n")
+        staging = _attach_staging(staging_name, staging_bytes, hello.data)
         self.copies = CopyPaths(self, staging, staging_bytes)
+        self.notify_region = _attach_notify(notify_name) if staging is not None else None
+        self.stream_words: StreamWords | None = None  # synchronize without a request (docs/notify.md)
+        if self.notify_region is not None:
+            area = NotifyArea(self.notify_region.map)
+            self.connection.use_notify(area)
+            self.stream_words = StreamWords(self.connection, area)
         self.contexts: dict[int, ContextInfo] = {}
         self.device_refs: dict[int, int] = {}
         self.device_contexts: dict[int, int] = {}  # device -> its default context (aclrtSetDevice)
@@ -132,6 +142,8 @@ class Runtime(RuntimeMemory):
         context = ContextInfo(reply.values[0], device, reply.values[1])
         self.contexts[context.handle] = context
         self.stream_context[context.default_stream] = context
+        if self.stream_words is not None:
+            self.stream_words.add(context.default_stream, reply.values[2])
         return context
 
     @records_errors
@@ -154,6 +166,8 @@ class Runtime(RuntimeMemory):
         context = self.contexts.pop(handle)
         for stream in context.streams:
             self.stream_context.pop(stream, None)
+            if self.stream_words is not None:
+                self.stream_words.remove(stream)
         for event in context.events:
             self.event_context.pop(event, None)
         if getattr(self._local, "context", None) is context:
@@ -195,9 +209,12 @@ class Runtime(RuntimeMemory):
     def create_stream(self, priority: int = 0, flags: int = 0) -> int:
         """aclrtCreateStreamWithConfig: priority 0 (highest) .. 7, clamped."""
         context = self._current()
-        handle = self._request(npu_pb2.OP_CREATE_STREAM, [context.handle, priority, flags]).values[0]
+        reply = self._request(npu_pb2.OP_CREATE_STREAM, [context.handle, priority, flags])
+        handle = reply.values[0]
         context.streams.add(handle)
         self.stream_context[handle] = context
+        if self.stream_words is not None:
+            self.stream_words.add(handle, reply.values[1])
         return handle
 
     @records_errors
@@ -211,11 +228,20 @@ class Runtime(RuntimeMemory):
         self._request(npu_pb2.OP_DESTROY_STREAM, [handle, int(force)])
         context.streams.discard(handle)
         self.stream_context.pop(handle, None)
+        if self.stream_words is not None:
+            self.stream_words.remove(handle)
 
     @records_errors
     def synchronize_stream(self, handle: int, timeout_ms: int = -1) -> None:
-        """aclrtSynchronizeStream(WithTimeout). Blocks; 507046 on timeout."""
-        self._request(npu_pb2.OP_SYNCHRONIZE_STREAM, [self.stream(handle), timeout_ms])
+        """aclrtSynchronizeStream(WithTimeout). Blocks; 507046 on timeout.
+
+        Decided on the stream's notify word when that can prove it (client/fast_sync.py)."""
+        stream = self.stream(handle)
+        if self.stream_words is not None and not self.observer.flags:
+            timeout_ms = self.stream_words.synchronize(stream, timeout_ms)
+            if timeout_ms is None:
+                return
+        self._request(npu_pb2.OP_SYNCHRONIZE_STREAM, [stream, timeout_ms])
 
     @records_errors
     def stream_query(self, handle: int) -> int:
@@ -250,20 +276,23 @@ class Runtime(RuntimeMemory):
     @records_errors
     def record_event(self, event: int, stream: int) -> None:
         """aclrtRecordEvent (async)."""
-        self.connection.send_command(
-            commands.pack_event(commands.CMD_RECORD_EVENT, self._event(event), self.stream(stream)), caller_site())
+        event, stream = self._event(event), self.stream(stream)
+        self.connection.send_command(commands.pack_event(commands.CMD_RECORD_EVENT, event, stream),
+                                     caller_site(), stream)
 
     @records_errors
     def reset_event(self, event: int, stream: int) -> None:
         """aclrtResetEvent (async)."""
-        self.connection.send_command(
-            commands.pack_event(commands.CMD_RESET_EVENT, self._event(event), self.stream(stream)), caller_site())
+        event, stream = self._event(event), self.stream(stream)
+        self.connection.send_command(commands.pack_event(commands.CMD_RESET_EVENT, event, stream),
+                                     caller_site(), stream)
 
     @records_errors
     def stream_wait_event(self, stream: int, event: int) -> None:
         """aclrtStreamWaitEvent (async): the stream waits for the event's latest record."""
-        self.connection.send_command(
-            commands.pack_event(commands.CMD_WAIT_EVENT, self._event(event), self.stream(stream)), caller_site())
+        event, stream = self._event(event), self.stream(stream)
+        self.connection.send_command(commands.pack_event(commands.CMD_WAIT_EVENT, event, stream),
+                                     caller_site(), stream)
 
     @records_errors
     def query_event_status(self, event: int) -> int:
@@ -399,8 +428,9 @@ class Runtime(RuntimeMemory):
         if len(args) < signature.end:
             raise invalid(f"argument buffer of {len(args)} bytes is shorter than the {signature.end} "
                           f"bytes the kernel's parameters ({signature.to_wire()}) need")
-        self.connection.send_command(
-            commands.pack_launch(num_blocks, self.stream(stream), function, bytes(args)), caller_site())
+        stream = self.stream(stream)
+        self.connection.send_command(commands.pack_launch(num_blocks, stream, function, bytes(args)),
+                                     caller_site(), stream)
 
     @records_errors
     def launch_kernel_devargs(self, function: int, num_blocks: int, args_ptr: int, args_size: int,
@@ -412,9 +442,9 @@ class Runtime(RuntimeMemory):
         if args_size < signature.end:
             raise invalid(f"argument buffer of {args_size} bytes is shorter than the {signature.end} bytes needed")
         self.device_range(args_ptr, args_size)
+        stream = self.stream(stream)
         self.connection.send_command(
-            commands.pack_launch_devargs(num_blocks, self.stream(stream), function, args_ptr, args_size),
-            caller_site())
+            commands.pack_launch_devargs(num_blocks, stream, function, args_ptr, args_size), caller_site(), stream)
 
     @records_errors
     def set_op_execute_timeout(self, milliseconds: int) -> None:
@@ -475,6 +505,20 @@ class Runtime(RuntimeMemory):
                     pass
         self.copies.close()
         self.connection.close()
+        if self.notify_region is not None:
+            self.connection.notify.release()
+            self.notify_region.close()
+
+
+def _attach_notify(name: str) -> Region | None:
+    """Map the session's notify area (the staging probe has shown /dev/shm is shared);
+    None where futexes are not available or the daemon made none."""
+    if not name or not futex.AVAILABLE:
+        return None
+    try:
+        return Region.attach(name)
+    except Exception:
+        return None
 
 
 def _attach_staging(name: str, size: int, probe: bytes) -> Region | None:

@@ -5,6 +5,10 @@ iterator gRPC drains) coalesces whatever is queued into a single ClientMessage, 
 burst of launches costs one message. Requests wait for their Reply. Every command and
 request takes the next sequence number, as on the daemon, and the call site of each is
 kept in a ring so that a task failing later is reported with where it was submitted.
+
+With a notify area (shared memory, docs/notify.md) replies come back through its mailbox
+slots and the waiting thread sleeps on a futex; the stream then only carries notices and
+replies too big for a slot, read by the background receiver all the time.
 """
 
 from __future__ import annotations
@@ -18,10 +22,13 @@ from simnpu.proto import codes, npu_pb2, service
 service.prefer_fast_grpc()
 
 import grpc
+from google.protobuf.message import DecodeError
 from simnpu.client import autostart
 from simnpu.proto.errors import NpuError, error_for
+from simnpu.shm import notify as notify_layout
 
 _SITE_RING = 1 << 16
+_MAILBOX_SLICE_S = 0.1  # a mailbox waiter re-checks for a broken session this often
 _OWN_MODULES = ("simnpu.", "acl", "hccl")
 _Item = npu_pb2.Item
 _Request = npu_pb2.Request
@@ -53,11 +60,13 @@ def caller_site() -> str:
 
 
 class _Pending:
-    __slots__ = ("event", "reply")
+    __slots__ = ("event", "reply", "seq", "slot")
 
-    def __init__(self):
-        self.event = threading.Event()
+    def __init__(self, seq: int = 0, slot: int = -1):
+        self.event = threading.Event()  # set when the reply came by the stream (or never will)
         self.reply = None
+        self.seq = seq
+        self.slot = slot  # its mailbox slot in the notify area, or -1
 
 
 class Connection:
@@ -83,6 +92,11 @@ class Connection:
         self._reading = threading.Condition()  # guards _reader_busy and _notice_demand
         self._reader_busy = False  # a thread is inside next(self._call)
         self._notice_demand = 0  # host callbacks queued and not yet announced by the daemon
+        self.notify: notify_layout.NotifyArea | None = None  # use_notify()
+        self._free_slots: list[int] = []
+        self.mailbox_replies = 0  # how many replies came through the mailbox (a statistic)
+        self.stream_seq: dict[int, int] = {}  # stream -> sequence number of its last command
+        self.deferred_seq = 0  # the last call whose failure is reported later (a command, a free)
         self._open()
 
     def _open(self) -> None:
@@ -104,8 +118,18 @@ class Connection:
     # nobody waiting (host callbacks) or the session is closing.
 
     # ---- sending --------------------------------------------------------------------------
-    def send_command(self, record: bytes, site: str) -> int:
-        """Queue one packed asynchronous command; returns its sequence number. Never blocks."""
+    def use_notify(self, area: notify_layout.NotifyArea) -> None:
+        """From now on replies come through `area`'s mailbox (the session's notify area);
+        the background receiver reads the stream all the time."""
+        with self._lock:
+            self._free_slots = list(range(notify_layout.MAILBOX_SLOTS))
+            self.notify = area
+        with self._reading:
+            self._reading.notify_all()
+
+    def send_command(self, record: bytes, site: str, stream: int = 0) -> int:
+        """Queue one packed asynchronous command (on `stream`, if it goes to one); returns its
+        sequence number. Never blocks."""
         if self._broken is not None:
             raise self._broken
         with self._lock:
@@ -113,21 +137,24 @@ class Connection:
             seq = self._seq
             self._sites[seq & (_SITE_RING - 1)] = (seq, site)
             self._pending_items.append(record)
+            self.deferred_seq = seq
+            if stream:
+                self.stream_seq[stream] = seq
         if not self._wake.is_set():
             self._wake.set()
         return seq
 
     def request_async(self, op: int, args=(), data: bytes = b"", text: str = "", site: str = "") -> _Pending:
         """Queue a request; the returned handle is passed to wait()."""
-        pending = _Pending()
         with self._lock:  # under the lock: _fail_all cannot miss a request registered here
             if self._broken is not None:
                 raise self._broken
             self._seq += 1
             seq = self._seq
             self._sites[seq & (_SITE_RING - 1)] = (seq, site)
-            self._replies[seq] = pending
-            self._pending_items.append(_Request(id=seq, op=op, args=args, data=data, text=text))
+            pending = self._replies[seq] = _Pending(seq, self._free_slots.pop() if self._free_slots else -1)
+            self._pending_items.append(_Request(id=seq, op=op, args=args, data=data, text=text,
+                                                mailbox=pending.slot + 1))
         self._wake.set()
         return pending
 
@@ -141,12 +168,15 @@ class Connection:
             seq = self._seq
             self._sites[seq & (_SITE_RING - 1)] = (seq, site)
             self._pending_items.append(_Request(id=0, op=op, args=args, data=data, text=text))
+            self.deferred_seq = seq
         if not self._wake.is_set():
             self._wake.set()
         return seq
 
     def wait(self, pending: _Pending) -> npu_pb2.Reply:
         """Block until the reply arrives; raise NpuError if it carries an error code."""
+        if pending.slot >= 0:
+            self._wait_mailbox(pending)
         reading = self._reading
         while not pending.event.is_set():
             with reading:
@@ -162,6 +192,34 @@ class Connection:
         if reply.code:
             raise error_for(reply.code, self._describe_failure(reply))
         return reply
+
+    def _wait_mailbox(self, pending: _Pending) -> None:
+        """Sleep on the doorbell until the reply is in the pending request's mailbox slot
+        (then it is pending.reply), or it went by the stream, or the session broke."""
+        area, slot = self.notify, pending.slot
+        try:
+            while not pending.event.is_set():
+                seen = area.doorbell()
+                payload = area.take_reply(slot, pending.seq)
+                if payload is notify_layout.OVERFLOW:
+                    return  # the reply comes by the stream: wait() reads it there
+                if payload is not None:
+                    try:
+                        reply = npu_pb2.Reply.FromString(payload)
+                    except DecodeError:  # seen half-written: the doorbell moves once it is whole
+                        reply = None
+                    if reply is not None and reply.id == pending.seq:
+                        with self._lock:
+                            self._replies.pop(pending.seq, None)
+                            self.mailbox_replies += 1
+                        pending.reply = reply
+                        pending.event.set()
+                        return
+                area.wait_doorbell(seen, _MAILBOX_SLICE_S)
+        finally:
+            with self._lock:
+                self._free_slots.append(slot)
+            pending.slot = -1
 
     def request(self, op: int, args=(), data: bytes = b"", text: str = "", site: str = "") -> npu_pb2.Reply:
         """Send a request and block until its reply (the path of every call that answers)."""
@@ -262,6 +320,8 @@ class Connection:
             if pending is not None:
                 pending.reply = reply
                 pending.event.set()
+                if pending.slot >= 0:  # it asked for the mailbox and sleeps on the doorbell
+                    self.notify.wake_doorbell()
         for notice in message.notices:
             if notice.kind == npu_pb2.Notice.KIND_HOST_CALLBACK:
                 with self._reading:
@@ -277,7 +337,8 @@ class Connection:
         reading = self._reading
         while self._broken is None:
             with reading:
-                while self._broken is None and (self._reader_busy or not (self._notice_demand > 0 or self._closing)):
+                while self._broken is None and (self._reader_busy or not (
+                        self._notice_demand > 0 or self._closing or self.notify is not None)):
                     reading.wait()
                 if self._broken is not None:
                     return
@@ -292,6 +353,8 @@ class Connection:
         for item in pending:
             item.reply = self._broken
             item.event.set()
+        if self.notify is not None:  # mailbox waiters look at their events again
+            self.notify.wake_doorbell()
         with self._reading:
             self._reading.notify_all()
 

@@ -198,11 +198,13 @@ def _malformed(what: str) -> NpuError:
 # IMMEDIATE as a stream means "not stream-ordered" (synchronous aclrtMemcpy / aclrtMemset).
 IMMEDIATE = -1
 REQUEST_ARGS = {
-    "HELLO": ("pid", "memory_limit") ,  # text: process name -> values (session, devices, staging size); text: staging name; data: probe
-    "CREATE_CONTEXT": ("device",),  # -> (context, default stream)
+    # text: process name -> values (session, devices, staging size, AI cores, copy engines,
+    # observe flags); text: staging segment name, newline, notify segment name; data: probe
+    "HELLO": ("pid", "memory_limit"),
+    "CREATE_CONTEXT": ("device",),  # -> (context, default stream, its notify slot or -1)
     "DESTROY_CONTEXT": ("context",),
     "SYNCHRONIZE_DEVICE": ("device", "timeout_ms"),
-    "CREATE_STREAM": ("context", "priority", "flags"),  # -> (stream,)
+    "CREATE_STREAM": ("context", "priority", "flags"),  # -> (stream, its notify slot or -1)
     "DESTROY_STREAM": ("stream", "force"),
     "SYNCHRONIZE_STREAM": ("stream", "timeout_ms"),
     "QUERY_STREAM": ("stream",),  # -> (aclrtStreamStatus,)

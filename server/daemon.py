@@ -196,10 +196,11 @@ class Daemon:
             return next(self._binary_ids)
 
     def forget_segment(self, name: str) -> None:
-        """A pinned/staging segment was unlinked: workers drop their mapping (scheduler thread)."""
+        """A pinned, staging or notify segment was unlinked: workers drop their mapping
+        (scheduler thread)."""
         for device in self.devices:
-            for engine in device.engines:
-                engine.forget.append(name)
+            for worker in device.cores + device.engines:
+                worker.forget.append(name)
 
     def describe(self, what: str, device_index: int) -> object:
         """Read-only views for tools (the Query RPC)."""

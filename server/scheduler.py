@@ -50,9 +50,12 @@ from simnpu.server.objects import (
 from simnpu.server.worker_pool import AI_CORE
 
 log = logging.getLogger("simnpu.scheduler")
-_LONGEST_SLEEP_S = 3600.0  # wait() cannot take arbitrarily far deadlines; wake and re-check
 
-MAX_SLEEP_S = 3600.0  # poll() cannot wait ~25 days or more: far deadlines are waited for in steps
+# The longest the scheduler thread sleeps. A deadline further away than this needs no
+# wake-up when it is set (the thread sees it at its next turn), so handing a worker its
+# work -- whose deadline is the operator timeout away, 300 s by default -- costs no
+# wake-up of this thread; an idle daemon wakes once per NAP_S, which costs nothing.
+NAP_S = 1.0
 
 
 class Scheduler:
@@ -60,7 +63,7 @@ class Scheduler:
         self.devices = devices
         self.op_timeout_s = op_timeout_s
         self._lock = threading.RLock()  # held while any scheduler state is read or changed
-        self._sleep_until = float("inf")  # when the scheduler thread's wait() returns by itself
+        self._sleep_until = 0.0  # when the scheduler thread's wait() returns by itself
         self._wake_r, self._wake_w = os.pipe()
         os.set_blocking(self._wake_r, False)
         os.set_blocking(self._wake_w, False)
@@ -132,11 +135,11 @@ class Scheduler:
     def _step(self) -> None:
         with self._lock:
             timeout = self._next_timeout()
-            self._sleep_until = float("inf") if timeout is None else time.monotonic() + timeout
+            self._sleep_until = time.monotonic() + timeout
             if self._poller_generation != self._workers_generation:
                 self._rebuild_poller()
             generation, by_fd = self._poller_generation, self._worker_by_fd
-        events = self._poller.poll(None if timeout is None else math.ceil(timeout * 1000))
+        events = self._poller.poll(math.ceil(timeout * 1000))
         with self._lock:
             self._sleep_until = 0.0  # awake: nobody needs to wake this thread
             for fd, _ in events:
@@ -180,6 +183,8 @@ class Scheduler:
             self.observer.submitted(task)
         if stream.context.failure is not None:  # stopped on failure: nothing more runs
             self._discard(task)
+            if not stream.tasks:
+                stream.session.stream_drained(stream, task.seq)
             return
         if not stream.tasks:
             stream.clock = max(stream.clock, time.monotonic_ns())
@@ -272,6 +277,8 @@ class Scheduler:
         self._recheck(stream)
         if stream.tasks:
             self._dirty.append(stream)
+        elif stream.notify_slot >= 0:  # the client may be sleeping on its word (docs/notify.md)
+            stream.session.stream_drained(stream, task.seq)
 
     def _fail(self, stream, failure: Failure) -> None:
         context = stream.context
@@ -294,6 +301,8 @@ class Scheduler:
             self._discard(task)
         self._unready(stream)
         self._recheck(stream)
+        if dropped and not stream.tasks:
+            stream.session.stream_drained(stream, dropped[-1].seq)
 
     def _cancel_run(self, stream) -> None:
         """Tell the core running a run of single-block launches of `stream` to skip those
@@ -353,7 +362,9 @@ class Scheduler:
                 ready.remove(stream)
                 stream.queued_ready = False
                 if num_blocks == 1 and stream.context.failure_mode == codes.ACL_CONTINUE_ON_FAILURE:
-                    self._add_run(core, stream, items)
+                    task = self._add_run(core, stream, items)
+                if first == 0 and stream.notify_slot >= 0:  # the whole of it runs on this core
+                    self._add_notify(stream, task, items)
             self._send(core, items)
 
     def _add_kernel_item(self, core, task, first, last, items) -> None:
@@ -370,7 +381,9 @@ class Scheduler:
         task.chunks_out += 1
         items.append(("kernel", token, binary.id, name, args, first, last, num_blocks, bounds))
 
-    def _add_run(self, core, stream, items) -> None:
+    def _add_run(self, core, stream, items):
+        """Add the single-block launches queued behind the head to its core's items; returns
+        the last task of the run."""
         following = []
         for task in itertools.islice(stream.tasks, 1, policy.MAX_RUN):
             if task.kind != KERNEL or task.state != PENDING or isinstance(task.payload[2], DeviceArgs):
@@ -379,6 +392,15 @@ class Scheduler:
         count = policy.run_length([t.payload[3] for t in following])
         for task in following[:count]:
             self._add_kernel_item(core, task, 0, 1, items)
+        return following[count - 1] if count else stream.tasks[0]
+
+    @staticmethod
+    def _add_notify(stream, last, items) -> None:
+        """Have the worker write the stream's word after `items`, when they end at its tail
+        and nothing needs the scheduler's judgement (server/session_notify.py)."""
+        item = stream.session.notify_item(stream, last.seq)
+        if item is not None:
+            items.append(item)
 
     def _dispatch_copies(self, device) -> None:
         ready = device.ready_copies
@@ -397,7 +419,10 @@ class Scheduler:
             engine.inflight[token] = task
             task.state = DISPATCHED
             task.chunks_out += 1
-            self._send(engine, [_copy_piece(task, token, start, end)])
+            items = [_copy_piece(task, token, start, end)]
+            if task.pieces == 1 and stream.notify_slot >= 0:
+                self._add_notify(stream, task, items)
+            self._send(engine, items)
 
     def send_work(self, worker, work, kind: str, *fields) -> None:
         """Hand `worker` one item (kind, token, *fields) for `work`, a task-like object whose
@@ -497,15 +522,16 @@ class Scheduler:
                 pending.append(waiter)
         stream.watchers = pending
 
-    def _next_timeout(self) -> float | None:
+    def _next_timeout(self) -> float:
+        """Seconds until the nearest deadline, at most NAP_S."""
         deadlines = [w.deadline for w in self._workers if w.deadline is not None]
         if self._timers:
             deadlines.append(self._timers[0][0])
         if self.collectives.deadline is not None:
             deadlines.append(self.collectives.deadline)
         if not deadlines:
-            return None
-        return min(max(0.0, min(deadlines) - time.monotonic()), MAX_SLEEP_S)
+            return NAP_S
+        return min(max(0.0, min(deadlines) - time.monotonic()), NAP_S)
 
     def _expire(self) -> None:
         now = time.monotonic()

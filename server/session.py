@@ -36,6 +36,7 @@ from simnpu.server.objects import (
 from simnpu.server.resources import Binary, Function, Pinned
 from simnpu.server.sentinels import CLOSED, DEFERRED  # noqa: F401  (CLOSED: the outbox's end)
 from simnpu.server.session_memory import MEMORY_OPS, SessionMemory
+from simnpu.server.session_notify import SessionNotify
 from simnpu.server.session_streams import SessionStreams
 from simnpu.shm.addresses import is_device_address, split_device_address
 from simnpu.shm.region import Region, segment_name, shm_available_bytes
@@ -49,7 +50,7 @@ _ARG_COUNTS = {npu_pb2.Op.Value(f"OP_{name}"): len(args)
                for name, args in commands.REQUEST_ARGS.items() if name != "HELLO"}
 
 
-class Session(SessionStreams, SessionMemory):
+class Session(SessionStreams, SessionMemory, SessionNotify):
     def __init__(self, daemon, session_id: int, peer: str):
         self.daemon = daemon
         self.scheduler = daemon.scheduler
@@ -95,6 +96,7 @@ class Session(SessionStreams, SessionMemory):
             npu_pb2.OP_SET_OP_EXECUTE_TIMEOUT: self._set_op_execute_timeout,
         }
         self._init_memory()
+        self._init_notify()
         self._handlers.update({op: getattr(self, name) for op, name in MEMORY_OPS.items()})
         self._handlers.update(self.scheduler.collectives.handlers(self))  # HCCL requests
         self._handlers.update(observe.handlers(self))  # tracing and checking (server/observe.py)
@@ -135,9 +137,12 @@ class Session(SessionStreams, SessionMemory):
         if self.submit_failure is None:
             self.submit_failure = NpuError(error.code, f"{error.message} (task {self.seq})")
             self.submit_failure.seq = self.seq
+        self._batch.append((self.rejected, (self.seq,)))  # server/session_notify.py
 
     def _handle_request(self, request: npu_pb2.Request) -> None:
         self.seq += 1
+        if request.mailbox:
+            self._note_mailbox(request)
         handler = self._handlers.get(request.op)
         try:
             if handler is None:
@@ -172,7 +177,8 @@ class Session(SessionStreams, SessionMemory):
                                      text=text, data=data, task_seq=task_seq))
 
     def _send(self, reply: npu_pb2.Reply) -> None:
-        self.outbox.put(reply)
+        if not self._mailbox_of or not self._post_reply(reply):  # server/session_notify.py
+            self.outbox.put(reply)
 
     def respond_failure(self, request_id: int, failure) -> None:
         if failure is None:
@@ -345,9 +351,10 @@ class Session(SessionStreams, SessionMemory):
                                          config.staging_bytes + _PROBE_BYTES)
         probe = os.urandom(_PROBE_BYTES)
         self.staging.map[config.staging_bytes:config.staging_bytes + _PROBE_BYTES] = probe
+        notify_name = self._create_notify()
         return npu_pb2.Reply(values=[self.id, len(self.daemon.devices), config.staging_bytes,
                                      config.ai_cores, config.copy_engines, observe.hello_flags(self)],
-                             text=self.staging.name, data=probe)
+                             text=f"{self.staging.name}\n{notify_name}", data=probe)
 
     def _owner_of(self, address: int):
         """Another session owning the allocation at `address` (for error messages), if any."""
@@ -503,7 +510,7 @@ class Session(SessionStreams, SessionMemory):
         self.scheduler.call(begin)
 
     def release_all(self) -> None:
-        """Free device memory, pinned segments and the staging area; forget the counts."""
+        """Free device memory, pinned segments, the staging and notify areas; forget the counts."""
         self.release_memory()  # server/session_memory.py: IPC-aware
         for context in self.contexts:
             self.daemon.count_stream(context.device, -len(context.streams))
@@ -516,6 +523,7 @@ class Session(SessionStreams, SessionMemory):
         if self.staging is not None:
             self._release_segment(self.staging)
             self.staging = None
+        self._release_notify()
 
     def memory_in_use(self) -> int:
         total = 0

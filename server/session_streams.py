@@ -22,12 +22,13 @@ class SessionStreams:
         context.handle = self._new_handle(context, 1)
         self.contexts.append(context)
         stream = self._add_stream(context, 0, 0)
-        return [context.handle, stream.handle]
+        return [context.handle, stream.handle, stream.notify_slot]
 
     def _add_stream(self, context: Context, priority: int, flags: int) -> Stream:
         self.daemon.count_stream(context.device, +1)
         stream = Stream(0, context, priority, flags)
         stream.handle = self._new_handle(stream, 2)
+        stream.notify_slot = self._take_stream_slot()
         context.streams.append(stream)
         return stream
 
@@ -52,6 +53,7 @@ class SessionStreams:
         def finish():
             for stream in streams:
                 self.daemon.count_stream(context.device, -1)
+                self.release_stream_slot(stream)
             self.respond(request.id)
 
         self._batch.append((begin, ()))
@@ -104,7 +106,8 @@ class SessionStreams:
     def _create_stream(self, request):
         context = self._context(request.args[0])
         priority = min(max(request.args[1], codes.STREAM_PRIORITY_GREATEST), codes.STREAM_PRIORITY_LEAST)
-        return [self._add_stream(context, priority, request.args[2]).handle]
+        stream = self._add_stream(context, priority, request.args[2])
+        return [stream.handle, stream.notify_slot]
 
     def _destroy_stream(self, request):
         stream = self._stream(request.args[0])
@@ -125,6 +128,7 @@ class SessionStreams:
         def finish():
             stream.context.streams.remove(stream)
             self.daemon.count_stream(stream.device, -1)
+            self.release_stream_slot(stream)
             self.respond(request.id)
 
         self._batch.append((begin, ()))

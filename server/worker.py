@@ -5,7 +5,9 @@ regions, then loops: receive a batch of work items over its pipe, execute them i
 send back one result per executable item. Items:
 
   ("load", binary_id, source, filename)           exec a kernel module once, keep it
-  ("forget", segment_name)                        unmap a pinned/staging segment
+  ("forget", segment_name)                        unmap a pinned/staging/notify segment
+  ("notify", segment_name, slot, seq)             write a stream word of a notify area
+                                                  (docs/notify.md), if the batch succeeded
   ("kernel", token, binary_id, name, args, first_block, last_block, block_num, bounds)
   ("copy", token, dst, src, count)                dst/src: ("dev", device, offset) | ("seg", name, offset)
   ("memset", token, dst, value, count)
@@ -21,6 +23,7 @@ from CLOCK_MONOTONIC, which the daemon shares, so they are the device's clock.
 from __future__ import annotations
 
 import os
+import select
 import signal
 import sys
 import time
@@ -28,10 +31,12 @@ import traceback
 import types
 
 import numpy as np
+import posix_ipc
 from simnpu.proto import codes
 from simnpu.proto.kernel_abi import canonical_type
 from simnpu.server import access_log, reduce
 from simnpu.shm.addresses import split_device_address
+from simnpu.shm.notify import NotifyArea
 from simnpu.shm.region import Region, unlink_daemon_segments
 
 _NUMPY_OF_CANONICAL = {
@@ -102,6 +107,9 @@ class Worker:
         self.maps = [region.map for region in self.regions]
         self.modules: dict[int, types.ModuleType] = {}
         self.segments: dict[str, Region] = {}
+        self.notify_areas: dict[str, NotifyArea] = {}
+        self._incoming = select.poll()  # one poll object: Connection.poll() builds a selector per call
+        self._incoming.register(conn.fileno(), select.POLLIN)
 
     def serve(self) -> None:
         self.conn.send(("ready",))
@@ -117,23 +125,32 @@ class Worker:
                 continue
             results = []
             cancelled: set[int] = set()
+            clean = True  # every item so far succeeded and ran: a "notify" may be written
             for index, item in enumerate(batch):
+                kind = item[0]
                 # only launches behind a run's first can be cancelled: no poll before that one
-                if index and not self.take_cancellations(cancelled):
+                if index and kind == "kernel" and not self.take_cancellations(cancelled):
                     return
-                if item[0] == "kernel" and item[1] in cancelled:
+                if kind == "kernel" and item[1] in cancelled:
                     now = time.monotonic_ns()
                     results.append((item[1], 0, now, now, ""))
+                    clean = False
+                    continue
+                if kind == "notify":
+                    if clean:
+                        self.notify(*item[1:])
                     continue
                 result = self.execute(item)
                 if result is not None:
                     results.append(result)
+                    if result[1]:
+                        clean = False
             self.conn.send(results)
 
     def take_cancellations(self, cancelled: set) -> bool:
         """Add the tokens of cancellations received so far to `cancelled` (while a batch
         runs, nothing else arrives); False if the daemon asked this worker to stop."""
-        while self.conn.poll():
+        while self._incoming.poll(0):
             try:
                 message = self.conn.recv()
             except EOFError:
@@ -156,10 +173,23 @@ class Worker:
         if kind == "load":
             self.load(*item[1:])
         elif kind == "forget":
+            area = self.notify_areas.pop(item[1], None)
+            if area is not None:
+                area.release()
             segment = self.segments.pop(item[1], None)
             if segment is not None:
                 segment.close()
         return None
+
+    def notify(self, name, slot, seq):
+        """Write stream word `slot` of the notify area `name` and wake its client."""
+        area = self.notify_areas.get(name)
+        if area is None:
+            try:
+                area = self.notify_areas[name] = NotifyArea(self.segment(name).map)
+            except posix_ipc.ExistentialError:  # the session ended meanwhile: nobody waits
+                return
+        area.set_done(slot, seq, False)
 
     def load(self, binary_id, source, filename):
         module = types.ModuleType(f"simnpu_kernels_{binary_id}")

@@ -906,7 +906,7 @@ class RawSession:
         self.session_id = hello.values[0]
         context = self.request(npu_pb2.OP_CREATE_CONTEXT, [0])
         assert context.code == 0, context
-        self.context, self.stream = context.values
+        self.context, self.stream = context.values[:2]
 
     def _read(self) -> None:
         try:

@@ -1,0 +1,105 @@
+"""A session's notify area, daemon side: replies put in the client's mailbox slots, stream
+words written when streams drain, and the items that let a worker write them instead.
+
+A mixin of `Session` (server/session.py). The protocol is docs/notify.md; the layout is
+simnpu.shm.notify. Everything here is cheap and non-blocking: it runs on the session's
+reader thread (replies) and under the scheduler lock (stream words).
+"""
+
+from __future__ import annotations
+
+import threading
+
+from simnpu.proto import codes
+from simnpu.shm import futex
+from simnpu.shm import notify as layout
+from simnpu.shm.region import Region, segment_name
+
+
+class SessionNotify:
+    def _init_notify(self) -> None:
+        self.notify: layout.NotifyArea | None = None
+        self.notify_region: Region | None = None
+        self._notify_lock = threading.Lock()  # mailbox writes come from several threads
+        self._mailbox_of: dict[int, int] = {}  # request id -> mailbox slot its reply goes to
+        self._free_stream_slots = list(range(layout.STREAM_SLOTS - 1, -1, -1))
+
+    def _create_notify(self) -> str:
+        """Create the notify segment (at HELLO, once); returns its name ("" without futexes)."""
+        if self.notify_region is None and futex.AVAILABLE:
+            self.notify_region = Region.create(segment_name(f"s{self.id}", "notify"), layout.SIZE)
+            self.notify = layout.NotifyArea(self.notify_region.map)
+        return self.notify_region.name if self.notify_region is not None else ""
+
+    def _release_notify(self) -> None:
+        with self._notify_lock:
+            area, self.notify = self.notify, None
+            self._mailbox_of.clear()
+        if area is not None:
+            area.release()
+            self._release_segment(self.notify_region)
+            self.notify_region = None
+
+    # ---- replies ------------------------------------------------------------------------------
+    def _note_mailbox(self, request) -> None:
+        """Remember where request `request`'s reply goes, if it asked for a valid slot."""
+        if request.mailbox and request.id and request.mailbox <= layout.MAILBOX_SLOTS and self.notify is not None:
+            self._mailbox_of[request.id] = request.mailbox - 1
+
+    def _post_reply(self, reply) -> bool:
+        """Put `reply` in its mailbox slot; False if it must go by the stream (no slot asked,
+        or too big: the slot then tells the client so)."""
+        slot = self._mailbox_of.pop(reply.id, None)
+        if slot is None:
+            return False
+        with self._notify_lock:
+            area = self.notify
+            return area is not None and area.post_reply(slot, reply.id, reply.SerializeToString())
+
+    # ---- stream words -------------------------------------------------------------------------
+    def _take_stream_slot(self) -> int:
+        return self._free_stream_slots.pop() if self.notify is not None and self._free_stream_slots else -1
+
+    def release_stream_slot(self, stream) -> None:
+        """The stream is gone and nothing of it runs any more: its word may be reused."""
+        if stream.notify_slot >= 0:
+            self._free_stream_slots.append(stream.notify_slot)
+            stream.notify_slot = -1
+
+    def failure_pending(self, stream) -> bool:
+        """Would a synchronize of `stream` report a failure now? (what _take_failure takes)"""
+        return (self.submit_failure is not None or stream.failure is not None
+                or stream.context.failure is not None)
+
+    def stream_drained(self, stream, seq: int) -> None:
+        """Scheduler: `stream` ran (or dropped) everything up to `seq` and has nothing queued."""
+        area = self.notify
+        if area is not None and stream.notify_slot >= 0:
+            # never below what was written before: a rejected call may have been claimed done
+            seq = stream.word_seq = max(stream.word_seq, seq)
+            dirty = self.failure_pending(stream)
+            if area.word(stream.notify_slot) != (seq | layout.DIRTY if dirty else seq):  # else a worker wrote it
+                area.set_done(stream.notify_slot, seq, dirty)
+
+    def rejected(self, seq: int) -> None:
+        """Scheduler, in submission order: asynchronous call `seq` was rejected. Its stream
+        may be the one the client sleeps on, waiting for `seq` that will never run: every
+        stream word says "done up to `seq`, ask the daemon" (which waits and reports)."""
+        area = self.notify
+        if area is None:
+            return
+        for context in self.contexts:
+            for stream in context.streams:
+                if stream.notify_slot >= 0:
+                    stream.word_seq = max(stream.word_seq, seq)
+                    area.set_done(stream.notify_slot, stream.word_seq, True)
+
+    def notify_item(self, stream, seq: int) -> tuple | None:
+        """Scheduler, at dispatch: the work item that has the worker write `stream`'s word once
+        a batch ending with task `seq` (the stream's tail) succeeded; None when the word must
+        come from the scheduler (a failure to report, STOP mode, an observed session)."""
+        if (stream.notify_slot < 0 or self.notify is None or self.daemon.observer is not None
+                or stream.context.failure_mode != codes.ACL_CONTINUE_ON_FAILURE
+                or stream.tasks[-1].seq != seq or self.failure_pending(stream)):
+            return None
+        return ("notify", self.notify_region.name, stream.notify_slot, seq)

@@ -1,0 +1,277 @@
+"""The notify area against a real daemon: replies through the mailbox, synchronize decided
+on the stream word, and every case where the daemon must still be asked (docs/notify.md)."""
+
+from __future__ import annotations
+
+import signal
+import threading
+import time
+
+import numpy as np
+import pytest
+from conftest import GATE
+from simnpu.client.runtime import Runtime
+from simnpu.proto import codes, commands
+from simnpu.proto import observe as observe_bits
+from simnpu.proto.errors import NpuError
+from simnpu.shm import futex
+
+pytestmark = pytest.mark.skipif(not futex.AVAILABLE, reason="futexes are not available here")
+
+H2D = codes.ACL_MEMCPY_HOST_TO_DEVICE
+D2H = codes.ACL_MEMCPY_DEVICE_TO_HOST
+
+KERNELS = GATE + '''
+
+@kernel("u32")
+def fail(ctx, length):
+    """Raise with a message of `length` characters."""
+    raise RuntimeError("x" * length)
+
+
+@kernel("ptr", "u32")
+def count_up(ctx, cell, unused):
+    """cell[0] += 1."""
+    ctx.gm(cell, "int64", 1)[0] += 1
+'''
+
+
+@pytest.fixture
+def rt(daemon):
+    runtime = Runtime(daemon.address)
+    runtime.set_device(0)
+    yield runtime
+    runtime.close()
+
+
+class Kernels:
+    def __init__(self, rt):
+        self.rt = rt
+        binary = rt.binary_load(KERNELS, "notify_kernels.py")
+        self.functions = {name: rt.get_function(binary, name) for name in ("gate", "fail", "count_up")}
+        self.empty = rt.get_function(commands.BUILTIN_BINARY, "empty")
+
+    def launch(self, name, stream, *args, blocks=1):
+        function = self.empty if name == "empty" else self.functions[name]
+        self.rt.launch_kernel(function, blocks, self.rt.signature(function).pack(*args), stream)
+
+
+@pytest.fixture
+def kernels(rt):
+    return Kernels(rt)
+
+
+def write_int(rt, address: int, value: int, dtype=np.int32) -> None:
+    cell = np.array([value], dtype)
+    rt.memcpy(address, cell.nbytes, cell.ctypes.data, cell.nbytes, H2D)
+
+
+def read_int(rt, address: int, dtype=np.int64) -> int:
+    cell = np.zeros(1, dtype)
+    rt.memcpy(cell.ctypes.data, cell.nbytes, address, cell.nbytes, D2H)
+    return int(cell[0])
+
+
+def test_a_client_sharing_dev_shm_uses_the_notify_area(rt):
+    assert rt.connection.notify is not None
+    assert rt.stream_words is not None
+    before = rt.connection.mailbox_replies
+    pointers = [rt.malloc(4096) for _ in range(5)]
+    assert len(set(pointers)) == 5
+    assert rt.connection.mailbox_replies == before + 5
+    for pointer in pointers:
+        rt.free(pointer)
+
+
+def test_a_synchronize_is_decided_on_the_stream_word_and_ordered(rt, kernels):
+    stream = rt.create_stream()
+    cell = rt.malloc(8)
+    write_int(rt, cell, 0, np.int64)
+    before = rt.stream_words.decided
+    for round_ in range(1, 51):
+        kernels.launch("count_up", stream, cell, 0)
+        rt.synchronize_stream(stream)
+        assert read_int(rt, cell) == round_  # the kernel really ran before synchronize returned
+    assert rt.stream_words.decided == before + 50
+    rt.free(cell)
+    rt.destroy_stream(stream)
+
+
+def test_the_default_stream_has_a_word_too(rt, kernels):
+    before = rt.stream_words.decided
+    kernels.launch("empty", 0)
+    rt.synchronize_stream(0)
+    assert rt.stream_words.decided == before + 1
+
+
+def test_a_failing_kernel_is_reported_then_the_stream_is_clean_again(rt, kernels):
+    stream = rt.create_stream()
+    kernels.launch("fail", stream, 10)
+    with pytest.raises(NpuError) as raised:
+        rt.synchronize_stream(stream)
+    assert raised.value.code == codes.ACL_ERROR_RT_AICORE_EXCEPTION
+    assert "RuntimeError: xxxxxxxxxx" in raised.value.message
+    rt.synchronize_stream(stream)  # reported once: nothing left to report
+    before = rt.stream_words.decided
+    kernels.launch("empty", stream)
+    rt.synchronize_stream(stream)
+    assert rt.stream_words.decided == before + 1
+    rt.destroy_stream(stream)
+
+
+def test_a_failure_message_too_big_for_a_mailbox_slot_comes_whole(rt, kernels):
+    stream = rt.create_stream()
+    kernels.launch("fail", stream, 20000)
+    with pytest.raises(NpuError) as raised:
+        rt.synchronize_stream(stream)
+    assert "RuntimeError: " + "x" * 20000 in raised.value.message
+    rt.destroy_stream(stream)
+
+
+def test_a_call_the_daemon_rejects_wakes_the_synchronize_and_is_reported(rt):
+    stream = rt.create_stream()
+    bogus_function = (5 << 40) | 999_999
+    rt.connection.send_command(commands.pack_launch(1, stream, bogus_function, b""), "test", stream)
+    with pytest.raises(NpuError) as raised:
+        rt.synchronize_stream(stream, timeout_ms=20_000)
+    assert raised.value.code == codes.ACL_ERROR_RT_INVALID_HANDLE
+    rt.synchronize_stream(stream)
+    rt.destroy_stream(stream)
+
+
+def test_a_rejected_call_behind_running_work_waits_for_that_work(rt, kernels):
+    stream = rt.create_stream()
+    flag = rt.malloc(4)
+    write_int(rt, flag, 0)
+    kernels.launch("gate", stream, flag, 30.0)
+    rt.connection.send_command(commands.pack_launch(1, stream, (5 << 40) | 999_999, b""), "test", stream)
+    threading.Timer(0.3, write_int, (rt, flag, 1)).start()
+    start = time.monotonic()
+    with pytest.raises(NpuError) as raised:
+        rt.synchronize_stream(stream)
+    assert raised.value.code == codes.ACL_ERROR_RT_INVALID_HANDLE
+    assert time.monotonic() - start >= 0.25  # it waited for the gate, not only for the word
+    rt.free(flag)
+    rt.destroy_stream(stream)
+
+
+def test_a_timed_synchronize_times_out_on_the_word_and_the_daemon_says_so(rt, kernels):
+    stream = rt.create_stream()
+    flag = rt.malloc(4)
+    write_int(rt, flag, 0)
+    kernels.launch("gate", stream, flag, 30.0)
+    with pytest.raises(NpuError) as raised:
+        rt.synchronize_stream(stream, timeout_ms=100)
+    assert raised.value.code == codes.ACL_ERROR_RT_STREAM_SYNC_TIMEOUT
+    write_int(rt, flag, 1)
+    rt.synchronize_stream(stream, timeout_ms=20_000)
+    rt.free(flag)
+    rt.destroy_stream(stream)
+
+
+def test_stop_on_failure_reports_the_context_failure_on_another_stream(rt, kernels):
+    context = rt.create_context(0)
+    first, second = rt.create_stream(), rt.create_stream()
+    rt.set_stream_failure_mode(first, codes.ACL_STOP_ON_FAILURE)
+    kernels_here = Kernels(rt)
+    kernels_here.launch("fail", first, 5)
+    with pytest.raises(NpuError):
+        rt.synchronize_stream(first)
+    kernels_here.launch("empty", second)
+    with pytest.raises(NpuError) as raised:
+        rt.synchronize_stream(second)
+    assert raised.value.code == codes.ACL_ERROR_RT_AICORE_EXCEPTION
+    rt.destroy_context(context)
+    rt.set_device(0)
+
+
+def test_threads_synchronizing_their_own_streams_at_once(rt, kernels):
+    errors = []
+
+    def work():
+        try:
+            rt.set_device(0)
+            stream = rt.create_stream()
+            cell = rt.malloc(8)
+            write_int(rt, cell, 0, np.int64)
+            for round_ in range(1, 31):
+                kernels.launch("count_up", stream, cell, 0)
+                rt.synchronize_stream(stream)
+                assert read_int(rt, cell) == round_
+            rt.free(cell)
+            rt.destroy_stream(stream)
+            rt.reset_device(0)
+        except Exception as error:  # reported by the main thread
+            errors.append(error)
+
+    threads = [threading.Thread(target=work) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(120)
+    assert not errors
+
+
+def test_more_requests_in_flight_than_mailbox_slots(rt):
+    results, errors = [], []
+
+    def allocate():
+        try:
+            rt.set_device(0)
+            for _ in range(20):
+                results.append(rt.malloc(64))
+            rt.reset_device(0)
+        except Exception as error:
+            errors.append(error)
+
+    threads = [threading.Thread(target=allocate) for _ in range(24)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(120)
+    assert not errors
+    assert len(set(results)) == 24 * 20
+    for pointer in results:
+        rt.free(pointer)
+
+
+def test_an_observed_session_asks_the_daemon(rt, kernels):
+    rt.observer.enable(observe_bits.TRACE)
+    before = rt.stream_words.decided
+    kernels.launch("empty", 0)
+    rt.synchronize_stream(0)
+    assert rt.stream_words.decided == before
+
+
+def test_a_client_without_shared_memory_has_no_notify_area(daemon, monkeypatch):
+    monkeypatch.setenv("SIMNPU_NO_SHM", "1")
+    runtime = Runtime(daemon.address)
+    try:
+        assert runtime.connection.notify is None and runtime.stream_words is None
+        runtime.set_device(0)
+        empty = runtime.get_function(commands.BUILTIN_BINARY, "empty")
+        runtime.launch_kernel(empty, 1, b"", 0)
+        runtime.synchronize_stream(0)
+        assert runtime.malloc(64)
+    finally:
+        runtime.close()
+
+
+def test_a_sleeping_synchronize_sees_the_daemon_die(start_daemon):
+    daemon = start_daemon()
+    runtime = Runtime(daemon.address)
+    try:
+        runtime.set_device(0)
+        kernels = Kernels(runtime)
+        flag = runtime.malloc(4)
+        write_int(runtime, flag, 0)
+        kernels.launch("gate", 0, flag, 3.0)  # the core notices the dead daemon after it
+        threading.Timer(0.3, daemon.process.send_signal, (signal.SIGKILL,)).start()
+        start = time.monotonic()
+        with pytest.raises(NpuError) as raised:
+            runtime.synchronize_stream(0)
+        assert raised.value.code == codes.ACL_ERROR_RT_DRV_INTERNAL_ERROR
+        assert time.monotonic() - start < 30
+    finally:
+        runtime.close()
+        daemon.process.wait(30)

@@ -1,5 +1,5 @@
 """aclrtSynchronizeStream without a request, when the stream's word in the notify area
-proves the outcome (docs/notify.md).
+proves the outcome (docs/fast-path.md).
 
 The word holds the sequence number of the stream's last completed task, with DIRTY set
 when a synchronize would report a failure. If the stream's last command is this process's

@@ -30,6 +30,7 @@ from simnpu.proto.kernel_abi import KernelSignature
 from simnpu.shm import futex
 from simnpu.shm.notify import NotifyArea
 from simnpu.shm.region import Region
+from simnpu.shm.ring import SubmissionRing
 
 
 class ContextInfo:
@@ -56,15 +57,21 @@ class Runtime(RuntimeMemory):
         values = list(hello.values)
         self.session_id, self.device_count, staging_bytes, self.ai_cores, self.copy_engines = values[:5]
         self.host = HostMemory()
-        staging_name, _, notify_name = hello.text.partition("\n")
+        staging_name, notify_name, ring_name = (hello.text.split("\n") + ["", ""])[:3]
         staging = _attach_staging(staging_name, staging_bytes, hello.data)
         self.copies = CopyPaths(self, staging, staging_bytes)
-        self.notify_region = _attach_notify(notify_name) if staging is not None else None
-        self.stream_words: StreamWords | None = None  # synchronize without a request (docs/notify.md)
+        # the fast path (docs/fast-path.md): replies and stream words through the notify
+        # area, calls through the submission ring; both need the staging probe to have
+        # shown that this process shares the daemon's /dev/shm
+        self.notify_region = _attach_fast_path(notify_name) if staging is not None else None
+        self.ring_region = _attach_fast_path(ring_name, populate=True) if self.notify_region else None
+        self.stream_words: StreamWords | None = None  # synchronize without a request
         if self.notify_region is not None:
             area = NotifyArea(self.notify_region.map)
             self.connection.use_notify(area)
             self.stream_words = StreamWords(self.connection, area)
+        if self.ring_region is not None:
+            self.connection.use_ring(SubmissionRing(self.ring_region.map))
         self.contexts: dict[int, ContextInfo] = {}
         self.device_refs: dict[int, int] = {}
         self.device_contexts: dict[int, int] = {}  # device -> its default context (aclrtSetDevice)
@@ -505,18 +512,21 @@ class Runtime(RuntimeMemory):
                     pass
         self.copies.close()
         self.connection.close()
+        if self.ring_region is not None:
+            self.connection.ring.release()
+            self.ring_region.close()
         if self.notify_region is not None:
             self.connection.notify.release()
             self.notify_region.close()
 
 
-def _attach_notify(name: str) -> Region | None:
-    """Map the session's notify area (the staging probe has shown /dev/shm is shared);
+def _attach_fast_path(name: str, populate: bool = False) -> Region | None:
+    """Map a segment of the session's fast path (its notify area or submission ring);
     None where futexes are not available or the daemon made none."""
     if not name or not futex.AVAILABLE:
         return None
     try:
-        return Region.attach(name)
+        return Region.attach(name, populate=populate)
     except Exception:
         return None
 

@@ -6,9 +6,11 @@ burst of launches costs one message. Requests wait for their Reply. Every comman
 request takes the next sequence number, as on the daemon, and the call site of each is
 kept in a ring so that a task failing later is reported with where it was submitted.
 
-With a notify area (shared memory, docs/notify.md) replies come back through its mailbox
-slots and the waiting thread sleeps on a futex; the stream then only carries notices and
-replies too big for a slot, read by the background receiver all the time.
+With shared memory (docs/fast-path.md) the session has a fast path both ways: calls are
+written into its submission ring by the calling thread itself (no sender thread, no
+message), replies come back through the notify area's mailbox slots while the waiting
+thread sleeps on a futex. The stream then only carries requests too big for the ring,
+notices and replies too big for a slot, read by the background receiver all the time.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ import collections
 import sys
 import threading
 
-from simnpu.proto import codes, npu_pb2, service
+from simnpu.proto import codes, commands, npu_pb2, service
 
 service.prefer_fast_grpc()
 
@@ -26,6 +28,7 @@ from google.protobuf.message import DecodeError
 from simnpu.client import autostart
 from simnpu.proto.errors import NpuError, error_for
 from simnpu.shm import notify as notify_layout
+from simnpu.shm import ring as ring_layout
 
 _SITE_RING = 1 << 16
 _MAILBOX_SLICE_S = 0.1  # a mailbox waiter re-checks for a broken session this often
@@ -93,6 +96,7 @@ class Connection:
         self._reader_busy = False  # a thread is inside next(self._call)
         self._notice_demand = 0  # host callbacks queued and not yet announced by the daemon
         self.notify: notify_layout.NotifyArea | None = None  # use_notify()
+        self.ring: ring_layout.SubmissionRing | None = None  # use_ring()
         self._free_slots: list[int] = []
         self.mailbox_replies = 0  # how many replies came through the mailbox (a statistic)
         self.stream_seq: dict[int, int] = {}  # stream -> sequence number of its last command
@@ -127,19 +131,32 @@ class Connection:
         with self._reading:
             self._reading.notify_all()
 
+    def use_ring(self, ring: ring_layout.SubmissionRing) -> None:
+        """From now on calls go through the session's submission ring (the daemon is told
+        first, by the stream). Blocks."""
+        ring.reader_gone = lambda: self._broken is not None
+        self.request(npu_pb2.OP_USE_RING)
+        with self._lock:
+            self.ring = ring
+
     def send_command(self, record: bytes, site: str, stream: int = 0) -> int:
         """Queue one packed asynchronous command (on `stream`, if it goes to one); returns its
-        sequence number. Never blocks."""
+        sequence number. Never blocks, but for room in a full submission ring."""
         if self._broken is not None:
             raise self._broken
         with self._lock:
             self._seq += 1
             seq = self._seq
             self._sites[seq & (_SITE_RING - 1)] = (seq, site)
-            self._pending_items.append(record)
             self.deferred_seq = seq
             if stream:
                 self.stream_seq[stream] = seq
+            if self.ring is not None:
+                if self.send_sites:
+                    self._put(_ring_sites(seq, site))
+                self._put(record)
+                return seq
+            self._pending_items.append(record)
         if not self._wake.is_set():
             self._wake.set()
         return seq
@@ -153,9 +170,8 @@ class Connection:
             seq = self._seq
             self._sites[seq & (_SITE_RING - 1)] = (seq, site)
             pending = self._replies[seq] = _Pending(seq, self._free_slots.pop() if self._free_slots else -1)
-            self._pending_items.append(_Request(id=seq, op=op, args=args, data=data, text=text,
-                                                mailbox=pending.slot + 1))
-        self._wake.set()
+            self._queue_request(_Request(id=seq, op=op, args=args, data=data, text=text,
+                                         mailbox=pending.slot + 1), seq, site)
         return pending
 
     def post_request(self, op: int, args=(), data: bytes = b"", text: str = "", site: str = "") -> int:
@@ -167,11 +183,29 @@ class Connection:
             self._seq += 1
             seq = self._seq
             self._sites[seq & (_SITE_RING - 1)] = (seq, site)
-            self._pending_items.append(_Request(id=0, op=op, args=args, data=data, text=text))
             self.deferred_seq = seq
-        if not self._wake.is_set():
-            self._wake.set()
+            self._queue_request(_Request(id=0, op=op, args=args, data=data, text=text), seq, site)
         return seq
+
+    def _queue_request(self, request: npu_pb2.Request, seq: int, site: str) -> None:
+        """Into the ring if it is in use and the request fits, else to the stream (marked in
+        the ring at its place). The caller holds the lock."""
+        if self.ring is not None:
+            if self.send_sites:
+                self._put(_ring_sites(seq, site))
+            payload = request.SerializeToString()
+            if len(payload) + commands.RING_BYTES.size <= ring_layout.MAX_RECORD:
+                self._put(commands.pack_ring_request(payload))
+                return
+            self._put(commands.STREAM_ITEM)
+        self._pending_items.append(request)
+        self._wake.set()
+
+    def _put(self, record: bytes) -> None:
+        try:
+            self.ring.put(record)
+        except ring_layout.RingClosed:  # full, and the daemon is gone
+            raise self._broken from None
 
     def wait(self, pending: _Pending) -> npu_pb2.Reply:
         """Block until the reply arrives; raise NpuError if it carries an error code."""
@@ -260,7 +294,7 @@ class Connection:
                 items.append(_Item(request=item))
             if run:
                 items.append(_Item(commands=b"".join(run)))
-            if self.send_sites:
+            if self.send_sites and self.ring is None:  # with the ring, sites go through it
                 yield self._with_sites(items)
             else:
                 yield npu_pb2.ClientMessage(items=items)
@@ -346,9 +380,9 @@ class Connection:
             self._read_turn()
 
     def _fail_all(self, code: int, message: str) -> None:
+        if self._broken is None:  # before the lock: a call waiting for room in the ring holds it
+            self._broken = NpuError(code, message)
         with self._lock:
-            if self._broken is None:
-                self._broken = NpuError(code, message)
             pending, self._replies = list(self._replies.values()), {}
         for item in pending:
             item.reply = self._broken
@@ -378,6 +412,11 @@ class Connection:
 
 
 
+
+
+def _ring_sites(seq: int, site: str) -> bytes:
+    """The CMD_RING_SITES record of call `seq` (an observed session's call site)."""
+    return commands.pack_ring_sites(npu_pb2.ClientMessage(site_seqs=[seq], sites=[site or "?"]).SerializeToString())
 
 
 def _describe_rpc_error(address: str, error: grpc.RpcError) -> tuple[int, str]:

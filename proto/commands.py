@@ -35,6 +35,11 @@ CMD_WAIT_EVENT = 7
 CMD_HOST_CALLBACK = 8   # run a host callback in the client when the stream reaches it
 CMD_HOST_DONE = 9       # the client finished a blocking host callback
 CMD_COLLECTIVE = 16     # an HCCL collective or send/recv on a communicator (simnpu.proto.hccl_types)
+# Only in a submission ring (simnpu.shm.ring, docs/fast-path.md), where requests travel too:
+CMD_RING_REQUEST = 32      # a serialized Request follows (u32 length, then the bytes)
+CMD_RING_STREAM_ITEM = 33  # the next Item of the gRPC stream goes here (too big for the ring)
+CMD_RING_SITES = 34        # a serialized ClientMessage with only call sites follows (observed sessions)
+CMD_RING_END = 35          # nothing more before the end of the ring's data
 
 _OP = struct.Struct("<H")
 LAUNCH = struct.Struct("<HIQQI")          # op, num_blocks, stream, function, args_len
@@ -46,6 +51,7 @@ HOST = struct.Struct("<HQQB")             # op, stream, callback id, blocking (c
 # op, stream, comm, HcclCMDType, send ptr, recv ptr, count, recv count, HcclDataType, recv data
 # type, HcclReduceOp, root / peer rank
 COLLECTIVE = struct.Struct("<HQQHQQQQHHHI")
+RING_BYTES = struct.Struct("<HI")         # op, length of the bytes that follow (request, sites)
 
 _FIXED = {
     CMD_LAUNCH: LAUNCH,
@@ -59,6 +65,8 @@ _FIXED = {
     CMD_HOST_DONE: HOST,
     CMD_COLLECTIVE: COLLECTIVE,
 }
+_RING_FIXED = {**_FIXED, CMD_RING_REQUEST: RING_BYTES, CMD_RING_SITES: RING_BYTES,
+               CMD_RING_STREAM_ITEM: _OP, CMD_RING_END: _OP}
 
 
 class HostCallback(NamedTuple):
@@ -123,6 +131,18 @@ class EventCommand(NamedTuple):
     stream: int
 
 
+class RingRequest(NamedTuple):
+    request: bytes  # a serialized Request
+
+
+class RingSites(NamedTuple):
+    message: bytes  # a serialized ClientMessage holding site_seqs and sites
+
+
+class StreamItem(NamedTuple):
+    pass
+
+
 def pack_launch(num_blocks: int, stream: int, function: int, args: bytes) -> bytes:
     return LAUNCH.pack(CMD_LAUNCH, num_blocks, stream, function, len(args)) + args
 
@@ -151,19 +171,35 @@ def pack_collective(call: Collective) -> bytes:
     return COLLECTIVE.pack(CMD_COLLECTIVE, *call)
 
 
-def decode(buffer: bytes) -> Iterator[object]:
+def pack_ring_request(request: bytes) -> bytes:
+    return RING_BYTES.pack(CMD_RING_REQUEST, len(request)) + request
+
+
+def pack_ring_sites(message: bytes) -> bytes:
+    return RING_BYTES.pack(CMD_RING_SITES, len(message)) + message
+
+
+STREAM_ITEM = _OP.pack(CMD_RING_STREAM_ITEM)
+
+
+def decode(buffer: bytes, ring: bool = False) -> Iterator[object]:
     """Yield the commands packed in `buffer`, in order.
 
     A truncated or unknown record raises NpuError(107000); the records before it have
-    already been yielded (and executed), as they would have been on the wire.
+    already been yielded (and executed), as they would have been on the wire. With
+    `ring`, `buffer` is a piece of a submission ring: the CMD_RING_* records are allowed
+    too, and CMD_RING_END or fewer than 2 bytes left end it.
     """
     view = memoryview(buffer)
     pos, end = 0, len(view)
+    known = _RING_FIXED if ring else _FIXED
     while pos < end:
         if end - pos < _OP.size:
+            if ring:
+                return
             raise _malformed(f"truncated op code at byte {pos}")
         (op,) = _OP.unpack_from(view, pos)
-        layout = _FIXED.get(op)
+        layout = known.get(op)
         if layout is None:
             raise _malformed(f"unknown command op {op} at byte {pos}")
         if end - pos < layout.size:
@@ -186,8 +222,19 @@ def decode(buffer: bytes) -> Iterator[object]:
             yield HostCallback(*fields)
         elif op == CMD_COLLECTIVE:
             yield Collective(*fields[1:])
-        else:
+        elif op < CMD_RING_REQUEST:
             yield EventCommand(op, fields[1], fields[2])
+        elif op == CMD_RING_END:
+            return
+        elif op == CMD_RING_STREAM_ITEM:
+            yield StreamItem()
+        else:
+            length = fields[1]
+            if end - pos < length:
+                raise _malformed(f"ring record of {length} bytes truncated at byte {pos}")
+            payload = bytes(view[pos:pos + length])
+            pos += length
+            yield RingRequest(payload) if op == CMD_RING_REQUEST else RingSites(payload)
 
 
 def _malformed(what: str) -> NpuError:
@@ -199,7 +246,7 @@ def _malformed(what: str) -> NpuError:
 IMMEDIATE = -1
 REQUEST_ARGS = {
     # text: process name -> values (session, devices, staging size, AI cores, copy engines,
-    # observe flags); text: staging segment name, newline, notify segment name; data: probe
+    # observe flags); text: the staging, notify and ring segment names, a line each; data: probe
     "HELLO": ("pid", "memory_limit"),
     "CREATE_CONTEXT": ("device",),  # -> (context, default stream, its notify slot or -1)
     "DESTROY_CONTEXT": ("context",),
@@ -227,6 +274,7 @@ REQUEST_ARGS = {
     "GET_FUNCTION": ("binary",),  # text: name -> (function,); text: signature
     "SET_OP_EXECUTE_TIMEOUT": ("milliseconds",),
     "MEMORY_STATS": ("device",),  # -> text: JSON
+    "USE_RING": (),  # later calls come through the submission ring named at HELLO
     "MEMORY_SNAPSHOT": ("device",),  # -> text: JSON
     "MEMORY_LIMIT": ("device", "limit"),  # device -1: all; limit -1: ask -> (limit, used, default)
     "IPC_MEM_EXPORT": ("address", "size", "flags"),  # -> text: key

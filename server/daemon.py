@@ -96,14 +96,19 @@ class Daemon:
         for address in self.config.listen:
             if is_unix(address):
                 prepare_socket_path(unix_path(address))
-            if not self.server.add_insecure_port(address):
-                raise RuntimeError(f"cannot listen on {address}")
+            previous = os.umask(0o177) if is_unix(address) else None  # the socket is born 0600
+            try:
+                if not self.server.add_insecure_port(address):
+                    raise RuntimeError(f"cannot listen on {address}")
+            finally:
+                if previous is not None:
+                    os.umask(previous)
             if is_unix(address):
                 self._socket_paths.append(unix_path(address))
         self.server.start()
         for address in self.config.listen:
             if is_unix(address):
-                os.chmod(unix_path(address), 0o600)
+                os.chmod(unix_path(address), 0o600)  # in case the binding ignored the umask
         self.health.set("", health_pb2.HealthCheckResponse.SERVING)
         self.health.set(service.SERVICE, health_pb2.HealthCheckResponse.SERVING)
 

@@ -61,7 +61,7 @@ class Stream:
     watchers: list = field(default_factory=list)  # Waiters to re-check when a task completes
     destroyed: bool = False
     queued_ready: bool = False  # in its device's ready list
-    notify_slot: int = -1       # its word in the session's notify area (docs/notify.md), or -1
+    notify_slot: int = -1       # its word in the session's notify area (docs/fast-path.md), or -1
     word_seq: int = 0           # the highest sequence number the daemon has written to that word
 
     @property

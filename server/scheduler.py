@@ -56,6 +56,7 @@ log = logging.getLogger("simnpu.scheduler")
 # work -- whose deadline is the operator timeout away, 300 s by default -- costs no
 # wake-up of this thread; an idle daemon wakes once per NAP_S, which costs nothing.
 NAP_S = 1.0
+_CATCH_UP_S = 5.0  # the longest catch_up waits for a result whose word is written
 
 
 class Scheduler:
@@ -74,6 +75,7 @@ class Scheduler:
         self._stopping = False
         self._workers = [w for d in devices for w in d.cores + d.engines]
         self._workers_generation = 0  # bumped whenever a worker (and its pipe) is replaced
+        self._side_reads = 0  # worker results taken by catch_up, not by the scheduler thread
         self._poller_generation = -1
         self._thread = threading.Thread(target=self._run, name="simnpu-scheduler", daemon=True)
         self.collectives = Collectives(self)  # HCCL communicators (server/collectives.py)
@@ -138,7 +140,7 @@ class Scheduler:
             self._sleep_until = time.monotonic() + timeout
             if self._poller_generation != self._workers_generation:
                 self._rebuild_poller()
-            generation, by_fd = self._poller_generation, self._worker_by_fd
+            generation, by_fd, side_reads = self._poller_generation, self._worker_by_fd, self._side_reads
         events = self._poller.poll(math.ceil(timeout * 1000))
         with self._lock:
             self._sleep_until = 0.0  # awake: nobody needs to wake this thread
@@ -148,8 +150,10 @@ class Scheduler:
                         os.read(self._wake_r, 65536)
                     except BlockingIOError:
                         pass
-                elif generation == self._workers_generation:  # else: a pipe was replaced meanwhile
-                    self._on_worker_message(by_fd[fd])
+                elif generation != self._workers_generation:  # a pipe was replaced meanwhile
+                    continue
+                elif side_reads == self._side_reads or select.select([fd], [], [], 0)[0]:
+                    self._on_worker_message(by_fd[fd])  # (catch_up may have taken it already)
             self._pump()
             self._expire()
 
@@ -277,7 +281,7 @@ class Scheduler:
         self._recheck(stream)
         if stream.tasks:
             self._dirty.append(stream)
-        elif stream.notify_slot >= 0:  # the client may be sleeping on its word (docs/notify.md)
+        elif stream.notify_slot >= 0:  # the client may be sleeping on its word (docs/fast-path.md)
             stream.session.stream_drained(stream, task.seq)
 
     def _fail(self, stream, failure: Failure) -> None:
@@ -364,7 +368,7 @@ class Scheduler:
                 if num_blocks == 1 and stream.context.failure_mode == codes.ACL_CONTINUE_ON_FAILURE:
                     task = self._add_run(core, stream, items)
                 if first == 0 and stream.notify_slot >= 0:  # the whole of it runs on this core
-                    self._add_notify(stream, task, items)
+                    self._add_notify(core, stream, task, items)
             self._send(core, items)
 
     def _add_kernel_item(self, core, task, first, last, items) -> None:
@@ -395,12 +399,13 @@ class Scheduler:
         return following[count - 1] if count else stream.tasks[0]
 
     @staticmethod
-    def _add_notify(stream, last, items) -> None:
+    def _add_notify(worker, stream, last, items) -> None:
         """Have the worker write the stream's word after `items`, when they end at its tail
-        and nothing needs the scheduler's judgement (server/session_notify.py)."""
+        and nothing needs the scheduler's judgement (server/session_fastpath.py)."""
         item = stream.session.notify_item(stream, last.seq)
         if item is not None:
             items.append(item)
+            worker.notify_seq = (stream, last.seq)
 
     def _dispatch_copies(self, device) -> None:
         ready = device.ready_copies
@@ -421,7 +426,7 @@ class Scheduler:
             task.chunks_out += 1
             items = [_copy_piece(task, token, start, end)]
             if task.pieces == 1 and stream.notify_slot >= 0:
-                self._add_notify(stream, task, items)
+                self._add_notify(engine, stream, task, items)
             self._send(engine, items)
 
     def send_work(self, worker, work, kind: str, *fields) -> None:
@@ -456,11 +461,11 @@ class Scheduler:
             return
         if self.observer is not None and self.observer.tracing:
             self.observer.ran(worker, message)  # the timeline: what ran where, when
+        worker.deadline = worker.notify_seq = None
         for token, code, start, end, text in message:
             task = worker.inflight.pop(token)
             worker.busy_ns += end - start
             self._chunk_done(task, code, end, text)
-        worker.deadline = None
 
     def _chunk_done(self, task, code, end_ns, text) -> None:
         if code and task.failure is None:
@@ -493,6 +498,17 @@ class Scheduler:
         worker.start()
         self._workers_generation += 1
         self._wake()  # the scheduler thread must poll the new pipe
+
+    def catch_up(self, stream) -> None:
+        """Take the results of workers that already told the client, through `stream`'s word,
+        that they finished its work: what the daemon answers next must agree with what the
+        client saw. Under the lock; waits at most a moment for a result on its way."""
+        for worker in self._workers:
+            told = worker.notify_seq
+            if told is not None and told[0] is stream and stream.session.word_says(stream, told[1]):
+                if select.select([worker.conn], [], [], _CATCH_UP_S)[0]:
+                    self._side_reads += 1
+                    self._on_worker_message(worker)
 
     # ---- waiting ------------------------------------------------------------------------------
     def watch(self, waiter: Waiter, streams=(), tasks=()) -> None:

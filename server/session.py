@@ -1,9 +1,11 @@
 """A client session: the handles a client process owns, and the decoding of its messages.
 
 One Session per gRPC Session stream. Its reader thread calls `handle_message` for each
-ClientMessage; work for the scheduler is collected in order and posted once per message.
-Replies go to `outbox`, which the gRPC response stream drains. When the stream ends for
-any reason, `close` frees everything the session owned once its in-flight work is done.
+ClientMessage -- or, once the client uses its submission ring (docs/fast-path.md), the
+ring thread calls `handle_ring` for what the client wrote there; work for the scheduler is
+collected in order and posted once per message or ring piece. Replies go to the client's
+mailbox slot or to `outbox`, which the gRPC response stream drains. When the stream ends
+for any reason, `close` frees everything the session owned once its in-flight work is done.
 """
 
 from __future__ import annotations
@@ -12,6 +14,8 @@ import itertools
 import logging
 import os
 import queue
+
+from google.protobuf.message import DecodeError
 
 from simnpu.proto import codes, commands, npu_pb2
 from simnpu.proto.errors import NpuError, NpuMemoryError, bad_handle, invalid
@@ -34,12 +38,13 @@ from simnpu.server.objects import (
     Waiter,
 )
 from simnpu.server.resources import Binary, Function, Pinned
-from simnpu.server.sentinels import CLOSED, DEFERRED  # noqa: F401  (CLOSED: the outbox's end)
+from simnpu.server.sentinels import CLOSED, DEFERRED
 from simnpu.server.session_memory import MEMORY_OPS, SessionMemory
-from simnpu.server.session_notify import SessionNotify
+from simnpu.server.session_fastpath import SessionFastPath
 from simnpu.server.session_streams import SessionStreams
 from simnpu.shm.addresses import is_device_address, split_device_address
 from simnpu.shm.region import Region, segment_name, shm_available_bytes
+from simnpu.shm.ring import RingCorrupt
 
 log = logging.getLogger("simnpu.session")
 
@@ -50,7 +55,7 @@ _ARG_COUNTS = {npu_pb2.Op.Value(f"OP_{name}"): len(args)
                for name, args in commands.REQUEST_ARGS.items() if name != "HELLO"}
 
 
-class Session(SessionStreams, SessionMemory, SessionNotify):
+class Session(SessionStreams, SessionMemory, SessionFastPath):
     def __init__(self, daemon, session_id: int, peer: str):
         self.daemon = daemon
         self.scheduler = daemon.scheduler
@@ -94,9 +99,10 @@ class Session(SessionStreams, SessionMemory, SessionNotify):
             npu_pb2.OP_BINARY_UNLOAD: self._binary_unload,
             npu_pb2.OP_GET_FUNCTION: self._get_function,
             npu_pb2.OP_SET_OP_EXECUTE_TIMEOUT: self._set_op_execute_timeout,
+            npu_pb2.OP_USE_RING: self._use_ring,
         }
         self._init_memory()
-        self._init_notify()
+        self._init_fast_path()
         self._handlers.update({op: getattr(self, name) for op, name in MEMORY_OPS.items()})
         self._handlers.update(self.scheduler.collectives.handlers(self))  # HCCL requests
         self._handlers.update(observe.handlers(self))  # tracing and checking (server/observe.py)
@@ -108,28 +114,77 @@ class Session(SessionStreams, SessionMemory, SessionNotify):
 
     # ---- messages ---------------------------------------------------------------------------
     def handle_message(self, message: npu_pb2.ClientMessage) -> None:
-        """Execute one ClientMessage's items in order (reader thread)."""
+        """Execute one ClientMessage's items in order (reader thread). With the ring in use
+        they are only requests too big for it, which the ring thread takes in its order."""
+        if self.ring_reader is not None:
+            for item in message.items:
+                self.ring_reader.stream_items.put(item)
+            return
         if message.site_seqs and self.daemon.observer is not None:  # an observed client's call sites
             self.daemon.observer.sites(self, message.site_seqs, message.sites)
         for item in message.items:
-            if item.HasField("request"):
-                self._handle_request(item.request)
-            else:
-                self._handle_commands(item.commands)
+            self._handle_item(item)
+        self._flush()
+
+    def handle_ring(self, pieces: list) -> None:
+        """Execute what the client wrote in its submission ring, in order (ring thread).
+        A malformed record ends the session: nothing after it can be found any more."""
+        for piece in pieces:
+            try:
+                for command in commands.decode(piece, ring=True):
+                    kind = type(command)
+                    if kind is commands.RingRequest:
+                        self._handle_ring_request(command.request)
+                    elif kind is commands.StreamItem:
+                        self._flush()  # what came before does not wait for the stream
+                        item = self.ring_reader.next_stream_item()
+                        if item is None:  # the session ended
+                            return
+                        self._handle_item(item)
+                    elif kind is commands.RingSites:  # the observer forgets sites of submitted tasks
+                        self._flush()
+                        self._ring_sites(command.message)
+                    else:
+                        self._handle_command(command)
+            except NpuError as error:  # commands.decode: handlers report their own errors
+                self._flush()
+                raise RingCorrupt(error.message) from None
+        self._flush()
+
+    def _flush(self) -> None:
+        """Post the scheduler work collected so far."""
         if self._batch:
             batch, self._batch = self._batch, []
             self.scheduler.post(batch)
 
+    def _handle_item(self, item: npu_pb2.Item) -> None:
+        if item.HasField("request"):
+            self._handle_request(item.request)
+        else:
+            self._handle_commands(item.commands)
+
     def _handle_commands(self, buffer: bytes) -> None:
         try:
             for command in commands.decode(buffer):
-                self.seq += 1
-                try:
-                    self._submit(command)
-                except NpuError as error:
-                    self._defer_failure(error)
+                self._handle_command(command)
         except NpuError as error:  # a malformed buffer: the rest of it is lost
             self._defer_failure(error)
+
+    def _handle_command(self, command) -> None:
+        self.seq += 1
+        try:
+            self._submit(command)
+        except NpuError as error:
+            self._defer_failure(error)
+
+    def _handle_ring_request(self, payload: bytes) -> None:
+        try:
+            request = npu_pb2.Request.FromString(payload)
+        except DecodeError:
+            self.seq += 1  # it took a sequence number on the client
+            self._defer_failure(invalid("a request in the submission ring does not parse"))
+            return
+        self._handle_request(request)
 
     def _defer_failure(self, error: NpuError) -> None:
         """An asynchronous call that the daemon rejected: reported at the next synchronize."""
@@ -137,7 +192,7 @@ class Session(SessionStreams, SessionMemory, SessionNotify):
         if self.submit_failure is None:
             self.submit_failure = NpuError(error.code, f"{error.message} (task {self.seq})")
             self.submit_failure.seq = self.seq
-        self._batch.append((self.rejected, (self.seq,)))  # server/session_notify.py
+        self._batch.append((self.rejected, (self.seq,)))  # server/session_fastpath.py
 
     def _handle_request(self, request: npu_pb2.Request) -> None:
         self.seq += 1
@@ -177,7 +232,7 @@ class Session(SessionStreams, SessionMemory, SessionNotify):
                                      text=text, data=data, task_seq=task_seq))
 
     def _send(self, reply: npu_pb2.Reply) -> None:
-        if not self._mailbox_of or not self._post_reply(reply):  # server/session_notify.py
+        if not self._mailbox_of or not self._post_reply(reply):  # server/session_fastpath.py
             self.outbox.put(reply)
 
     def respond_failure(self, request_id: int, failure) -> None:
@@ -351,10 +406,10 @@ class Session(SessionStreams, SessionMemory, SessionNotify):
                                          config.staging_bytes + _PROBE_BYTES)
         probe = os.urandom(_PROBE_BYTES)
         self.staging.map[config.staging_bytes:config.staging_bytes + _PROBE_BYTES] = probe
-        notify_name = self._create_notify()
+        names = [self.staging.name, *self._create_fast_path()]  # server/session_fastpath.py
         return npu_pb2.Reply(values=[self.id, len(self.daemon.devices), config.staging_bytes,
                                      config.ai_cores, config.copy_engines, observe.hello_flags(self)],
-                             text=f"{self.staging.name}\n{notify_name}", data=probe)
+                             text="\n".join(names), data=probe)
 
     def _owner_of(self, address: int):
         """Another session owning the allocation at `address` (for error messages), if any."""
@@ -482,11 +537,18 @@ class Session(SessionStreams, SessionMemory, SessionNotify):
         return []
 
     # ---- the end -------------------------------------------------------------------------------------------
+    def abandon(self, why: str) -> None:
+        """End the session from the daemon's side (the client broke the protocol)."""
+        self.outbox.put(npu_pb2.Notice(kind=npu_pb2.Notice.KIND_DEVICE_GONE,
+                                       message=f"the daemon ended this session: {why}"))
+        self.outbox.put(CLOSED)
+
     def close(self, on_closed) -> None:
         """The client is gone: drop its queued work, wait for what is running, free all."""
         if self.closed:
             return
         self.closed = True
+        self._stop_ring()  # nothing more is taken from the submission ring
         streams = [s for c in self.contexts for s in c.streams] + list(self.immediate.values())
 
         def begin():
@@ -510,7 +572,9 @@ class Session(SessionStreams, SessionMemory, SessionNotify):
         self.scheduler.call(begin)
 
     def release_all(self) -> None:
-        """Free device memory, pinned segments, the staging and notify areas; forget the counts."""
+        """Free device memory, pinned segments, the staging area and the fast path's
+        segments; forget the counts."""
+        self._stop_ring()
         self.release_memory()  # server/session_memory.py: IPC-aware
         for context in self.contexts:
             self.daemon.count_stream(context.device, -len(context.streams))
@@ -523,7 +587,7 @@ class Session(SessionStreams, SessionMemory, SessionNotify):
         if self.staging is not None:
             self._release_segment(self.staging)
             self.staging = None
-        self._release_notify()
+        self._release_fast_path()
 
     def memory_in_use(self) -> int:
         total = 0

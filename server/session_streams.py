@@ -146,6 +146,7 @@ class SessionStreams:
         stream = self._stream(request.args[0])
 
         def answer():
+            self.scheduler.catch_up(stream)  # the client may have seen its word already
             failure = self._take_failure([stream])
             if failure is not None:
                 self.respond_failure(request.id, failure)

@@ -7,7 +7,7 @@ send back one result per executable item. Items:
   ("load", binary_id, source, filename)           exec a kernel module once, keep it
   ("forget", segment_name)                        unmap a pinned/staging/notify segment
   ("notify", segment_name, slot, seq)             write a stream word of a notify area
-                                                  (docs/notify.md), if the batch succeeded
+                                                  (docs/fast-path.md), if the batch succeeded
   ("kernel", token, binary_id, name, args, first_block, last_block, block_num, bounds)
   ("copy", token, dst, src, count)                dst/src: ("dev", device, offset) | ("seg", name, offset)
   ("memset", token, dst, value, count)

@@ -34,6 +34,7 @@ class WorkerHandle:
         self.loaded: set[int] = set()  # binary ids whose module this process has exec'd
         self.busy_ns = 0  # total time spent executing, for utilisation
         self.forget: list[str] = []  # unlinked segments to unmap, sent with the next batch
+        self.notify_seq = None  # (stream, seq) whose word this worker writes after its batch
         self.restarts = 0
 
     @property
@@ -56,6 +57,7 @@ class WorkerHandle:
         self.ready = False
         self.inflight = {}
         self.deadline = None
+        self.notify_seq = None
         self.loaded = set()
         self.forget = []
 

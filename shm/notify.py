@@ -1,6 +1,6 @@
 """A session's notify area: replies and stream completions through shared memory.
 
-Layout and protocol are described in docs/notify.md. This module only knows the layout
+Layout and protocol are described in docs/fast-path.md. This module only knows the layout
 and the futex calls; it works over any writable buffer (a mapped Region, or a plain mmap
 in tests). The daemon and its workers write; the client reads and sleeps.
 

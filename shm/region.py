@@ -34,11 +34,12 @@ class Region:
         self._closed = False
 
     @classmethod
-    def create(cls, name: str, size: int) -> Region:
-        """Create a new segment of `size` bytes (fails if the name exists)."""
+    def create(cls, name: str, size: int, populate: bool = False) -> Region:
+        """Create a new segment of `size` bytes (fails if the name exists); populate=True
+        allocates and maps every page now (no SIGBUS later if /dev/shm fills up)."""
         memory = posix_ipc.SharedMemory(name, posix_ipc.O_CREX, mode=0o600, size=size)
         try:
-            return cls(name, memory, owner=True)
+            return cls(name, memory, owner=True, populate=populate)
         except BaseException:  # e.g. too big to map: the segment must not outlive the failure
             memory.close_fd()
             unlink_quietly(name)

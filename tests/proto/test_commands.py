@@ -192,3 +192,31 @@ def test_request_arguments_are_declared_for_every_request_op():
         if name != "OP_UNSPECIFIED"
     }
     assert ops <= declared
+
+
+# ---- records only a submission ring carries (docs/fast-path.md) -------------------------------
+def test_ring_records_decode_only_in_ring_mode():
+    ring_only = [commands.pack_ring_request(b"\x08\x01"), commands.STREAM_ITEM,
+                 commands.pack_ring_sites(b"\x12\x01?")]
+    for packed in ring_only:
+        with pytest.raises(NpuError) as raised:
+            decode_all(packed)
+        assert raised.value.code == codes.ACL_ERROR_RT_PARAM_INVALID
+    launch, expected = CASES["launch"]
+    assert list(commands.decode(b"".join([launch, *ring_only, launch]), ring=True)) == [
+        expected, commands.RingRequest(b"\x08\x01"), commands.StreamItem(), commands.RingSites(b"\x12\x01?"),
+        expected]
+
+
+def test_ring_end_and_a_last_byte_end_a_ring_piece():
+    launch, expected = CASES["launch"]
+    end = struct.pack("<H", commands.CMD_RING_END)
+    assert list(commands.decode(launch + end + b"garbage after the end", ring=True)) == [expected]
+    assert list(commands.decode(launch + b"\x07", ring=True)) == [expected]
+
+
+def test_a_truncated_ring_request_raises_107000():
+    packed = commands.pack_ring_request(b"0123456789")
+    with pytest.raises(NpuError) as raised:
+        list(commands.decode(packed[:-1], ring=True))
+    assert raised.value.code == codes.ACL_ERROR_RT_PARAM_INVALID

@@ -1,5 +1,6 @@
-"""The notify area against a real daemon: replies through the mailbox, synchronize decided
-on the stream word, and every case where the daemon must still be asked (docs/notify.md)."""
+"""The shared-memory fast path against a real daemon (docs/fast-path.md): calls through the
+submission ring, replies through the mailbox, synchronize decided on the stream word, and
+every case where the daemon must still be asked or must end the session."""
 
 from __future__ import annotations
 
@@ -275,3 +276,66 @@ def test_a_sleeping_synchronize_sees_the_daemon_die(start_daemon):
     finally:
         runtime.close()
         daemon.process.wait(30)
+
+
+# ---- the submission ring ------------------------------------------------------------------
+def test_calls_go_through_the_submission_ring(rt, kernels):
+    ring = rt.connection.ring
+    assert ring is not None
+    before = ring.written
+    kernels.launch("empty", 0)
+    assert ring.written == before + commands.LAUNCH.size
+    rt.synchronize_stream(0)
+
+
+def test_a_request_too_big_for_the_ring_keeps_its_place_in_the_order(rt, kernels):
+    from simnpu.shm.ring import MAX_RECORD
+
+    stream = rt.create_stream()
+    cell = rt.malloc(8)
+    write_int(rt, cell, 0, np.int64)
+    big_source = KERNELS + "\n# " + "padding " * (MAX_RECORD // 8) + "\n"
+    kernels.launch("count_up", stream, cell, 0)
+    before = rt.connection.ring.written
+    binary = rt.binary_load(big_source, "big_module.py")  # by the stream, marked in the ring
+    assert rt.connection.ring.written - before < 64
+    count_up = rt.get_function(binary, "count_up")
+    rt.launch_kernel(count_up, 1, rt.signature(count_up).pack(cell, 0), stream)
+    rt.synchronize_stream(stream)
+    assert read_int(rt, cell) == 2
+    rt.free(cell)
+    rt.destroy_stream(stream)
+
+
+def corrupt_head(victim: Runtime) -> None:
+    victim.ring_region.map[0:8] = (1 << 62).to_bytes(8, "little")  # a head no writer can have
+    victim.connection.ring.wake_consumer()
+
+
+def garbage_record(victim: Runtime) -> None:
+    victim.connection.ring.put(b"\xff\xff" + bytes(64))
+
+
+@pytest.mark.parametrize("corrupt, what", [(corrupt_head, "bytes apart"),
+                                           (garbage_record, "unknown command op 65535")])
+def test_a_corrupt_ring_ends_only_that_session(daemon, rt, corrupt, what):
+    from conftest import round_trip
+
+    victim = Runtime(daemon.address)
+    try:
+        victim.set_device(0)
+        corrupt(victim)
+        deadline = time.monotonic() + 30
+        while victim.connection.broken is None and time.monotonic() < deadline:
+            try:
+                victim.malloc(64)
+            except NpuError:
+                pass
+            time.sleep(0.05)
+        assert victim.connection.broken is not None
+        assert victim.connection.broken.code == codes.ACL_ERROR_RT_DRV_INTERNAL_ERROR
+        assert "submission ring is corrupt" in victim.connection.broken.message
+        assert what in victim.connection.broken.message
+    finally:
+        victim.close()
+    round_trip(rt)  # everybody else goes on

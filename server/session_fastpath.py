@@ -1,37 +1,48 @@
-"""A session's notify area, daemon side: replies put in the client's mailbox slots, stream
-words written when streams drain, and the items that let a worker write them instead.
+"""A session's shared-memory fast path, daemon side (docs/fast-path.md): its submission
+ring in, and out its notify area -- replies put in the client's mailbox slots, stream words
+written when streams drain, and the items that let a worker write them instead.
 
-A mixin of `Session` (server/session.py). The protocol is docs/notify.md; the layout is
+A mixin of `Session` (server/session.py); the layouts are simnpu.shm.ring and
 simnpu.shm.notify. Everything here is cheap and non-blocking: it runs on the session's
-reader thread (replies) and under the scheduler lock (stream words).
+reader or ring thread (calls, replies) and under the scheduler lock (stream words).
 """
 
 from __future__ import annotations
 
 import threading
 
-from simnpu.proto import codes
+from simnpu.proto import codes, npu_pb2
+from simnpu.proto.errors import NpuError
+from simnpu.server.ring_reader import RingReader
 from simnpu.shm import futex
 from simnpu.shm import notify as layout
-from simnpu.shm.region import Region, segment_name
+from simnpu.shm import ring as ring_layout
+from simnpu.shm.region import Region, segment_name, shm_available_bytes
 
 
-class SessionNotify:
-    def _init_notify(self) -> None:
+class SessionFastPath:
+    def _init_fast_path(self) -> None:
         self.notify: layout.NotifyArea | None = None
         self.notify_region: Region | None = None
+        self.ring_region: Region | None = None
+        self.ring_reader: RingReader | None = None  # running once the client asked (OP_USE_RING)
         self._notify_lock = threading.Lock()  # mailbox writes come from several threads
         self._mailbox_of: dict[int, int] = {}  # request id -> mailbox slot its reply goes to
         self._free_stream_slots = list(range(layout.STREAM_SLOTS - 1, -1, -1))
 
-    def _create_notify(self) -> str:
-        """Create the notify segment (at HELLO, once); returns its name ("" without futexes)."""
+    def _create_fast_path(self) -> list[str]:
+        """Create the notify and ring segments (at HELLO, once); their names, "" for none
+        (no futexes here; no room in /dev/shm for the ring, which is allocated now)."""
         if self.notify_region is None and futex.AVAILABLE:
             self.notify_region = Region.create(segment_name(f"s{self.id}", "notify"), layout.SIZE)
             self.notify = layout.NotifyArea(self.notify_region.map)
-        return self.notify_region.name if self.notify_region is not None else ""
+            if shm_available_bytes() > 4 * ring_layout.SIZE:
+                self.ring_region = Region.create(segment_name(f"s{self.id}", "ring"), ring_layout.SIZE,
+                                                 populate=True)
+        return [region.name if region is not None else "" for region in (self.notify_region, self.ring_region)]
 
-    def _release_notify(self) -> None:
+    def _release_fast_path(self) -> None:
+        self._stop_ring()
         with self._notify_lock:
             area, self.notify = self.notify, None
             self._mailbox_of.clear()
@@ -39,6 +50,30 @@ class SessionNotify:
             area.release()
             self._release_segment(self.notify_region)
             self.notify_region = None
+        if self.ring_region is not None:
+            self._release_segment(self.ring_region)
+            self.ring_region = None
+
+    # ---- the submission ring ----------------------------------------------------------------
+    def _use_ring(self, request):
+        """OP_USE_RING: later calls come through the ring (this reply goes out the usual way)."""
+        if self.ring_region is None:
+            raise NpuError(codes.ACL_ERROR_RT_FEATURE_NOT_SUPPORT, "this session has no submission ring")
+        if self.ring_reader is None:
+            self.ring_reader = RingReader(self, self.ring_region)
+            self.ring_reader.start()
+        return []
+
+    def _stop_ring(self) -> None:
+        """The session ends: no more calls are taken from the ring. Idempotent."""
+        if self.ring_reader is not None:
+            self.ring_reader.stop()
+
+    def _ring_sites(self, message: bytes) -> None:
+        """An observed client's call sites, sent through the ring (CMD_RING_SITES)."""
+        if self.daemon.observer is not None:
+            sites = npu_pb2.ClientMessage.FromString(message)
+            self.daemon.observer.sites(self, sites.site_seqs, sites.sites)
 
     # ---- replies ------------------------------------------------------------------------------
     def _note_mailbox(self, request) -> None:
@@ -80,6 +115,11 @@ class SessionNotify:
             dirty = self.failure_pending(stream)
             if area.word(stream.notify_slot) != (seq | layout.DIRTY if dirty else seq):  # else a worker wrote it
                 area.set_done(stream.notify_slot, seq, dirty)
+
+    def word_says(self, stream, seq: int) -> bool:
+        """Does `stream`'s word hold exactly what a worker writes for task `seq`?"""
+        area = self.notify
+        return area is not None and area.word(stream.notify_slot) == seq
 
     def rejected(self, seq: int) -> None:
         """Scheduler, in submission order: asynchronous call `seq` was rejected. Its stream

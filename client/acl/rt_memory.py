@@ -10,6 +10,7 @@ from __future__ import annotations
 from simnpu.proto.errors import invalid
 
 from ._api import api
+from ._api import on_demand as _on_demand
 
 __all__ = [
     "device_get_bare_tgid",
@@ -124,3 +125,5 @@ def mem_pool_trim_to(rt, pool, min_bytes_to_keep):
     """aclrtMemPoolTrimTo: reserved and not supported in ACL itself: 207000."""
     rt.mem_pool_trim_to(pool, min_bytes_to_keep)
 
+
+__getattr__, __dir__ = _on_demand(globals())

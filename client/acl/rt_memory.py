@@ -1,8 +1,8 @@
 """acl.rt device-memory calls beyond malloc/free: IPC sharing and stream-ordered pools.
 
-Written like the rest of acl.rt (client/acl/rt.py, which imports this module's functions
-at its end): pyACL's argument checks and return shapes, the ACL code last. Semantics in
-docs/memory.md.
+Written like the rest of acl.rt (client/acl/rt.py, which offers the calls this module lists
+in `__all__` as its own): pyACL's argument checks and return shapes, the ACL code last.
+Semantics in docs/memory.md.
 """
 
 from __future__ import annotations

@@ -12,12 +12,15 @@
         print(y.to_numpy(np.float32))
 """
 
+import importlib
+
 from simnpu.client.device import Device, connect, device_count, runtime, shutdown
-from simnpu.client.kernels import Kernel, Module, builtin
-from simnpu.client.memory import DeviceBuffer, PinnedBuffer
-from simnpu.client.stream import Event, Stream, current_stream
 from simnpu.proto import codes
 from simnpu.proto.errors import NotSupportedError, NpuError, NpuMemoryError
+
+# Imported when first used: an `acl` program needs none of them (nor numpy) for its session.
+_LAZY = {"Kernel": "kernels", "Module": "kernels", "builtin": "kernels", "DeviceBuffer": "memory",
+         "PinnedBuffer": "memory", "Event": "stream", "Stream": "stream", "current_stream": "stream"}
 
 __all__ = [
     "Device",
@@ -38,3 +41,16 @@ __all__ = [
     "runtime",
     "shutdown",
 ]
+
+
+def __getattr__(name: str):
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'simnpu.client' has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"simnpu.client.{module}"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__():
+    return sorted({*globals(), *_LAZY})

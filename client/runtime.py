@@ -15,6 +15,7 @@ import bisect
 import os
 import sys
 import threading
+from typing import TYPE_CHECKING
 
 from simnpu.client.callbacks import HostCallbacks
 from simnpu.client.copies import CopyPaths
@@ -26,11 +27,13 @@ from simnpu.client.runtime_memory import RuntimeMemory, env_memory_limit
 from simnpu.client.transport import Connection, caller_site
 from simnpu.proto import codes, commands, npu_pb2
 from simnpu.proto.errors import NpuError, bad_handle, invalid
-from simnpu.proto.kernel_abi import KernelSignature
 from simnpu.shm import futex
 from simnpu.shm.notify import NotifyArea
 from simnpu.shm.region import Region
 from simnpu.shm.ring import SubmissionRing
+
+if TYPE_CHECKING:  # imported by get_function: a session without kernels never needs it
+    from simnpu.proto.kernel_abi import KernelSignature
 
 
 class ContextInfo:
@@ -415,6 +418,8 @@ class Runtime(RuntimeMemory):
         """aclrtBinaryGetFunction: a kernel of the binary, by name."""
         if binary not in self.binaries:
             raise bad_handle("binary", binary)
+        from simnpu.proto.kernel_abi import KernelSignature
+
         reply = self._request(npu_pb2.OP_GET_FUNCTION, [binary], text=name)
         self.functions[reply.values[0]] = KernelSignature.from_wire(reply.text)
         self.function_binary[reply.values[0]] = binary

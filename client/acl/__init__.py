@@ -26,6 +26,7 @@ See docs/acl.md for every call and what simnpu does with it.
 
 from __future__ import annotations
 
+import importlib as _importlib
 import json as _json
 import struct as _struct
 
@@ -33,7 +34,9 @@ from simnpu.proto import codes as _codes
 from simnpu.proto import commands as _commands
 from simnpu.proto.errors import NpuError as _NpuError
 
-from . import _api, media, rt, util  # noqa: F401 - the pyACL submodules
+from . import _api, rt  # noqa: F401 - the pyACL submodules; acl.media and acl.util on first use
+
+_ON_FIRST_USE = ("media", "util")
 
 for _name in dir(_codes):
     if _name.startswith("ACL_"):
@@ -153,8 +156,12 @@ _NOT_PROVIDED = {
 
 
 def __getattr__(name: str):
+    if name in _ON_FIRST_USE:
+        return _importlib.import_module(f"acl.{name}")  # also binds acl.<name>
     if name in _NOT_PROVIDED:
         raise AttributeError(f"acl.{name} is not provided by simnpu: {_NOT_PROVIDED[name]}")
     raise AttributeError(f"module 'acl' has no attribute {name!r}")
 
 
+def __dir__():
+    return sorted({*globals(), *_ON_FIRST_USE})

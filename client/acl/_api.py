@@ -1,8 +1,8 @@
 """The one wrapper behind every `acl` call, the session, and the per-thread error slots.
 
 A pyACL function is written as a body that takes the Runtime first and raises NpuError,
-decorated with `@api(spec, outputs)`. The decorator generates (once, at import) a small
-function with the body's own parameters that
+decorated with `@api(spec, outputs)`. A small function with the body's own parameters is
+generated for it, once, the first time the call is looked up (`on_demand`); it
 
 - checks argument types as pyACL's PyArg_ParseTuple format does, raising TypeError,
 - finds the session (connecting on first use when acl.init() was not called),
@@ -21,7 +21,6 @@ os.PathLike), C a callable, O anything.
 
 from __future__ import annotations
 
-import inspect
 import operator
 import os
 import struct
@@ -155,7 +154,8 @@ _NS.update(_k=_k, _i=_i, _s=_s, _p=_p, _c=_c, _failed=failed, _out_of_range=_out
 
 def api(spec: str = "", outputs: tuple | None = None, *, delegate: str | None = None,
         nonnull: tuple = (), needs_session: bool = True):
-    """Make `body(rt, *params)` a pyACL function (see the module docstring).
+    """Make `body(rt, *params)` a pyACL function (see the module docstring), generated the
+    first time it is looked up: the module ends with `on_demand`.
 
     `spec` has one format letter per parameter after `rt`. `outputs` is None when the call
     returns only `ret`; else the values it returns on failure, one per output (the body
@@ -166,10 +166,14 @@ def api(spec: str = "", outputs: tuple | None = None, *, delegate: str | None = 
     sees them.
     """
 
-    def make(body):
-        params = list(inspect.signature(body).parameters)[1:]
+    def defer(body):
+        code = body.__code__
+        params = code.co_varnames[1:code.co_argcount]
         if len(spec) != len(params):
-            raise TypeError(f"{body.__name__}: spec {spec!r} does not match parameters {params}")
+            raise TypeError(f"{body.__name__}: spec {spec!r} does not match parameters {list(params)}")
+        return _Deferred(lambda: make(body, params))
+
+    def make(body, params):
         module = body.__module__
         name = f"{module}.{body.__name__}"
         target = f"_body_{module.replace('.', '_')}_{body.__name__}"
@@ -196,8 +200,9 @@ def api(spec: str = "", outputs: tuple | None = None, *, delegate: str | None = 
         lines.append("    except _RangeErrors as error:\n"
                      f"        return {failure.replace('_failed(', '_out_of_range(')}\n")
         lines.append(f"    return {success}\n")
-        exec("".join(lines), _NS)  # noqa: S102 - source built above from the body's own signature
-        function = _NS.pop(body.__name__)
+        made: dict = {}  # not _NS itself: threads may generate the same call at once
+        exec("".join(lines), _NS, made)  # noqa: S102 - source built above from the body's own signature
+        function = made[body.__name__]
         function.__defaults__ = body.__defaults__
         function.__doc__ = body.__doc__
         function.__module__ = module
@@ -205,7 +210,51 @@ def api(spec: str = "", outputs: tuple | None = None, *, delegate: str | None = 
         function.body = body
         return function
 
-    return make
+    return defer
+
+
+class _Deferred:
+    """An @api function not generated yet (what the decorator leaves until on_demand)."""
+
+    __slots__ = ("generate",)
+
+    def __init__(self, generate):
+        self.generate = generate
+
+
+def on_demand(namespace: dict, *extensions, missing=None):
+    """The `__getattr__` and `__dir__` (PEP 562) of a module of @api functions: called at
+    its end with `globals()`, it takes them out of the namespace; each is generated the
+    first time it is looked up and then kept there like any function. Compiling all of
+    them at import would cost every process several milliseconds before its first call.
+
+    The names an `extensions` module lists in `__all__` are its own (acl.rt re-exports
+    acl.rt_memory); `missing(name)` raises for other names (default: AttributeError).
+    Star imports still see every call (`__all__`, unless the module has one).
+    """
+    deferred = {name: value for name, value in namespace.items() if value.__class__ is _Deferred}
+    for name in deferred:
+        del namespace[name]
+    borrowed = {name: module for module in extensions for name in module.__all__}
+    module_name = namespace["__name__"]
+    if "__all__" not in namespace:
+        namespace["__all__"] = sorted(name for name in {*namespace, *deferred, *borrowed} if name[0] != "_")
+
+    def __getattr__(name: str):
+        if name in deferred:
+            function = deferred[name].generate()
+        elif name in borrowed:
+            function = getattr(borrowed[name], name)
+        elif missing is not None:
+            return missing(name)
+        else:
+            raise AttributeError(f"module {module_name!r} has no attribute {name!r}")
+        return namespace.setdefault(name, function)  # a racing thread's twin is dropped
+
+    def __dir__():
+        return sorted({*namespace, *deferred, *borrowed})
+
+    return __getattr__, __dir__
 
 
 def not_supported(name: str, call: str, why: str, outputs: tuple | None = None, *, returns_code: bool = True):

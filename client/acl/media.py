@@ -5,6 +5,7 @@ from __future__ import annotations
 from simnpu.proto import codes
 
 from ._api import api
+from ._api import on_demand as _on_demand
 
 
 @api("k", (0,))
@@ -19,8 +20,11 @@ def dvpp_free(rt, dev_ptr):
     rt.free(dev_ptr)
 
 
-def __getattr__(name: str):
+def _not_provided(name: str):
     if name.startswith("__"):
         raise AttributeError(name)
     raise AttributeError(f"acl.media.{name} is not provided by simnpu: DVPP media processing (image and "
                          "video codecs, VPC) is not simulated; only dvpp_malloc and dvpp_free are")
+
+
+__getattr__, __dir__ = _on_demand(globals(), missing=_not_provided)

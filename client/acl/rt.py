@@ -21,7 +21,9 @@ from simnpu.proto.errors import NpuError as _NpuError
 from simnpu.proto.errors import invalid as _invalid
 from simnpu.shm.addresses import DEVICE_BASE
 
+from . import rt_memory as _memory
 from ._api import api, not_supported
+from ._api import on_demand as _on_demand
 from ._api import last_error as _last_error
 
 _FLOAT = struct.Struct("<f")
@@ -616,7 +618,6 @@ for _name, (_call, _value, _why) in _UNSUPPORTED_VALUES.items():
     globals()[_name] = not_supported(f"acl.rt.{_name}", _call, _why, (_value,), returns_code=False)
 del _name, _call, _outputs, _why, _value, api, not_supported
 
-
-# ---- device memory: IPC sharing and stream-ordered pools --------------------------------------
-# (written in client/acl/rt_memory.py by the device-memory work; docs/memory.md)
-from .rt_memory import *
+# Device memory, IPC sharing and stream-ordered pools are acl.rt calls too, written in
+# client/acl/rt_memory.py by the device-memory work (docs/memory.md).
+__getattr__, __dir__ = _on_demand(globals(), _memory)

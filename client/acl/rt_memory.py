@@ -1,8 +1,8 @@
 """acl.rt device-memory calls beyond malloc/free: IPC sharing and stream-ordered pools.
 
-Written like the rest of acl.rt (client/acl/rt.py, which imports this module's functions
-at its end): pyACL's argument checks and return shapes, the ACL code last. Semantics in
-docs/memory.md.
+Written like the rest of acl.rt (client/acl/rt.py, which offers the calls this module lists
+in `__all__` as its own): pyACL's argument checks and return shapes, the ACL code last.
+Semantics in docs/memory.md.
 """
 
 from __future__ import annotations
@@ -10,6 +10,7 @@ from __future__ import annotations
 from simnpu.proto.errors import invalid
 
 from ._api import api
+from ._api import on_demand as _on_demand
 
 __all__ = [
     "device_get_bare_tgid",
@@ -124,3 +125,5 @@ def mem_pool_trim_to(rt, pool, min_bytes_to_keep):
     """aclrtMemPoolTrimTo: reserved and not supported in ACL itself: 207000."""
     rt.mem_pool_trim_to(pool, min_bytes_to_keep)
 
+
+__getattr__, __dir__ = _on_demand(globals())

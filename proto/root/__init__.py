@@ -4,7 +4,15 @@ Kernel authors need only `from simnpu import kernel`; host programs use `acl` (p
 compatible), `hccl`, or the Pythonic `simnpu.client`.
 """
 
-from simnpu.proto.kernel_abi import kernel
-
 __all__ = ["kernel"]
 __version__ = "0.1.0"
+
+
+def __getattr__(name: str):
+    # `kernel` is imported on first use: a host program's session does not need it
+    if name == "kernel":
+        from simnpu.proto.kernel_abi import kernel
+
+        globals()["kernel"] = kernel
+        return kernel
+    raise AttributeError(f"module 'simnpu' has no attribute {name!r}")

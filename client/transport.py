@@ -19,6 +19,7 @@ service.prefer_fast_grpc()
 
 import grpc
 from simnpu.client import autostart
+from simnpu.proto import bulk as wire
 from simnpu.proto.errors import NpuError, error_for
 
 _SITE_RING = 1 << 16
@@ -50,6 +51,16 @@ def caller_site() -> str:
             return name
         frame = frame.f_back
     return "?"
+
+
+class _BulkRequest:
+    """A queued request whose chunk bytes (`bulk`, a buffer) end the message it goes in."""
+
+    __slots__ = ("bulk", "request")
+
+    def __init__(self, request, bulk):
+        self.request = request
+        self.bulk = bulk
 
 
 class _Pending:
@@ -92,8 +103,8 @@ class Connection:
         self._channel = grpc.insecure_channel(target, options=service.CHANNEL_OPTIONS)
         metadata = [(service.TOKEN_METADATA_KEY, self.token)] if self.token else None
         session = self._channel.stream_stream(
-            service.SESSION_METHOD, request_serializer=npu_pb2.ClientMessage.SerializeToString,
-            response_deserializer=npu_pb2.ServerMessage.FromString)
+            service.SESSION_METHOD, request_serializer=wire.serialize,
+            response_deserializer=wire.parse_server)
         self._call = session(self._messages(), metadata=metadata)
         self._receiver = threading.Thread(target=self._receive, name="simnpu-receiver", daemon=True)
         self._receiver.start()
@@ -117,8 +128,10 @@ class Connection:
             self._wake.set()
         return seq
 
-    def request_async(self, op: int, args=(), data: bytes = b"", text: str = "", site: str = "") -> _Pending:
-        """Queue a request; the returned handle is passed to wait()."""
+    def request_async(self, op: int, args=(), data: bytes = b"", text: str = "", site: str = "",
+                      bulk=None) -> _Pending:
+        """Queue a request; the returned handle is passed to wait(). `bulk` (a buffer, read
+        when the message is sent) goes as the message's bulk bytes (proto/bulk.py)."""
         pending = _Pending()
         with self._lock:  # under the lock: _fail_all cannot miss a request registered here
             if self._broken is not None:
@@ -127,7 +140,8 @@ class Connection:
             seq = self._seq
             self._sites[seq & (_SITE_RING - 1)] = (seq, site)
             self._replies[seq] = pending
-            self._pending_items.append(_Request(id=seq, op=op, args=args, data=data, text=text))
+            request = _Request(id=seq, op=op, args=args, data=data, text=text)
+            self._pending_items.append(request if bulk is None else _BulkRequest(request, bulk))
         self._wake.set()
         return pending
 
@@ -191,6 +205,7 @@ class Connection:
                 continue
             items = []
             run: list = []
+            bulk = None
             while pending:
                 item = pending.popleft()
                 if item.__class__ is bytes:
@@ -199,13 +214,15 @@ class Connection:
                 if run:
                     items.append(_Item(commands=b"".join(run)))
                     run = []
+                if item.__class__ is _BulkRequest:  # one chunk per message: it ends this one
+                    items.append(_Item(request=item.request))
+                    bulk = item.bulk
+                    break
                 items.append(_Item(request=item))
             if run:
                 items.append(_Item(commands=b"".join(run)))
-            if self.send_sites:
-                yield self._with_sites(items)
-            else:
-                yield npu_pb2.ClientMessage(items=items)
+            message = self._with_sites(items) if self.send_sites else npu_pb2.ClientMessage(items=items)
+            yield message if bulk is None else wire.client_message(message, bulk)
 
     def start_sending_sites(self) -> None:
         """From the next call on, send each call's site with it (tracing or checking is on)."""

@@ -35,6 +35,7 @@ from simnpu.server.objects import (
 )
 from simnpu.server.resources import Binary, Function, Pinned
 from simnpu.server.sentinels import CLOSED, DEFERRED  # noqa: F401  (CLOSED: the outbox's end)
+from simnpu.server.session_staged import SessionStaged, reply_with
 from simnpu.server.session_memory import MEMORY_OPS, SessionMemory
 from simnpu.server.session_streams import SessionStreams
 from simnpu.shm.addresses import is_device_address, split_device_address
@@ -49,7 +50,7 @@ _ARG_COUNTS = {npu_pb2.Op.Value(f"OP_{name}"): len(args)
                for name, args in commands.REQUEST_ARGS.items() if name != "HELLO"}
 
 
-class Session(SessionStreams, SessionMemory):
+class Session(SessionStreams, SessionMemory, SessionStaged):
     def __init__(self, daemon, session_id: int, peer: str):
         self.daemon = daemon
         self.scheduler = daemon.scheduler
@@ -65,6 +66,7 @@ class Session(SessionStreams, SessionMemory):
         self.allocations: dict[int, int] = {}  # device address -> device index
         self.immediate: dict[int, Stream] = {}  # device -> hidden stream of synchronous copies
         self.staging: Region | None = None
+        self.bulk: memoryview | None = None  # the bulk bytes of the message being handled
         self.submit_failure: NpuError | None = None
         self.waiting_callbacks: dict[int, Task] = {}  # blocking host callbacks (scheduler thread)
         self.op_timeout_s: float | None = None
@@ -105,15 +107,18 @@ class Session(SessionStreams, SessionMemory):
         return f"session {self.id} (pid {self.pid} {self.process_name})"
 
     # ---- messages ---------------------------------------------------------------------------
-    def handle_message(self, message: npu_pb2.ClientMessage) -> None:
-        """Execute one ClientMessage's items in order (reader thread)."""
+    def handle_message(self, message: npu_pb2.ClientMessage, bulk: memoryview | None = None) -> None:
+        """Execute one ClientMessage's items in order (reader thread); `bulk` is its bulk
+        bytes, which an inline MEMCPY request of it takes (server/session_staged.py)."""
         if message.site_seqs and self.daemon.observer is not None:  # an observed client's call sites
             self.daemon.observer.sites(self, message.site_seqs, message.sites)
+        self.bulk = bulk
         for item in message.items:
             if item.HasField("request"):
                 self._handle_request(item.request)
             else:
                 self._handle_commands(item.commands)
+        self.bulk = None
         if self._batch:
             batch, self._batch = self._batch, []
             self.scheduler.post(batch)
@@ -395,12 +400,9 @@ class Session(SessionStreams, SessionMemory):
         dst = commands.Location(*args[1:4])
         src = commands.Location(*args[4:7])
         payload = self._copy_payload(dst, src, count)
-        if inline and src.space == commands.SPACE_STAGING:
-            if len(request.data) != count:
-                raise invalid(f"inline copy carries {len(request.data)} bytes, not {count}")
-            self.staging.map[src.offset:src.offset + count] = request.data
-        read_back = (dst.offset, count) if inline and dst.space == commands.SPACE_STAGING else None
-        self._queue_answered(request.id, stream_handle, COPY, payload, read_back)
+        if commands.SPACE_STAGING in (dst.space, src.space):  # a chunk of a pageable copy
+            return self._staged_copy(request.id, stream_handle, dst, src, payload, bool(inline))
+        self._queue_answered(request.id, stream_handle, COPY, payload, None)
         return DEFERRED
 
     def _memset(self, request):
@@ -427,9 +429,9 @@ class Session(SessionStreams, SessionMemory):
                 stream.failure = None
             if task.failure is not None:
                 self.respond_failure(request_id, task.failure)
-            elif read_back is not None:
+            elif read_back is not None and request_id:  # inline, to the host: the bytes go back as bulk
                 offset, count = read_back
-                self.respond(request_id, data=bytes(self.staging.map[offset:offset + count]))
+                self.outbox.put(reply_with(request_id, self.staging.map, offset, count))
             else:
                 self.respond(request_id)
 

@@ -139,7 +139,8 @@ class CopyPaths:
                     chunk = (ctypes.c_char * size).from_address(src + offset)
                 dst_loc = self._location(dst + offset, DEVICE)
                 args = [target, *dst_loc, *staging, size, inline]
-                pending = self.runtime.connection.request_async(npu_pb2.OP_MEMCPY, args, site=site, bulk=chunk)
+                pending = self.runtime.connection.request_async(npu_pb2.OP_MEMCPY, args, site=site,
+                                                                bulk=chunk)
                 in_flight.append((pending, None, 0, 0))
             else:
                 src_loc = self._location(src + offset, DEVICE)

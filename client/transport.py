@@ -26,6 +26,7 @@ _SITE_RING = 1 << 16
 _OWN_MODULES = ("simnpu.", "acl", "hccl")
 _Item = npu_pb2.Item
 _Request = npu_pb2.Request
+_ClientMessage = npu_pb2.ClientMessage
 
 
 _own_code: dict = {}   # code object -> whether it belongs to simnpu's client packages
@@ -221,7 +222,7 @@ class Connection:
                 items.append(_Item(request=item))
             if run:
                 items.append(_Item(commands=b"".join(run)))
-            message = self._with_sites(items) if self.send_sites else npu_pb2.ClientMessage(items=items)
+            message = self._with_sites(items) if self.send_sites else _ClientMessage(items=items)
             yield message if bulk is None else wire.client_message(message, bulk)
 
     def start_sending_sites(self) -> None:

@@ -24,7 +24,8 @@ class NpuServicer:
     def handlers(self) -> grpc.GenericRpcHandler:
         return grpc.method_handlers_generic_handler(service.SERVICE, {
             "Session": grpc.stream_stream_rpc_method_handler(
-                self.Session, request_deserializer=bulk.parse_client, response_serializer=bulk.serialize),
+                self.Session, request_deserializer=bulk.parse_client,
+                response_serializer=bulk.serialize),
             "Query": grpc.unary_unary_rpc_method_handler(
                 self.Query, request_deserializer=npu_pb2.QueryRequest.FromString,
                 response_serializer=npu_pb2.QueryReply.SerializeToString),

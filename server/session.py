@@ -107,7 +107,8 @@ class Session(SessionStreams, SessionMemory, SessionStaged):
         return f"session {self.id} (pid {self.pid} {self.process_name})"
 
     # ---- messages ---------------------------------------------------------------------------
-    def handle_message(self, message: npu_pb2.ClientMessage, bulk: memoryview | None = None) -> None:
+    def handle_message(self, message: npu_pb2.ClientMessage, bulk: memoryview | None = None
+                       ) -> None:
         """Execute one ClientMessage's items in order (reader thread); `bulk` is its bulk
         bytes, which an inline MEMCPY request of it takes (server/session_staged.py)."""
         if message.site_seqs and self.daemon.observer is not None:  # an observed client's call sites
@@ -429,7 +430,7 @@ class Session(SessionStreams, SessionMemory, SessionStaged):
                 stream.failure = None
             if task.failure is not None:
                 self.respond_failure(request_id, task.failure)
-            elif read_back is not None and request_id:  # inline, to the host: the bytes go back as bulk
+            elif read_back is not None and request_id:  # inline, to the host: back as bulk
                 offset, count = read_back
                 self.outbox.put(reply_with(request_id, self.staging.map, offset, count))
             else:

@@ -928,7 +928,8 @@ class RawSession:
             id, self.next_id = self.next_id, self.next_id + 1
         return npu_pb2.Item(request=npu_pb2.Request(id=id, op=op, args=args, data=data, text=text))
 
-    def request(self, op: int, args=(), data: bytes = b"", text: str = "", bulk: bytes = b"") -> npu_pb2.Reply:
+    def request(self, op: int, args=(), data: bytes = b"", text: str = "",
+                bulk: bytes = b"") -> npu_pb2.Reply:
         item = self.req(op, args, data, text)
         self.send(item, bulk=bulk)
         return self.reply(item.request.id)
@@ -1064,7 +1065,8 @@ def test_inline_data_of_the_wrong_length(raw, stream):
     first, second = raw.req(npu_pb2.OP_MEMCPY, args), raw.req(npu_pb2.OP_MEMCPY, args)
     raw.send(first, second, bulk=b"w" * 16)
     codes_by_id = {r.id: r.code for r in (raw.replies.get(timeout=30), raw.replies.get(timeout=30))}
-    assert codes_by_id == {first.request.id: 0, second.request.id: PARAM}  # a queued copy answers later
+    # (a copy on a stream answers once it has run: after the failed second one)
+    assert codes_by_id == {first.request.id: 0, second.request.id: PARAM}
     reply = raw.request(npu_pb2.OP_MEMCPY, args, bulk=b"y" * 16)
     assert reply.code == 0
     read = raw.request(

@@ -26,6 +26,7 @@ service.prefer_fast_grpc()
 import grpc
 from google.protobuf.message import DecodeError
 from simnpu.client import autostart
+from simnpu.proto import bulk as wire
 from simnpu.proto.errors import NpuError, error_for
 from simnpu.shm import notify as notify_layout
 from simnpu.shm import ring as ring_layout
@@ -35,6 +36,7 @@ _MAILBOX_SLICE_S = 0.1  # a mailbox waiter re-checks for a broken session this o
 _OWN_MODULES = ("simnpu.", "acl", "hccl")
 _Item = npu_pb2.Item
 _Request = npu_pb2.Request
+_ClientMessage = npu_pb2.ClientMessage
 
 
 _own_code: dict = {}   # code object -> whether it belongs to simnpu's client packages
@@ -60,6 +62,16 @@ def caller_site() -> str:
             return name
         frame = frame.f_back
     return "?"
+
+
+class _BulkRequest:
+    """A queued request whose chunk bytes (`bulk`, a buffer) end the message it goes in."""
+
+    __slots__ = ("bulk", "request")
+
+    def __init__(self, request, bulk):
+        self.request = request
+        self.bulk = bulk
 
 
 class _Pending:
@@ -110,8 +122,8 @@ class Connection:
         self._channel = grpc.insecure_channel(target, options=service.CHANNEL_OPTIONS)
         metadata = [(service.TOKEN_METADATA_KEY, self.token)] if self.token else None
         session = self._channel.stream_stream(
-            service.SESSION_METHOD, request_serializer=npu_pb2.ClientMessage.SerializeToString,
-            response_deserializer=npu_pb2.ServerMessage.FromString)
+            service.SESSION_METHOD, request_serializer=wire.serialize,
+            response_deserializer=wire.parse_server)
         self._call = session(self._messages(), metadata=metadata)
         self._receiver = threading.Thread(target=self._receive, name="simnpu-receiver", daemon=True)
         self._receiver.start()
@@ -161,8 +173,11 @@ class Connection:
             self._wake.set()
         return seq
 
-    def request_async(self, op: int, args=(), data: bytes = b"", text: str = "", site: str = "") -> _Pending:
-        """Queue a request; the returned handle is passed to wait()."""
+    def request_async(self, op: int, args=(), data: bytes = b"", text: str = "", site: str = "",
+                      bulk=None) -> _Pending:
+        """Queue a request; the returned handle is passed to wait(). `bulk` (a buffer, read
+        when the message is sent) goes as the message's bulk bytes (proto/bulk.py); only
+        in-stream copies have it, and they never have a ring."""
         with self._lock:  # under the lock: _fail_all cannot miss a request registered here
             if self._broken is not None:
                 raise self._broken
@@ -170,8 +185,12 @@ class Connection:
             seq = self._seq
             self._sites[seq & (_SITE_RING - 1)] = (seq, site)
             pending = self._replies[seq] = _Pending(seq, self._free_slots.pop() if self._free_slots else -1)
-            self._queue_request(_Request(id=seq, op=op, args=args, data=data, text=text,
-                                         mailbox=pending.slot + 1), seq, site)
+            request = _Request(id=seq, op=op, args=args, data=data, text=text, mailbox=pending.slot + 1)
+            if bulk is None:
+                self._queue_request(request, seq, site)
+            else:
+                self._pending_items.append(_BulkRequest(request, bulk))
+                self._wake.set()
         return pending
 
     def post_request(self, op: int, args=(), data: bytes = b"", text: str = "", site: str = "") -> int:
@@ -283,6 +302,7 @@ class Connection:
                 continue
             items = []
             run: list = []
+            bulk = None
             while pending:
                 item = pending.popleft()
                 if item.__class__ is bytes:
@@ -291,13 +311,18 @@ class Connection:
                 if run:
                     items.append(_Item(commands=b"".join(run)))
                     run = []
+                if item.__class__ is _BulkRequest:  # one chunk per message: it ends this one
+                    items.append(_Item(request=item.request))
+                    bulk = item.bulk
+                    break
                 items.append(_Item(request=item))
             if run:
                 items.append(_Item(commands=b"".join(run)))
             if self.send_sites and self.ring is None:  # with the ring, sites go through it
-                yield self._with_sites(items)
+                message = self._with_sites(items)
             else:
-                yield npu_pb2.ClientMessage(items=items)
+                message = _ClientMessage(items=items)
+            yield message if bulk is None else wire.client_message(message, bulk)
 
     def start_sending_sites(self) -> None:
         """From the next call on, send each call's site with it (tracing or checking is on)."""

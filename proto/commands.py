@@ -266,7 +266,7 @@ REQUEST_ARGS = {
     "MALLOC_HOST": ("size",),  # -> (segment handle, size); text: segment name
     "FREE_HOST": ("segment",),
     "MEMCPY": ("stream", "dst_space", "dst_id", "dst_offset", "src_space", "src_id", "src_offset",
-               "count", "inline"),  # inline=1: data travels in Request.data / Reply.data
+               "count", "inline"),  # inline=1: the chunk is the message's bulk (proto/bulk.py)
     "MEMSET": ("stream", "dst_space", "dst_id", "dst_offset", "value", "count"),
     "GET_MEM_INFO": ("device",),  # -> (free, total)
     "BINARY_LOAD": (),  # text: source, data: file name -> (binary,)

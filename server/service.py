@@ -11,7 +11,7 @@ import logging
 import threading
 
 import grpc
-from simnpu.proto import npu_pb2, service
+from simnpu.proto import bulk, npu_pb2, service
 from simnpu.server.sentinels import CLOSED
 
 log = logging.getLogger("simnpu.service")
@@ -24,8 +24,8 @@ class NpuServicer:
     def handlers(self) -> grpc.GenericRpcHandler:
         return grpc.method_handlers_generic_handler(service.SERVICE, {
             "Session": grpc.stream_stream_rpc_method_handler(
-                self.Session, request_deserializer=npu_pb2.ClientMessage.FromString,
-                response_serializer=npu_pb2.ServerMessage.SerializeToString),
+                self.Session, request_deserializer=bulk.parse_client,
+                response_serializer=bulk.serialize),
             "Query": grpc.unary_unary_rpc_method_handler(
                 self.Query, request_deserializer=npu_pb2.QueryRequest.FromString,
                 response_serializer=npu_pb2.QueryReply.SerializeToString),
@@ -51,28 +51,29 @@ class NpuServicer:
                                   name=f"simnpu-session-{session.id}", daemon=True)
         reader.start()
         outbox = session.outbox
-        while True:
-            item = outbox.get()
-            if item is CLOSED:
-                return
+        item = outbox.get()
+        while item is not CLOSED:
+            if item.__class__ is bytes:  # a message encoded already: a reply with bulk bytes
+                yield item
+                item = outbox.get()
+                continue
             message = npu_pb2.ServerMessage()
             while True:
                 if isinstance(item, npu_pb2.Reply):
                     message.replies.append(item)
                 else:
                     message.notices.append(item)
-                if outbox.empty():
+                item = None if outbox.empty() else outbox.get()
+                if item is None or item is CLOSED or item.__class__ is bytes:
                     break
-                item = outbox.get()
-                if item is CLOSED:
-                    yield message
-                    return
             yield message
+            if item is None:
+                item = outbox.get()
 
     def _read(self, session, request_iterator) -> None:
         try:
-            for message in request_iterator:
-                session.handle_message(message)
+            for message, chunk in request_iterator:
+                session.handle_message(message, chunk)
         except grpc.RpcError:
             pass  # the client went away; that is how most sessions end
         except Exception:

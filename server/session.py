@@ -39,6 +39,7 @@ from simnpu.server.objects import (
 )
 from simnpu.server.resources import Binary, Function, Pinned
 from simnpu.server.sentinels import CLOSED, DEFERRED
+from simnpu.server.session_staged import SessionStaged, reply_with
 from simnpu.server.session_memory import MEMORY_OPS, SessionMemory
 from simnpu.server.session_fastpath import SessionFastPath
 from simnpu.server.session_streams import SessionStreams
@@ -55,7 +56,7 @@ _ARG_COUNTS = {npu_pb2.Op.Value(f"OP_{name}"): len(args)
                for name, args in commands.REQUEST_ARGS.items() if name != "HELLO"}
 
 
-class Session(SessionStreams, SessionMemory, SessionFastPath):
+class Session(SessionStreams, SessionMemory, SessionFastPath, SessionStaged):
     def __init__(self, daemon, session_id: int, peer: str):
         self.daemon = daemon
         self.scheduler = daemon.scheduler
@@ -71,6 +72,7 @@ class Session(SessionStreams, SessionMemory, SessionFastPath):
         self.allocations: dict[int, int] = {}  # device address -> device index
         self.immediate: dict[int, Stream] = {}  # device -> hidden stream of synchronous copies
         self.staging: Region | None = None
+        self.bulk: memoryview | None = None  # the bulk bytes of the message being handled
         self.submit_failure: NpuError | None = None
         self.waiting_callbacks: dict[int, Task] = {}  # blocking host callbacks (scheduler thread)
         self.op_timeout_s: float | None = None
@@ -113,17 +115,22 @@ class Session(SessionStreams, SessionMemory, SessionFastPath):
         return f"session {self.id} (pid {self.pid} {self.process_name})"
 
     # ---- messages ---------------------------------------------------------------------------
-    def handle_message(self, message: npu_pb2.ClientMessage) -> None:
-        """Execute one ClientMessage's items in order (reader thread). With the ring in use
-        they are only requests too big for it, which the ring thread takes in its order."""
+    def handle_message(self, message: npu_pb2.ClientMessage, bulk: memoryview | None = None
+                       ) -> None:
+        """Execute one ClientMessage's items in order (reader thread); `bulk` is its bulk
+        bytes, which an inline MEMCPY request of it takes (server/session_staged.py). With
+        the ring in use the items are only requests too big for it, which the ring thread
+        takes in its order (a client with a ring never sends bulk bytes)."""
         if self.ring_reader is not None:
             for item in message.items:
                 self.ring_reader.stream_items.put(item)
             return
         if message.site_seqs and self.daemon.observer is not None:  # an observed client's call sites
             self.daemon.observer.sites(self, message.site_seqs, message.sites)
+        self.bulk = bulk
         for item in message.items:
             self._handle_item(item)
+        self.bulk = None
         self._flush()
 
     def handle_ring(self, pieces: list) -> None:
@@ -457,12 +464,9 @@ class Session(SessionStreams, SessionMemory, SessionFastPath):
         dst = commands.Location(*args[1:4])
         src = commands.Location(*args[4:7])
         payload = self._copy_payload(dst, src, count)
-        if inline and src.space == commands.SPACE_STAGING:
-            if len(request.data) != count:
-                raise invalid(f"inline copy carries {len(request.data)} bytes, not {count}")
-            self.staging.map[src.offset:src.offset + count] = request.data
-        read_back = (dst.offset, count) if inline and dst.space == commands.SPACE_STAGING else None
-        self._queue_answered(request.id, stream_handle, COPY, payload, read_back)
+        if commands.SPACE_STAGING in (dst.space, src.space):  # a chunk of a pageable copy
+            return self._staged_copy(request.id, stream_handle, dst, src, payload, bool(inline))
+        self._queue_answered(request.id, stream_handle, COPY, payload, None)
         return DEFERRED
 
     def _memset(self, request):
@@ -489,9 +493,9 @@ class Session(SessionStreams, SessionMemory, SessionFastPath):
                 stream.failure = None
             if task.failure is not None:
                 self.respond_failure(request_id, task.failure)
-            elif read_back is not None:
+            elif read_back is not None and request_id:  # inline, to the host: back as bulk
                 offset, count = read_back
-                self.respond(request_id, data=bytes(self.staging.map[offset:offset + count]))
+                self.outbox.put(reply_with(request_id, self.staging.map, offset, count))
             else:
                 self.respond(request_id)
 

@@ -911,13 +911,15 @@ class RawSession:
     def _read(self) -> None:
         try:
             for message in self.call:
+                if message.bulk:  # the data of the message's only reply (simnpu.proto.bulk)
+                    message.replies[0].data = message.bulk
                 for reply in message.replies:
                     self.replies.put(reply)
         except grpc.RpcError:
             pass
 
-    def send(self, *items: npu_pb2.Item) -> None:
-        self.outgoing.put(npu_pb2.ClientMessage(items=items))
+    def send(self, *items: npu_pb2.Item, bulk: bytes = b"") -> None:
+        self.outgoing.put(npu_pb2.ClientMessage(items=items, bulk=bulk))
 
     def req(
         self, op: int, args=(), data: bytes = b"", text: str = "", id: int | None = None
@@ -926,9 +928,10 @@ class RawSession:
             id, self.next_id = self.next_id, self.next_id + 1
         return npu_pb2.Item(request=npu_pb2.Request(id=id, op=op, args=args, data=data, text=text))
 
-    def request(self, op: int, args=(), data: bytes = b"", text: str = "") -> npu_pb2.Reply:
+    def request(self, op: int, args=(), data: bytes = b"", text: str = "",
+                bulk: bytes = b"") -> npu_pb2.Reply:
         item = self.req(op, args, data, text)
-        self.send(item)
+        self.send(item, bulk=bulk)
         return self.reply(item.request.id)
 
     def reply(self, id: int) -> npu_pb2.Reply:
@@ -1048,20 +1051,23 @@ def test_memset_with_a_wrong_argument_count(raw):
         assert raw.request(npu_pb2.OP_MEMSET, args).code == PARAM
 
 
-def test_inline_data_of_the_wrong_length(raw):
+@pytest.mark.parametrize("stream", ["immediate", "stream"])
+def test_inline_data_of_the_wrong_length(raw, stream):
+    """The bytes of an inline copy to the device are the message's bulk, exactly `count` of
+    them (not Request.data), whether they go straight to device memory or through staging."""
     ptr = malloc(raw, N)
-    for data in (b"", b"x" * 15, b"x" * 17, b"x" * 4096):
-        reply = raw.request(
-            npu_pb2.OP_MEMCPY,
-            [commands.IMMEDIATE, 0, 0, ptr, commands.SPACE_STAGING, 0, 0, 16, 1],
-            data,
-        )
-        assert reply.code == PARAM, reply
-    reply = raw.request(
-        npu_pb2.OP_MEMCPY,
-        [commands.IMMEDIATE, 0, 0, ptr, commands.SPACE_STAGING, 0, 0, 16, 1],
-        b"y" * 16,
-    )
+    target = commands.IMMEDIATE if stream == "immediate" else raw.stream
+    args = [target, 0, 0, ptr, commands.SPACE_STAGING, 0, 0, 16, 1]
+    for bulk in (b"", b"x" * 15, b"x" * 17, b"x" * 4096):
+        assert raw.request(npu_pb2.OP_MEMCPY, args, bulk=bulk).code == PARAM
+    assert raw.request(npu_pb2.OP_MEMCPY, args, b"x" * 16).code == PARAM
+    # one chunk per message: a second inline copy in it finds no bytes left
+    first, second = raw.req(npu_pb2.OP_MEMCPY, args), raw.req(npu_pb2.OP_MEMCPY, args)
+    raw.send(first, second, bulk=b"w" * 16)
+    codes_by_id = {r.id: r.code for r in (raw.replies.get(timeout=30), raw.replies.get(timeout=30))}
+    # (a copy on a stream answers once it has run: after the failed second one)
+    assert codes_by_id == {first.request.id: 0, second.request.id: PARAM}
+    reply = raw.request(npu_pb2.OP_MEMCPY, args, bulk=b"y" * 16)
     assert reply.code == 0
     read = raw.request(
         npu_pb2.OP_MEMCPY, [commands.IMMEDIATE, commands.SPACE_STAGING, 0, 0, 0, 0, ptr, 16, 1]
@@ -1091,7 +1097,7 @@ def test_requests_before_hello_and_hello_twice(daemon, bystander):
         reply = session.request(
             npu_pb2.OP_MEMCPY,
             [commands.IMMEDIATE, 0, 0, ptr, commands.SPACE_STAGING, 0, 0, 16, 1],
-            b"z" * 16,
+            bulk=b"z" * 16,
         )
         assert reply.code == PARAM
         for _ in range(2):

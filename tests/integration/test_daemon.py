@@ -13,6 +13,7 @@ import threading
 import time
 
 import grpc
+import numpy as np
 import pytest
 from conftest import round_trip, run_client, simnpu_segments
 from grpc_health.v1 import health_pb2, health_pb2_grpc
@@ -282,6 +283,34 @@ def test_tcp_needs_the_right_token(start_daemon, monkeypatch):
     round_trip(rt)  # the refused clients changed nothing for the accepted one
     rt.close()
     assert daemon.segments()
+
+
+def test_in_stream_copies_over_tcp_with_the_token(start_daemon, monkeypatch):
+    """A client that cannot map the daemon's memory, over TCP: the chunks of its pageable
+    copies ride in the token-checked stream, synchronous and stream-ordered alike."""
+    monkeypatch.delenv("SIMNPU_TOKEN", raising=False)
+    address = f"127.0.0.1:{free_port()}"
+    start_daemon(address=address, env={"SIMNPU_TOKEN": "s3cret-token"})
+    monkeypatch.setenv("SIMNPU_NO_SHM", "1")
+    rt = client(address, token="s3cret-token")
+    assert not rt.uses_shared_memory
+    size = 20 * MiB + 5  # several chunks
+    data = np.random.default_rng(5).integers(0, 256, size, dtype=np.uint8)
+    device, stream = rt.malloc(size), rt.create_stream()
+    for ordered in (False, True):
+        out = np.zeros(size, np.uint8)
+        rt.memset(device, size, 0, size)
+        if ordered:
+            rt.memcpy_async(device, size, data.ctypes.data, size, H2D, stream)
+            rt.memcpy_async(out.ctypes.data, size, device, size, D2H, stream)
+            rt.synchronize_stream(stream)
+        else:
+            rt.memcpy(device, size, data.ctypes.data, size, H2D)
+            rt.memcpy(out.ctypes.data, size, device, size, D2H)
+        assert np.array_equal(out, data), f"ordered={ordered}"
+    rt.destroy_stream(stream)
+    rt.free(device)
+    rt.close()
 
 
 # ---- the health service ---------------------------------------------------------------------------

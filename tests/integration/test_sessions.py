@@ -15,6 +15,7 @@ from conftest import alive, children_of, round_trip, run_client, simnpu_segments
 from simnpu.client.runtime import Runtime
 from simnpu.client.tools import query
 from simnpu.proto import codes, commands
+from simnpu.proto import observe as observe_bits
 from simnpu.proto.errors import NpuError
 
 H2H = codes.ACL_MEMCPY_HOST_TO_HOST
@@ -397,6 +398,35 @@ def test_shared_memory_is_used_unless_out_of_reach(shared, in_stream):
 @pytest.mark.parametrize("size", SIZES)
 def test_in_stream_fallback_gives_identical_results(shared, in_stream, size):
     assert copy_everything(in_stream, size) == copy_everything(shared, size)
+
+
+def test_traced_sessions_copy_pageable_chunks_as_tasks(start_daemon, monkeypatch):
+    """While an observer traces, a synchronous pageable copy's chunks are tasks of the hidden
+    synchronous-copies stream (the timeline shows each), for both transports; without one the
+    session copies them itself. The results are the same either way."""
+    size = 20 * MiB + 5  # chunks of both transports: several of each
+    untraced = Runtime(start_daemon().address)
+    untraced.set_device(0)
+    daemon = start_daemon()
+    monkeypatch.setenv("SIMNPU_NO_SHM", "1")
+    in_stream = Runtime(daemon.address)
+    monkeypatch.delenv("SIMNPU_NO_SHM")
+    shared = Runtime(daemon.address)
+    for rt in (in_stream, shared):
+        rt.set_device(0)
+        rt.observer.enable(observe_bits.TRACE)
+    expected = copy_everything(untraced, size)
+    assert copy_everything(in_stream, size) == copy_everything(shared, size) == expected
+    for rt in (in_stream, shared):
+        trace = rt.observer.trace()
+        tracks = {(e["pid"], e["tid"]): e["args"]["name"] for e in trace["traceEvents"]
+                  if e["ph"] == "M" and e["name"] == "thread_name"}
+        chunks = [e["name"] for e in trace["traceEvents"] if e["ph"] == "X" and e["cat"] == "copy"
+                  and tracks[(e["pid"], e["tid"])] == "synchronous copies (device 0)"
+                  and e["args"]["bytes"] == rt.copies.slot]
+        assert {name.split()[1] for name in chunks} == {"H2D", "D2H"}, chunks
+        rt.close()
+    untraced.close()
 
 
 def test_in_stream_client_in_its_own_process(daemon):

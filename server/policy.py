@@ -45,9 +45,17 @@ def run_length(num_blocks_of_following: list[int], limit: int = MAX_RUN) -> int:
 MIN_COPY_PIECE = 4 << 20
 
 
-def copy_pieces(count: int, engines: int) -> int:
-    """How many copy engines share one copy or memset of `count` bytes: all of them for
-    big ones (so copies go faster than one memcpy), one for anything under 2 x 4 MiB."""
+def copy_pieces(count: int, engines: int, synchronous: bool) -> int:
+    """How many copy engines share one copy or memset of `count` bytes.
+
+    A synchronous one (aclrtMemcpy, aclrtMemset: the caller waits for it and nothing else)
+    of 8 MiB or more takes all of them, so it goes faster than one memcpy. A stream's copy
+    goes whole to one engine: the engines and AI cores are processes on the host's few
+    CPUs, and a second piece would take the CPU of the kernel the copy should overlap
+    with -- overlap being the point of putting copies on streams.
+    """
+    if not synchronous:
+        return 1
     return max(1, min(engines, count // MIN_COPY_PIECE))
 
 

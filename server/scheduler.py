@@ -413,8 +413,8 @@ class Scheduler:
             stream = ready[index]
             task = stream.tasks[0]
             count = task.payload[2]
-            if not task.pieces:
-                task.pieces = policy.copy_pieces(count, len(device.engines))
+            if not task.pieces:  # the hidden stream of synchronous copies has priority -1
+                task.pieces = policy.copy_pieces(count, len(device.engines), stream.priority < 0)
             start, end = policy.piece_range(count, task.pieces, task.blocks_next)
             task.blocks_next += 1
             if task.blocks_next == task.pieces:

@@ -51,8 +51,10 @@ def launch(func, blocks, stream, args: bytes = b""):
     return acl.rt.launch_kernel_with_host_args(func, blocks, stream, None, ctypes.addressof(_NO_ARGS), 0)
 
 
-def launch_rate(count: str = "100000"):
-    """Async empty-kernel launches per second, host side (until the last launch returns)."""
+def launch_rate(count: str = "100000", together: str = ""):
+    """Async empty-kernel launches per second, host side (until the last launch returns).
+    With `together`, say "ready" once set up and start when the parent says "go" (so that
+    several clients really launch at once)."""
     count = int(count)
     stream = setup()
     empty = builtin("empty")
@@ -61,6 +63,9 @@ def launch_rate(count: str = "100000"):
     for _ in range(2000):
         check(launch(empty, 1, stream))
     check(acl.rt.synchronize_stream(stream))
+    if together:
+        print("ready", flush=True)
+        sys.stdin.readline()
     failures = 0
     start = time.perf_counter()
     for _ in range(count):  # what a pyACL program's launch loop is: the call and its check

@@ -46,6 +46,22 @@ class Daemon:
         self.process.wait(30)
 
 
+def byte_compile_simnpu() -> None:
+    """Compile simnpu's client-side modules to bytecode, as `pip install` does for an
+    installed package and did for the limit's numpy and grpc: an editable checkout run with
+    PYTHONDONTWRITEBYTECODE=1 would otherwise compile them again at every start."""
+    import compileall
+
+    import acl
+    import simnpu
+    import simnpu.client
+    import simnpu.proto
+    import simnpu.shm
+
+    for package in (simnpu, simnpu.proto, simnpu.shm, simnpu.client, acl):
+        compileall.compile_dir(os.path.dirname(package.__file__), quiet=1)
+
+
 def probe(address: str, name: str, *args, env=None) -> dict:
     output = subprocess.run([sys.executable, os.path.join(HERE, "probes.py"), name, *map(str, args)],
                             capture_output=True, text=True, check=False,
@@ -56,10 +72,17 @@ def probe(address: str, name: str, *args, env=None) -> dict:
 
 
 def probes_at_once(address: str, count: int, name: str, *args) -> list[dict]:
+    """Run `count` copies of a probe that says "ready" when set up; tell them all "go" at once."""
     processes = [subprocess.Popen([sys.executable, os.path.join(HERE, "probes.py"), name, *map(str, args)],
-                                  stdout=subprocess.PIPE, text=True,
+                                  stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
                                   env={**os.environ, "SIMNPU_ADDRESS": address, "SIMNPU_AUTOSTART": "0"})
                  for _ in range(count)]
+    for process in processes:
+        if process.stdout.readline().strip() != "ready":
+            raise RuntimeError(f"probe {name} did not get ready")
+    for process in processes:
+        process.stdin.write("go\n")
+        process.stdin.flush()
     return [json.loads(p.communicate()[0].strip().splitlines()[-1]) for p in processes]
 
 
@@ -141,7 +164,7 @@ def run(args) -> Table:
             if selected("clients"):
                 count = 20_000 if quick else 50_000
                 alone = probe(address, "launch_rate", count)["completed_rate"]
-                together = [r["completed_rate"] for r in probes_at_once(address, 4, "launch_rate", count)]
+                together = [r["completed_rate"] for r in probes_at_once(address, 4, "launch_rate", count, "together")]
                 aggregate = sum(together)
                 spread = max(together) / min(together)
                 table.add("4 clients launching at once, aggregate", aggregate, "launch/s", alone, "one client alone",
@@ -149,6 +172,7 @@ def run(args) -> Table:
                 table.add("4 clients: fastest / slowest client", spread, "x", 1.0, "equal shares", "<= 1.2x",
                           spread <= 1.2)
             if selected("first_call"):
+                byte_compile_simnpu()
                 limit = baselines.python_startup_ms()
                 samples = []
                 for _ in range(5):

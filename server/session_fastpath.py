@@ -32,13 +32,16 @@ class SessionFastPath:
 
     def _create_fast_path(self) -> list[str]:
         """Create the notify and ring segments (at HELLO, once); their names, "" for none
-        (no futexes here; no room in /dev/shm for the ring, which is allocated now)."""
+        (no futexes here; no room in /dev/shm for the ring, whose pages are allocated now)."""
         if self.notify_region is None and futex.AVAILABLE:
             self.notify_region = Region.create(segment_name(f"s{self.id}", "notify"), layout.SIZE)
             self.notify = layout.NotifyArea(self.notify_region.map)
             if shm_available_bytes() > 4 * ring_layout.SIZE:
-                self.ring_region = Region.create(segment_name(f"s{self.id}", "ring"), ring_layout.SIZE,
-                                                 populate=True)
+                try:
+                    self.ring_region = Region.create(segment_name(f"s{self.id}", "ring"), ring_layout.SIZE,
+                                                     reserve=True)
+                except OSError:  # /dev/shm filled up meanwhile: calls go by the stream
+                    self.ring_region = None
         return [region.name if region is not None else "" for region in (self.notify_region, self.ring_region)]
 
     def _release_fast_path(self) -> None:

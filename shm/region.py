@@ -34,12 +34,15 @@ class Region:
         self._closed = False
 
     @classmethod
-    def create(cls, name: str, size: int, populate: bool = False) -> Region:
-        """Create a new segment of `size` bytes (fails if the name exists); populate=True
-        allocates and maps every page now (no SIGBUS later if /dev/shm fills up)."""
+    def create(cls, name: str, size: int, reserve: bool = False) -> Region:
+        """Create a new segment of `size` bytes (fails if the name exists). reserve=True
+        allocates its pages now (posix_fallocate), so that a /dev/shm too full for it fails
+        here (OSError) rather than with a SIGBUS at the first write into a page."""
         memory = posix_ipc.SharedMemory(name, posix_ipc.O_CREX, mode=0o600, size=size)
         try:
-            return cls(name, memory, owner=True, populate=populate)
+            if reserve:
+                os.posix_fallocate(memory.fd, 0, size)
+            return cls(name, memory, owner=True)
         except BaseException:  # e.g. too big to map: the segment must not outlive the failure
             memory.close_fd()
             unlink_quietly(name)

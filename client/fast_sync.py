@@ -44,6 +44,7 @@ class StreamWords:
             return timeout_ms
         area = self.area
         deadline = None if timeout_ms == -1 else time.monotonic() + timeout_ms / 1000
+        connection.ring_doorbell()  # the daemon must not wait for the sender thread now
         while True:
             word = area.word(slot)
             if word & SEQ_MASK >= target:

@@ -40,14 +40,15 @@ _ClientMessage = npu_pb2.ClientMessage
 
 
 _own_code: dict = {}   # code object -> whether it belongs to simnpu's client packages
-_site_names: dict = {}  # (code object, line) -> "file:line"
+_site_names: dict = {}  # (code object, instruction offset) -> "file:line"
 
 
 def caller_site() -> str:
     """file:line of the first frame outside simnpu's client packages (the user's call).
 
     On every asynchronous call, so both answers are cached: which code objects are ours,
-    and the text of each (code, line) seen."""
+    and the text of each call site seen, keyed by instruction offset (f_lineno decodes
+    the line table each time: ~10 µs in a long module-level script)."""
     frame = sys._getframe(2)
     while frame is not None:
         code = frame.f_code
@@ -55,7 +56,7 @@ def caller_site() -> str:
         if own is None:
             own = _own_code[code] = frame.f_globals.get("__name__", "").startswith(_OWN_MODULES)
         if not own:
-            key = (code, frame.f_lineno)
+            key = (code, frame.f_lasti)
             name = _site_names.get(key)
             if name is None:
                 name = _site_names[key] = f"{code.co_filename}:{frame.f_lineno}"
@@ -163,10 +164,19 @@ class Connection:
             self.deferred_seq = seq
             if stream:
                 self.stream_seq[stream] = seq
-            if self.ring is not None:
-                if self.send_sites:
-                    self._put(_ring_sites(seq, site))
-                self._put(record)
+            ring = self.ring
+            if ring is not None:
+                try:
+                    if self.send_sites:
+                        ring.put(_ring_sites(seq, site), False)
+                    ring.put(record, False)
+                except ring_layout.RingClosed:  # full, and the daemon is gone
+                    raise self._broken from None
+                # The daemon is woken by the sender thread: a burst of launches costs one
+                # wake-up, not one each. Whoever waits next (a request, a synchronize) wakes
+                # it at once instead (ring_doorbell).
+                if ring.reader_asleep and not self._wake.is_set():
+                    self._wake.set()
                 return seq
             self._pending_items.append(record)
         if not self._wake.is_set():
@@ -220,11 +230,16 @@ class Connection:
         self._pending_items.append(request)
         self._wake.set()
 
-    def _put(self, record: bytes) -> None:
+    def _put(self, record: bytes, wake: bool = True) -> None:
         try:
-            self.ring.put(record)
+            self.ring.put(record, wake)
         except ring_layout.RingClosed:  # full, and the daemon is gone
             raise self._broken from None
+
+    def ring_doorbell(self) -> None:
+        """Wake the daemon now for what is in the ring (before sleeping on an answer)."""
+        if self.ring is not None:
+            self.ring.wake_reader()
 
     def wait(self, pending: _Pending) -> npu_pb2.Reply:
         """Block until the reply arrives; raise NpuError if it carries an error code."""
@@ -299,6 +314,7 @@ class Connection:
                     return
                 self._wake.wait()
                 self._wake.clear()
+                self.ring_doorbell()  # commands put in the ring since the daemon fell asleep
                 continue
             items = []
             run: list = []

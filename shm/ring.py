@@ -60,9 +60,10 @@ class SubmissionRing:
         return self._head.value
 
     # ---- the client ------------------------------------------------------------------------
-    def put(self, record: bytes) -> None:
-        """Append one record (2 .. MAX_RECORD bytes) and wake the daemon if it sleeps.
-        Blocks while the ring is full; raises RingClosed if its reader is gone meanwhile."""
+    def put(self, record: bytes, wake: bool = True) -> None:
+        """Append one record (2 .. MAX_RECORD bytes); with `wake`, wake the daemon if it
+        sleeps (else the caller sees to it, with wake_reader). Blocks while the ring is
+        full; raises RingClosed if its reader is gone meanwhile."""
         size = len(record)
         head = self._head.value
         position = head % CAPACITY
@@ -76,6 +77,16 @@ class SubmissionRing:
             position = 0
         self.buffer[_DATA + position:_DATA + position + size] = record
         self._head.value = head + size
+        if wake and self._sleeping.value:
+            futex.wake(self._head_address)
+
+    @property
+    def reader_asleep(self) -> bool:
+        """Did the daemon say it sleeps (so that what was put without `wake` waits)?"""
+        return bool(self._sleeping.value)
+
+    def wake_reader(self) -> None:
+        """Wake the daemon if it sleeps (after records were put without `wake`)."""
         if self._sleeping.value:
             futex.wake(self._head_address)
 

@@ -4,6 +4,7 @@ every case where the daemon must still be asked or must end the session."""
 
 from __future__ import annotations
 
+import os
 import signal
 import threading
 import time
@@ -339,3 +340,23 @@ def test_a_corrupt_ring_ends_only_that_session(daemon, rt, corrupt, what):
     finally:
         victim.close()
     round_trip(rt)  # everybody else goes on
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of a process and its children (a daemon and its workers)."""
+    from conftest import children_of
+
+    total = 0
+    for process in [pid, *children_of(pid)]:
+        with open(f"/proc/{process}/stat") as stat:
+            fields = stat.read().rsplit(")", 1)[1].split()
+        total += int(fields[11]) + int(fields[12])
+    return total / os.sysconf("SC_CLK_TCK")
+
+
+def test_an_idle_daemon_with_a_fast_path_client_burns_no_cpu(daemon, rt):
+    assert rt.connection.ring is not None
+    rt.synchronize_device()
+    before = cpu_seconds(daemon.pid)
+    time.sleep(3.0)  # the ring thread and the scheduler nap; nothing polls
+    assert cpu_seconds(daemon.pid) - before < 0.15  # busy polling would burn ~3 s of CPU here

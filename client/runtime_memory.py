@@ -56,14 +56,20 @@ class RuntimeMemory:
                     raise invalid(f"{address:#x} comes from a memory pool: use mem_pool_free_async")
                 raise invalid(f"{address:#x} is not the start of a live device allocation of this process"
                               " (double free or bad pointer)")
-            del self.allocations[address]
-            self.allocation_starts.remove(address)
+            self._forget(address)
         self.connection.post_request(npu_pb2.OP_FREE, [address], site=caller_site())
 
     def _remember(self, address: int, size: int, device: int) -> None:
         with self._lock:
             bisect.insort(self.allocation_starts, address)
             self.allocations[address] = (size, device)
+
+    def _forget(self, address: int) -> None:
+        """Drop a live allocation from the tables (the caller holds the lock); by bisection,
+        not list.remove: with thousands of blocks live, a free must not scan them all."""
+        del self.allocations[address]
+        starts = self.allocation_starts
+        del starts[bisect.bisect_left(starts, address)]
 
     # ---- information and limits ------------------------------------------------------------
     @records_errors
@@ -171,10 +177,8 @@ class RuntimeMemory:
             elif key in self.imported:
                 del self.imported_counts[key]
                 address = self.imported.pop(key)
-                if address not in self.imported.values():
-                    self.allocations.pop(address, None)
-                    if address in self.allocation_starts:
-                        self.allocation_starts.remove(address)
+                if address not in self.imported.values() and address in self.allocations:
+                    self._forget(address)
 
     # ---- stream-ordered pools ------------------------------------------------------------------
     def _pool(self, pool: int) -> int:
@@ -224,8 +228,7 @@ class RuntimeMemory:
         with self._lock:
             if self.pool_blocks.pop(address, None) is None:
                 raise invalid(f"{address:#x} is not a live block of a memory pool of this process")
-            del self.allocations[address]
-            self.allocation_starts.remove(address)
+            self._forget(address)
         self.connection.post_request(npu_pb2.OP_MEM_POOL_FREE, [address, stream], site=caller_site())
 
     @records_errors

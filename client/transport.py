@@ -164,19 +164,8 @@ class Connection:
             self.deferred_seq = seq
             if stream:
                 self.stream_seq[stream] = seq
-            ring = self.ring
-            if ring is not None:
-                try:
-                    if self.send_sites:
-                        ring.put(_ring_sites(seq, site), False)
-                    ring.put(record, False)
-                except ring_layout.RingClosed:  # full, and the daemon is gone
-                    raise self._broken from None
-                # The daemon is woken by the sender thread: a burst of launches costs one
-                # wake-up, not one each. Whoever waits next (a request, a synchronize) wakes
-                # it at once instead (ring_doorbell).
-                if ring.reader_asleep and not self._wake.is_set():
-                    self._wake.set()
+            if self.ring is not None:
+                self._put(record, seq, site, wake=False)
                 return seq
             self._pending_items.append(record)
         if not self._wake.is_set():
@@ -213,28 +202,36 @@ class Connection:
             seq = self._seq
             self._sites[seq & (_SITE_RING - 1)] = (seq, site)
             self.deferred_seq = seq
-            self._queue_request(_Request(id=0, op=op, args=args, data=data, text=text), seq, site)
+            self._queue_request(_Request(id=0, op=op, args=args, data=data, text=text), seq, site,
+                                wake=False)
         return seq
 
-    def _queue_request(self, request: npu_pb2.Request, seq: int, site: str) -> None:
+    def _queue_request(self, request: npu_pb2.Request, seq: int, site: str, wake: bool = True) -> None:
         """Into the ring if it is in use and the request fits, else to the stream (marked in
         the ring at its place). The caller holds the lock."""
         if self.ring is not None:
-            if self.send_sites:
-                self._put(_ring_sites(seq, site))
             payload = request.SerializeToString()
             if len(payload) + commands.RING_BYTES.size <= ring_layout.MAX_RECORD:
-                self._put(commands.pack_ring_request(payload))
+                self._put(commands.pack_ring_request(payload), seq, site, wake)
                 return
-            self._put(commands.STREAM_ITEM)
+            self._put(commands.STREAM_ITEM, seq, site, wake)
         self._pending_items.append(request)
         self._wake.set()
 
-    def _put(self, record: bytes, wake: bool = True) -> None:
+    def _put(self, record: bytes, seq: int, site: str, wake: bool) -> None:
+        """Put call `seq`'s record in the ring (after its site, when observed); the caller
+        holds the lock. `wake`: the caller is about to wait for an answer, so the daemon is
+        woken now; else the sender thread wakes it, once for a whole burst of launches
+        (and whoever waits next wakes it at once: ring_doorbell)."""
+        ring = self.ring
         try:
-            self.ring.put(record, wake)
+            if self.send_sites:
+                ring.put(_ring_sites(seq, site), False)
+            ring.put(record, wake)
         except ring_layout.RingClosed:  # full, and the daemon is gone
             raise self._broken from None
+        if not wake and ring.reader_asleep and not self._wake.is_set():
+            self._wake.set()
 
     def ring_doorbell(self) -> None:
         """Wake the daemon now for what is in the ring (before sleeping on an answer)."""

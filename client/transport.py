@@ -110,6 +110,7 @@ class Connection:
         self._notice_demand = 0  # host callbacks queued and not yet announced by the daemon
         self.notify: notify_layout.NotifyArea | None = None  # use_notify()
         self.ring: ring_layout.SubmissionRing | None = None  # use_ring()
+        self._ring_site = None  # the call site last sent through the ring (observed sessions)
         self._free_slots: list[int] = []
         self.mailbox_replies = 0  # how many replies came through the mailbox (a statistic)
         self.stream_seq: dict[int, int] = {}  # stream -> sequence number of its last command
@@ -219,14 +220,15 @@ class Connection:
         self._wake.set()
 
     def _put(self, record: bytes, seq: int, site: str, wake: bool) -> None:
-        """Put call `seq`'s record in the ring (after its site, when observed); the caller
-        holds the lock. `wake`: the caller is about to wait for an answer, so the daemon is
+        """Put call `seq`'s record in the ring (after its site when observed and it differs
+        from the last call's); the caller holds the lock. `wake`: the caller is about to wait for an answer, so the daemon is
         woken now; else the sender thread wakes it, once for a whole burst of launches
         (and whoever waits next wakes it at once: ring_doorbell)."""
         ring = self.ring
         try:
-            if self.send_sites:
-                ring.put(_ring_sites(seq, site), False)
+            if self.send_sites and site != self._ring_site:  # a loop sends its site once
+                ring.put(commands.pack_ring_site(site or "?"), False)
+                self._ring_site = site
             ring.put(record, wake)
         except ring_layout.RingClosed:  # full, and the daemon is gone
             raise self._broken from None
@@ -450,11 +452,6 @@ class Connection:
 
 
 
-
-
-def _ring_sites(seq: int, site: str) -> bytes:
-    """The CMD_RING_SITES record of call `seq` (an observed session's call site)."""
-    return commands.pack_ring_sites(npu_pb2.ClientMessage(site_seqs=[seq], sites=[site or "?"]).SerializeToString())
 
 
 def _describe_rpc_error(address: str, error: grpc.RpcError) -> tuple[int, str]:

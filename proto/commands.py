@@ -38,7 +38,7 @@ CMD_COLLECTIVE = 16     # an HCCL collective or send/recv on a communicator (sim
 # Only in a submission ring (simnpu.shm.ring, docs/fast-path.md), where requests travel too:
 CMD_RING_REQUEST = 32      # a serialized Request follows (u32 length, then the bytes)
 CMD_RING_STREAM_ITEM = 33  # the next Item of the gRPC stream goes here (too big for the ring)
-CMD_RING_SITES = 34        # a serialized ClientMessage with only call sites follows (observed sessions)
+CMD_RING_SITE = 34         # the call site of this and the following calls (u32 length, UTF-8 text)
 CMD_RING_END = 35          # nothing more before the end of the ring's data
 
 _OP = struct.Struct("<H")
@@ -51,7 +51,7 @@ HOST = struct.Struct("<HQQB")             # op, stream, callback id, blocking (c
 # op, stream, comm, HcclCMDType, send ptr, recv ptr, count, recv count, HcclDataType, recv data
 # type, HcclReduceOp, root / peer rank
 COLLECTIVE = struct.Struct("<HQQHQQQQHHHI")
-RING_BYTES = struct.Struct("<HI")         # op, length of the bytes that follow (request, sites)
+RING_BYTES = struct.Struct("<HI")         # op, length of what follows (a request, a site)
 
 _FIXED = {
     CMD_LAUNCH: LAUNCH,
@@ -65,7 +65,7 @@ _FIXED = {
     CMD_HOST_DONE: HOST,
     CMD_COLLECTIVE: COLLECTIVE,
 }
-_RING_FIXED = {**_FIXED, CMD_RING_REQUEST: RING_BYTES, CMD_RING_SITES: RING_BYTES,
+_RING_FIXED = {**_FIXED, CMD_RING_REQUEST: RING_BYTES, CMD_RING_SITE: RING_BYTES,
                CMD_RING_STREAM_ITEM: _OP, CMD_RING_END: _OP}
 
 
@@ -135,8 +135,8 @@ class RingRequest(NamedTuple):
     request: bytes  # a serialized Request
 
 
-class RingSites(NamedTuple):
-    message: bytes  # a serialized ClientMessage holding site_seqs and sites
+class RingSite(NamedTuple):
+    site: str  # file:line of the next call and those after it, until the next RingSite
 
 
 class StreamItem(NamedTuple):
@@ -175,8 +175,9 @@ def pack_ring_request(request: bytes) -> bytes:
     return RING_BYTES.pack(CMD_RING_REQUEST, len(request)) + request
 
 
-def pack_ring_sites(message: bytes) -> bytes:
-    return RING_BYTES.pack(CMD_RING_SITES, len(message)) + message
+def pack_ring_site(site: str) -> bytes:
+    text = site.encode()
+    return RING_BYTES.pack(CMD_RING_SITE, len(text)) + text
 
 
 STREAM_ITEM = _OP.pack(CMD_RING_STREAM_ITEM)
@@ -234,7 +235,10 @@ def decode(buffer: bytes, ring: bool = False) -> Iterator[object]:
                 raise _malformed(f"ring record of {length} bytes truncated at byte {pos}")
             payload = bytes(view[pos:pos + length])
             pos += length
-            yield RingRequest(payload) if op == CMD_RING_REQUEST else RingSites(payload)
+            if op == CMD_RING_REQUEST:
+                yield RingRequest(payload)
+            else:
+                yield RingSite(payload.decode("utf-8", "replace"))
 
 
 def _malformed(what: str) -> NpuError:

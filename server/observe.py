@@ -154,6 +154,12 @@ class Observer:
                 del table[seq]
         table.update(zip(seqs, names))
 
+    def site(self, session, seq: int, name: str) -> None:
+        """The site of call `seq`, from a submission ring (ring thread); sites() prunes it."""
+        watch = self.watches.get(session)
+        if watch is not None:
+            watch.sites[seq] = name
+
     # ---- the command path (scheduler lock) ------------------------------------------------------
     def submitted(self, task) -> None:
         session = task.stream.context.session

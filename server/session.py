@@ -73,6 +73,7 @@ class Session(SessionStreams, SessionMemory, SessionFastPath, SessionStaged):
         self.immediate: dict[int, Stream] = {}  # device -> hidden stream of synchronous copies
         self.staging: Region | None = None
         self.bulk: memoryview | None = None  # the bulk bytes of the message being handled
+        self.ring_site: str | None = None  # call site of the calls in the ring, when observed
         self.submit_failure: NpuError | None = None
         self.waiting_callbacks: dict[int, Task] = {}  # blocking host callbacks (scheduler thread)
         self.op_timeout_s: float | None = None
@@ -136,10 +137,18 @@ class Session(SessionStreams, SessionMemory, SessionFastPath, SessionStaged):
     def handle_ring(self, pieces: list) -> None:
         """Execute what the client wrote in its submission ring, in order (ring thread).
         A malformed record ends the session: nothing after it can be found any more."""
+        observer = self.daemon.observer
+        if observer is not None:  # forget the call sites of what was submitted before
+            observer.sites(self, (), ())
         for piece in pieces:
             try:
                 for command in commands.decode(piece, ring=True):
                     kind = type(command)
+                    if kind is commands.RingSite:  # this call's and the following calls'
+                        self.ring_site = command.site if observer is not None else None
+                        continue
+                    if observer is not None and self.ring_site is not None:
+                        observer.site(self, self.seq + 1, self.ring_site)
                     if kind is commands.RingRequest:
                         self._handle_ring_request(command.request)
                     elif kind is commands.StreamItem:
@@ -148,9 +157,6 @@ class Session(SessionStreams, SessionMemory, SessionFastPath, SessionStaged):
                         if item is None:  # the session ended
                             return
                         self._handle_item(item)
-                    elif kind is commands.RingSites:  # the observer forgets sites of submitted tasks
-                        self._flush()
-                        self._ring_sites(command.message)
                     else:
                         self._handle_command(command)
             except NpuError as error:  # commands.decode: handlers report their own errors

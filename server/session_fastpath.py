@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import threading
 
-from simnpu.proto import codes, npu_pb2
+from simnpu.proto import codes
 from simnpu.proto.errors import NpuError
 from simnpu.server.ring_reader import RingReader
 from simnpu.shm import futex
@@ -71,12 +71,6 @@ class SessionFastPath:
         """The session ends: no more calls are taken from the ring. Idempotent."""
         if self.ring_reader is not None:
             self.ring_reader.stop()
-
-    def _ring_sites(self, message: bytes) -> None:
-        """An observed client's call sites, sent through the ring (CMD_RING_SITES)."""
-        if self.daemon.observer is not None:
-            sites = npu_pb2.ClientMessage.FromString(message)
-            self.daemon.observer.sites(self, sites.site_seqs, sites.sites)
 
     # ---- replies ------------------------------------------------------------------------------
     def _note_mailbox(self, request) -> None:

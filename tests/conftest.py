@@ -7,6 +7,7 @@ still running; after the run, none may exist and no daemon or worker may be aliv
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -171,6 +172,19 @@ def gate(ctx, flag, limit):
             raise TimeoutError("the gate was never opened")
         time.sleep(0.0002)
 '''
+
+
+@contextlib.contextmanager
+def runtime_of(address: str):
+    """A raw Runtime of the daemon at `address` with device 0 set, closed after use."""
+    from simnpu.client.runtime import Runtime
+
+    rt = Runtime(address)
+    try:
+        rt.set_device(0)
+        yield rt
+    finally:
+        rt.close()
 
 
 def round_trip(rt, value: float = 1.0, blocks: int = 2, n: int = 4096) -> None:

@@ -11,7 +11,7 @@ import time
 
 import numpy as np
 import pytest
-from conftest import GATE
+from conftest import GATE, runtime_of
 from simnpu.client.runtime import Runtime
 from simnpu.proto import codes, commands
 from simnpu.proto import observe as observe_bits
@@ -40,10 +40,8 @@ def count_up(ctx, cell, unused):
 
 @pytest.fixture
 def rt(daemon):
-    runtime = Runtime(daemon.address)
-    runtime.set_device(0)
-    yield runtime
-    runtime.close()
+    with runtime_of(daemon.address) as runtime:
+        yield runtime
 
 
 class Kernels:
@@ -141,27 +139,31 @@ def test_a_call_the_daemon_rejects_wakes_the_synchronize_and_is_reported(rt):
     rt.destroy_stream(stream)
 
 
-def test_a_rejected_call_behind_running_work_waits_for_that_work(rt, kernels):
-    stream = rt.create_stream()
+def closed_gate(rt, kernels, stream) -> int:
+    """Hold `stream` with the gate kernel until write_int(rt, flag, 1); returns the flag."""
     flag = rt.malloc(4)
     write_int(rt, flag, 0)
     kernels.launch("gate", stream, flag, 30.0)
+    return flag
+
+
+def test_a_rejected_call_behind_running_work_waits_for_that_work(rt, kernels):
+    stream = rt.create_stream()
+    flag = closed_gate(rt, kernels, stream)
     rt.connection.send_command(commands.pack_launch(1, stream, (5 << 40) | 999_999, b""), "test", stream)
-    threading.Timer(0.3, write_int, (rt, flag, 1)).start()
-    start = time.monotonic()
+    opening = threading.Event()  # set just before the gate opens
+    threading.Timer(0.3, lambda: (opening.set(), write_int(rt, flag, 1))).start()
     with pytest.raises(NpuError) as raised:
         rt.synchronize_stream(stream)
     assert raised.value.code == codes.ACL_ERROR_RT_INVALID_HANDLE
-    assert time.monotonic() - start >= 0.25  # it waited for the gate, not only for the word
+    assert opening.is_set()  # it waited for the gate, not only for the word
     rt.free(flag)
     rt.destroy_stream(stream)
 
 
 def test_a_timed_synchronize_times_out_on_the_word_and_the_daemon_says_so(rt, kernels):
     stream = rt.create_stream()
-    flag = rt.malloc(4)
-    write_int(rt, flag, 0)
-    kernels.launch("gate", stream, flag, 30.0)
+    flag = closed_gate(rt, kernels, stream)
     with pytest.raises(NpuError) as raised:
         rt.synchronize_stream(stream, timeout_ms=100)
     assert raised.value.code == codes.ACL_ERROR_RT_STREAM_SYNC_TIMEOUT
@@ -187,51 +189,49 @@ def test_stop_on_failure_reports_the_context_failure_on_another_stream(rt, kerne
     rt.set_device(0)
 
 
-def test_threads_synchronizing_their_own_streams_at_once(rt, kernels):
+def in_threads(rt, count: int, work) -> None:
+    """Run `work()` in `count` threads at once, each with device 0 set; fail on any error."""
     errors = []
 
-    def work():
+    def body():
         try:
             rt.set_device(0)
-            stream = rt.create_stream()
-            cell = rt.malloc(8)
-            write_int(rt, cell, 0, np.int64)
-            for round_ in range(1, 31):
-                kernels.launch("count_up", stream, cell, 0)
-                rt.synchronize_stream(stream)
-                assert read_int(rt, cell) == round_
-            rt.free(cell)
-            rt.destroy_stream(stream)
+            work()
             rt.reset_device(0)
         except Exception as error:  # reported by the main thread
             errors.append(error)
 
-    threads = [threading.Thread(target=work) for _ in range(4)]
+    threads = [threading.Thread(target=body) for _ in range(count)]
     for thread in threads:
         thread.start()
     for thread in threads:
         thread.join(120)
     assert not errors
+
+
+def test_threads_synchronizing_their_own_streams_at_once(rt, kernels):
+    def work():
+        stream = rt.create_stream()
+        cell = rt.malloc(8)
+        write_int(rt, cell, 0, np.int64)
+        for round_ in range(1, 31):
+            kernels.launch("count_up", stream, cell, 0)
+            rt.synchronize_stream(stream)
+            assert read_int(rt, cell) == round_
+        rt.free(cell)
+        rt.destroy_stream(stream)
+
+    in_threads(rt, 4, work)
 
 
 def test_more_requests_in_flight_than_mailbox_slots(rt):
-    results, errors = [], []
+    results = []
 
-    def allocate():
-        try:
-            rt.set_device(0)
-            for _ in range(20):
-                results.append(rt.malloc(64))
-            rt.reset_device(0)
-        except Exception as error:
-            errors.append(error)
+    def work():
+        for _ in range(20):
+            results.append(rt.malloc(64))
 
-    threads = [threading.Thread(target=allocate) for _ in range(24)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(120)
-    assert not errors
+    in_threads(rt, 24, work)
     assert len(set(results)) == 24 * 20
     for pointer in results:
         rt.free(pointer)

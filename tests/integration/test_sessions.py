@@ -11,7 +11,7 @@ import time
 
 import numpy as np
 import pytest
-from conftest import alive, children_of, round_trip, run_client, simnpu_segments, start_client
+from conftest import alive, children_of, round_trip, run_client, runtime_of, simnpu_segments, start_client
 from simnpu.client.runtime import Runtime
 from simnpu.client.tools import query
 from simnpu.proto import codes, commands
@@ -384,10 +384,8 @@ def in_stream(daemon, monkeypatch):
 
 @pytest.fixture
 def shared(daemon):
-    rt = Runtime(daemon.address)
-    rt.set_device(0)
-    yield rt
-    rt.close()
+    with runtime_of(daemon.address) as rt:
+        yield rt
 
 
 def test_shared_memory_is_used_unless_out_of_reach(shared, in_stream):

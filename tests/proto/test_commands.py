@@ -197,14 +197,14 @@ def test_request_arguments_are_declared_for_every_request_op():
 # ---- records only a submission ring carries (docs/fast-path.md) -------------------------------
 def test_ring_records_decode_only_in_ring_mode():
     ring_only = [commands.pack_ring_request(b"\x08\x01"), commands.STREAM_ITEM,
-                 commands.pack_ring_sites(b"\x12\x01?")]
+                 commands.pack_ring_site("file.py:12")]
     for packed in ring_only:
         with pytest.raises(NpuError) as raised:
             decode_all(packed)
         assert raised.value.code == codes.ACL_ERROR_RT_PARAM_INVALID
     launch, expected = CASES["launch"]
     assert list(commands.decode(b"".join([launch, *ring_only, launch]), ring=True)) == [
-        expected, commands.RingRequest(b"\x08\x01"), commands.StreamItem(), commands.RingSites(b"\x12\x01?"),
+        expected, commands.RingRequest(b"\x08\x01"), commands.StreamItem(), commands.RingSite("file.py:12"),
         expected]
 
 

@@ -50,6 +50,7 @@ from simnpu.shm.ring import RingCorrupt
 log = logging.getLogger("simnpu.session")
 
 IMMEDIATE_PRIORITY = -1  # synchronous copies jump every stream queue, as aclrtMemcpy does
+_RING_BATCH = 1024  # scheduler work posted at most this many calls at a time from a ring
 _PROBE_BYTES = 16
 # how many arguments each request needs (simnpu.proto.commands.REQUEST_ARGS; HELLO's are optional)
 _ARG_COUNTS = {npu_pb2.Op.Value(f"OP_{name}"): len(args)
@@ -159,6 +160,8 @@ class Session(SessionStreams, SessionMemory, SessionFastPath, SessionStaged):
                         self._handle_item(item)
                     else:
                         self._handle_command(command)
+                        if len(self._batch) >= _RING_BATCH:  # the device starts on these while
+                            self._flush()                    # the rest is decoded
             except NpuError as error:  # commands.decode: handlers report their own errors
                 self._flush()
                 raise RingCorrupt(error.message) from None

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 
 from simnpu.client.callbacks import HostCallbacks
 from simnpu.client.copies import CopyPaths
-from simnpu.client.fast_sync import StreamWords
+from simnpu.client import fast_path
 from simnpu.client.hostmem import HostMemory
 from simnpu.client.last_error import records_errors
 from simnpu.client.observe import ClientObserver
@@ -27,10 +27,7 @@ from simnpu.client.runtime_memory import RuntimeMemory, env_memory_limit
 from simnpu.client.transport import Connection, caller_site
 from simnpu.proto import codes, commands, npu_pb2
 from simnpu.proto.errors import NpuError, bad_handle, invalid
-from simnpu.shm import futex
-from simnpu.shm.notify import NotifyArea
 from simnpu.shm.region import Region
-from simnpu.shm.ring import SubmissionRing
 
 if TYPE_CHECKING:  # imported by get_function: a session without kernels never needs it
     from simnpu.proto.kernel_abi import KernelSignature
@@ -63,18 +60,12 @@ class Runtime(RuntimeMemory):
         staging_name, notify_name, ring_name = (hello.text.split("\n") + ["", ""])[:3]
         staging = _attach_staging(staging_name, staging_bytes, hello.data)
         self.copies = CopyPaths(self, staging, staging_bytes)
-        # the fast path (docs/fast-path.md): replies and stream words through the notify
-        # area, calls through the submission ring; both need the staging probe to have
-        # shown that this process shares the daemon's /dev/shm
-        self.notify_region = _attach_fast_path(notify_name) if staging is not None else None
-        self.ring_region = _attach_fast_path(ring_name, populate=True) if self.notify_region else None
-        self.stream_words: StreamWords | None = None  # synchronize without a request
-        if self.notify_region is not None:
-            area = NotifyArea(self.notify_region.map)
-            self.connection.use_notify(area)
-            self.stream_words = StreamWords(self.connection, area)
-        if self.ring_region is not None:
-            self.connection.use_ring(SubmissionRing(self.ring_region.map))
+        # the fast path (docs/fast-path.md): calls through the submission ring, replies and
+        # stream words through the notify area, when the staging probe showed that this
+        # process shares the daemon's /dev/shm
+        self.fast_path = (fast_path.attach(self.connection, notify_name, ring_name)
+                          if staging is not None else None)
+        self.stream_words = self.fast_path.stream_words if self.fast_path else None
         self.contexts: dict[int, ContextInfo] = {}
         self.device_refs: dict[int, int] = {}
         self.device_contexts: dict[int, int] = {}  # device -> its default context (aclrtSetDevice)
@@ -245,7 +236,7 @@ class Runtime(RuntimeMemory):
     def synchronize_stream(self, handle: int, timeout_ms: int = -1) -> None:
         """aclrtSynchronizeStream(WithTimeout). Blocks; 507046 on timeout.
 
-        Decided on the stream's notify word when that can prove it (client/fast_sync.py)."""
+        Decided on the stream's notify word when that can prove it (client/fast_path.py)."""
         stream = self.stream(handle)
         if self.stream_words is not None and not self.observer.flags:
             timeout_ms = self.stream_words.synchronize(stream, timeout_ms)
@@ -517,23 +508,8 @@ class Runtime(RuntimeMemory):
                     pass
         self.copies.close()
         self.connection.close()
-        if self.ring_region is not None:
-            self.connection.ring.release()
-            self.ring_region.close()
-        if self.notify_region is not None:
-            self.connection.notify.release()
-            self.notify_region.close()
-
-
-def _attach_fast_path(name: str, populate: bool = False) -> Region | None:
-    """Map a segment of the session's fast path (its notify area or submission ring);
-    None where futexes are not available or the daemon made none."""
-    if not name or not futex.AVAILABLE:
-        return None
-    try:
-        return Region.attach(name, populate=populate)
-    except Exception:
-        return None
+        if self.fast_path is not None:
+            self.fast_path.close()
 
 
 def _attach_staging(name: str, size: int, probe: bytes) -> Region | None:

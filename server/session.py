@@ -15,8 +15,6 @@ import logging
 import os
 import queue
 
-from google.protobuf.message import DecodeError
-
 from simnpu.proto import codes, commands, npu_pb2
 from simnpu.proto.errors import NpuError, NpuMemoryError, bad_handle, invalid
 from simnpu.proto.kernel_abi import discover_kernels
@@ -45,12 +43,10 @@ from simnpu.server.session_fastpath import SessionFastPath
 from simnpu.server.session_streams import SessionStreams
 from simnpu.shm.addresses import is_device_address, split_device_address
 from simnpu.shm.region import Region, segment_name, shm_available_bytes
-from simnpu.shm.ring import RingCorrupt
 
 log = logging.getLogger("simnpu.session")
 
 IMMEDIATE_PRIORITY = -1  # synchronous copies jump every stream queue, as aclrtMemcpy does
-_RING_BATCH = 1024  # scheduler work posted at most this many calls at a time from a ring
 _PROBE_BYTES = 16
 # how many arguments each request needs (simnpu.proto.commands.REQUEST_ARGS; HELLO's are optional)
 _ARG_COUNTS = {npu_pb2.Op.Value(f"OP_{name}"): len(args)
@@ -74,7 +70,6 @@ class Session(SessionStreams, SessionMemory, SessionFastPath, SessionStaged):
         self.immediate: dict[int, Stream] = {}  # device -> hidden stream of synchronous copies
         self.staging: Region | None = None
         self.bulk: memoryview | None = None  # the bulk bytes of the message being handled
-        self.ring_site: str | None = None  # call site of the calls in the ring, when observed
         self.submit_failure: NpuError | None = None
         self.waiting_callbacks: dict[int, Task] = {}  # blocking host callbacks (scheduler thread)
         self.op_timeout_s: float | None = None
@@ -135,38 +130,6 @@ class Session(SessionStreams, SessionMemory, SessionFastPath, SessionStaged):
         self.bulk = None
         self._flush()
 
-    def handle_ring(self, pieces: list) -> None:
-        """Execute what the client wrote in its submission ring, in order (ring thread).
-        A malformed record ends the session: nothing after it can be found any more."""
-        observer = self.daemon.observer
-        if observer is not None:  # forget the call sites of what was submitted before
-            observer.sites(self, (), ())
-        for piece in pieces:
-            try:
-                for command in commands.decode(piece, ring=True):
-                    kind = type(command)
-                    if kind is commands.RingSite:  # this call's and the following calls'
-                        self.ring_site = command.site if observer is not None else None
-                        continue
-                    if observer is not None and self.ring_site is not None:
-                        observer.site(self, self.seq + 1, self.ring_site)
-                    if kind is commands.RingRequest:
-                        self._handle_ring_request(command.request)
-                    elif kind is commands.StreamItem:
-                        self._flush()  # what came before does not wait for the stream
-                        item = self.ring_reader.next_stream_item()
-                        if item is None:  # the session ended
-                            return
-                        self._handle_item(item)
-                    else:
-                        self._handle_command(command)
-                        if len(self._batch) >= _RING_BATCH:  # the device starts on these while
-                            self._flush()                    # the rest is decoded
-            except NpuError as error:  # commands.decode: handlers report their own errors
-                self._flush()
-                raise RingCorrupt(error.message) from None
-        self._flush()
-
     def _flush(self) -> None:
         """Post the scheduler work collected so far."""
         if self._batch:
@@ -192,15 +155,6 @@ class Session(SessionStreams, SessionMemory, SessionFastPath, SessionStaged):
             self._submit(command)
         except NpuError as error:
             self._defer_failure(error)
-
-    def _handle_ring_request(self, payload: bytes) -> None:
-        try:
-            request = npu_pb2.Request.FromString(payload)
-        except DecodeError:
-            self.seq += 1  # it took a sequence number on the client
-            self._defer_failure(invalid("a request in the submission ring does not parse"))
-            return
-        self._handle_request(request)
 
     def _defer_failure(self, error: NpuError) -> None:
         """An asynchronous call that the daemon rejected: reported at the next synchronize."""

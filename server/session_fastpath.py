@@ -3,21 +3,26 @@ ring in, and out its notify area -- replies put in the client's mailbox slots, s
 written when streams drain, and the items that let a worker write them instead.
 
 A mixin of `Session` (server/session.py); the layouts are simnpu.shm.ring and
-simnpu.shm.notify. Everything here is cheap and non-blocking: it runs on the session's
-reader or ring thread (calls, replies) and under the scheduler lock (stream words).
+simnpu.shm.notify. `handle_ring` is the ring thread's work (server/ring_reader.py); the rest
+is cheap and non-blocking, on the session's reader or ring thread (replies) and under the
+scheduler lock (stream words).
 """
 
 from __future__ import annotations
 
 import threading
 
-from simnpu.proto import codes
-from simnpu.proto.errors import NpuError
+from google.protobuf.message import DecodeError
+from simnpu.proto import codes, commands, npu_pb2
+from simnpu.proto.errors import NpuError, invalid
 from simnpu.server.ring_reader import RingReader
 from simnpu.shm import futex
 from simnpu.shm import notify as layout
 from simnpu.shm import ring as ring_layout
 from simnpu.shm.region import Region, segment_name, shm_available_bytes
+from simnpu.shm.ring import RingCorrupt
+
+_RING_BATCH = 1024  # scheduler work posted at most this many calls at a time from a ring
 
 
 class SessionFastPath:
@@ -26,6 +31,7 @@ class SessionFastPath:
         self.notify_region: Region | None = None
         self.ring_region: Region | None = None
         self.ring_reader: RingReader | None = None  # running once the client asked (OP_USE_RING)
+        self.ring_site: str | None = None  # call site of the calls in the ring, when observed
         self._notify_lock = threading.Lock()  # mailbox writes come from several threads
         self._mailbox_of: dict[int, int] = {}  # request id -> mailbox slot its reply goes to
         self._free_stream_slots = list(range(layout.STREAM_SLOTS - 1, -1, -1))
@@ -66,6 +72,47 @@ class SessionFastPath:
             self.ring_reader = RingReader(self, self.ring_region)
             self.ring_reader.start()
         return []
+
+    def handle_ring(self, pieces: list) -> None:
+        """Execute what the client wrote in its submission ring, in order (ring thread).
+        A malformed record ends the session: nothing after it can be found any more."""
+        observer = self.daemon.observer
+        if observer is not None:  # forget the call sites of what was submitted before
+            observer.sites(self, (), ())
+        for piece in pieces:
+            try:
+                for command in commands.decode(piece, ring=True):
+                    kind = type(command)
+                    if kind is commands.RingSite:  # this call's and the following calls'
+                        self.ring_site = command.site if observer is not None else None
+                        continue
+                    if observer is not None and self.ring_site is not None:
+                        observer.site(self, self.seq + 1, self.ring_site)
+                    if kind is commands.RingRequest:
+                        self._handle_ring_request(command.request)
+                    elif kind is commands.StreamItem:
+                        self._flush()  # what came before does not wait for the stream
+                        item = self.ring_reader.next_stream_item()
+                        if item is None:  # the session ended
+                            return
+                        self._handle_item(item)
+                    else:
+                        self._handle_command(command)
+                        if len(self._batch) >= _RING_BATCH:  # the device starts on these while
+                            self._flush()                    # the rest is decoded
+            except NpuError as error:  # commands.decode: handlers report their own errors
+                self._flush()
+                raise RingCorrupt(error.message) from None
+        self._flush()
+
+    def _handle_ring_request(self, payload: bytes) -> None:
+        try:
+            request = npu_pb2.Request.FromString(payload)
+        except DecodeError:
+            self.seq += 1  # it took a sequence number on the client
+            self._defer_failure(invalid("a request in the submission ring does not parse"))
+            return
+        self._handle_request(request)
 
     def _stop_ring(self) -> None:
         """The session ends: no more calls are taken from the ring. Idempotent."""

@@ -309,7 +309,7 @@ def test_a_request_too_big_for_the_ring_keeps_its_place_in_the_order(rt, kernels
 
 
 def corrupt_head(victim: Runtime) -> None:
-    victim.ring_region.map[0:8] = (1 << 62).to_bytes(8, "little")  # a head no writer can have
+    victim.fast_path.ring_region.map[0:8] = (1 << 62).to_bytes(8, "little")  # a head no writer can have
     victim.connection.ring.wake_consumer()
 
 

@@ -1,7 +1,7 @@
-"""aclrtSynchronizeStream without a request, when the stream's word in the notify area
-proves the outcome (docs/fast-path.md).
+"""The client's end of a session's fast path (docs/fast-path.md): mapping its notify area
+and submission ring, and aclrtSynchronizeStream decided on a stream word.
 
-The word holds the sequence number of the stream's last completed task, with DIRTY set
+A stream word holds the sequence number of the stream's last completed task, with DIRTY set
 when a synchronize would report a failure. If the stream's last command is this process's
 latest call whose failure is reported later, a clean word at or past it means "done, and
 nothing to report"; a dirty one means the daemon must be asked.
@@ -11,7 +11,10 @@ from __future__ import annotations
 
 import time
 
-from simnpu.shm.notify import DIRTY, SEQ_MASK
+from simnpu.shm import futex
+from simnpu.shm.notify import DIRTY, SEQ_MASK, NotifyArea
+from simnpu.shm.region import Region
+from simnpu.shm.ring import SubmissionRing
 
 _SLICE_S = 0.1  # how often a sleeping synchronize re-checks that the session is alive
 
@@ -60,3 +63,44 @@ class StreamWords:
                 if slice_s <= 0:
                     return 0
             area.wait_word(slot, word, slice_s)
+
+
+class FastPath:
+    """The mapped segments of a session's fast path, in use by its connection."""
+
+    def __init__(self, connection, notify_region: Region, ring_region: Region | None):
+        self.connection = connection
+        self.notify_region = notify_region
+        self.ring_region = ring_region
+        area = NotifyArea(notify_region.map)
+        connection.use_notify(area)
+        self.stream_words = StreamWords(connection, area)
+        if ring_region is not None:
+            connection.use_ring(SubmissionRing(ring_region.map))
+
+    def close(self) -> None:
+        """Unmap (after the connection closed)."""
+        if self.ring_region is not None:
+            self.connection.ring.release()
+            self.ring_region.close()
+        self.connection.notify.release()
+        self.notify_region.close()
+
+
+def attach(connection, notify_name: str, ring_name: str) -> FastPath | None:
+    """Map the session's notify area and submission ring and have `connection` use them
+    (the caller made sure, with the staging probe, that this process shares the daemon's
+    /dev/shm); None where futexes are not available or the daemon made none. Blocks."""
+    notify_region = _map(notify_name)
+    if notify_region is None:
+        return None
+    return FastPath(connection, notify_region, _map(ring_name, populate=True))
+
+
+def _map(name: str, populate: bool = False) -> Region | None:
+    if not name or not futex.AVAILABLE:
+        return None
+    try:
+        return Region.attach(name, populate=populate)
+    except Exception:
+        return None

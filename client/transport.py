@@ -32,6 +32,7 @@ from simnpu.shm import notify as notify_layout
 from simnpu.shm import ring as ring_layout
 
 _SITE_RING = 1 << 16
+_SITE_MASK = _SITE_RING - 1
 _MAILBOX_SLICE_S = 0.1  # a mailbox waiter re-checks for a broken session this often
 _OWN_MODULES = ("simnpu.", "acl", "hccl")
 _Item = npu_pb2.Item
@@ -161,7 +162,7 @@ class Connection:
         with self._lock:
             self._seq += 1
             seq = self._seq
-            self._sites[seq & (_SITE_RING - 1)] = (seq, site)
+            self._sites[seq & _SITE_MASK] = (seq, site)
             self.deferred_seq = seq
             if stream:
                 self.stream_seq[stream] = seq
@@ -183,7 +184,7 @@ class Connection:
                 raise self._broken
             self._seq += 1
             seq = self._seq
-            self._sites[seq & (_SITE_RING - 1)] = (seq, site)
+            self._sites[seq & _SITE_MASK] = (seq, site)
             pending = self._replies[seq] = _Pending(seq, self._free_slots.pop() if self._free_slots else -1)
             request = _Request(id=seq, op=op, args=args, data=data, text=text, mailbox=pending.slot + 1)
             if bulk is None:
@@ -201,7 +202,7 @@ class Connection:
         with self._lock:
             self._seq += 1
             seq = self._seq
-            self._sites[seq & (_SITE_RING - 1)] = (seq, site)
+            self._sites[seq & _SITE_MASK] = (seq, site)
             self.deferred_seq = seq
             self._queue_request(_Request(id=0, op=op, args=args, data=data, text=text), seq, site,
                                 wake=False)
@@ -229,10 +230,10 @@ class Connection:
             if self.send_sites and site != self._ring_site:  # a loop sends its site once
                 ring.put(commands.pack_ring_site(site or "?"), False)
                 self._ring_site = site
-            ring.put(record, wake)
+            asleep = ring.put(record, wake)
         except ring_layout.RingClosed:  # full, and the daemon is gone
             raise self._broken from None
-        if not wake and ring.reader_asleep and not self._wake.is_set():
+        if asleep and not wake and not self._wake.is_set():
             self._wake.set()
 
     def ring_doorbell(self) -> None:
@@ -294,13 +295,13 @@ class Connection:
 
     def site_of(self, seq: int) -> str | None:
         """The call site of sequence number `seq`, if it is still in the ring (the last 65,536)."""
-        entry = self._sites[seq & (_SITE_RING - 1)]
+        entry = self._sites[seq & _SITE_MASK]
         return entry[1] if entry is not None and entry[0] == seq and entry[1] else None
 
     def _describe_failure(self, reply) -> str:
         if not reply.task_seq:
             return reply.message
-        entry = self._sites[reply.task_seq & (_SITE_RING - 1)]
+        entry = self._sites[reply.task_seq & _SITE_MASK]
         where = entry[1] if entry is not None and entry[0] == reply.task_seq else "an earlier call"
         return f"{reply.message}\n(the failing task was submitted at {where})"
 
@@ -354,7 +355,7 @@ class Connection:
         seqs, names = [], []
         ring = self._sites
         for seq in range(max(first, last - _SITE_RING + 1), last + 1):
-            entry = ring[seq & (_SITE_RING - 1)]
+            entry = ring[seq & _SITE_MASK]
             if entry is not None and entry[0] == seq:
                 seqs.append(seq)
                 names.append(entry[1] or "?")

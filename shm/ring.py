@@ -49,6 +49,8 @@ class SubmissionRing:
         self._sleeping = ctypes.c_uint32.from_buffer(buffer, _SLEEPING)
         self._waiting = ctypes.c_uint32.from_buffer(buffer, _WAITING)
         self._consumed = 0  # the daemon's own tail: what the client writes is never trusted
+        self._written = 0   # the client's own head
+        self._room_until = CAPACITY  # the client may write up to here without reading tail
 
     def release(self) -> None:
         """Drop the views into the buffer, so that its mapping can be closed."""
@@ -57,49 +59,51 @@ class SubmissionRing:
     @property
     def written(self) -> int:
         """Bytes written since the ring was made (a statistic)."""
-        return self._head.value
+        return self._written
 
     # ---- the client ------------------------------------------------------------------------
-    def put(self, record: bytes, wake: bool = True) -> None:
+    def put(self, record: bytes, wake: bool = True) -> bool:
         """Append one record (2 .. MAX_RECORD bytes); with `wake`, wake the daemon if it
-        sleeps (else the caller sees to it, with wake_reader). Blocks while the ring is
-        full; raises RingClosed if its reader is gone meanwhile."""
+        sleeps (else the caller sees to it, with wake_reader). Returns whether the daemon
+        said it sleeps. Blocks while the ring is full; raises RingClosed if its reader is
+        gone meanwhile."""
         size = len(record)
-        head = self._head.value
+        head = self._written
         position = head % CAPACITY
         skip = CAPACITY - position if position + size > CAPACITY else 0
-        if CAPACITY - (head - self._tail.value) < skip + size:
-            self._wait_for_room(head, skip + size)
+        end = head + skip + size
+        if end > self._room_until:  # what the daemon took since we last looked frees room
+            self._room_until = self._tail.value + CAPACITY
+            if end > self._room_until:
+                self._wait_for_room(end)
         if skip:
             if skip >= 2:
                 self.buffer[_DATA + position:_DATA + position + 2] = _END
-            head += skip
             position = 0
         self.buffer[_DATA + position:_DATA + position + size] = record
-        self._head.value = head + size
-        if wake and self._sleeping.value:
+        self._written = self._head.value = end
+        asleep = self._sleeping.value
+        if wake and asleep:
             futex.wake(self._head_address)
-
-    @property
-    def reader_asleep(self) -> bool:
-        """Did the daemon say it sleeps (so that what was put without `wake` waits)?"""
-        return bool(self._sleeping.value)
+        return bool(asleep)
 
     def wake_reader(self) -> None:
         """Wake the daemon if it sleeps (after records were put without `wake`)."""
         if self._sleeping.value:
             futex.wake(self._head_address)
 
-    def _wait_for_room(self, head: int, needed: int) -> None:
+    def _wait_for_room(self, end: int) -> None:
+        """Sleep until the daemon has taken enough for the ring to hold up to `end`."""
         while True:
             self._waiting.value = 1
             tail = self._tail.value
-            if CAPACITY - (head - tail) >= needed:
+            if tail + CAPACITY >= end:
                 break
             if self.reader_gone():
                 raise RingClosed("the daemon no longer reads this session's submission ring")
             futex.wait(self._tail_address, tail, _WAIT_SLICE_S)
         self._waiting.value = 0
+        self._room_until = tail + CAPACITY
 
     # ---- the daemon ------------------------------------------------------------------------
     def take(self) -> list[bytes]:

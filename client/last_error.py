@@ -21,7 +21,8 @@ def records_errors(method):
               f"    except NpuError as error:\n"
               f"        {parameters[0].name}._local.last_error = error\n"
               f"        raise\n")
-    namespace = {"method": method, "NpuError": NpuError}
+    # named as the method's module: transport.caller_site() must see the frame as ours
+    namespace = {"method": method, "NpuError": NpuError, "__name__": method.__module__}
     exec(source, namespace)  # noqa: S102 - built above from the method's own signature
     wrapper = functools.wraps(method)(namespace["wrapper"])
     wrapper.__defaults__ = method.__defaults__

@@ -25,7 +25,7 @@ from simnpu.client.last_error import records_errors
 from simnpu.client.observe import ClientObserver
 from simnpu.client.runtime_memory import RuntimeMemory, env_memory_limit
 from simnpu.client.transport import Connection, caller_site
-from simnpu.proto import codes, commands, npu_pb2
+from simnpu.proto import codes, commands, heap, npu_pb2
 from simnpu.proto.errors import NpuError, bad_handle, invalid
 from simnpu.shm.region import Region
 
@@ -60,6 +60,8 @@ class Runtime(RuntimeMemory):
         staging_name, notify_name, ring_name = (hello.text.split("\n") + ["", ""])[:3]
         staging = _attach_staging(staging_name, staging_bytes, hello.data)
         self.copies = CopyPaths(self, staging, staging_bytes)
+        if staging is None:  # copies travel in-stream: their chunks reuse warm heap memory
+            heap.keep_freed_memory()
         # the fast path (docs/fast-path.md): calls through the submission ring, replies and
         # stream words through the notify area, when the staging probe showed that this
         # process shares the daemon's /dev/shm

@@ -53,10 +53,10 @@ def _serve_parser(sub) -> None:
 
 def serve(args) -> int:
     service.prefer_fast_grpc()
-    from simnpu.server import heap
+    from simnpu.proto import heap
     from simnpu.server.daemon import Daemon
 
-    heap.keep_freed_memory()  # in-stream copy chunks reuse warm memory (server/heap.py)
+    heap.keep_freed_memory()  # in-stream copy chunks reuse warm memory (proto/heap.py)
 
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s simnpu %(levelname)s %(message)s")
     try:

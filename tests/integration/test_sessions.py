@@ -542,3 +542,16 @@ def test_no_daemon_and_autostart_off_is_207004(tmp_path, monkeypatch):
     )
     assert result.stdout.strip() == str(codes.ACL_ERROR_RT_NO_DEVICE), result.stderr
     assert not [n for n in os.listdir(tmp_path) if n.endswith(".log")]
+
+
+def test_only_an_in_stream_client_keeps_freed_memory_in_its_heap(daemon, monkeypatch):
+    from simnpu.proto import heap
+
+    calls = []
+    monkeypatch.setattr(heap, "keep_freed_memory", lambda: calls.append(True) or True)
+    with runtime_of(daemon.address):
+        assert calls == []
+    monkeypatch.setenv("SIMNPU_NO_SHM", "1")
+    with runtime_of(daemon.address) as rt:
+        assert not rt.uses_shared_memory
+        assert calls == [True]

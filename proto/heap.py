@@ -1,9 +1,12 @@
-"""The daemon's malloc settings: freed big blocks stay in its heap for the next ones.
+"""Malloc settings for in-stream copies: freed big blocks stay in the heap for the next ones.
 
 In-stream copies move megabytes per gRPC message, and each message is a fresh buffer (gRPC's
 receive path, the encoded reply). By default glibc hands big freed blocks back to the kernel
 at once, so every chunk would land in pages faulted in anew, at several times the cost of
-copying into warm memory. With these thresholds they are kept and reused.
+copying into warm memory. With these thresholds they are kept and reused. They are where
+glibc's own adaptive thresholds end up after big blocks were freed; setting them only
+skips the adapting. The daemon sets them always; a client only when its copies travel
+in-stream (it does not share the daemon's /dev/shm).
 """
 
 from __future__ import annotations

@@ -226,31 +226,6 @@ def shm_copy_bandwidth(nbytes: int) -> float:
         pair.close()
 
 
-def numpy_kernel_rate(kind: str, elements: int) -> float:
-    """np.add(out=) in GB/s (3 arrays touched) or np.exp(out=) in Gelem/s, one process, on
-    warm shared memory (best of 5)."""
-    pair = ShmPair(elements * 4 * 2)
-    try:
-        a = pair.arrays[0].view(np.float32)[:elements]
-        b = pair.arrays[0].view(np.float32)[elements:]
-        c = pair.arrays[1].view(np.float32)[:elements]
-        a[:] = 0.5
-        b[:] = 0.25
-        best = 0.0
-        for _ in range(5):
-            start = time.perf_counter()
-            if kind == "add":
-                np.add(a, b, out=c)
-            else:
-                np.exp(a, out=c)
-            elapsed = time.perf_counter() - start
-            best = max(best, (elements * 12 / 1e9 if kind == "add" else elements / 1e9) / elapsed)
-        del a, b, c
-        return best
-    finally:
-        pair.close()
-
-
 def python_startup_ms(rounds: int = 5) -> float:
     """Median time to start Python with numpy and grpc imported (ms)."""
     samples = []

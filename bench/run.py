@@ -147,15 +147,15 @@ def run(args) -> Table:
                     table.add(f"{direction.upper()} 64 MiB, client without shared memory", value, "GB/s", limit,
                               "bare gRPC stream of 1 MiB chunks", ">= 70%", value >= 0.7 * limit)
             if selected("kernels"):
-                elements = 1 << 24
-                limit = baselines.numpy_kernel_rate("add", elements)
-                rate = probe(address, "kernel_rate", "add", elements)["rate"]
-                table.add("add of 16M float32, numBlocks = AI cores", rate, "GB/s", limit, "np.add(out=), 1 process",
-                          ">= 1.2x", rate >= 1.2 * limit)
-                limit = baselines.numpy_kernel_rate("exp", elements)
-                rate = probe(address, "kernel_rate", "exp", elements)["rate"]
-                table.add("exp of 16M float32, numBlocks = AI cores", rate, "Gelem/s", limit, "np.exp(out=), 1 process",
-                          ">= 1.6x", rate >= 1.6 * limit)
+                # the limit comes from the probe: numpy on the very same device buffers, in turn
+                # with the launches (the machine's speed drifts by 10-20 % within a minute here)
+                for kind, unit, factor in (("add", "GB/s", 1.2), ("exp", "Gelem/s", 1.6)):
+                    figures = probe(address, "kernel_rate", kind, 1 << 24,
+                                    env={"SIMNPU_BENCH_DAEMON_PID": str(daemon.process.pid)})
+                    rate, limit = figures["rate"], figures["limit"]
+                    table.add(f"{kind} of 16M float32, numBlocks = AI cores", rate, unit, limit,
+                              f"np.{kind}(out=), 1 process, same buffers", f">= {factor}x",
+                              rate >= factor * limit)
             if selected("pipeline"):
                 figures = probe(address, "pipeline", 8 if quick else 12)
                 speedup = figures["one_stream_s"] / figures["two_streams_s"]

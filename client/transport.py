@@ -222,9 +222,10 @@ class Connection:
 
     def _put(self, record: bytes, seq: int, site: str, wake: bool) -> None:
         """Put call `seq`'s record in the ring (after its site when observed and it differs
-        from the last call's); the caller holds the lock. `wake`: the caller is about to wait for an answer, so the daemon is
-        woken now; else the sender thread wakes it, once for a whole burst of launches
-        (and whoever waits next wakes it at once: ring_doorbell)."""
+        from the last call's); the caller holds the lock. `wake`: the caller is about to
+        wait for an answer, so the daemon is woken now; else the sender thread wakes it,
+        once for a whole burst of launches (and whoever waits next wakes it at once:
+        ring_doorbell)."""
         ring = self.ring
         try:
             if self.send_sites and site != self._ring_site:  # a loop sends its site once

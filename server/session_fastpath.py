@@ -121,8 +121,9 @@ class SessionFastPath:
 
     # ---- replies ------------------------------------------------------------------------------
     def _note_mailbox(self, request) -> None:
-        """Remember where request `request`'s reply goes, if it asked for a valid slot."""
-        if request.mailbox and request.id and request.mailbox <= layout.MAILBOX_SLOTS and self.notify is not None:
+        """Remember where request `request`'s reply goes (it asked for a mailbox slot), if
+        the slot is valid and a reply is due."""
+        if request.id and request.mailbox <= layout.MAILBOX_SLOTS and self.notify is not None:
             self._mailbox_of[request.id] = request.mailbox - 1
 
     def _post_reply(self, reply) -> bool:
@@ -157,8 +158,8 @@ class SessionFastPath:
             # never below what was written before: a rejected call may have been claimed done
             seq = stream.word_seq = max(stream.word_seq, seq)
             dirty = self.failure_pending(stream)
-            if area.word(stream.notify_slot) != (seq | layout.DIRTY if dirty else seq):  # else a worker wrote it
-                area.set_done(stream.notify_slot, seq, dirty)
+            if area.word(stream.notify_slot) != (seq | layout.DIRTY if dirty else seq):
+                area.set_done(stream.notify_slot, seq, dirty)  # (else a worker wrote it already)
 
     def word_says(self, stream, seq: int) -> bool:
         """Does `stream`'s word hold exactly what a worker writes for task `seq`?"""
@@ -179,10 +180,11 @@ class SessionFastPath:
                     area.set_done(stream.notify_slot, stream.word_seq, True)
 
     def notify_item(self, stream, seq: int) -> tuple | None:
-        """Scheduler, at dispatch: the work item that has the worker write `stream`'s word once
-        a batch ending with task `seq` (the stream's tail) succeeded; None when the word must
-        come from the scheduler (a failure to report, STOP mode, an observed session)."""
-        if (stream.notify_slot < 0 or self.notify is None or self.daemon.observer is not None
+        """Scheduler, at dispatch of a stream that has a word: the work item that has the
+        worker write it once a batch ending with task `seq` (the stream's tail) succeeded;
+        None when the word must come from the scheduler (a failure to report, STOP mode, an
+        observed session)."""
+        if (self.notify is None or self.daemon.observer is not None
                 or stream.context.failure_mode != codes.ACL_CONTINUE_ON_FAILURE
                 or stream.tasks[-1].seq != seq or self.failure_pending(stream)):
             return None

@@ -326,14 +326,15 @@ def test_a_corrupt_ring_ends_only_that_session(daemon, rt, corrupt, what):
     try:
         victim.set_device(0)
         corrupt(victim)
+        # The victim writes nothing more: its next put would publish a sane head over a
+        # corrupt one. Its background reader sees the daemon end the session.
         deadline = time.monotonic() + 30
         while victim.connection.broken is None and time.monotonic() < deadline:
-            try:
-                victim.malloc(64)
-            except NpuError:
-                pass
-            time.sleep(0.05)
+            time.sleep(0.01)
         assert victim.connection.broken is not None
+        with pytest.raises(NpuError) as refused:  # and every later call reports it
+            victim.malloc(64)
+        assert refused.value.code == codes.ACL_ERROR_RT_DRV_INTERNAL_ERROR
         assert victim.connection.broken.code == codes.ACL_ERROR_RT_DRV_INTERNAL_ERROR
         assert "submission ring is corrupt" in victim.connection.broken.message
         assert what in victim.connection.broken.message

@@ -17,9 +17,10 @@ import threading
 import time
 from concurrent import futures
 
+from simnpu.client import config
 from simnpu.proto import service
 
-service.prefer_fast_grpc()
+config.prefer_fast_grpc()
 
 import grpc  # noqa: E402
 import numpy as np  # noqa: E402

@@ -35,7 +35,7 @@ sys.path.insert(0, HERE)
 
 import numpy as np
 from simnpu.client import autostart
-from simnpu.server.config import parse_size
+from simnpu.shm.sizes import parse_size
 
 BUS_FACTOR = {
     "all_reduce": lambda n: 2 * (n - 1) / n,

@@ -25,8 +25,9 @@ from simnpu.client.last_error import records_errors
 from simnpu.client.observe import ClientObserver
 from simnpu.client.runtime_memory import RuntimeMemory, env_memory_limit
 from simnpu.client.transport import Connection, caller_site
-from simnpu.proto import codes, commands, heap, npu_pb2
+from simnpu.proto import codes, commands, npu_pb2
 from simnpu.proto.errors import NpuError, bad_handle, invalid
+from simnpu.shm import heap
 from simnpu.shm.region import Region
 
 if TYPE_CHECKING:  # imported by get_function: a session without kernels never needs it

@@ -18,7 +18,7 @@ from simnpu.client.last_error import records_errors
 from simnpu.client.transport import caller_site
 from simnpu.proto import codes, npu_pb2
 from simnpu.proto.errors import NotSupportedError, NpuError, invalid
-from simnpu.proto.sizes import parse_size
+from simnpu.shm.sizes import parse_size
 
 _MEM_ATTRS = range(codes.ACL_DDR_MEM, codes.ACL_MEM_P2P_HUGE1G + 1)
 IPC_KEY_LENGTH = 65

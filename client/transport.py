@@ -19,9 +19,10 @@ import collections
 import sys
 import threading
 
+from simnpu.client import config
 from simnpu.proto import codes, commands, npu_pb2, service
 
-service.prefer_fast_grpc()
+config.prefer_fast_grpc()
 
 import grpc
 from google.protobuf.message import DecodeError
@@ -91,9 +92,9 @@ class Connection:
 
     def __init__(self, address: str | None = None, token: str | None = None, on_callback=None):
         self.on_callback = on_callback  # called (receiver thread) with a host callback's id
-        self.address = address or service.configured_address()
+        self.address = address or config.address()
         try:
-            self.token = token if token is not None else service.configured_token()
+            self.token = token if token is not None else config.token()
         except OSError as error:  # SIMNPU_TOKEN_FILE names a file we cannot read
             raise NpuError(codes.ACL_ERROR_RT_NO_PERMISSION, f"SIMNPU_TOKEN_FILE: {error}") from None
         self._pending_items: collections.deque = collections.deque()

@@ -10,9 +10,10 @@ import sys
 
 from simnpu.proto import service
 from simnpu.proto.observe import parse_checks
-from simnpu.proto.service import configured_address
-from simnpu.server.config import DaemonConfig, parse_size
+from simnpu.server import config as environment
+from simnpu.server.config import DaemonConfig
 from simnpu.server.quotas import parse_limit
+from simnpu.shm.sizes import parse_size
 
 
 def _serve_parser(sub) -> None:
@@ -52,17 +53,17 @@ def _serve_parser(sub) -> None:
 
 
 def serve(args) -> int:
-    service.prefer_fast_grpc()
-    from simnpu.proto import heap
+    os.environ.setdefault("GRPC_EXPERIMENTS", service.FAST_GRPC_EXPERIMENTS)
     from simnpu.server.daemon import Daemon
+    from simnpu.shm import heap
 
-    heap.keep_freed_memory()  # in-stream copy chunks reuse warm memory (proto/heap.py)
+    heap.keep_freed_memory()  # in-stream copy chunks reuse warm memory (shm/heap.py)
 
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s simnpu %(levelname)s %(message)s")
     try:
         if args.create_token:
             create_token_file(args.token_file)
-        token = service.read_token_file(args.token_file) if args.token_file else service.configured_token()
+        token = environment.read_token(args.token_file)
     except OSError as error:
         print(f"simnpu: cannot read the token file: {error}", file=sys.stderr)
         return 2
@@ -72,7 +73,7 @@ def serve(args) -> int:
     except ValueError as error:
         print(f"simnpu: {error}", file=sys.stderr)
         return 2
-    config = DaemonConfig(listen=args.listen or env_listen() or [configured_address()], devices=args.devices,
+    config = DaemonConfig(listen=args.listen or environment.environment_listen(), devices=args.devices,
                           memory_bytes=args.memory, ai_cores=args.ai_cores, copy_engines=args.copy_engines,
                           staging_bytes=args.staging, token=token, idle_exit_s=args.idle_exit,
                           op_timeout_s=args.op_timeout, memory_limit=memory_limit,
@@ -91,7 +92,7 @@ def serve(args) -> int:
 
 def create_token_file(flag_file: str | None) -> None:
     """--create-token: write a random token to the token file unless one is set already."""
-    path = flag_file or (None if os.environ.get("SIMNPU_TOKEN") else os.environ.get("SIMNPU_TOKEN_FILE"))
+    path = environment.token_file(flag_file)
     if not path:
         return
     try:
@@ -101,11 +102,6 @@ def create_token_file(flag_file: str | None) -> None:
     with os.fdopen(descriptor, "w", encoding="utf-8") as handle:
         handle.write(secrets.token_urlsafe(32) + "\n")
     logging.getLogger("simnpu.daemon").info("created a new token in %s", path)
-
-
-def env_listen() -> list[str]:
-    """SIMNPU_LISTEN: the daemon's addresses, comma-separated (e.g. in a container)."""
-    return [a.strip() for a in os.environ.get("SIMNPU_LISTEN", "").split(",") if a.strip()]
 
 
 def main(argv=None) -> int:

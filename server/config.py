@@ -2,19 +2,10 @@
 
 from __future__ import annotations
 
-import re
+import os
 from dataclasses import dataclass
 
-_UNITS = {"": 1, "b": 1, "k": 1 << 10, "kb": 1000, "kib": 1 << 10, "m": 1 << 20, "mb": 10**6,
-          "mib": 1 << 20, "g": 1 << 30, "gb": 10**9, "gib": 1 << 30}
-
-
-def parse_size(text: str) -> int:
-    """'2GiB' -> 2147483648; plain numbers are bytes."""
-    match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([a-zA-Z]*)\s*", str(text))
-    if not match or match.group(2).lower() not in _UNITS:
-        raise ValueError(f"not a size: {text!r} (examples: 512MiB, 2GiB, 1048576)")
-    return int(float(match.group(1)) * _UNITS[match.group(2).lower()])
+from simnpu.proto import service
 
 
 @dataclass
@@ -55,3 +46,25 @@ def is_unix(address: str) -> bool:
 def unix_path(address: str) -> str:
     """The file system path of a unix:// or unix: address."""
     return address[len("unix://"):] if address.startswith("unix://") else address[len("unix:"):]
+
+
+def environment_listen() -> list[str]:
+    """The daemon's addresses when no --listen is given: SIMNPU_LISTEN (comma-separated,
+    e.g. in a container), else SIMNPU_ADDRESS (where its clients look), else the per-user
+    Unix socket."""
+    listen = [a.strip() for a in os.environ.get("SIMNPU_LISTEN", "").split(",") if a.strip()]
+    return listen or [os.environ.get("SIMNPU_ADDRESS")
+                      or service.default_address(os.environ.get("XDG_RUNTIME_DIR"), os.getuid())]
+
+
+def token_file(flag: str | None) -> str | None:
+    """The file holding the shared token: --token-file, else SIMNPU_TOKEN_FILE unless
+    SIMNPU_TOKEN gives the token itself (the variables clients read too)."""
+    return flag or (None if os.environ.get("SIMNPU_TOKEN") else os.environ.get("SIMNPU_TOKEN_FILE"))
+
+
+def read_token(flag: str | None) -> str | None:
+    """The shared token of TCP listeners (see token_file); None if none is set. OSError if
+    the file cannot be read."""
+    path = token_file(flag)
+    return service.read_token_file(path) if path else os.environ.get("SIMNPU_TOKEN") or None

@@ -15,7 +15,7 @@ Imported IPC memory is charged to the exporter, not the importer.
 from __future__ import annotations
 
 from simnpu.proto.errors import invalid
-from simnpu.proto.sizes import parse_size
+from simnpu.shm.sizes import parse_size
 
 
 def parse_limit(text: str, memory_bytes: int) -> int | None:

@@ -19,7 +19,7 @@ from conftest import round_trip, run_client, simnpu_segments
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from simnpu.client import autostart
 from simnpu.client.runtime import Runtime
-from simnpu.client.tools import query
+from simnpu.client.tools.query import query
 from simnpu.proto import codes, commands, service
 from simnpu.proto.errors import NpuError
 

@@ -428,7 +428,7 @@ def test_memory_tool_without_a_daemon(tmp_path):
 
 def test_the_tools_do_not_load_the_daemon():
     probe = subprocess.run([sys.executable, "-c", (
-        "import sys, simnpu.cli, simnpu.client.tools\n"
+        "import sys, simnpu.cli, simnpu.client.tools.memory\n"
         "print(sorted(m for m in sys.modules if m.startswith('simnpu.server')))")],
         capture_output=True, text=True, timeout=60, check=False)
     assert probe.returncode == 0, probe.stderr

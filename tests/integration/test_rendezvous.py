@@ -73,7 +73,7 @@ def finish(process, timeout=90):
 
 
 def query(daemon, what):
-    from simnpu.client.tools import query
+    from simnpu.client.tools.query import query
 
     return query(what, address=daemon.address)
 

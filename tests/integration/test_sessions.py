@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 from conftest import alive, children_of, round_trip, run_client, runtime_of, simnpu_segments, start_client
 from simnpu.client.runtime import Runtime
-from simnpu.client.tools import query
+from simnpu.client.tools.query import query
 from simnpu.proto import codes, commands
 from simnpu.proto import observe as observe_bits
 from simnpu.proto.errors import NpuError
@@ -459,7 +459,7 @@ AUTOSTARTED = """
     import os, sys, time
     import numpy as np
     from simnpu.client.runtime import Runtime
-    from simnpu.client.tools import query
+    from simnpu.client.tools.query import query
     rt = Runtime()
     rt.set_device(0)
     barrier = {barrier!r}
@@ -545,7 +545,7 @@ def test_no_daemon_and_autostart_off_is_207004(tmp_path, monkeypatch):
 
 
 def test_only_an_in_stream_client_keeps_freed_memory_in_its_heap(daemon, monkeypatch):
-    from simnpu.proto import heap
+    from simnpu.shm import heap
 
     calls = []
     monkeypatch.setattr(heap, "keep_freed_memory", lambda: calls.append(True) or True)

@@ -16,7 +16,7 @@ import numpy as np
 from conftest import run_client
 from observe_helpers import kernels
 from simnpu.client import observe
-from simnpu.client.observe_tools import format_summary, summarize
+from simnpu.client.tools.observe import format_summary, summarize
 
 PIPELINE = """
 import numpy as np

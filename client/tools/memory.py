@@ -1,7 +1,7 @@
 """`simnpu memory stats|snapshot`: look at a running daemon's device memory.
 
-A client of the daemon's read-only Query RPC: one unary call, no session (nothing is
-allocated, no daemon is started). Reached through the `simnpu` command (simnpu.cli).
+One Query RPC (simnpu.client.tools.query), no session: nothing is allocated, no daemon is
+started. Reached through the `simnpu` command (simnpu.cli).
 """
 
 from __future__ import annotations
@@ -10,39 +10,7 @@ import argparse
 import json
 import sys
 
-from simnpu.proto import service
-
-service.prefer_fast_grpc()
-
-import grpc
-from simnpu.client import autostart
-from simnpu.proto import npu_pb2
-
-
-class ToolError(Exception):
-    pass
-
-
-def query(what: str, device: int = 0, address: str | None = None, token: str | None = None):
-    """The daemon's answer to Query(what, device), decoded from JSON."""
-    address = address or service.configured_address()
-    if not autostart.reachable(address):
-        raise ToolError(f"no simnpu daemon at {address} (start one with `simnpu serve`, "
-                        "or set SIMNPU_ADDRESS)")
-    token = token if token is not None else service.configured_token()
-    metadata = [(service.TOKEN_METADATA_KEY, token)] if token else None
-    with grpc.insecure_channel(address, options=service.CHANNEL_OPTIONS) as channel:
-        call = channel.unary_unary(service.QUERY_METHOD,
-                                   request_serializer=npu_pb2.QueryRequest.SerializeToString,
-                                   response_deserializer=npu_pb2.QueryReply.FromString)
-        try:
-            reply = call(npu_pb2.QueryRequest(what=what, device=device), metadata=metadata, timeout=30)
-        except grpc.RpcError as error:
-            raise ToolError(f"the simnpu daemon at {address}: {error.details()}") from None
-    answer = json.loads(reply.json)
-    if isinstance(answer, dict) and "error" in answer:
-        raise ToolError(answer["error"])
-    return answer
+from simnpu.client.tools.query import ToolError, query
 
 
 def _bytes(n) -> str:

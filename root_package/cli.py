@@ -2,8 +2,8 @@
 talk to a running daemon.
 
 This module sits above both sides and imports neither until it knows which one is meant:
-`serve` goes to simnpu.server.cli (the daemon), the tools to simnpu.client.tools (a
-client of the daemon's Query RPC). So the tools never load the daemon's code, and the
+`serve` goes to simnpu.server.cli (the daemon), the tools to simnpu.client.tools (clients
+of the daemon's Query RPC). So the tools never load the daemon's code, and the
 daemon's package never imports the client's (see docs/memory.md, "On the command line").
 """
 
@@ -34,19 +34,19 @@ def main(argv=None) -> int:
 
         return serve(argv)
     if command == "health":
-        from simnpu.client.health import main as health
+        from simnpu.client.tools.health import main as health
 
         return health(argv[1:])
     if command == "smi":
-        from simnpu.client.smi import main as smi
+        from simnpu.client.tools.smi import main as smi
 
         return smi(argv[1:])
     if command in ("trace", "check"):
-        from simnpu.client.observe_tools import main as observe_tool
+        from simnpu.client.tools.observe import main as observe_tool
 
         return observe_tool(argv)
     if command in TOOLS:
-        from simnpu.client.tools import main as tool
+        from simnpu.client.tools.memory import main as tool
 
         return tool(argv)
     print(USAGE, file=sys.stdout if command in ("-h", "--help") else sys.stderr, end="")

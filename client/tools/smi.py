@@ -3,7 +3,7 @@
     simnpu smi [--json] [--watch [SECONDS]] [--count N] [--address ADDR]
 
 Per device: name, health, AI-core utilisation, memory used / total; then the processes
-using it (pid, name, memory, streams). One Query RPC per sample (client/tools.py); no
+using it (pid, name, memory, streams). One Query RPC per sample (tools/query.py); no
 session, and no daemon is ever started. AI-core utilisation is measured over an interval:
 the tool samples twice (0.2 s apart, or the refresh period with --watch) and divides the
 AI-core time completed in between by the interval times the number of cores.
@@ -16,7 +16,8 @@ import json
 import sys
 import time
 
-from simnpu.client.tools import ToolError, query
+from simnpu.client import config
+from simnpu.client.tools.query import ToolError, query
 
 VERSION = "0.1.0"
 _SAMPLE_S = 0.2
@@ -111,9 +112,7 @@ def main(argv=None) -> int:
     parser.add_argument("--count", type=int, help="with --watch: stop after this many refreshes")
     parser.add_argument("--address", help="the daemon (default: $SIMNPU_ADDRESS or the per-user socket)")
     args = parser.parse_args(argv)
-    from simnpu.proto import service
-
-    address = args.address or service.configured_address()
+    address = args.address or config.address()
     try:
         if args.watch is None:
             _print(sample(address, _SAMPLE_S), address, args.json)

@@ -190,7 +190,7 @@ def main(argv=None) -> int:
         result = summarize(document, args.gaps)
         print(json.dumps(result, indent=1) if args.json else format_summary(result, args.file))
         return 0
-    from simnpu.client.tools import ToolError, query
+    from simnpu.client.tools.query import ToolError, query
 
     try:
         answer = query("trace" if args.command == "trace" else "check_report", 0, args.address)

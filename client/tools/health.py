@@ -12,20 +12,21 @@ from __future__ import annotations
 import argparse
 import sys
 
+from simnpu.client import config
 from simnpu.proto import service
 
-service.prefer_fast_grpc()
+config.prefer_fast_grpc()
 
-import grpc
-from grpc_health.v1 import health_pb2, health_pb2_grpc
+import grpc  # noqa: E402
+from grpc_health.v1 import health_pb2, health_pb2_grpc  # noqa: E402
 
 
 def check(address: str | None = None, what: str = service.SERVICE, timeout: float = 5.0) -> str:
     """The serving status of `what` at the daemon at `address` (default SIMNPU_ADDRESS):
     "SERVING", "NOT_SERVING", ..., or "UNREACHABLE: <why>"."""
-    address = address or service.configured_address()
+    address = address or config.address()
     try:
-        token = service.configured_token()
+        token = config.token()
     except OSError:
         token = None  # the health service does not need it
     metadata = [(service.TOKEN_METADATA_KEY, token)] if token else None
@@ -51,7 +52,7 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     status = check(args.address, args.service, args.timeout)
     if not args.quiet:
-        print(f"{args.address or service.configured_address()}: {status}")
+        print(f"{args.address or config.address()}: {status}")
     return 0 if status == "SERVING" else 1
 
 

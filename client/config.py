@@ -1,0 +1,31 @@
+"""What the client reads from its environment: where the daemon is, the token it wants,
+and how grpc should run in this process."""
+
+from __future__ import annotations
+
+import os
+
+from simnpu.proto import service
+
+
+def address() -> str:
+    """Where the daemon is: SIMNPU_ADDRESS, else the per-user Unix socket."""
+    return os.environ.get("SIMNPU_ADDRESS") or service.default_address(
+        os.environ.get("XDG_RUNTIME_DIR"), os.getuid())
+
+
+def token() -> str | None:
+    """The token a TCP listener wants: SIMNPU_TOKEN, else what the file SIMNPU_TOKEN_FILE
+    holds (e.g. a compose secret); None if neither is set. OSError if the file is unreadable."""
+    value = os.environ.get("SIMNPU_TOKEN")
+    if value:
+        return value
+    path = os.environ.get("SIMNPU_TOKEN_FILE")
+    return service.read_token_file(path) if path else None
+
+
+def prefer_fast_grpc() -> None:
+    """Use grpcio's classic polling engine unless the user chose otherwise (GRPC_EXPERIMENTS,
+    even ""): on a small machine it cuts a Unix-socket round trip by about a third. Must run
+    before grpc is first imported in the process."""
+    os.environ.setdefault("GRPC_EXPERIMENTS", service.FAST_GRPC_EXPERIMENTS)

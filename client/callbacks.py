@@ -69,8 +69,7 @@ class HostCallbacks:
         with self._lock:
             self._pending[callback] = (function, data, stream, blocking, target)
         self.connection.expect_notice()
-        self.connection.send_command(
-            commands.pack_host(commands.CMD_HOST_CALLBACK, stream, callback, blocking), caller_site(), stream)
+        self.connection.send_command(commands.HostCallback.pack(stream, callback, blocking), caller_site(), stream)
 
     # ---- running -----------------------------------------------------------------------------
     def arrived(self, callback: int) -> None:
@@ -108,5 +107,4 @@ class HostCallbacks:
             traceback.print_exc()
         finally:
             if blocking and self.connection.broken is None:
-                self.connection.send_command(
-                    commands.pack_host(commands.CMD_HOST_DONE, stream, callback, False), "host callback")
+                self.connection.send_command(commands.HostDone.pack(stream, callback, False), "host callback")

@@ -20,7 +20,8 @@ import threading
 
 from simnpu.client.hostmem import DEVICE, PAGEABLE, PINNED
 from simnpu.client.transport import caller_site
-from simnpu.proto import codes, commands, npu_pb2
+from simnpu.proto import codes, commands
+from simnpu.proto import npu_pb2 as pb
 from simnpu.proto.errors import NpuError, invalid
 
 _KIND_SIDES = {  # kind -> (src is device, dst is device)
@@ -105,12 +106,11 @@ class CopyPaths:
         if PAGEABLE in (src_side, dst_side):
             self._staged(dst, dst_side, src, src_side, count, stream)
             return
-        target = commands.IMMEDIATE if stream is None else stream
         dst_loc, src_loc = self._location(dst, dst_side), self._location(src, src_side)
         if stream is None:
-            self._request(npu_pb2.OP_MEMCPY, [target, *dst_loc, *src_loc, count, 0])
+            self._call(pb.MemcpyRequest(dst=_message(dst_loc), src=_message(src_loc), count=count))
         else:
-            self.runtime.connection.send_command(commands.pack_copy(stream, dst_loc, src_loc, count),
+            self.runtime.connection.send_command(commands.Copy.pack(stream, dst_loc, src_loc, count),
                                                  caller_site(), stream)
 
     def _staged(self, dst, dst_side, src, src_side, count, stream) -> None:
@@ -119,8 +119,7 @@ class CopyPaths:
             self._staged_locked(dst, dst_side, src, count, stream)
 
     def _staged_locked(self, dst, dst_side, src, count, stream) -> None:
-        target = commands.IMMEDIATE if stream is None else stream
-        inline = 0 if self.shared else 1
+        inline = not self.shared
         to_device = dst_side == DEVICE
         in_flight: collections.deque = collections.deque()
         site = caller_site()
@@ -129,22 +128,21 @@ class CopyPaths:
             slot = (index % self.depth) * self.slot
             if len(in_flight) == self.depth:
                 self._land(in_flight.popleft())
-            staging = commands.Location(commands.SPACE_STAGING, 0, slot)
+            staging = pb.Location(space=commands.SPACE_STAGING, offset=slot)
             if to_device:
                 chunk = None
                 if self.shared:
                     ctypes.memmove(self.staging_address + slot, src + offset, size)
                 else:  # read when the message is sent: this call returns only after that
                     chunk = (ctypes.c_char * size).from_address(src + offset)
-                dst_loc = self._location(dst + offset, DEVICE)
-                args = [target, *dst_loc, *staging, size, inline]
-                pending = self.runtime.connection.request_async(npu_pb2.OP_MEMCPY, args, site=site,
-                                                                bulk=chunk)
+                request = pb.MemcpyRequest(dst=_message(self._location(dst + offset, DEVICE)), src=staging,
+                                           count=size, stream=stream, inline=inline)
+                pending = self.runtime.connection.request_async(request, site, bulk=chunk)
                 in_flight.append((pending, None, 0, 0))
             else:
-                src_loc = self._location(src + offset, DEVICE)
-                args = [target, *staging, *src_loc, size, inline]
-                pending = self.runtime.connection.request_async(npu_pb2.OP_MEMCPY, args, b"", "", site)
+                request = pb.MemcpyRequest(dst=staging, src=_message(self._location(src + offset, DEVICE)),
+                                           count=size, stream=stream, inline=inline)
+                pending = self.runtime.connection.request_async(request, site)
                 in_flight.append((pending, dst + offset, slot, size))
         while in_flight:
             self._land(in_flight.popleft())
@@ -158,14 +156,14 @@ class CopyPaths:
             else:  # the reply's bulk bytes, a view into the received message
                 import numpy as np  # only in-stream copies need it: not on a first call's path
 
-                data = np.frombuffer(reply.data, np.uint8)
+                data = np.frombuffer(reply.bulk, np.uint8)
                 if data.nbytes != size:
                     raise NpuError(codes.ACL_ERROR_RT_INTERNAL_ERROR,
                                    f"the daemon sent {data.nbytes} bytes of a {size}-byte chunk")
                 ctypes.memmove(destination, data.ctypes.data, size)
 
-    def _request(self, op, args):
-        return self.runtime.connection.request(op, args, b"", "", caller_site())
+    def _call(self, body) -> None:
+        self.runtime.connection.call(body, caller_site())
 
     # ---- memset ---------------------------------------------------------------------------
     def fill(self, dst: int, dest_max: int, value: int, count: int, stream: int | None) -> None:
@@ -186,7 +184,12 @@ class CopyPaths:
             return
         location = self._location(dst, side)  # device memory, or pinned memory filled in stream order
         if stream is None:
-            self._request(npu_pb2.OP_MEMSET, [commands.IMMEDIATE, *location, value & 0xFF, count])
+            self._call(pb.MemsetRequest(dst=_message(location), value=value & 0xFF, count=count))
         else:
             self.runtime.connection.send_command(
-                commands.pack_memset(stream, location, value & 0xFF, count), caller_site(), stream)
+                commands.Memset.pack(stream, location, value & 0xFF, count), caller_site(), stream)
+
+
+def _message(location: commands.Location) -> pb.Location:
+    """A record's location as a request's."""
+    return pb.Location(space=location.space, id=location.id, offset=location.offset)

@@ -1,10 +1,11 @@
 """The client's end of a session's fast path (docs/fast-path.md): mapping its notify area
-and submission ring, and aclrtSynchronizeStream decided on a stream word.
+and submission ring, and aclrtSynchronizeStream decided on a stream's completion signal.
 
-A stream word holds the sequence number of the stream's last completed task, with DIRTY set
-when a synchronize would report a failure. If the stream's last command is this process's
-latest call whose failure is reported later, a clean word at or past it means "done, and
-nothing to report"; a dirty one means the daemon must be asked.
+A stream's signal holds the sequence number of the stream's last completed task, with DIRTY
+set when a synchronize would report a failure (server/signals.py writes it). If the
+stream's last command is this process's latest call whose failure is reported later, a
+clean signal at or past it means "done, and nothing to report"; a dirty one means the daemon
+must be asked.
 """
 
 from __future__ import annotations
@@ -19,31 +20,30 @@ from simnpu.shm.ring import SubmissionRing
 _SLICE_S = 0.1  # how often a sleeping synchronize re-checks that the session is alive
 
 
-class StreamWords:
-    """The stream words of one session's notify area, as the client sees them."""
+class StreamSignals:
+    """The completion signals of one session's streams, as the client sees them."""
 
     def __init__(self, connection, area):
         self.connection = connection
         self.area = area
-        self.slots: dict[int, int] = {}  # stream handle -> its word
+        self.slots: dict[int, int] = {}  # stream handle -> its signal's slot
         self.decided = 0  # synchronizes decided here, without a request (a statistic)
 
     def add(self, stream: int, slot: int) -> None:
-        if slot >= 0:
-            self.slots[stream] = slot
+        self.slots[stream] = slot
 
     def remove(self, stream: int) -> None:
         self.slots.pop(stream, None)
-        self.connection.stream_seq.pop(stream, None)
+        self.connection.log.stream_seq.pop(stream, None)
 
     def synchronize(self, stream: int, timeout_ms: int) -> int | None:
-        """Wait for `stream` on its word if that can decide the synchronize: None when it
+        """Wait for `stream` on its signal if that can decide the synchronize: None when it
         did (success). Otherwise the timeout (ms) the daemon should be asked with: 0 when
         this wait already used up `timeout_ms`. Blocks."""
         slot = self.slots.get(stream)
         connection = self.connection
-        target = connection.stream_seq.get(stream)
-        if slot is None or target is None or target != connection.deferred_seq or timeout_ms < -1:
+        target = connection.log.stream_seq.get(stream)
+        if slot is None or target is None or target != connection.log.deferred_seq or timeout_ms < -1:
             return timeout_ms
         area = self.area
         deadline = None if timeout_ms == -1 else time.monotonic() + timeout_ms / 1000
@@ -74,7 +74,7 @@ class FastPath:
         self.ring_region = ring_region
         area = NotifyArea(notify_region.map)
         connection.use_notify(area)
-        self.stream_words = StreamWords(connection, area)
+        self.signals = StreamSignals(connection, area)
         if ring_region is not None:
             connection.use_ring(SubmissionRing(ring_region.map))
 

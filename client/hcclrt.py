@@ -13,9 +13,11 @@ import os
 import threading
 import weakref
 
+from google.protobuf.message import Message
 from simnpu.client.transport import caller_site
-from simnpu.proto import commands, npu_pb2
+from simnpu.proto import commands
 from simnpu.proto import hccl_types as ht
+from simnpu.proto import npu_pb2 as pb
 from simnpu.proto.errors import NpuError
 from simnpu.shm.addresses import is_device_address, split_device_address
 
@@ -59,7 +61,7 @@ class CommInfo:
         return f"simnpu-hccl-{self.comm_id}"
 
 
-def _seconds_from_env(name: str, default: float) -> float:
+def seconds_from_env(name: str, default: float) -> float:
     text = os.environ.get(name)
     if text is None or not text.strip():
         return default
@@ -78,9 +80,10 @@ class Hccl:
         self.comms: dict[int, CommInfo] = {}
         self._lock = threading.Lock()
 
-    def _request(self, op, args=(), data=b""):
+    def call(self, body: Message) -> Message:
+        """A request's reply body; its failure as an HcclError (a non-HCCL code: HCCL_E_RUNTIME)."""
         try:
-            return self.runtime.connection.request(op, args, data, "", caller_site())
+            return self.runtime.connection.call(body, caller_site())
         except NpuError as error:
             if ht.is_result(error.code):
                 raise HcclError(error.code, error.message) from None
@@ -98,11 +101,10 @@ class Hccl:
     def get_root_info(self) -> bytes:
         """HcclGetRootInfo: a new communicator id for the current device, as 4108 bytes to
         hand every rank. Records this process's HCCL_EXEC_TIMEOUT for the communicator."""
-        timeout_s = _seconds_from_env(ht.EXEC_TIMEOUT_ENV, ht.DEFAULT_EXEC_TIMEOUT_S)
-        reply = self._request(
-            npu_pb2.OP_HCCL_GET_ROOT_INFO, [self._device(), round(timeout_s * 1000)]
-        )
-        return bytes(reply.data)
+        timeout_s = seconds_from_env(ht.EXEC_TIMEOUT_ENV, ht.DEFAULT_EXEC_TIMEOUT_S)
+        reply = self.call(pb.HcclGetRootInfoRequest(device=self._device(),
+                                                     exec_timeout_ms=round(timeout_s * 1000)))
+        return bytes(reply.root_info)
 
     def comm_init_root_info(self, n_ranks: int, root_info, rank: int) -> int:
         """HcclCommInitRootInfo: join as `rank` on the current device. Blocks until every rank
@@ -120,12 +122,11 @@ class Hccl:
         n_ranks, rank = int(n_ranks), int(rank)
         if not 0 <= rank < n_ranks:
             raise HcclError(ht.HCCL_E_PARA, f"rank {rank} is not in [0, n_ranks={n_ranks})")
-        timeout_s = _seconds_from_env(ht.CONNECT_TIMEOUT_ENV, ht.DEFAULT_CONNECT_TIMEOUT_S)
+        timeout_s = seconds_from_env(ht.CONNECT_TIMEOUT_ENV, ht.DEFAULT_CONNECT_TIMEOUT_S)
         device = self._device()
-        reply = self._request(
-            npu_pb2.OP_HCCL_COMM_INIT, [n_ranks, rank, device, round(timeout_s * 1000)], data
-        )
-        handle = reply.values[0]
+        reply = self.call(pb.HcclCommInitRequest(n_ranks=n_ranks, rank=rank, device=device, root_info=data,
+                                                  connect_timeout_ms=round(timeout_s * 1000)))
+        handle = reply.comm
         comm_id = int.from_bytes(data[20:28], "little")
         with self._lock:
             self.comms[handle] = CommInfo(handle, n_ranks, rank, device, comm_id)
@@ -143,7 +144,7 @@ class Hccl:
         """HcclCommDestroy: what this rank already queued still runs; the other ranks'
         collectives that it will never join fail (HCCL_E_REMOTE)."""
         self.comm(handle)
-        self._request(npu_pb2.OP_HCCL_COMM_DESTROY, [handle])
+        self.call(pb.HcclCommDestroyRequest(comm=handle))
         with self._lock:
             self.comms.pop(handle, None)
 
@@ -151,8 +152,8 @@ class Hccl:
         """HcclGetCommAsyncError: (HcclResult, message) of the first collective of this rank
         on the communicator that failed; (HCCL_SUCCESS, "") if none."""
         self.comm(handle)
-        reply = self._request(npu_pb2.OP_HCCL_COMM_ASYNC_ERROR, [handle])
-        return reply.values[0], reply.text
+        reply = self.call(pb.HcclCommAsyncErrorRequest(comm=handle))
+        return reply.result, reply.message
 
     # ---- collectives -----------------------------------------------------------------------------
     def collective(
@@ -225,20 +226,9 @@ class Hccl:
         }[kind]
         self._check_buffer(info, send, send_bytes, itemsize, "send")
         self._check_buffer(info, recv, recv_bytes, itemsize, "recv")
-        call = commands.Collective(
-            stream,
-            comm,
-            kind,
-            send if send_bytes else 0,
-            recv if recv_bytes else 0,
-            count,
-            recv_count,
-            dtype,
-            recv_dtype,
-            op,
-            root,
-        )
-        self.runtime.connection.send_command(commands.pack_collective(call), caller_site(), stream)
+        record = commands.Collective.pack(stream, comm, kind, send if send_bytes else 0, recv if recv_bytes else 0,
+                                          count, recv_count, dtype, recv_dtype, op, root)
+        self.runtime.connection.send_command(record, caller_site(), stream)
 
     def _check_buffer(
         self, info: CommInfo, address: int, nbytes: int, itemsize: int, what: str

@@ -1,29 +1,59 @@
-"""The thread's last error (aclrtGetLastError / aclrtPeekAtLastError) of the raw layer."""
+"""The calling thread's last error: the one slot that aclrtGetLastError / aclrtPeekAtLastError
+(its code) and aclGetRecentErrMsg (its message) read, for the raw layer, `acl` and `hccl`
+alike. Success leaves it as it is; reading the code or the message clears that part."""
 
 from __future__ import annotations
 
 import functools
-import inspect
+import threading
+from collections.abc import Callable
+from typing import Any, TypeVar
 
+from simnpu.proto import codes
 from simnpu.proto.errors import NpuError
 
+F = TypeVar("F", bound=Callable[..., Any])
 
-def records_errors(method):
-    """Keep a raised NpuError as the calling thread's last error (aclrtGetLastError).
+_slot = threading.local()  # .code, .message of this thread's last failed call
 
-    The wrapper is generated with the method's own parameters (as acl._api does), so a
-    call costs no *args/**kwargs packing: it sits on every launch."""
-    parameters = list(inspect.signature(method).parameters.values())
-    names = ", ".join(p.name for p in parameters)
-    source = (f"def wrapper({names}):\n"
-              f"    try:\n"
-              f"        return method({names})\n"
-              f"    except NpuError as error:\n"
-              f"        {parameters[0].name}._local.last_error = error\n"
-              f"        raise\n")
-    # named as the method's module: transport.caller_site() must see the frame as ours
-    namespace = {"method": method, "NpuError": NpuError, "__name__": method.__module__}
-    exec(source, namespace)  # noqa: S102 - built above from the method's own signature
-    wrapper = functools.wraps(method)(namespace["wrapper"])
-    wrapper.__defaults__ = method.__defaults__
-    return wrapper
+
+def keep(code: int, message: str) -> int:
+    """A call of this thread failed with `code`; returns it."""
+    _slot.code = code
+    _slot.message = message
+    return code
+
+
+def explain(text: str) -> None:
+    """The thread's last error message becomes `text` (its code stays)."""
+    _slot.message = text
+
+
+def code(clear: bool) -> int:
+    """This thread's last error code (ACL_SUCCESS when none), cleared if asked."""
+    value = getattr(_slot, "code", codes.ACL_SUCCESS)
+    if clear:
+        _slot.code = codes.ACL_SUCCESS
+    return value
+
+
+def message() -> str | None:
+    """This thread's last error message (None when none), then cleared."""
+    value = getattr(_slot, "message", None)
+    _slot.message = None
+    return value
+
+
+def records_errors(method: F) -> F:
+    """A raw-layer method whose NpuError is also kept as the thread's last error (the raw
+    call stays reachable as `__wrapped__`, for callers that keep it themselves)."""
+
+    @functools.wraps(method)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return method(*args, **kwargs)
+        except NpuError as error:
+            keep(error.code, str(error))
+            raise
+
+    return wrapper  # type: ignore[return-value]

@@ -27,7 +27,8 @@ import os
 import sys
 import threading
 
-from simnpu.proto import codes, npu_pb2
+from simnpu.proto import codes
+from simnpu.proto import npu_pb2 as pb
 from simnpu.proto import observe as bits_
 from simnpu.proto.errors import NpuError
 from simnpu.proto.observe import render
@@ -64,9 +65,9 @@ class ClientObserver:
 
     def enable(self, flags: int) -> int:
         """Ask the daemon to observe this session (more flags add to those in force). Blocks."""
-        reply = self.runtime.connection.request(npu_pb2.OP_OBSERVE, [flags], site="")
+        reply = self.runtime.connection.call(pb.ObserveRequest(flags=flags))
         self.asked |= flags
-        self.flags = reply.values[0]
+        self.flags = reply.flags
         if not self.runtime.connection.send_sites:
             self.runtime.connection.start_sending_sites()
         return self.flags
@@ -74,7 +75,7 @@ class ClientObserver:
     def trace(self) -> dict:
         """This session's timeline as a Chrome trace (after its queued work has run). Blocks."""
         connection = self.runtime.connection
-        trace = json.loads(connection.request(npu_pb2.OP_OBSERVE_TRACE, [], site="").text)
+        trace = json.loads(connection.call(pb.ObserveTraceRequest()).json)
         for event in trace.get("traceEvents", ()):  # traced-only sessions send no sites: add ours
             args = event.get("args")
             if args and "task" in args and "site" not in args and event.get("cat") != "core":
@@ -85,8 +86,7 @@ class ClientObserver:
 
     def report(self, final: bool = False) -> dict:
         """This session's findings so far; `final` also lists its live allocations as leaks. Blocks."""
-        reply = self.runtime.connection.request(npu_pb2.OP_OBSERVE_REPORT, [int(final)], site="")
-        return json.loads(reply.text)
+        return json.loads(self.runtime.connection.call(pb.ObserveReportRequest(final=final)).json)
 
     def finish(self) -> None:
         """Write the files this process asked for (once): the trace, the check report."""

@@ -25,12 +25,11 @@ from __future__ import annotations
 import os
 from typing import NamedTuple
 
+from simnpu.client import hcclrt
 from simnpu.client.device import runtime
-from simnpu.client.hcclrt import HcclError, _seconds_from_env
-from simnpu.client.transport import caller_site
+from simnpu.client.hcclrt import HcclError, seconds_from_env
 from simnpu.proto import hccl_types as ht
-from simnpu.proto import npu_pb2
-from simnpu.proto.errors import NpuError
+from simnpu.proto import npu_pb2 as pb
 
 JOB_ENV = "SIMNPU_JOB"
 WORLD_SIZE_ENV = "SIMNPU_WORLD_SIZE"
@@ -55,20 +54,12 @@ def rendezvous(job: str, world_size: int) -> Rank:
     world_size = int(world_size)
     if world_size < 1:
         raise HcclError(ht.HCCL_E_PARA, f"world size {world_size} is not at least 1")
-    exec_timeout_s = _seconds_from_env(ht.EXEC_TIMEOUT_ENV, ht.DEFAULT_EXEC_TIMEOUT_S)
-    timeout_s = _seconds_from_env(ht.CONNECT_TIMEOUT_ENV, ht.DEFAULT_CONNECT_TIMEOUT_S)
-    try:
-        reply = runtime().connection.request(
-            npu_pb2.OP_HCCL_RENDEZVOUS,
-            [world_size, round(exec_timeout_s * 1000), round(timeout_s * 1000)],
-            text=job,
-            site=caller_site(),
-        )
-    except NpuError as error:
-        code = error.code if ht.is_result(error.code) else ht.HCCL_E_RUNTIME
-        raise HcclError(code, error.message) from None
-    rank, size, formation = reply.values
-    return Rank(rank, size, bytes(reply.data), reply.text, formation)
+    exec_timeout_s = seconds_from_env(ht.EXEC_TIMEOUT_ENV, ht.DEFAULT_EXEC_TIMEOUT_S)
+    timeout_s = seconds_from_env(ht.CONNECT_TIMEOUT_ENV, ht.DEFAULT_CONNECT_TIMEOUT_S)
+    reply = hcclrt.of(runtime()).call(pb.HcclRendezvousRequest(
+        job=job, world_size=world_size, exec_timeout_ms=round(exec_timeout_s * 1000),
+        timeout_ms=round(timeout_s * 1000)))
+    return Rank(reply.rank, reply.world_size, bytes(reply.root_info), reply.job, reply.formation)
 
 
 def from_env() -> Rank | None:

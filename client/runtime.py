@@ -17,15 +17,17 @@ import sys
 import threading
 from typing import TYPE_CHECKING
 
+from google.protobuf.message import Message
+from simnpu.client import fast_path, last_error
 from simnpu.client.callbacks import HostCallbacks
 from simnpu.client.copies import CopyPaths
-from simnpu.client import fast_path
 from simnpu.client.hostmem import HostMemory
 from simnpu.client.last_error import records_errors
 from simnpu.client.observe import ClientObserver
 from simnpu.client.runtime_memory import RuntimeMemory, env_memory_limit
 from simnpu.client.transport import Connection, caller_site
-from simnpu.proto import codes, commands, npu_pb2
+from simnpu.proto import codes, commands
+from simnpu.proto import npu_pb2 as pb
 from simnpu.proto.errors import NpuError, bad_handle, invalid
 from simnpu.shm import heap
 from simnpu.shm.region import Region
@@ -53,22 +55,22 @@ class Runtime(RuntimeMemory):
         self.callbacks = HostCallbacks(self.connection)
         self._local = threading.local()
         self._lock = threading.Lock()
-        hello = self.connection.request(npu_pb2.OP_HELLO, [os.getpid(), env_memory_limit()],
-                                        text=os.path.basename(sys.argv[0] or "python") or "python")
-        values = list(hello.values)
-        self.session_id, self.device_count, staging_bytes, self.ai_cores, self.copy_engines = values[:5]
+        hello = self.connection.call(pb.HelloRequest(
+            pid=os.getpid(), memory_limit=env_memory_limit(),
+            process_name=os.path.basename(sys.argv[0] or "python") or "python"))
+        self.session_id, self.device_count = hello.session, hello.devices
+        self.ai_cores, self.copy_engines = hello.ai_cores, hello.copy_engines
         self.host = HostMemory()
-        staging_name, notify_name, ring_name = (hello.text.split("\n") + ["", ""])[:3]
-        staging = _attach_staging(staging_name, staging_bytes, hello.data)
-        self.copies = CopyPaths(self, staging, staging_bytes)
+        staging = _attach_staging(hello.staging_segment, hello.staging_bytes, hello.probe)
+        self.copies = CopyPaths(self, staging, hello.staging_bytes)
         if staging is None:  # copies travel in-stream: their chunks reuse warm heap memory
             heap.keep_freed_memory()
         # the fast path (docs/fast-path.md): calls through the submission ring, replies and
-        # stream words through the notify area, when the staging probe showed that this
-        # process shares the daemon's /dev/shm
-        self.fast_path = (fast_path.attach(self.connection, notify_name, ring_name)
+        # streams' completion signals through the notify area, when the staging probe showed
+        # that this process shares the daemon's /dev/shm
+        self.fast_path = (fast_path.attach(self.connection, hello.notify_segment, hello.ring_segment)
                           if staging is not None else None)
-        self.stream_words = self.fast_path.stream_words if self.fast_path else None
+        self.signals = self.fast_path.signals if self.fast_path else None
         self.contexts: dict[int, ContextInfo] = {}
         self.device_refs: dict[int, int] = {}
         self.device_contexts: dict[int, int] = {}  # device -> its default context (aclrtSetDevice)
@@ -84,15 +86,16 @@ class Runtime(RuntimeMemory):
         self.function_binary: dict[int, int] = {}  # function handle -> its binary
         self.binaries: set[int] = {commands.BUILTIN_BINARY}
         # tracing and checking: SIMNPU_TRACE / SIMNPU_CHECK, or the daemon's --trace / --check
-        self.observer = ClientObserver(self, values[5] if len(values) > 5 else 0)
+        self.observer = ClientObserver(self, hello.observe_flags)
 
     @property
     def uses_shared_memory(self) -> bool:
         """False when the daemon's /dev/shm is out of reach and bytes travel in-stream."""
         return self.copies.shared
 
-    def _request(self, op, args=(), data=b"", text=""):
-        return self.connection.request(op, args, data, text, caller_site())
+    def _call(self, body: Message) -> Message:
+        """Send a request and wait for its reply body (the path of every call that answers)."""
+        return self.connection.call(body, caller_site())
 
     # ---- devices and contexts ---------------------------------------------------------------
     def _current(self) -> ContextInfo:
@@ -142,12 +145,12 @@ class Runtime(RuntimeMemory):
         return self.device_count
 
     def _new_context(self, device: int) -> ContextInfo:
-        reply = self._request(npu_pb2.OP_CREATE_CONTEXT, [device])
-        context = ContextInfo(reply.values[0], device, reply.values[1])
+        reply = self._call(pb.CreateContextRequest(device=device))
+        context = ContextInfo(reply.context, device, reply.default_stream)
         self.contexts[context.handle] = context
         self.stream_context[context.default_stream] = context
-        if self.stream_words is not None:
-            self.stream_words.add(context.default_stream, reply.values[2])
+        if self.signals is not None and reply.HasField("signal_slot"):
+            self.signals.add(context.default_stream, reply.signal_slot)
         return context
 
     @records_errors
@@ -170,13 +173,13 @@ class Runtime(RuntimeMemory):
         context = self.contexts.pop(handle)
         for stream in context.streams:
             self.stream_context.pop(stream, None)
-            if self.stream_words is not None:
-                self.stream_words.remove(stream)
+            if self.signals is not None:
+                self.signals.remove(stream)
         for event in context.events:
             self.event_context.pop(event, None)
         if getattr(self._local, "context", None) is context:
             self._local.context = None
-        self._request(npu_pb2.OP_DESTROY_CONTEXT, [handle])
+        self._call(pb.DestroyContextRequest(context=handle))
 
     def _context(self, handle: int) -> ContextInfo:
         context = self.contexts.get(handle)
@@ -198,7 +201,7 @@ class Runtime(RuntimeMemory):
     def synchronize_device(self, timeout_ms: int = -1) -> None:
         """aclrtSynchronizeDevice(WithTimeout): wait for all this process's work on the
         current device. Blocks; raises the first failure of that work."""
-        self._request(npu_pb2.OP_SYNCHRONIZE_DEVICE, [self._current().device, timeout_ms])
+        self._call(pb.SynchronizeDeviceRequest(device=self._current().device, timeout_ms=timeout_ms))
 
     # ---- streams ----------------------------------------------------------------------------------
     def stream(self, handle: int) -> int:
@@ -213,12 +216,12 @@ class Runtime(RuntimeMemory):
     def create_stream(self, priority: int = 0, flags: int = 0) -> int:
         """aclrtCreateStreamWithConfig: priority 0 (highest) .. 7, clamped."""
         context = self._current()
-        reply = self._request(npu_pb2.OP_CREATE_STREAM, [context.handle, priority, flags])
-        handle = reply.values[0]
+        reply = self._call(pb.CreateStreamRequest(context=context.handle, priority=priority, flags=flags))
+        handle = reply.stream
         context.streams.add(handle)
         self.stream_context[handle] = context
-        if self.stream_words is not None:
-            self.stream_words.add(handle, reply.values[1])
+        if self.signals is not None and reply.HasField("signal_slot"):
+            self.signals.add(handle, reply.signal_slot)
         return handle
 
     @records_errors
@@ -229,33 +232,33 @@ class Runtime(RuntimeMemory):
             raise bad_handle("stream", handle)
         if handle == context.default_stream:
             raise invalid("the default stream cannot be destroyed")
-        self._request(npu_pb2.OP_DESTROY_STREAM, [handle, int(force)])
+        self._call(pb.DestroyStreamRequest(stream=handle, force=force))
         context.streams.discard(handle)
         self.stream_context.pop(handle, None)
-        if self.stream_words is not None:
-            self.stream_words.remove(handle)
+        if self.signals is not None:
+            self.signals.remove(handle)
 
     @records_errors
     def synchronize_stream(self, handle: int, timeout_ms: int = -1) -> None:
         """aclrtSynchronizeStream(WithTimeout). Blocks; 507046 on timeout.
 
-        Decided on the stream's notify word when that can prove it (client/fast_path.py)."""
+        Decided on the stream's completion signal when that can prove it (client/fast_path.py)."""
         stream = self.stream(handle)
-        if self.stream_words is not None and not self.observer.flags:
-            timeout_ms = self.stream_words.synchronize(stream, timeout_ms)
+        if self.signals is not None and not self.observer.flags:
+            timeout_ms = self.signals.synchronize(stream, timeout_ms)
             if timeout_ms is None:
                 return
-        self._request(npu_pb2.OP_SYNCHRONIZE_STREAM, [stream, timeout_ms])
+        self._call(pb.SynchronizeStreamRequest(stream=stream, timeout_ms=timeout_ms))
 
     @records_errors
     def stream_query(self, handle: int) -> int:
         """aclrtStreamQuery: ACL_STREAM_STATUS_COMPLETE or _NOT_READY."""
-        return self._request(npu_pb2.OP_QUERY_STREAM, [self.stream(handle)]).values[0]
+        return self._call(pb.QueryStreamRequest(stream=self.stream(handle))).status
 
     @records_errors
     def set_stream_failure_mode(self, handle: int, mode: int) -> None:
         """aclrtSetStreamFailureMode: STOP_ON_FAILURE stops every stream of the context."""
-        self._request(npu_pb2.OP_SET_STREAM_FAILURE_MODE, [self.stream(handle), mode])
+        self._call(pb.SetStreamFailureModeRequest(stream=self.stream(handle), mode=mode))
 
     # ---- events -----------------------------------------------------------------------------------
     def _event(self, handle: int) -> int:
@@ -267,52 +270,49 @@ class Runtime(RuntimeMemory):
     def create_event(self, flags: int = 0) -> int:
         """aclrtCreateEvent / aclrtCreateEventWithFlag."""
         context = self._current()
-        handle = self._request(npu_pb2.OP_CREATE_EVENT, [context.handle, flags]).values[0]
+        handle = self._call(pb.CreateEventRequest(context=context.handle, flags=flags)).event
         context.events.add(handle)
         self.event_context[handle] = context
         return handle
 
     @records_errors
     def destroy_event(self, handle: int) -> None:
-        self._request(npu_pb2.OP_DESTROY_EVENT, [self._event(handle)])
+        self._call(pb.DestroyEventRequest(event=self._event(handle)))
         self.event_context.pop(handle).events.discard(handle)
 
     @records_errors
     def record_event(self, event: int, stream: int) -> None:
         """aclrtRecordEvent (async)."""
         event, stream = self._event(event), self.stream(stream)
-        self.connection.send_command(commands.pack_event(commands.CMD_RECORD_EVENT, event, stream),
-                                     caller_site(), stream)
+        self.connection.send_command(commands.RecordEvent.pack(event, stream), caller_site(), stream)
 
     @records_errors
     def reset_event(self, event: int, stream: int) -> None:
         """aclrtResetEvent (async)."""
         event, stream = self._event(event), self.stream(stream)
-        self.connection.send_command(commands.pack_event(commands.CMD_RESET_EVENT, event, stream),
-                                     caller_site(), stream)
+        self.connection.send_command(commands.ResetEvent.pack(event, stream), caller_site(), stream)
 
     @records_errors
     def stream_wait_event(self, stream: int, event: int) -> None:
         """aclrtStreamWaitEvent (async): the stream waits for the event's latest record."""
         event, stream = self._event(event), self.stream(stream)
-        self.connection.send_command(commands.pack_event(commands.CMD_WAIT_EVENT, event, stream),
-                                     caller_site(), stream)
+        self.connection.send_command(commands.WaitEvent.pack(event, stream), caller_site(), stream)
 
     @records_errors
     def query_event_status(self, event: int) -> int:
         """aclrtQueryEventStatus: ACL_EVENT_RECORDED_STATUS_COMPLETE (1) or _NOT_READY (0)."""
-        return self._request(npu_pb2.OP_QUERY_EVENT, [self._event(event)]).values[0]
+        return self._call(pb.QueryEventRequest(event=self._event(event))).status
 
     @records_errors
     def synchronize_event(self, event: int, timeout_ms: int = -1) -> None:
         """aclrtSynchronizeEvent(WithTimeout). Blocks; 507047 on timeout."""
-        self._request(npu_pb2.OP_SYNCHRONIZE_EVENT, [self._event(event), timeout_ms])
+        self._call(pb.SynchronizeEventRequest(event=self._event(event), timeout_ms=timeout_ms))
 
     @records_errors
     def event_elapsed_time(self, start: int, end: int) -> float:
         """aclrtEventElapsedTime: milliseconds between two completed records (device clock)."""
-        reply = self._request(npu_pb2.OP_EVENT_ELAPSED_TIME, [self._event(start), self._event(end)])
-        return reply.values[0] / 1e6
+        reply = self._call(pb.EventElapsedTimeRequest(start=self._event(start), end=self._event(end)))
+        return reply.nanoseconds / 1e6
 
     # ---- device memory --------------------------------------------------------------------------
     @records_errors
@@ -321,10 +321,8 @@ class Runtime(RuntimeMemory):
         if not isinstance(size, int) or size <= 0:
             raise NpuError(codes.ACL_ERROR_INVALID_PARAM, f"cannot allocate {size!r} bytes")
         device = self._current().device
-        address = self._request(npu_pb2.OP_MALLOC, [device, size, policy]).values[0]
-        with self._lock:
-            bisect.insort(self.allocation_starts, address)
-            self.allocations[address] = (size, device)
+        address = self._call(pb.MallocRequest(device=device, size=size, policy=policy)).address
+        self._remember(address, size, device)
         return address
 
     def device_range(self, address: int, count: int) -> None:
@@ -348,8 +346,8 @@ class Runtime(RuntimeMemory):
             raise NpuError(codes.ACL_ERROR_INVALID_PARAM, f"cannot allocate {size!r} bytes of host memory")
         if not self.copies.shared:
             return self.host.add_private(0, size).address
-        reply = self._request(npu_pb2.OP_MALLOC_HOST, [size])
-        return self.host.add_shared(reply.values[0], size, reply.text).address
+        reply = self._call(pb.MallocHostRequest(size=size))
+        return self.host.add_shared(reply.segment, size, reply.name).address
 
     @records_errors
     def free_host(self, address: int) -> None:
@@ -361,7 +359,7 @@ class Runtime(RuntimeMemory):
             raise invalid(f"{address:#x} is not the start of pinned host memory of this process")
         self.host.remove(address)
         if block.region is not None:
-            self._request(npu_pb2.OP_FREE_HOST, [block.handle])
+            self._call(pb.FreeHostRequest(segment=block.handle))
             try:
                 block.region.close()
             except BufferError:  # numpy views still alive: the mapping goes when they do
@@ -392,7 +390,7 @@ class Runtime(RuntimeMemory):
     @records_errors
     def binary_load(self, source: str, filename: str = "<kernel module>") -> int:
         """aclrtBinaryLoadFromFile/FromData: the source of a Python kernel module."""
-        handle = self._request(npu_pb2.OP_BINARY_LOAD, data=filename.encode(), text=source).values[0]
+        handle = self._call(pb.BinaryLoadRequest(source=source, filename=filename)).binary
         self.binaries.add(handle)
         return handle
 
@@ -401,7 +399,7 @@ class Runtime(RuntimeMemory):
         """aclrtBinaryUnLoad: its functions become invalid handles."""
         if binary not in self.binaries:
             raise bad_handle("binary", binary)
-        self._request(npu_pb2.OP_BINARY_UNLOAD, [binary])
+        self._call(pb.BinaryUnloadRequest(binary=binary))
         self.binaries.discard(binary)
         for function in [f for f, b in self.function_binary.items() if b == binary]:
             del self.function_binary[function]
@@ -414,10 +412,10 @@ class Runtime(RuntimeMemory):
             raise bad_handle("binary", binary)
         from simnpu.proto.kernel_abi import KernelSignature
 
-        reply = self._request(npu_pb2.OP_GET_FUNCTION, [binary], text=name)
-        self.functions[reply.values[0]] = KernelSignature.from_wire(reply.text)
-        self.function_binary[reply.values[0]] = binary
-        return reply.values[0]
+        reply = self._call(pb.GetFunctionRequest(binary=binary, name=name))
+        self.functions[reply.function] = KernelSignature.from_wire(reply.signature)
+        self.function_binary[reply.function] = binary
+        return reply.function
 
     def signature(self, function: int) -> KernelSignature:
         signature = self.functions.get(function)
@@ -435,7 +433,7 @@ class Runtime(RuntimeMemory):
             raise invalid(f"argument buffer of {len(args)} bytes is shorter than the {signature.end} "
                           f"bytes the kernel's parameters ({signature.to_wire()}) need")
         stream = self.stream(stream)
-        self.connection.send_command(commands.pack_launch(num_blocks, stream, function, bytes(args)),
+        self.connection.send_command(commands.Launch.pack(num_blocks, stream, function, bytes(args)),
                                      caller_site(), stream)
 
     @records_errors
@@ -450,12 +448,12 @@ class Runtime(RuntimeMemory):
         self.device_range(args_ptr, args_size)
         stream = self.stream(stream)
         self.connection.send_command(
-            commands.pack_launch_devargs(num_blocks, stream, function, args_ptr, args_size), caller_site(), stream)
+            commands.LaunchDeviceArgs.pack(num_blocks, stream, function, args_ptr, args_size), caller_site(), stream)
 
     @records_errors
     def set_op_execute_timeout(self, milliseconds: int) -> None:
         """aclrtSetOpExecuteTimeOutWithMs: 0 restores the daemon's default."""
-        self._request(npu_pb2.OP_SET_OP_EXECUTE_TIMEOUT, [milliseconds])
+        self._call(pb.SetOpExecuteTimeoutRequest(milliseconds=milliseconds))
 
     # ---- host callbacks ----------------------------------------------------------------------------
     def _callback_arrived(self, callback: int) -> None:
@@ -491,14 +489,11 @@ class Runtime(RuntimeMemory):
     # ---- errors and the end ------------------------------------------------------------------------
     def get_last_error(self) -> int:
         """aclrtGetLastError: this thread's last error code, cleared."""
-        error = getattr(self._local, "last_error", None)
-        self._local.last_error = None
-        return error.code if error is not None else codes.ACL_SUCCESS
+        return last_error.code(clear=True)
 
     def peek_at_last_error(self) -> int:
         """aclrtPeekAtLastError: the same, not cleared."""
-        error = getattr(self._local, "last_error", None)
-        return error.code if error is not None else codes.ACL_SUCCESS
+        return last_error.code(clear=False)
 
     def close(self) -> None:
         """End the session; the daemon frees whatever this process still owns."""

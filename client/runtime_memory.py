@@ -16,7 +16,8 @@ import os
 
 from simnpu.client.last_error import records_errors
 from simnpu.client.transport import caller_site
-from simnpu.proto import codes, npu_pb2
+from simnpu.proto import codes
+from simnpu.proto import npu_pb2 as pb
 from simnpu.proto.errors import NotSupportedError, NpuError, invalid
 from simnpu.shm.sizes import parse_size
 
@@ -57,11 +58,13 @@ class RuntimeMemory:
                 raise invalid(f"{address:#x} is not the start of a live device allocation of this process"
                               " (double free or bad pointer)")
             self._forget(address)
-        self.connection.post_request(npu_pb2.OP_FREE, [address], site=caller_site())
+        self.connection.post(pb.FreeRequest(address=address), caller_site())
 
     def _remember(self, address: int, size: int, device: int) -> None:
+        """Add a block this process may use (its own, or imported) to the tables."""
         with self._lock:
-            bisect.insort(self.allocation_starts, address)
+            if address not in self.allocations:
+                bisect.insort(self.allocation_starts, address)
             self.allocations[address] = (size, device)
 
     def _forget(self, address: int) -> None:
@@ -78,8 +81,8 @@ class RuntimeMemory:
         limit, total is the limit and free what is left of it. Blocks."""
         if attr not in _MEM_ATTRS:
             raise invalid(f"unknown memory attribute {attr}")
-        values = self._request(npu_pb2.OP_GET_MEM_INFO, [self._current().device]).values
-        return values[0], values[1]
+        reply = self._call(pb.GetMemInfoRequest(device=self._current().device))
+        return reply.free, reply.total
 
     def _device_or_current(self, device: int | None) -> int:
         device = self._current().device if device is None else device
@@ -90,13 +93,13 @@ class RuntimeMemory:
     def memory_stats(self, device: int | None = None) -> dict:
         """The device pool's statistics (torch.cuda.memory_stats key names; docs/memory.md). Blocks."""
         device = self._device_or_current(device)
-        return json.loads(self._request(npu_pb2.OP_MEMORY_STATS, [device]).text)
+        return json.loads(self._call(pb.MemoryStatsRequest(device=device)).json)
 
     @records_errors
     def memory_snapshot(self, device: int | None = None) -> list[dict]:
         """The device's live blocks in address order, each with its owner (every client's). Blocks."""
         device = self._device_or_current(device)
-        return json.loads(self._request(npu_pb2.OP_MEMORY_SNAPSHOT, [device]).text)
+        return json.loads(self._call(pb.MemorySnapshotRequest(device=device)).json)
 
     @records_errors
     def set_memory_limit(self, limit: int, device: int | None = None) -> None:
@@ -107,15 +110,15 @@ class RuntimeMemory:
             raise invalid(f"a memory limit must be a byte count >= 0, not {limit!r}")
         if device is not None:
             self._check_device(device)
-        self._request(npu_pb2.OP_MEMORY_LIMIT, [-1 if device is None else device, limit])
+        self._call(pb.MemoryLimitRequest(device=device, limit=limit))
 
     @records_errors
     def memory_limit(self, device: int | None = None) -> tuple[int | None, int, int | None]:
         """(limit in force or None, bytes this process holds, the daemon's default or None)
         on `device` (default: the current one). Blocks."""
         device = self._device_or_current(device)
-        limit, used, default = self._request(npu_pb2.OP_MEMORY_LIMIT, [device, -1]).values
-        return limit or None, used, default or None
+        reply = self._call(pb.MemoryLimitRequest(device=device))
+        return reply.limit or None, reply.used, reply.default or None
 
     # ---- IPC memory ----------------------------------------------------------------------------
     @records_errors
@@ -135,7 +138,7 @@ class RuntimeMemory:
         if address in self.imported.values():
             raise invalid(f"{address:#x} is imported IPC memory; only its owner can export it")
         self.device_range(address, size)
-        return self._request(npu_pb2.OP_IPC_MEM_EXPORT, [address, size, flags]).text
+        return self._call(pb.IpcMemExportRequest(address=address, size=size, flags=flags)).key
 
     @records_errors
     def ipc_mem_set_import_pid(self, key: str, pids) -> None:
@@ -143,7 +146,7 @@ class RuntimeMemory:
         pids = [int(pid) for pid in pids]
         if not key or not pids:
             raise NpuError(codes.ACL_ERROR_INVALID_PARAM, "ipc_mem_set_import_pid needs a key and pids")
-        self._request(npu_pb2.OP_IPC_MEM_SET_IMPORT_PID, pids, text=_key(key))
+        self._call(pb.IpcMemSetImportPidRequest(key=_key(key), pids=pids))
 
     @records_errors
     def ipc_mem_import_by_key(self, key: str, flags: int = 0) -> int:
@@ -152,15 +155,15 @@ class RuntimeMemory:
         if not key:
             raise NpuError(codes.ACL_ERROR_INVALID_PARAM, "empty IPC key")
         key = _key(key)
-        address, size, device = self._request(npu_pb2.OP_IPC_MEM_IMPORT, [flags], text=key).values
+        reply = self._call(pb.IpcMemImportRequest(key=key, flags=flags))
         with self._lock:
             self.imported_counts[key] = self.imported_counts.get(key, 0) + 1
-            if key not in self.imported:
-                self.imported[key] = address
-                if address not in self.allocations:
-                    bisect.insort(self.allocation_starts, address)
-                self.allocations[address] = (size, device)
-        return address
+            first = key not in self.imported
+            if first:
+                self.imported[key] = reply.address
+        if first:
+            self._remember(reply.address, reply.size, reply.device)
+        return reply.address
 
     @records_errors
     def ipc_mem_close(self, key: str) -> None:
@@ -169,7 +172,7 @@ class RuntimeMemory:
         if not key:
             raise NpuError(codes.ACL_ERROR_INVALID_PARAM, "empty IPC key")
         key = _key(key)
-        self._request(npu_pb2.OP_IPC_MEM_CLOSE, text=key)
+        self._call(pb.IpcMemCloseRequest(key=key))
         with self._lock:
             count = self.imported_counts.get(key, 0) - 1
             if count > 0:
@@ -193,20 +196,19 @@ class RuntimeMemory:
         device = self._device_or_current(device)
         if not isinstance(max_size, int) or max_size < 0:
             raise NpuError(codes.ACL_ERROR_INVALID_PARAM, f"maxSize must be a byte count >= 0, not {max_size!r}")
-        pool = self._request(npu_pb2.OP_MEM_POOL_CREATE, [device, max_size]).values[0]
+        pool = self._call(pb.MemPoolCreateRequest(device=device, max_size=max_size)).pool
         self.pools[pool] = device
         return pool
 
     @records_errors
     def mem_pool_destroy(self, pool: int) -> None:
         """aclrtMemPoolDestroy: blocks still allocated from the pool are freed. Blocks."""
-        self._request(npu_pb2.OP_MEM_POOL_DESTROY, [self._pool(pool)])
+        self._call(pb.MemPoolDestroyRequest(pool=self._pool(pool)))
         with self._lock:
             for address in [a for a, p in self.pool_blocks.items() if p == pool]:
                 del self.pool_blocks[address]
-                self.allocations.pop(address, None)
-                if address in self.allocation_starts:
-                    self.allocation_starts.remove(address)
+                if address in self.allocations:
+                    self._forget(address)
             del self.pools[pool]
 
     @records_errors
@@ -215,7 +217,8 @@ class RuntimeMemory:
         from now on. Returns the address (blocks for it; no stream synchronisation)."""
         if not isinstance(size, int) or size <= 0:
             raise NpuError(codes.ACL_ERROR_INVALID_PARAM, f"cannot allocate {size!r} bytes")
-        address = self._request(npu_pb2.OP_MEM_POOL_MALLOC, [self._pool(pool), size, self.stream(stream)]).values[0]
+        address = self._call(pb.MemPoolMallocRequest(pool=self._pool(pool), size=size,
+                                                     stream=self.stream(stream))).address
         self._remember(address, size, self.pools[pool])
         self.pool_blocks[address] = pool
         return address
@@ -229,7 +232,7 @@ class RuntimeMemory:
             if self.pool_blocks.pop(address, None) is None:
                 raise invalid(f"{address:#x} is not a live block of a memory pool of this process")
             self._forget(address)
-        self.connection.post_request(npu_pb2.OP_MEM_POOL_FREE, [address, stream], site=caller_site())
+        self.connection.post(pb.MemPoolFreeRequest(address=address, stream=stream), caller_site())
 
     @records_errors
     def mem_pool_set_attr(self, pool: int, attr: int, value: int) -> None:
@@ -237,12 +240,12 @@ class RuntimeMemory:
         not cache), or a high-water attribute reset to 0. Blocks."""
         if not isinstance(value, int) or value < 0:
             raise NpuError(codes.ACL_ERROR_INVALID_PARAM, f"attribute value must be an int >= 0, not {value!r}")
-        self._request(npu_pb2.OP_MEM_POOL_ATTR, [self._pool(pool), attr, value])
+        self._call(pb.MemPoolSetAttrRequest(pool=self._pool(pool), attr=attr, value=value))
 
     @records_errors
     def mem_pool_get_attr(self, pool: int, attr: int) -> int:
         """aclrtMemPoolGetAttr (used/reserved current and high-water bytes, and the settable ones). Blocks."""
-        return self._request(npu_pb2.OP_MEM_POOL_ATTR, [self._pool(pool), attr, -1]).values[0]
+        return self._call(pb.MemPoolGetAttrRequest(pool=self._pool(pool), attr=attr)).value
 
     @records_errors
     def mem_pool_trim_to(self, pool: int, keep: int) -> None:

@@ -1,10 +1,11 @@
 """The client end of a session: one gRPC bidirectional stream to the daemon.
 
-Asynchronous commands are packed records appended to a queue; one sender (the request
-iterator gRPC drains) coalesces whatever is queued into a single ClientMessage, so a
-burst of launches costs one message. Requests wait for their Reply. Every command and
-request takes the next sequence number, as on the daemon, and the call site of each is
-kept in a ring so that a task failing later is reported with where it was submitted.
+Asynchronous commands are packed records (simnpu.proto.commands) appended to a queue; one
+sender (the request iterator gRPC drains) coalesces whatever is queued into a single
+ClientMessage, so a burst of launches costs one message. Requests (npu.proto's typed
+bodies) wait for their Reply. Every command and request takes the next sequence number, as
+on the daemon (`CallLog`), and the call site of each is kept so that a task failing later
+is reported with where it was submitted.
 
 With shared memory (docs/fast-path.md) the session has a fast path both ways: calls are
 written into its submission ring by the calling thread itself (no sender thread, no
@@ -18,26 +19,27 @@ from __future__ import annotations
 import collections
 import sys
 import threading
+from collections.abc import Callable
+from typing import Any
 
 from simnpu.client import config
-from simnpu.proto import codes, commands, npu_pb2, service
+from simnpu.proto import codes, commands, messages, npu_pb2, service
 
 config.prefer_fast_grpc()
 
-import grpc
-from google.protobuf.message import DecodeError
-from simnpu.client import autostart
-from simnpu.proto import bulk as wire
-from simnpu.proto.errors import NpuError, error_for
-from simnpu.shm import notify as notify_layout
-from simnpu.shm import ring as ring_layout
+import grpc  # noqa: E402
+from google.protobuf.message import DecodeError, Message  # noqa: E402
+from simnpu.client import autostart  # noqa: E402
+from simnpu.proto import bulk as wire  # noqa: E402
+from simnpu.proto.errors import NpuError, error_for  # noqa: E402
+from simnpu.shm import notify as notify_layout  # noqa: E402
+from simnpu.shm import ring as ring_layout  # noqa: E402
 
 _SITE_RING = 1 << 16
 _SITE_MASK = _SITE_RING - 1
 _MAILBOX_SLICE_S = 0.1  # a mailbox waiter re-checks for a broken session this often
 _OWN_MODULES = ("simnpu.", "acl", "hccl")
 _Item = npu_pb2.Item
-_Request = npu_pb2.Request
 _ClientMessage = npu_pb2.ClientMessage
 
 
@@ -67,12 +69,62 @@ def caller_site() -> str:
     return "?"
 
 
+class CallLog:
+    """The sequence numbers of this session's calls, as the daemon numbers them, and what the
+    client keeps of each: its call site (the last 65,536), the last command of each stream,
+    and the last call whose failure is reported later. Used under the connection's lock."""
+
+    __slots__ = ("_sites", "deferred_seq", "seq", "sites_sent", "stream_seq")
+
+    def __init__(self) -> None:
+        self.seq = 0
+        self._sites: list = [None] * _SITE_RING
+        self.stream_seq: dict[int, int] = {}  # stream -> sequence number of its last command
+        self.deferred_seq = 0  # the last call whose failure is reported later (a command, a free)
+        self.sites_sent = 0  # sequence numbers up to here have had their sites sent (observed, no ring)
+
+    def take(self, site: str, stream: int = 0, deferred: bool = False) -> int:
+        """The next sequence number, for a call at `site` (a command on `stream`, or one whose
+        failure is reported later)."""
+        self.seq = seq = self.seq + 1
+        self._sites[seq & _SITE_MASK] = (seq, site)
+        if deferred:
+            self.deferred_seq = seq
+            if stream:
+                self.stream_seq[stream] = seq
+        return seq
+
+    def site_of(self, seq: int) -> str | None:
+        entry = self._sites[seq & _SITE_MASK]
+        return entry[1] if entry is not None and entry[0] == seq and entry[1] else None
+
+    def unsent_sites(self) -> tuple[list[int], list[str]]:
+        """The sites of every sequence number used since the last call of this (observed
+        sessions without a ring send them with each message)."""
+        first, last = self.sites_sent + 1, self.seq
+        self.sites_sent = last
+        seqs, names = [], []
+        for seq in range(max(first, last - _SITE_RING + 1), last + 1):
+            entry = self._sites[seq & _SITE_MASK]
+            if entry is not None and entry[0] == seq:
+                seqs.append(seq)
+                names.append(entry[1] or "?")
+        return seqs, names
+
+    def describe_failure(self, reply: npu_pb2.Reply) -> str:
+        """A failure's message, with where its task was submitted."""
+        if not reply.task_seq:
+            return reply.message
+        where = self.site_of(reply.task_seq) or "an earlier call"
+        return f"{reply.message}\n(the failing task was submitted at {where})"
+
+
 class _BulkRequest:
     """A queued request whose chunk bytes (`bulk`, a buffer) end the message it goes in."""
 
     __slots__ = ("bulk", "request")
 
-    def __init__(self, request, bulk):
+    def __init__(self, request: npu_pb2.Request, bulk):
         self.request = request
         self.bulk = bulk
 
@@ -82,7 +134,7 @@ class _Pending:
 
     def __init__(self, seq: int = 0, slot: int = -1):
         self.event = threading.Event()  # set when the reply came by the stream (or never will)
-        self.reply = None
+        self.reply: npu_pb2.Reply | NpuError | None = None
         self.seq = seq
         self.slot = slot  # its mailbox slot in the notify area, or -1
 
@@ -90,21 +142,20 @@ class _Pending:
 class Connection:
     """A live session with the daemon at `address`."""
 
-    def __init__(self, address: str | None = None, token: str | None = None, on_callback=None):
+    def __init__(self, address: str | None = None, token: str | None = None,
+                 on_callback: Callable[[int], None] | None = None):
         self.on_callback = on_callback  # called (receiver thread) with a host callback's id
         self.address = address or config.address()
         try:
             self.token = token if token is not None else config.token()
         except OSError as error:  # SIMNPU_TOKEN_FILE names a file we cannot read
             raise NpuError(codes.ACL_ERROR_RT_NO_PERMISSION, f"SIMNPU_TOKEN_FILE: {error}") from None
+        self.log = CallLog()
+        self._lock = threading.Lock()  # the log, the queue, the ring: calls are numbered in order
         self._pending_items: collections.deque = collections.deque()
         self._wake = threading.Event()
-        self._lock = threading.Lock()
-        self._seq = 0
         self._replies: dict[int, _Pending] = {}
-        self._sites: list = [None] * _SITE_RING
-        self.send_sites = False  # an observed session: call sites travel with each message
-        self._sites_sent = 0  # sequence numbers up to here have had their sites sent
+        self.send_sites = False  # an observed session: call sites travel with the calls
         self._broken: NpuError | None = None
         self._closing = False
         self._reading = threading.Condition()  # guards _reader_busy and _notice_demand
@@ -112,22 +163,18 @@ class Connection:
         self._notice_demand = 0  # host callbacks queued and not yet announced by the daemon
         self.notify: notify_layout.NotifyArea | None = None  # use_notify()
         self.ring: ring_layout.SubmissionRing | None = None  # use_ring()
-        self._ring_site = None  # the call site last sent through the ring (observed sessions)
+        self._ring_site: str | None = None  # the call site last sent through the ring (observed)
         self._free_slots: list[int] = []
         self.mailbox_replies = 0  # how many replies came through the mailbox (a statistic)
-        self.stream_seq: dict[int, int] = {}  # stream -> sequence number of its last command
-        self.deferred_seq = 0  # the last call whose failure is reported later (a command, a free)
         self._open()
 
     def _open(self) -> None:
         if not autostart.reachable(self.address):
             autostart.ensure_daemon(self.address)
-        target = self.address
-        self._channel = grpc.insecure_channel(target, options=service.CHANNEL_OPTIONS)
+        self._channel = grpc.insecure_channel(self.address, options=service.CHANNEL_OPTIONS)
         metadata = [(service.TOKEN_METADATA_KEY, self.token)] if self.token else None
         session = self._channel.stream_stream(
-            service.SESSION_METHOD, request_serializer=wire.serialize,
-            response_deserializer=wire.parse_server)
+            service.SESSION_METHOD, request_serializer=wire.serialize, response_deserializer=wire.parse_server)
         self._call = session(self._messages(), metadata=metadata)
         self._receiver = threading.Thread(target=self._receive, name="simnpu-receiver", daemon=True)
         self._receiver.start()
@@ -135,7 +182,7 @@ class Connection:
     # The stream is read by whoever needs it: a thread waiting for a reply reads it itself
     # (the reply wakes that very thread, no hand-off), others wait for the reader to pass
     # their reply on; the background receiver reads only when notices must arrive with
-    # nobody waiting (host callbacks) or the session is closing.
+    # nobody waiting (host callbacks), the fast path is in use, or the session is closing.
 
     # ---- sending --------------------------------------------------------------------------
     def use_notify(self, area: notify_layout.NotifyArea) -> None:
@@ -151,7 +198,7 @@ class Connection:
         """From now on calls go through the session's submission ring (the daemon is told
         first, by the stream). Blocks."""
         ring.reader_gone = lambda: self._broken is not None
-        self.request(npu_pb2.OP_USE_RING)
+        self.call(npu_pb2.UseRingRequest())
         with self._lock:
             self.ring = ring
 
@@ -161,76 +208,70 @@ class Connection:
         if self._broken is not None:
             raise self._broken
         with self._lock:
-            self._seq += 1
-            seq = self._seq
-            self._sites[seq & _SITE_MASK] = (seq, site)
-            self.deferred_seq = seq
-            if stream:
-                self.stream_seq[stream] = seq
+            seq = self.log.take(site, stream, True)
             if self.ring is not None:
-                self._put(record, seq, site, wake=False)
+                self._put(record, site, wake=False)
                 return seq
             self._pending_items.append(record)
         if not self._wake.is_set():
             self._wake.set()
         return seq
 
-    def request_async(self, op: int, args=(), data: bytes = b"", text: str = "", site: str = "",
-                      bulk=None) -> _Pending:
+    def call(self, body: Message, site: str = "") -> Any:
+        """Send a request and block until its reply: the reply body of the same name (None
+        when the call returns no values). Raises NpuError with the reply's code."""
+        return messages.reply_body(self.wait(self.request_async(body, site)), body)
+
+    def request_async(self, body: Message, site: str = "", bulk=None) -> _Pending:
         """Queue a request; the returned handle is passed to wait(). `bulk` (a buffer, read
         when the message is sent) goes as the message's bulk bytes (proto/bulk.py); only
         in-stream copies have it, and they never have a ring."""
+        case = messages.request_case(body)  # before the lock: a bad body leaves no trace
         with self._lock:  # under the lock: _fail_all cannot miss a request registered here
             if self._broken is not None:
                 raise self._broken
-            self._seq += 1
-            seq = self._seq
-            self._sites[seq & _SITE_MASK] = (seq, site)
+            seq = self.log.take(site)
             pending = self._replies[seq] = _Pending(seq, self._free_slots.pop() if self._free_slots else -1)
-            request = _Request(id=seq, op=op, args=args, data=data, text=text, mailbox=pending.slot + 1)
+            request = npu_pb2.Request(id=seq, mailbox=pending.slot + 1, **{case: body})
             if bulk is None:
-                self._queue_request(request, seq, site)
+                self._queue_request(request, site)
             else:
                 self._pending_items.append(_BulkRequest(request, bulk))
                 self._wake.set()
         return pending
 
-    def post_request(self, op: int, args=(), data: bytes = b"", text: str = "", site: str = "") -> int:
+    def post(self, body: Message, site: str) -> int:
         """Queue a request nobody waits for (id 0: the daemon sends no reply and reports a
         failure at the next synchronize); returns its sequence number. Never blocks."""
+        request = messages.request(0, 0, body)
         if self._broken is not None:
             raise self._broken
         with self._lock:
-            self._seq += 1
-            seq = self._seq
-            self._sites[seq & _SITE_MASK] = (seq, site)
-            self.deferred_seq = seq
-            self._queue_request(_Request(id=0, op=op, args=args, data=data, text=text), seq, site,
-                                wake=False)
+            seq = self.log.take(site, deferred=True)
+            self._queue_request(request, site, wake=False)
         return seq
 
-    def _queue_request(self, request: npu_pb2.Request, seq: int, site: str, wake: bool = True) -> None:
+    def _queue_request(self, request: npu_pb2.Request, site: str, wake: bool = True) -> None:
         """Into the ring if it is in use and the request fits, else to the stream (marked in
         the ring at its place). The caller holds the lock."""
         if self.ring is not None:
             payload = request.SerializeToString()
-            if len(payload) + commands.RING_BYTES.size <= ring_layout.MAX_RECORD:
-                self._put(commands.pack_ring_request(payload), seq, site, wake)
+            if len(payload) + 6 <= ring_layout.MAX_RECORD:
+                self._put(commands.RingRequest.pack(payload), site, wake)
                 return
-            self._put(commands.STREAM_ITEM, seq, site, wake)
+            self._put(commands.RingStreamItem.RECORD, site, wake)
         self._pending_items.append(request)
         self._wake.set()
 
-    def _put(self, record: bytes, seq: int, site: str, wake: bool) -> None:
-        """Put call `seq`'s record in the ring (after its site when observed and it differs
-        from the last call's); the caller holds the lock. `wake`: the caller is about to
-        wait for an answer, so the daemon is woken now; else the sender thread wakes it,
-        once for a whole burst of launches (and whoever waits next wakes it at once:
-        ring_doorbell)."""
+    def _put(self, record: bytes, site: str, wake: bool) -> None:
+        """Put a call's record in the ring (after its site when observed and it differs from
+        the last call's); the caller holds the lock. `wake`: the caller is about to wait for
+        an answer, so the daemon is woken now; else the sender thread wakes it, once for a
+        whole burst of launches (and whoever waits next wakes it at once: ring_doorbell)."""
         ring = self.ring
         try:
             if self.send_sites and site != self._ring_site:  # a loop sends its site once
-                ring.put(commands.pack_ring_site(site or "?"), False)
+                ring.put(commands.RingSite.pack(site or "?"), False)
                 self._ring_site = site
             asleep = ring.put(record, wake)
         except ring_layout.RingClosed:  # full, and the daemon is gone
@@ -243,6 +284,7 @@ class Connection:
         if self.ring is not None:
             self.ring.wake_reader()
 
+    # ---- waiting ------------------------------------------------------------------------------
     def wait(self, pending: _Pending) -> npu_pb2.Reply:
         """Block until the reply arrives; raise NpuError if it carries an error code."""
         if pending.slot >= 0:
@@ -260,7 +302,7 @@ class Connection:
         if isinstance(reply, NpuError):
             raise reply
         if reply.code:
-            raise error_for(reply.code, self._describe_failure(reply))
+            raise error_for(reply.code, self.log.describe_failure(reply))
         return reply
 
     def _wait_mailbox(self, pending: _Pending) -> None:
@@ -291,21 +333,9 @@ class Connection:
                 self._free_slots.append(slot)
             pending.slot = -1
 
-    def request(self, op: int, args=(), data: bytes = b"", text: str = "", site: str = "") -> npu_pb2.Reply:
-        """Send a request and block until its reply (the path of every call that answers)."""
-        return self.wait(self.request_async(op, args, data, text, site))
-
     def site_of(self, seq: int) -> str | None:
-        """The call site of sequence number `seq`, if it is still in the ring (the last 65,536)."""
-        entry = self._sites[seq & _SITE_MASK]
-        return entry[1] if entry is not None and entry[0] == seq and entry[1] else None
-
-    def _describe_failure(self, reply) -> str:
-        if not reply.task_seq:
-            return reply.message
-        entry = self._sites[reply.task_seq & _SITE_MASK]
-        where = entry[1] if entry is not None and entry[0] == reply.task_seq else "an earlier call"
-        return f"{reply.message}\n(the failing task was submitted at {where})"
+        """The call site of sequence number `seq`, if it is still known (the last 65,536)."""
+        return self.log.site_of(seq)
 
     def _messages(self):
         """The request iterator gRPC drains: one message per wake-up, holding all queued items."""
@@ -337,7 +367,9 @@ class Connection:
             if run:
                 items.append(_Item(commands=b"".join(run)))
             if self.send_sites and self.ring is None:  # with the ring, sites go through it
-                message = self._with_sites(items)
+                with self._lock:
+                    seqs, names = self.log.unsent_sites()
+                message = _ClientMessage(items=items, site_seqs=seqs, sites=names)
             else:
                 message = _ClientMessage(items=items)
             yield message if bulk is None else wire.client_message(message, bulk)
@@ -345,23 +377,8 @@ class Connection:
     def start_sending_sites(self) -> None:
         """From the next call on, send each call's site with it (tracing or checking is on)."""
         with self._lock:
-            self._sites_sent = self._seq
+            self.log.sites_sent = self.log.seq
             self.send_sites = True
-
-    def _with_sites(self, items) -> npu_pb2.ClientMessage:
-        """A message carrying the sites of every sequence number used since the last one
-        (each item's site is in the ring before the item is queued)."""
-        with self._lock:
-            first, last = self._sites_sent + 1, self._seq
-            self._sites_sent = last
-        seqs, names = [], []
-        ring = self._sites
-        for seq in range(max(first, last - _SITE_RING + 1), last + 1):
-            entry = ring[seq & _SITE_MASK]
-            if entry is not None and entry[0] == seq:
-                seqs.append(seq)
-                names.append(entry[1] or "?")
-        return npu_pb2.ClientMessage(items=items, site_seqs=seqs, sites=names)
 
     # ---- receiving ----------------------------------------------------------------------------
     def expect_notice(self) -> None:
@@ -386,8 +403,7 @@ class Connection:
         try:
             message = next(self._call)
         except StopIteration:
-            self._fail_all(codes.ACL_ERROR_RT_DRV_INTERNAL_ERROR,
-                           f"the simnpu daemon at {self.address} closed the session")
+            self._fail_all(codes.ACL_ERROR_RT_DRV_INTERNAL_ERROR, f"the simnpu daemon at {self.address} closed the session")
             return
         except grpc.RpcError as error:
             self._fail_all(*_describe_rpc_error(self.address, error))
@@ -452,9 +468,6 @@ class Connection:
         finally:
             self._call.cancel()
             self._channel.close()
-
-
-
 
 
 def _describe_rpc_error(address: str, error: grpc.RpcError) -> tuple[int, str]:

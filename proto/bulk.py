@@ -28,7 +28,7 @@ def client_message(message: npu_pb2.ClientMessage, bulk) -> bytes:
 
 
 def server_message(reply: npu_pb2.Reply, bulk) -> bytes:
-    """A ServerMessage of `reply` alone, its data being `bulk` (read now, into the message)."""
+    """A ServerMessage of `reply` alone, with `bulk` (read now, into the message)."""
     return _encode(_SERVER_TAG, bulk, npu_pb2.ServerMessage(replies=[reply]))
 
 
@@ -43,7 +43,7 @@ def parse_client(raw: bytes) -> tuple[npu_pb2.ClientMessage, memoryview | None]:
 
 def parse_server(raw: bytes):
     """A received ServerMessage; with bulk bytes, an object with the same `replies` and
-    `notices` whose first reply's `data` is a view of them."""
+    `notices` whose first reply's `bulk` is a view of them."""
     bulk, rest = _split(raw, _SERVER_TAG)
     message = npu_pb2.ServerMessage.FromString(rest)
     if message.bulk:
@@ -57,13 +57,13 @@ def parse_server(raw: bytes):
 
 
 class BulkReply:
-    """A Reply whose `data` is the bulk of the message it came in; other fields as the Reply's."""
+    """A Reply with the bulk bytes of the message it came in; other fields as the Reply's."""
 
-    __slots__ = ("_reply", "data")
+    __slots__ = ("_reply", "bulk")
 
-    def __init__(self, reply: npu_pb2.Reply, data: memoryview):
+    def __init__(self, reply: npu_pb2.Reply, bulk: memoryview):
         self._reply = reply
-        self.data = data
+        self.bulk = bulk
 
     def __getattr__(self, name):
         return getattr(self._reply, name)

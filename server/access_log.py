@@ -10,7 +10,7 @@ travel as `CheckedBounds` instead of a plain tuple; the worker then runs the ker
   A store of the value already there is therefore not seen as a write by race detection;
   initcheck counts the whole "rw" view as initialised.
 
-Before the batch's results, the worker sends ("accesses", token, entries, fault) with
+Before the batch's results, the worker reports Accesses(token, entries, fault) with
 entries (lo, hi, mode, first_block, last_block) in absolute device addresses, mode READ,
 WRITE or READ_RW (adjacent entries of the same mode merged), and fault (address, nbytes, access, block) when a view
 was refused (MemoryFault), else None. Nothing here runs unless checking is on.
@@ -19,6 +19,7 @@ was refused (MemoryFault), else None. Nothing here runs unless checking is on.
 from __future__ import annotations
 
 import numpy as np
+from simnpu.server.work import Accesses
 
 READ, WRITE, READ_RW = 0, 1, 2  # entry modes; READ_RW: a read through an "rw" view (no initcheck)
 MAX_RUNS_PER_VIEW = 256  # more changed runs than this in one view: the closest are merged
@@ -35,16 +36,16 @@ class CheckedBounds(tuple):
         return (CheckedBounds, (tuple(self),))
 
 
-def run_checked(worker, kernel_context, fault_type, token, function, args, first, last, block_num, bounds):
-    """Run blocks [first, last) like Worker.run_kernel does, recording accesses; send them.
-    Returns (block reached, exception or None)."""
+def run_checked(runner, kernel_context, fault_type, token, function, args, first, last, block_num, bounds):
+    """Run blocks [first, last) like WorkRunner.run_kernel does, recording accesses; report
+    them. Returns (block reached, exception or None)."""
     recording = recording_context(kernel_context)
     entries: list = []
     fault = None
     block = first
     error = None
     for block in range(first, last):
-        context = recording(block, block_num, worker.core_id, bounds, worker.maps)
+        context = recording(block, block_num, runner.core_id, bounds, runner.maps)
         try:
             function(context, *args)
         except BaseException as exc:  # noqa: BLE001 - reported by the caller
@@ -56,7 +57,7 @@ def run_checked(worker, kernel_context, fault_type, token, function, args, first
         context.finish(entries, block)
         if error is not None:
             break
-    worker.conn.send(("accesses", token, _merge(entries), fault))
+    runner.report(Accesses(token, _merge(entries), fault))
     return block, error
 
 

@@ -13,9 +13,9 @@ for HcclGetCommAsyncError as an HcclResult): mismatch 107000 / HCCL_E_PARA, wait
 longer than HCCL_EXEC_TIMEOUT 107020 / HCCL_E_TIMEOUT, a rank whose process ended (or
 that destroyed the communicator, or dropped its task) 507904 / HCCL_E_REMOTE.
 
-Communicators themselves (root info, init, destroy) are server/communicators.py. `payload`
-runs on a session's reader thread; everything else under the scheduler, which owns all
-the state here.
+Communicators themselves (root info, init, destroy) are server/communicators.py; the
+rank's task is server/tasks/collective.py, made by server/handlers/collectives.py on the
+session's thread. Everything here runs under the scheduler, which owns all the state.
 """
 
 from __future__ import annotations
@@ -25,14 +25,20 @@ import itertools
 import os
 import time
 from dataclasses import dataclass, field
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 from simnpu.proto import codes
 from simnpu.proto import hccl_types as ht
-from simnpu.proto.errors import NpuError, invalid
 from simnpu.server import reduce
-from simnpu.server.communicators import Communicator, Communicators, Member, member_of, rank_list
-from simnpu.server.objects import COLLECTIVE_WORK, DISPATCHED, Failure
+from simnpu.server.communicators import Communicator, Communicators, Member, rank_list
+from simnpu.server.executor import UnitKind
+from simnpu.server.objects import Failure
+from simnpu.server.tasks import CollectiveTask, TaskState
+from simnpu.server.work import ReducePiece, Result, Span
+
+if TYPE_CHECKING:
+    from simnpu.server.executor import Unit
+    from simnpu.server.scheduler import Scheduler
 
 # (ACL code at synchronize, HcclResult for HcclGetCommAsyncError)
 MISMATCH = (codes.ACL_ERROR_RT_PARAM_INVALID, ht.HCCL_E_PARA)
@@ -47,10 +53,12 @@ class Call(NamedTuple):
     dtype: int
     op: int
     root: int  # root (broadcast, reduce) or peer (send, recv)
-    send: tuple  # (device, offset)
-    recv: tuple
+    send: Span
+    recv: Span
     recv_count: int
     recv_dtype: int
+    send_bytes: int  # what the rank's call reads of `send`
+    recv_bytes: int  # and writes of `recv`
 
     def signature(self) -> tuple:
         """What must be equal on every rank (send and recv of a pair compare count and type)."""
@@ -103,31 +111,31 @@ class Op:
 
     key: tuple
     ranks: tuple  # the ranks taking part
-    arrivals: dict = field(default_factory=dict)  # rank -> task
+    arrivals: dict[int, CollectiveTask] = field(default_factory=dict)  # rank -> its task
     deadline: float | None = None
     done: bool = False
 
 
 @dataclass(eq=False)
 class Job:
-    """The data movement of one matched collective: what the scheduler hands AI cores.
-    Shaped like a task for the scheduler's result path (kind, stream, seq, failure, timestamp)."""
+    """The data movement of one matched collective: what the scheduler hands AI cores, a
+    piece per core; its ranks' tasks complete when the last piece has reported."""
 
     comm: Communicator
     op: Op
-    tasks: list
+    tasks: list[CollectiveTask]
     call: Call
     groups: list
     snapshot: bool
     pieces: list
-    cores: list  # the AI cores of the ranks' devices
+    cores: list[Unit]  # the AI cores of the ranks' devices
     parallel: int  # how many of them may work on it at once
-    kind: str = COLLECTIVE_WORK
-    payload: tuple = ()
     failure: Failure | None = None
     timestamp: int = 0
     next_piece: int = 0
     out: int = 0
+    what = "collective work"  # how a lost unit's message names it
+    probe = None  # never observed itself (its ranks' tasks are)
 
     @property
     def stream(self):
@@ -136,6 +144,13 @@ class Job:
     @property
     def seq(self) -> int:
         return self.tasks[0].seq
+
+    def piece_done(self, scheduler: Scheduler, result: Result) -> None:
+        """A core reported its piece (or was lost with it)."""
+        if result.code and self.failure is None:
+            self.failure = Failure(result.code, result.message, self.seq)
+        self.timestamp = max(self.timestamp, result.end_ns)
+        scheduler.collectives.work_done(self)
 
 
 def _op_title(comm: Communicator, key: tuple) -> str:
@@ -147,9 +162,9 @@ def _op_title(comm: Communicator, key: tuple) -> str:
 class Collectives:
     """The collectives of every communicator of the daemon. Owned by the scheduler."""
 
-    def __init__(self, scheduler):
+    def __init__(self, scheduler: Scheduler):
         self.scheduler = scheduler
-        self.communicators = Communicators(scheduler, self._leave)
+        self.communicators = Communicators(scheduler)
         self.jobs: list[Job] = []
         self.deadline: float | None = None  # the earliest exec-timeout deadline of a waiting op
         self._heap: list = []
@@ -164,104 +179,13 @@ class Collectives:
         # only adds wake-ups)
         self._cpus = max(1, int(os.environ.get("SIMNPU_HCCL_MAX_CORES", cpus)))
 
-    def handlers(self, session) -> dict:
-        """The session's handlers of the HCCL request ops (communicators.py)."""
-        return self.communicators.handlers(session)
-
-    # ==== asynchronous collectives (session reader thread) =======================================
-    def payload(self, session, command) -> tuple:
-        """Check one collective command of `session`; the payload of its task:
-        (member, key, Call). Raises NpuError (a rejected asynchronous call)."""
-        member = member_of(session, command.comm)
-        stream = session._stream(command.stream)
-        if stream.device != member.device:
-            raise invalid(
-                f"the stream is on device {stream.device} but rank {member.rank} of the "
-                f"communicator is on device {member.device}"
-            )
-        kind, count, dtype, n, rank = (
-            command.kind,
-            command.count,
-            command.dtype,
-            member.n_ranks,
-            member.rank,
-        )
-        if kind not in ht.COLLECTIVE_NAMES:
-            raise invalid(f"unknown collective {kind}")
-        if kind != ht.HCCL_CMD_BARRIER and dtype not in ht.ITEM_SIZES:
-            raise NpuError(
-                codes.ACL_ERROR_RT_FEATURE_NOT_SUPPORT,
-                f"HCCL data type {dtype} is not supported by the simulated NPU",
-            )
-        if kind in ht.REDUCING and command.op not in ht.REDUCE_OP_NAMES:
-            raise invalid(f"unknown reduce op {command.op}")
-        if kind in ht.ROOTED + ht.POINT_TO_POINT and not 0 <= command.root < n:
-            raise invalid(f"rank {command.root} is not in [0, {n})")
-        if kind in ht.POINT_TO_POINT and command.root == rank:
-            raise invalid(f"rank {rank} cannot send to or receive from itself")
-        if kind == ht.HCCL_CMD_ALLTOALL and (command.recv_count, command.recv_dtype) != (
-            count,
-            dtype,
-        ):
-            raise invalid("alltoall needs recv_count == send_count and recv_type == send_type")
-        size = ht.ITEM_SIZES.get(dtype, 0) * count
-        send_bytes, recv_bytes = {
-            ht.HCCL_CMD_ALLREDUCE: (size, size),
-            ht.HCCL_CMD_REDUCE: (size, size if rank == command.root else 0),
-            ht.HCCL_CMD_BROADCAST: (size, 0),
-            ht.HCCL_CMD_ALLGATHER: (size, size * n),
-            ht.HCCL_CMD_REDUCE_SCATTER: (size * n, size),
-            ht.HCCL_CMD_ALLTOALL: (size * n, size * n),
-            ht.HCCL_CMD_SCATTER: (size * n if rank == command.root else 0, size),
-            ht.HCCL_CMD_SEND: (size, 0),
-            ht.HCCL_CMD_RECEIVE: (0, size),
-            ht.HCCL_CMD_BARRIER: (0, 0),
-        }[kind]
-        send = self._location(session, member, command.send, send_bytes, "send")
-        recv = self._location(session, member, command.recv, recv_bytes, "recv")
-        call = Call(
-            kind,
-            count,
-            dtype,
-            command.op,
-            command.root,
-            send,
-            recv,
-            command.recv_count,
-            command.recv_dtype,
-        )
-        if kind == ht.HCCL_CMD_SEND:
-            index = member.sends.get(command.root, 0)
-            member.sends[command.root] = index + 1
-            key: tuple = ("p", rank, command.root, index)
-        elif kind == ht.HCCL_CMD_RECEIVE:
-            index = member.recvs.get(command.root, 0)
-            member.recvs[command.root] = index + 1
-            key = ("p", command.root, rank, index)
-        else:
-            key = ("c", member.collectives)
-            member.collectives += 1
-        return (member, key, call)
-
-    @staticmethod
-    def _location(session, member: Member, address: int, nbytes: int, what: str) -> tuple:
-        if nbytes == 0:
-            return (member.device, 0)
-        device, offset = session._device_range(address, nbytes)
-        if device.index != member.device:
-            raise invalid(
-                f"the {what} buffer {address:#x} is on device {device.index} but rank "
-                f"{member.rank} of the communicator is on device {member.device}"
-            )
-        return (device.index, offset)
-
     # ==== collectives (scheduler thread) =========================================================
-    def arrive(self, task) -> None:
+    def arrive(self, task: CollectiveTask) -> None:
         """A collective task reached the head of its stream: wait for its peers, run it when
-        all have come, or fail it (the task is DONE on return only if it failed at once)."""
-        member, key, call = task.payload
+        all have come, or fail it."""
+        member, key, call = task.member, task.key, task.call
         comm = member.comm
-        task.state = DISPATCHED
+        task.state = TaskState.DISPATCHED
         if comm.broken is not None:
             self._finish(
                 task,
@@ -314,7 +238,7 @@ class Collectives:
 
     def _matches(self, comm: Communicator, op: Op) -> bool:
         """False (and the op failed on every rank that arrived) if the calls differ."""
-        calls = {rank: task.payload[2] for rank, task in op.arrivals.items()}
+        calls = {rank: task.call for rank, task in op.arrivals.items()}
         if len({call.signature() for call in calls.values()}) == 1:
             if op.key[0] == "c" or len(calls) < 2:
                 return True
@@ -358,16 +282,16 @@ class Collectives:
         stream = task.stream
         stream.clock = max(stream.clock, end)
         if outcome is not None:
-            task.failure = Failure(outcome[0], message, task.seq)
-            member = task.payload[0]
+            task.fail(outcome[0], message)
+            member = task.member
             if member.error is None:
                 member.error = (outcome[1], message)
-        self.scheduler._complete(task)
+        self.scheduler.complete(task)
 
     # ---- execution ------------------------------------------------------------------------------
     def _execute(self, comm: Communicator, op: Op) -> None:
         tasks = [op.arrivals[rank] for rank in op.ranks]
-        calls = [task.payload[2] for task in tasks]
+        calls = [task.call for task in tasks]
         call = calls[0]
         kind, itemsize = call.kind, ht.ITEM_SIZES.get(call.dtype, 1)
         if kind in ht.POINT_TO_POINT:
@@ -385,7 +309,7 @@ class Collectives:
             return
         snapshot = reduce.needs_snapshot(groups, itemsize)
         devices = sorted({task.stream.device for task in tasks})
-        cores = [core for d in devices for core in self.scheduler.devices[d].cores]
+        cores = [core for d in devices for core in self.scheduler.devices[d].units[UnitKind.AI_CORE]]
         parallel = min(len(cores), self._cpus)
         pieces = (
             1 if snapshot else reduce.piece_count(reduce.bytes_written(groups, itemsize), parallel)
@@ -407,14 +331,14 @@ class Collectives:
                 job.next_piece += 1
                 job.out += 1
                 dtype_name = ht.DTYPE_NAMES.get(job.call.dtype, "uint8")
-                self.scheduler.send_work(
-                    core, job, "collective", dtype_name, job.call.op, job.groups, job.snapshot, run
-                )
+                token = self.scheduler.hand(core, job)
+                piece = ReducePiece(token, dtype_name, job.call.op, job.groups, job.snapshot, run)
+                self.scheduler.send(core, [piece])
             if job.next_piece == len(job.pieces) and job in self.jobs:
                 self.jobs.remove(job)
 
     def work_done(self, job: Job) -> None:
-        """A core finished (or lost) its share of `job` (the scheduler set failure/timestamp)."""
+        """A core finished (or lost) its share of `job`."""
         job.out -= 1
         if job.out or job.next_piece < len(job.pieces):
             return
@@ -437,9 +361,7 @@ class Collectives:
             return
         op.deadline = time.monotonic() + comm.exec_timeout_s
         heapq.heappush(self._heap, (op.deadline, next(self._heap_ids), comm, op))
-        note = getattr(self.scheduler, "_note_deadline", None)
-        if note is not None:  # the scheduler thread may be asleep until a later deadline
-            note(op.deadline)
+        self.scheduler.note_deadline(op.deadline)  # its thread may sleep until a later one
         self._live += 1
         if len(self._heap) > 64 + 4 * self._live:  # drop entries of ops that finished long ago
             self._heap = [entry for entry in self._heap if not entry[3].done]
@@ -462,12 +384,12 @@ class Collectives:
 
     def _time_out(self, comm: Communicator, op: Op) -> None:
         missing = [r for r in op.ranks if r not in op.arrivals]
-        call = next(iter(op.arrivals.values())).payload[2]
+        call = next(iter(op.arrivals.values())).call
         notes = []
         for rank in missing:
             member = comm.members[rank]
             elsewhere = [
-                (other.key, other.arrivals[rank].payload[2])
+                (other.key, other.arrivals[rank].call)
                 for other in comm.ops.values()
                 if rank in other.arrivals
             ]
@@ -486,7 +408,7 @@ class Collectives:
         self._fail_op(comm, op, TIMEOUT, message)
 
     # ---- ranks that leave -----------------------------------------------------------------------
-    def _leave(self, member: Member) -> None:
+    def leave(self, member: Member) -> None:
         """HcclCommDestroy: what the rank submitted still runs; the others' collectives that
         it will never join fail (now, or when they arrive)."""
         comm = member.comm
@@ -507,10 +429,10 @@ class Collectives:
                     "submitting it",
                 )
 
-    def discarded(self, task) -> None:
+    def discarded(self, task: CollectiveTask) -> None:
         """A collective task was dropped before it reached its stream's head (the stream was
         force-destroyed, its context stopped on failure, its process ended)."""
-        member, key, call = task.payload
+        member, key, call = task.member, task.key, task.call
         comm = member.comm
         if comm is None or comm.broken is not None:
             return
@@ -547,7 +469,7 @@ class Collectives:
                     self._finish(
                         task,
                         comm.broken[0],
-                        f"{task.payload[2].describe()} "
+                        f"{task.call.describe()} "
                         f"({_op_title(comm, op.key)}): {comm.broken[1]}",
                     )
             comm.failed.clear()

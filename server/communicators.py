@@ -9,9 +9,9 @@ drive them (HcclGetRootInfo, HcclCommInitRootInfo, HcclCommDestroy, HcclGetCommA
   HCCL_CONNECT_TIMEOUT passes first. Bad n_ranks / rank / a reused root info ->
   HCCL_E_PARA; a rank whose process ends during init -> HCCL_E_REMOTE for the others.
 
-Request handlers run on a session's reader thread and only check arguments; the rest runs
-under the scheduler (its thread, or its lock), which owns all the state here. What runs
-on a formed communicator is server/collectives.py.
+The requests (server/handlers/collectives.py) check their arguments on the session's
+thread; the rest runs under the scheduler (its thread, or its lock), which owns all the
+state here. What runs on a formed communicator is server/collectives.py.
 """
 
 from __future__ import annotations
@@ -25,10 +25,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from simnpu.proto import hccl_types as ht
-from simnpu.proto import npu_pb2
-from simnpu.proto.errors import NpuError, bad_handle
+from simnpu.proto import npu_pb2 as pb
+from simnpu.proto.errors import bad_handle
 from simnpu.server.objects import Waiter
-from simnpu.server.sentinels import DEFERRED
 
 log = logging.getLogger("simnpu.collectives")
 
@@ -37,7 +36,6 @@ ROOT_VERSION = 1
 ROOT_LAYOUT = struct.Struct(
     "<16sIQI16sI"
 )  # magic, version, comm id, daemon pid, daemon nonce, root device
-COMM_HANDLE_KIND = 16
 MAX_RANKS = 4096
 
 
@@ -106,8 +104,8 @@ class Communicator:
 
 def member_of(session, handle: int) -> Member:
     """The formed communicator rank a session's handle stands for (else 107017)."""
-    member = session.handles.get(handle)
-    if not isinstance(member, Member) or member.comm is None:
+    member = session.handles.get(handle, Member, "communicator")
+    if member.comm is None:
         raise bad_handle("communicator", handle)
     return member
 
@@ -120,48 +118,13 @@ def rank_list(ranks) -> str:
 class Communicators:
     """Root infos, rendezvous and the ranks of every session (scheduler-owned)."""
 
-    def __init__(self, scheduler, on_leave):
+    def __init__(self, scheduler):
         self.scheduler = scheduler
-        self._on_leave = on_leave  # (member) after HcclCommDestroy, for its pending collectives
         self.pid = os.getpid()
         self.nonce = os.urandom(16)
         self._ids = itertools.count(1)
         self.rendezvous: dict[int, Rendezvous] = {}
         self._members: dict = {}  # session -> [Member]
-
-    # ==== requests (session reader thread) =======================================================
-    def handlers(self, session) -> dict:
-        """The session's handlers of the HCCL request ops."""
-
-        def wrap(method):
-            def handler(request):
-                try:
-                    method(session, request)
-                except HcclFailure as failure:
-                    session.respond(request.id, failure.result, failure.message)
-                except NpuError as error:  # a bad handle or argument: HCCL says E_PARA
-                    session.respond(request.id, ht.HCCL_E_PARA, error.message)
-
-                return DEFERRED
-
-            return handler
-
-        return {
-            npu_pb2.OP_HCCL_GET_ROOT_INFO: wrap(self._get_root_info),
-            npu_pb2.OP_HCCL_COMM_INIT: wrap(self._comm_init),
-            npu_pb2.OP_HCCL_COMM_DESTROY: wrap(self._comm_destroy),
-            npu_pb2.OP_HCCL_COMM_ASYNC_ERROR: wrap(self._comm_async_error),
-        }
-
-    def _get_root_info(self, session, request) -> None:
-        device, exec_timeout_ms = (list(request.args) + [0, -1])[:2]
-        session._device(device)
-        timeout_s = ht.DEFAULT_EXEC_TIMEOUT_S if exec_timeout_ms < 0 else exec_timeout_ms / 1000.0
-
-        def issue():
-            session.respond(request.id, data=self.issue_root_info(session.pid, device, timeout_s))
-
-        session._batch.append((issue, ()))
 
     def issue_root_info(self, root_pid: int, device: int, exec_timeout_s: float) -> bytes:
         """A new communicator id as root info bytes (scheduler): for HcclGetRootInfo, and for
@@ -171,7 +134,7 @@ class Communicators:
         info = ROOT_LAYOUT.pack(ROOT_MAGIC, ROOT_VERSION, comm_id, self.pid, self.nonce, device)
         return info.ljust(ht.HCCL_ROOT_INFO_BYTES, b"\0")
 
-    def _parse_root_info(self, data: bytes) -> int:
+    def parse_root_info(self, data: bytes) -> int:
         if len(data) != ht.HCCL_ROOT_INFO_BYTES or not data.startswith(ROOT_MAGIC):
             raise HcclFailure(
                 ht.HCCL_E_PARA,
@@ -187,42 +150,9 @@ class Communicators:
             )
         return comm_id
 
-    def _comm_init(self, session, request) -> None:
-        n_ranks, rank, device, connect_timeout_ms = (list(request.args) + [0, 0, 0, 0])[:4]
-        comm_id = self._parse_root_info(request.data)
-        session._device(device)
-        if not 1 <= n_ranks <= MAX_RANKS:
-            raise HcclFailure(ht.HCCL_E_PARA, f"n_ranks {n_ranks} is not in [1, {MAX_RANKS}]")
-        if not 0 <= rank < n_ranks:
-            raise HcclFailure(ht.HCCL_E_PARA, f"rank {rank} is not in [0, n_ranks={n_ranks})")
-        if connect_timeout_ms <= 0:
-            connect_timeout_ms = int(ht.DEFAULT_CONNECT_TIMEOUT_S * 1000)
-        member = Member(session, rank, n_ranks, device, comm_id)
-        member.handle = session._new_handle(member, COMM_HANDLE_KIND)
-        session._batch.append((self._join, (member, connect_timeout_ms / 1000.0, request.id)))
-
-    def _comm_destroy(self, session, request) -> None:
-        member = member_of(session, request.args[0] if request.args else 0)
-        del session.handles[member.handle]
-
-        def leave():
-            member.state = "destroyed"
-            self._on_leave(member)
-            session.respond(request.id)
-
-        session._batch.append((leave, ()))
-
-    def _comm_async_error(self, session, request) -> None:
-        member = member_of(session, request.args[0] if request.args else 0)
-
-        def answer():
-            result, message = member.error or (ht.HCCL_SUCCESS, "")
-            session.respond(request.id, values=[result], text=message)
-
-        session._batch.append((answer, ()))
-
     # ==== init (scheduler thread) ================================================================
-    def _join(self, member: Member, connect_timeout_s: float, request_id: int) -> None:
+    def join(self, member: Member, connect_timeout_s: float, request_id: int) -> None:
+        """HcclCommInitRootInfo of `member` (under the scheduler): it waits for the others."""
         session = member.session
         self._members.setdefault(session, []).append(member)
         rendezvous = self.rendezvous.get(member.comm_id)
@@ -286,8 +216,8 @@ class Communicators:
 
     def _reject(self, member: Member, request_id: int, result: int, message: str) -> None:
         member.state = "gone"
-        member.session.handles.pop(member.handle, None)
-        member.session.respond(request_id, result, message)
+        member.session.handles.remove(member.handle)
+        member.session.respond(request_id, code=result, message=message)
 
     def _form(self, rendezvous: Rendezvous) -> None:
         members = [rendezvous.joined[rank][0] for rank in range(len(rendezvous.joined))]
@@ -303,7 +233,7 @@ class Communicators:
             waiter.finished = True
             member.comm = comm
             member.state = "ready"
-            member.session.respond(request_id, values=[member.handle])
+            member.session.respond(request_id, pb.HcclCommInitReply(comm=member.handle))
         rendezvous.state = "formed"
         rendezvous.joined = {}
 

@@ -1,5 +1,5 @@
-"""The device daemon: devices, workers, the scheduler and the gRPC server, started and
-stopped in the right order. Workers are spawned before gRPC starts."""
+"""The device daemon: devices, their units (worker processes), the scheduler and the gRPC
+server, started and stopped in the right order. Workers are spawned before gRPC starts."""
 
 from __future__ import annotations
 
@@ -18,17 +18,18 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from simnpu.proto import codes, npu_pb2, service
 from simnpu.proto.errors import NpuError
 from simnpu.proto.kernel_abi import discover_kernels
-from simnpu.server import observe, smi_view, worker_pool
+from simnpu.server import observe, smi_view
 from simnpu.server.config import DaemonConfig, is_unix, unix_path
 from simnpu.server.device import Device
 from simnpu.server.ipc_memory import IpcMemory
 from simnpu.server.memory_views import memory_snapshot, memory_stats
+from simnpu.server.observe import Observer
 from simnpu.server.rendezvous import Jobs
 from simnpu.server.resources import Binary
 from simnpu.server.scheduler import Scheduler
-from simnpu.server.sentinels import CLOSED
 from simnpu.server.service import NpuServicer
-from simnpu.server.session import Session
+from simnpu.server.session import CLOSED, Session
+from simnpu.server.workers import ProcessExecutor
 from simnpu.shm.region import shm_available_bytes, unlink_daemon_segments
 
 log = logging.getLogger("simnpu.daemon")
@@ -51,8 +52,9 @@ class Daemon:
         self.server = None
         self.health = None
         self._socket_paths: list[str] = []  # socket files this daemon created (and removes)
-        self.scheduler = None
-        self.observer = None  # timeline and checkers (server/observe.py), when asked for
+        self.executor: ProcessExecutor | None = None
+        self.scheduler: Scheduler | None = None
+        self.observer: Observer | None = None  # timeline and checkers (server/observe.py), when asked for
         self.jobs: Jobs | None = None  # job rendezvous (server/rendezvous.py), with the scheduler
         source = resources.files("simnpu.server.kernels").joinpath("builtin.py").read_text()
         self.builtin_binary = Binary(1, source, "<simnpu builtin kernels>", discover_kernels(source))
@@ -62,17 +64,14 @@ class Daemon:
         """Create device memory, start workers and the scheduler, then serve gRPC."""
         check_shm_space(self.config.devices * (self.config.memory_bytes + self.config.staging_bytes))
         try:
+            units_per_device = self.config.ai_cores + self.config.copy_engines
             for index in range(self.config.devices):
                 self.devices.append(Device(index, self.config.memory_bytes, self.config.ai_cores,
-                                           self.config.copy_engines))
-            names = [d.region.name for d in self.devices]
-            handles = []
-            for device in self.devices:
-                handles += device.create_workers(names, len(handles))
-            for handle in handles:
-                handle.start()
-            worker_pool.wait_ready(handles)
-            self.scheduler = Scheduler(self.devices, self.config.op_timeout_s)
+                                           self.config.copy_engines, index * units_per_device))
+            units = [unit for device in self.devices for unit in device.all_units()]
+            self.executor = ProcessExecutor(units, [device.region.name for device in self.devices])
+            self.executor.start()
+            self.scheduler = Scheduler(self.devices, self.executor, self.config.op_timeout_s)
             observe.install(self)  # --trace / --check
             self.jobs = Jobs(self.scheduler)
             self.scheduler.start()
@@ -138,9 +137,8 @@ class Daemon:
             self.observer.stop()  # --trace / --check-report files
         if self.scheduler is not None:
             self.scheduler.stop()
-        for device in self.devices:
-            for worker in device.cores + device.engines:
-                worker.stop()
+        if self.executor is not None:
+            self.executor.stop()
         for session in sessions:
             session.release_all()
         for device in self.devices:
@@ -201,11 +199,11 @@ class Daemon:
             return next(self._binary_ids)
 
     def forget_segment(self, name: str) -> None:
-        """A pinned, staging or notify segment was unlinked: workers drop their mapping
-        (scheduler thread)."""
+        """A pinned, staging or notify segment was unlinked: units drop their mapping with
+        their next batch (under the scheduler lock)."""
         for device in self.devices:
-            for worker in device.cores + device.engines:
-                worker.forget.append(name)
+            for unit in device.all_units():
+                unit.forget.append(name)
 
     def describe(self, what: str, device_index: int) -> object:
         """Read-only views for tools (the Query RPC)."""

@@ -1,42 +1,42 @@
-"""One simulated device: its memory region, allocator, AI cores and copy engines."""
+"""One simulated device: its memory region and allocator, its AI cores and copy engines, and
+the streams whose head waits for a free unit."""
 
 from __future__ import annotations
 
 import threading
+from typing import TYPE_CHECKING
 
-from simnpu.server.worker_pool import AI_CORE, COPY_ENGINE, WorkerHandle
+from simnpu.server.executor import Unit, UnitKind
 from simnpu.shm.addresses import device_address, split_device_address
 from simnpu.shm.allocator import Allocation, DeviceAllocator
 from simnpu.shm.region import Region, segment_name
 
+if TYPE_CHECKING:
+    from simnpu.server.objects import Stream
+
 
 class Device:
-    """Device `index`. Memory is owned here; workers are driven by the scheduler."""
+    """Device `index`. Memory is owned here; its units are driven by the scheduler."""
 
-    def __init__(self, index: int, memory_bytes: int, ai_cores: int, copy_engines: int):
+    def __init__(self, index: int, memory_bytes: int, ai_cores: int, copy_engines: int, first_core_id: int):
         self.index = index
         self.region = Region.create(segment_name(f"dev{index}"), memory_bytes)
         self.allocator = DeviceAllocator(memory_bytes)
         self.lock = threading.Lock()  # guards the allocator: sessions allocate concurrently
-        self.cores: list[WorkerHandle] = []
-        self.engines: list[WorkerHandle] = []
-        self.ai_core_count = ai_cores
-        self.copy_engine_count = copy_engines
-        self.ready_kernels: list = []  # streams whose head is a launch with blocks to hand out
-        self.ready_copies: list = []   # streams whose head is a copy or memset
-
-    def create_workers(self, region_names: list[str], first_core_id: int) -> list[WorkerHandle]:
-        """Handles for this device's workers (not started). Core ids are daemon-wide."""
-        self.cores = [WorkerHandle(AI_CORE, self.index, i, first_core_id + i, region_names)
-                      for i in range(self.ai_core_count)]
-        base = first_core_id + self.ai_core_count
-        self.engines = [WorkerHandle(COPY_ENGINE, self.index, i, base + i, region_names)
-                        for i in range(self.copy_engine_count)]
-        return self.cores + self.engines
+        engines = first_core_id + ai_cores
+        self.units: dict[UnitKind, list[Unit]] = {  # core ids are daemon-wide
+            UnitKind.AI_CORE: [Unit(UnitKind.AI_CORE, index, i, first_core_id + i) for i in range(ai_cores)],
+            UnitKind.COPY_ENGINE: [Unit(UnitKind.COPY_ENGINE, index, i, engines + i) for i in range(copy_engines)],
+        }
+        # streams whose head is device work for units of each kind, in the order they got there
+        self.ready: dict[UnitKind, list[Stream]] = {kind: [] for kind in UnitKind}
 
     @property
     def capacity(self) -> int:
         return self.allocator.capacity
+
+    def all_units(self) -> list[Unit]:
+        return [unit for units in self.units.values() for unit in units]
 
     def allocate(self, size: int, policy: int, owner: object, limit: int | None = None) -> int:
         """aclrtMalloc on this device: the device address of a new allocation. `limit` caps

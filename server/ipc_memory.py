@@ -57,10 +57,10 @@ class Export:
     address: int          # the shared range [address, address + size)
     size: int
     block: int            # device address of the allocation holding it
-    exporter: object      # the exporting Session
+    exporter: object      # the exporting client (its Owner)
     validate_pids: bool
     pids: set = field(default_factory=set)
-    importers: dict = field(default_factory=dict)  # Session -> open imports
+    importers: dict = field(default_factory=dict)  # importing client (Owner) -> open imports
     exporter_closed: bool = False
 
 

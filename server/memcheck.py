@@ -28,7 +28,7 @@ from __future__ import annotations
 import bisect
 from collections import deque
 
-from simnpu.shm.addresses import device_address, split_device_address
+from simnpu.shm.addresses import split_device_address
 
 TOMBSTONES = 4096
 
@@ -166,35 +166,6 @@ class MemoryMap:
                 block.history[:] = [a for a in block.history if a.session is not session]
         self.tombstones = deque((t for t in self.tombstones if t.session is not session),
                                 maxlen=self.tombstones.maxlen)
-
-
-def task_accesses(task, probe, device_address_of=device_address) -> list:
-    """(space, key, lo, hi, write, blocks) of a completed task, from what it was given
-    (copies, memsets) or what it used (kernels)."""
-    from simnpu.server.objects import COPY, KERNEL, MEMSET
-
-    kind = task.kind
-    if kind == COPY:
-        dst, src, count = task.payload
-        return [_location_access(src, count, False), _location_access(dst, count, True)]
-    if kind == MEMSET:
-        dst, _, count = task.payload
-        return [_location_access(dst, count, True)]
-    if kind == KERNEL and probe.accesses:
-        out = []
-        for lo, hi, write, b0, b1 in probe.accesses:
-            device, _ = split_device_address(lo)
-            out.append(("dev", device, lo, hi, write, (b0, b1)))
-        return out
-    return []
-
-
-def _location_access(location, count: int, write: bool) -> tuple:
-    space, key, offset = location
-    if space == "dev":
-        start = device_address(key, offset)
-        return ("dev", key, start, start + count, write, None)
-    return ("seg", key, offset, offset + count, write, None)
 
 
 def classify_fault(memory: MemoryMap, session, bounds, fault, devices=()) -> tuple[str, str]:

@@ -37,7 +37,8 @@ def memory_snapshot(daemon, device) -> list[dict]:
         shared = daemon.ipc.describe(address)
         if shared is not None:
             entry["ipc"] = shared
-        pool = getattr(owner, "pool_of", lambda _: None)(address)
+        session = daemon.sessions.get(getattr(owner, "id", None))
+        pool = session.memory.pool_of(address) if session is not None else None
         if pool is not None:
             entry["pool"] = pool
         out.append(entry)

@@ -1,33 +1,24 @@
-"""The runtime objects the scheduler works on: contexts, streams, events and tasks.
+"""The runtime objects the scheduler works on: the owning client, its contexts, streams and
+events, failures, and the waiters of blocked host calls.
 
-Sessions create them and hand them to the scheduler; after that only the scheduler
-thread changes their mutable state.
+Sessions create them and hand them to the scheduler; after that their mutable state is
+changed under the scheduler lock only. Tasks are in server/tasks/.
 """
 
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from simnpu.proto import codes
 
-# task kinds
-KERNEL = "kernel"
-COPY = "copy"
-MEMSET = "memset"
-RECORD = "record"
-WAIT = "wait"
-RESET = "reset"
-HOST = "host"  # a host callback or host function, run by the client
-COLLECTIVE = "collective"  # an HCCL collective or send/recv of one rank (server/collectives.py)
-COLLECTIVE_WORK = "collective work"  # the data movement of a matched collective, on AI cores
-
-DEVICE_WORK = (KERNEL, COPY, MEMSET)
-
-# task states
-PENDING = 0
-DISPATCHED = 1
-DONE = 2
+if TYPE_CHECKING:
+    from simnpu.server.signals import SignalArea, StreamSignal
+    from simnpu.server.tasks import Task
+    from simnpu.server.tasks.event import RecordTask
+    from simnpu.server.tasks.host_callback import HostCallbackTask
 
 
 @dataclass(eq=False)
@@ -39,14 +30,39 @@ class Failure:
     seq: int
 
 
+class Owner:
+    """The client process that owns contexts, streams and tasks, as the scheduler and the
+    tasks see it (its session keeps it up to date): who it is, its operator timeout, the
+    rejected call it has not been told about, its completion signals, and where its host
+    callbacks are announced."""
+
+    def __init__(self, session_id: int, announce: Callable[[int], None]):
+        self.id = session_id
+        self.pid = 0
+        self.process_name = "?"
+        self.announce = announce  # (callback id): tell the client to run a host callback now
+        self.op_timeout_s: float | None = None  # aclrtSetOpExecuteTimeOut; None: the daemon's
+        self.rejected: Failure | None = None  # a rejected asynchronous call, reported at the next sync
+        self.contexts: list[Context] = []
+        self.signals: SignalArea | None = None  # its notify area's completion signals (fast path)
+        self.waiting_callbacks: dict[int, HostCallbackTask] = {}  # blocking host callbacks by id
+        self.closed = False
+
+    def __repr__(self) -> str:
+        return f"session {self.id} (pid {self.pid} {self.process_name})"
+
+    def streams(self) -> list[Stream]:
+        return [stream for context in self.contexts for stream in context.streams]
+
+
 @dataclass(eq=False)
 class Context:
     handle: int
     device: int
-    session: object
+    owner: Owner
     failure_mode: int = codes.ACL_CONTINUE_ON_FAILURE
-    failure: Failure | None = None  # STOP_ON_FAILURE: the first failure, sticky
-    streams: list = field(default_factory=list)
+    failure: Failure | None = None  # ACL_STOP_ON_FAILURE: the first failure, sticky
+    streams: list[Stream] = field(default_factory=list)
 
 
 @dataclass(eq=False)
@@ -55,26 +71,30 @@ class Stream:
     context: Context
     priority: int
     flags: int = 0
-    tasks: deque = field(default_factory=deque)
-    failure: Failure | None = None  # CONTINUE_ON_FAILURE: reported once at the next sync
+    tasks: deque[Task] = field(default_factory=deque)
+    failure: Failure | None = None  # ACL_CONTINUE_ON_FAILURE: reported once at the next sync
     clock: int = 0          # device time at which the stream's last finished task ended
-    watchers: list = field(default_factory=list)  # Waiters to re-check when a task completes
+    watchers: list[Waiter] = field(default_factory=list)  # re-checked as its tasks complete
     destroyed: bool = False
     queued_ready: bool = False  # in its device's ready list
-    notify_slot: int = -1       # its word in the session's notify area (docs/fast-path.md), or -1
-    word_seq: int = 0           # the highest sequence number the daemon has written to that word
+    signal: StreamSignal | None = None  # its completion signal (docs/fast-path.md)
 
     @property
     def device(self) -> int:
         return self.context.device
 
     @property
-    def session(self):
-        return self.context.session
+    def owner(self) -> Owner:
+        return self.context.owner
 
     def drained_upto(self, seq: int) -> bool:
         """True when every task submitted up to `seq` has finished."""
         return not self.tasks or self.tasks[0].seq > seq
+
+    def failure_pending(self) -> bool:
+        """Would a synchronize of this stream report a failure now?"""
+        return (self.failure is not None or self.context.failure is not None
+                or self.context.owner.rejected is not None)
 
 
 @dataclass(eq=False)
@@ -82,39 +102,16 @@ class Event:
     handle: int
     context: Context
     flags: int
-    latest_record: Task | None = None
-
-
-@dataclass(eq=False, slots=True)
-class Task:
-    seq: int
-    kind: str
-    stream: Stream
-    payload: tuple = ()
-    state: int = PENDING
-    failure: Failure | None = None
-    timestamp: int = 0            # records: when the stream reached them
-    waiters: list = field(default_factory=list)  # records: Waiters and blocked streams
-    blocks_next: int = 0          # kernels: first block not yet handed to a core; copies: piece
-    chunks_out: int = 0           # kernels, copies: pieces handed out and not yet finished
-    pieces: int = 0               # copies, memsets: how many engines share it (set at dispatch)
-    probe: object = None          # observed sessions: timeline and checking state (server/observe.py)
-
-
-@dataclass(eq=False)
-class DeviceArgs:
-    """Launch arguments that lie in device memory (aclrtLaunchKernel). They are read when
-    the launch reaches the head of its stream, so tasks before it may still write them."""
-
-    read: object  # () -> (values, bounds); raises NpuError
+    latest_record: RecordTask | None = None
 
 
 @dataclass(eq=False)
 class Waiter:
-    """A blocked host call (synchronize, destroy): `ready()` is re-checked as work completes."""
+    """A blocked host call (synchronize, destroy): `ready()` is re-checked as work completes;
+    `finish(timed_out)` answers it once."""
 
-    ready: object               # () -> bool
-    finish: object              # (timed_out: bool) -> None
+    ready: Callable[[], bool]
+    finish: Callable[[bool], None]
     deadline: float | None = None
     finished: bool = False
 

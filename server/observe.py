@@ -1,20 +1,20 @@
 """Observability in the daemon: the timeline and the checkers, and the hooks that feed them.
 
 Off by default and free when off: the daemon has no Observer until `simnpu serve --trace /
---check` or a client's OP_OBSERVE asks for one; until then every hook in the command path
-is one `is not None` test. With an Observer, a session is observed (has a `Watch`) when
-the daemon observes everyone or the client asked; its tasks carry a `Probe` (submit time,
-call site, vector clock, the accesses a checked kernel reported). Unobserved sessions'
-tasks have no probe and cost one dict look-up at submit.
+--check` or a client's ObserveRequest asks for one; until then every hook in the command
+path is one `is not None` test. With an Observer, a client (its Owner) is observed (has a
+`Watch`) when the daemon observes everyone or the client asked; its tasks carry a `Probe`
+(submit time, call site, vector clock, the accesses a checked kernel reported). Unobserved
+clients' tasks have no probe and cost one dict look-up at submit.
 
 Hooks (all under the scheduler lock unless said otherwise):
 
-  Scheduler.submit        -> submitted(task)        probe, vector clock, checked bounds
-  Scheduler._add_kernel_item                        block range of a traced chunk
-  Scheduler._on_worker_message -> ran(), worker_notice()   chunk times, kernel accesses
-  Scheduler._complete     -> completing(task)       timeline record, checks, failures
+  Scheduler.submit        -> submitted(task)        probe, vector clock, checked kernels
+  KernelTask hand-out                               block range of a traced chunk
+  Scheduler reports       -> ran(), accessed()      chunk times, kernel accesses
+  Scheduler.complete      -> completing(task)       timeline record, checks, failures
   Session.handle_message  -> sites()                the client's call sites (reader thread)
-  Session sync/query/free/malloc/close              host ordering, tombstones, leaks
+  handlers: sync/query/free/malloc, Session.close   host ordering, tombstones, leaks
 
 Findings become task failures (507053, at the next synchronize, as ACL reports memory
 errors) when they are errors, and lines in the report; see docs/observability.md.
@@ -26,50 +26,29 @@ import json
 import logging
 import time
 
-from simnpu.proto import codes, npu_pb2
-from simnpu.proto import hccl_types as ht
+from typing import TYPE_CHECKING
+
+from simnpu.proto import codes
 from simnpu.proto import observe as flags_
 from simnpu.proto.errors import NpuError
 from simnpu.proto.observe import render
 from simnpu.server import races
-from simnpu.server.access_log import CheckedBounds
 from simnpu.server.findings import Finding, Findings, log_finding, task_line
-from simnpu.server.memcheck import (
-    MemoryMap,
-    Tombstone,
-    add_range,
-    classify_fault,
-    missing,
-    task_accesses,
-)
-from simnpu.server.objects import (
-    COLLECTIVE,
-    COPY,
-    KERNEL,
-    MEMSET,
-    DeviceArgs,
-    Failure,
-    Waiter,
-)
-from simnpu.server.sentinels import DEFERRED
-from simnpu.server.timeline import (
-    DEFAULT_CAPACITY,
-    Timeline,
-    chrome_trace,
-    describe_task,
-    stream_label,
-    write_json,
-)
+from simnpu.server.memcheck import MemoryMap, Tombstone, add_range, classify_fault, missing
+from simnpu.server.objects import Failure
+from simnpu.server.tasks import DeviceWork
+from simnpu.server.timeline import DEFAULT_CAPACITY, Timeline, chrome_trace, stream_label, write_json
 from simnpu.shm.addresses import split_device_address
+
+if TYPE_CHECKING:
+    from simnpu.server.daemon import Daemon
+    from simnpu.server.session import Session
 
 log = logging.getLogger("simnpu.observe")
 
 TRACE, MEMCHECK, INITCHECK, RACECHECK, STRICT, CHECKS = (
     flags_.TRACE, flags_.MEMCHECK, flags_.INITCHECK, flags_.RACECHECK, flags_.STRICT, flags_.CHECKS)
 MEMORY_ERROR = codes.ACL_ERROR_RT_DEVICE_MEM_ERROR  # what checker errors fail tasks with
-DRAIN_WAIT_S = 5.0  # how long a trace/report request waits for the session's queued work
-_TIMED = (KERNEL, COPY, MEMSET, COLLECTIVE)
-_DEVICE_WORK = (KERNEL, COPY, MEMSET)
 
 
 class Probe:
@@ -88,7 +67,7 @@ class Probe:
 
 
 class Watch:
-    """An observed session."""
+    """An observed client (`session`: its Owner)."""
 
     __slots__ = ("findings", "flags", "keys", "last_free_seq", "session", "sites")
 
@@ -101,7 +80,7 @@ class Watch:
 
 
 class Observer:
-    def __init__(self, daemon, flags: int = 0, trace_path: str | None = None,
+    def __init__(self, daemon: Daemon, flags: int = 0, trace_path: str | None = None,
                  report_path: str | None = None, capacity: int = DEFAULT_CAPACITY):
         self.daemon = daemon
         self.scheduler = daemon.scheduler
@@ -109,7 +88,7 @@ class Observer:
         self.trace_path, self.report_path = trace_path, report_path
         self.started_ns = time.monotonic_ns()
         self.timeline = Timeline(capacity)
-        self.watches: dict = {}  # Session -> Watch
+        self.watches: dict = {}  # Owner -> Watch
         self.tracing = bool(flags & TRACE)  # someone is traced: workers' results are recorded
         self.blocks: dict = {}  # token -> (first, last) of a traced kernel chunk
         self.memory = MemoryMap()
@@ -117,9 +96,9 @@ class Observer:
         self.findings = Findings()  # every session's, for the daemon's report
 
     @classmethod
-    def ensure(cls, daemon) -> Observer:
+    def ensure(cls, daemon: Daemon) -> Observer:
         """The daemon's observer, made and installed in the scheduler on first use."""
-        with daemon.scheduler._lock:
+        with daemon.scheduler.lock:
             if daemon.observer is None:
                 daemon.observer = cls(daemon, capacity=daemon.config.trace_buffer)
                 daemon.scheduler.observer = daemon.observer
@@ -133,7 +112,7 @@ class Observer:
         return self.flags
 
     def watch(self, session, flags: int) -> Watch:
-        with self.scheduler._lock:
+        with self.scheduler.lock:
             watch = self.watches.get(session)
             if watch is None:
                 watch = self.watches[session] = Watch(session, flags | self.flags)
@@ -143,13 +122,14 @@ class Observer:
                 self.tracing = True
             return watch
 
-    def sites(self, session, seqs, names) -> None:
+    def sites(self, session, done: int, seqs, names) -> None:
+        """The call sites of an observed client's calls (its calls up to `done` have been
+        handled: theirs go)."""
         watch = self.watches.get(session)
         if watch is None:
             return
         table = watch.sites
         if table:
-            done = session.seq
             for seq in [s for s in table if s <= done]:
                 del table[seq]
         table.update(zip(seqs, names))
@@ -162,8 +142,8 @@ class Observer:
 
     # ---- the command path (scheduler lock) ------------------------------------------------------
     def submitted(self, task) -> None:
-        session = task.stream.context.session
-        watch = self.watches.get(session)
+        owner = task.stream.owner
+        watch = self.watches.get(owner)
         if watch is None:
             return
         now = time.monotonic_ns()
@@ -172,58 +152,37 @@ class Observer:
             key = watch.keys.get(stream)  # needs), (submit time, watch) on control tasks
             if key is None:  # (they are recorded when they complete)
                 key = watch.keys[stream] = self.timeline.stream_key(stream)
-            kind = task.kind
-            if kind == KERNEL:  # (Timeline.submitted, written out: this runs for every task)
-                payload = task.payload
-                self.timeline.records.append(("s", id(task), key, task.seq, kind, payload[1], payload[3], now, None))
-                task.probe = False
-            else:
-                self.timeline.submitted(task, key, now, None)
-                task.probe = False if kind in _DEVICE_WORK else (now, watch)
+            self.timeline.submitted(task, key, now, None)
+            task.probe = False if isinstance(task, DeviceWork) else (now, watch)
             return
         probe = task.probe = Probe(now, watch.sites.pop(task.seq, "?"), watch)
         if probe.traced:
             self.timeline.submitted(task, self.timeline.stream_key(task.stream), now, probe.site)
-        self.clocks.stamp(task, probe, session, _blocks_host(task, session))
-        if task.kind == KERNEL:
-            binary, name, values, num_blocks, bounds = task.payload
-            if isinstance(values, DeviceArgs):
-                read = values.read
-                values = DeviceArgs(lambda: _checked_args(read()))
-            else:
-                bounds = CheckedBounds(bounds)
-            task.payload = (binary, name, values, num_blocks, bounds)
+        self.clocks.stamp(task, probe, owner, task.blocks_host)
+        task.record_accesses()
 
-    def ran(self, worker, results) -> None:
-        """A worker's results (token, code, start, end, text), before the scheduler takes them:
-        one timeline record for those of traced tasks."""
-        inflight, blocks = worker.inflight, self.blocks
+    def ran(self, unit, results) -> None:
+        """A unit's results, before the scheduler takes them: one timeline record for those
+        of traced tasks (an HCCL collective's data movement has no probe)."""
+        inflight, blocks = unit.inflight, self.blocks
         runs = []
         for token, code, start, end, _ in results:
             task = inflight[token]
             chunk = blocks.pop(token, None) if blocks else None
-            try:
-                probe = task.probe
-            except AttributeError:  # an HCCL collective's data movement
-                continue
+            probe = task.probe
             if probe is False or (probe is not None and probe.traced):
                 runs.append((id(task), start, end, chunk, code))
         if runs:
-            timeline = self.timeline
-            if worker.core_id not in timeline.workers:
-                timeline.workers[worker.core_id] = (worker.device, worker.kind, worker.index)
-            timeline.records.append(("r", worker.core_id, tuple(runs)))
+            self.timeline.ran(unit, tuple(runs))
 
-    def worker_notice(self, worker, message) -> None:
-        if message[0] != "accesses":
-            return
-        _, token, entries, fault = message
-        task = worker.inflight.get(token)
+    def accessed(self, unit, report) -> None:
+        """What a checked kernel touched (server/access_log.py)."""
+        task = unit.inflight.get(report.token)
         probe = getattr(task, "probe", None)
         if probe.__class__ is Probe:
-            probe.accesses.extend(entries)
-            if fault is not None and probe.fault is None:
-                probe.fault = fault
+            probe.accesses.extend(report.entries)
+            if report.fault is not None and probe.fault is None:
+                probe.fault = report.fault
 
     def completing(self, task) -> None:
         probe = task.probe
@@ -231,7 +190,7 @@ class Observer:
             self._done(task)
             return
         watch = probe.watch
-        if probe.traced and (task.kind not in _DEVICE_WORK or task.failure is not None):
+        if probe.traced and (not isinstance(task, DeviceWork) or task.failure is not None):
             self._done(task)
         if watch.flags & CHECKS:
             try:
@@ -240,7 +199,7 @@ class Observer:
                 log.exception("checking task %d of %r failed", task.seq, watch.session)
 
     def _done(self, task) -> None:
-        end = task.timestamp if task.kind in _TIMED and task.timestamp else time.monotonic_ns()
+        end = task.timestamp if task.timed and task.timestamp else time.monotonic_ns()
         self.timeline.done(task, end)
 
     # ---- host ordering (scheduler lock) ---------------------------------------------------------
@@ -255,24 +214,25 @@ class Observer:
             self.clocks.host_joins(session, record.probe.clock)
 
     # ---- memory (session reader threads) --------------------------------------------------------
-    def allocated(self, session, device: int, address: int, size: int) -> None:
-        watch = self.watches.get(session)
+    def allocated(self, owner, seq: int, device: int, address: int, size: int) -> None:
+        """aclrtMalloc (call `seq`) of `owner` gave `address`."""
+        watch = self.watches.get(owner)
         if watch is None or not watch.flags & CHECKS:
             return
-        with self.scheduler._lock:
-            self.memory.allocated(device, address, size, session, watch.sites.pop(session.seq, "?"), session.seq)
+        with self.scheduler.lock:
+            self.memory.allocated(device, address, size, owner, watch.sites.pop(seq, "?"), seq)
 
-    def freeing(self, session, address: int) -> None:
-        """aclrtFree of a live block of `session` (before it goes back to the allocator)."""
+    def freeing(self, client: Session, address: int) -> None:
+        """aclrtFree of a live block of `client` (before it goes back to the allocator)."""
+        session = client.owner
         watch = self.watches.get(session)
         if watch is None or not watch.flags & CHECKS:
             return
-        if session._batch:  # what this message queued before the free is submitted first
-            batch, session._batch = session._batch, []
-            self.scheduler.post(batch)
-        with self.scheduler._lock:
+        client.flush()  # what this message queued before the free is submitted first
+        seq = client.seq
+        with self.scheduler.lock:
             device, _ = split_device_address(address)
-            site = watch.sites.pop(session.seq, "?")
+            site = watch.sites.pop(seq, "?")
             shared = self.daemon.ipc.describe(address)
             if shared and shared.get("importers"):
                 return  # importers still hold it: it is not freed yet (server/ipc_memory.py)
@@ -280,14 +240,14 @@ class Observer:
             if block is None:
                 return
             clock = self.clocks.host_clock(session)
-            self.memory.tombstones.append(Tombstone(block, site, session.seq, clock))
-            watch.last_free_seq = session.seq
+            self.memory.tombstones.append(Tombstone(block, site, seq, clock))
+            watch.last_free_seq = seq
             if not watch.flags & MEMCHECK:
                 return
             for old in block.history:
                 if old.session is session and not races.ordered_before(old.agent, old.epoch, clock):
                     lo, hi = old.lo, old.hi
-                    text = (f"{block.describe()} was freed at {site} (task {session.seq}) while "
+                    text = (f"{block.describe()} was freed at {site} (task {seq}) while "
                             f"{'a write' if old.write else 'a read'} of bytes [{lo:#x}, {hi:#x}) by\n"
                             f"  {task_line(old.ref, old.blocks)}\n"
                             "was not known to be finished: synchronize its stream (or an event recorded "
@@ -296,12 +256,12 @@ class Observer:
                                                 ("freed in use", site, old.ref["site"]), text,
                                                 {"tasks": [old.ref], "range": [lo, hi], "free_site": site})
                     if new:
-                        session._defer_failure(NpuError(MEMORY_ERROR, f"simnpu memcheck: use-after-free\n{text}"))
+                        client.reject(NpuError(MEMORY_ERROR, f"simnpu memcheck: use-after-free\n{text}"))
                     break
 
     def session_closed(self, session) -> None:
         """The session ended (its queued work is done): leaks, then forget it."""
-        with self.scheduler._lock:
+        with self.scheduler.lock:
             watch = self.watches.pop(session, None)
             if watch is None:
                 return
@@ -317,7 +277,7 @@ class Observer:
 
     # ---- requests ---------------------------------------------------------------------------------
     def trace_json(self, session=None) -> dict:
-        with self.scheduler._lock:
+        with self.scheduler.lock:
             records = list(self.timeline.records)
         full = len(records) == self.timeline.capacity
         title = "simnpu daemon" if session is None else f"simnpu client {session.pid} {session.process_name}"
@@ -325,7 +285,7 @@ class Observer:
                             session_id=None if session is None else session.id)
 
     def report_json(self, session=None, final: bool = False) -> dict:
-        with self.scheduler._lock:
+        with self.scheduler.lock:
             if session is None:
                 return self.findings.as_json(flags_.describe(self.flags & ~TRACE))
             watch = self.watches.get(session)
@@ -364,19 +324,15 @@ class Observer:
     def _check_task(self, task, probe, watch) -> None:
         session = watch.session
         if probe.fault is not None and watch.flags & MEMCHECK and task.failure is not None:
-            kind, why = classify_fault(self.memory, session, task.payload[4] or (), probe.fault,
+            kind, why = classify_fault(self.memory, session, getattr(task, "bounds", ()) or (), probe.fault,
                                        self.daemon.devices)
             ref = self._ref(task, probe)
             text = f"{why}\n  in {task_line(ref, (probe.fault[3], probe.fault[3]))}"
             self._report(watch, "memcheck", kind, "error", (kind, probe.site), text,
                          {"tasks": [ref], "address": probe.fault[0], "bytes": probe.fault[1]})
             task.failure.message = f"simnpu memcheck: {kind}: {why}\n{task.failure.message}"
-        if task.kind == COLLECTIVE:
-            accesses = _collective_accesses(task)
-        else:
-            accesses = task_accesses(task, probe)
         raced: set = set()  # tasks this one was found racing with (one finding per pair)
-        for access in accesses:
+        for access in task.accesses():
             self._check_access(task, probe, watch, raced, *access)
 
     def _check_access(self, task, probe, watch, raced, space, key, lo, hi, mode, blocks) -> None:
@@ -385,7 +341,7 @@ class Observer:
         session, flags = watch.session, watch.flags
         write = mode == 1
         if space == "seg":
-            if not flags & RACECHECK or (session.staging is not None and key == session.staging.name):
+            if not flags & RACECHECK:
                 return
             block = self.memory.segment(key, 1 << 62)
             self._race(task, probe, watch, raced, block, lo, hi, write, blocks)
@@ -487,7 +443,7 @@ class Observer:
     def _ref(self, task, probe) -> dict:
         ref = probe.ref
         if ref is None:
-            session = task.stream.session
+            session = task.stream.owner
             ref = probe.ref = {"task": task.seq, "what": _what(task), "stream": stream_label(task.stream),
                                "pid": session.pid, "process": session.process_name, "site": probe.site,
                                "client": session.id}
@@ -495,98 +451,8 @@ class Observer:
 
 
 def _what(task) -> str:
-    name, cat, _ = describe_task(task)
-    return f"kernel {name}" if cat == "kernel" else name
-
-
-def _checked_args(result):
-    values, bounds = result
-    return values, CheckedBounds(bounds)
-
-
-def _blocks_host(task, session) -> bool:
-    """Whether the client's host waits for this task before going on: a synchronous copy or
-    memset (the hidden immediate stream) or a copy through the staging area."""
-    if task.stream.handle == 0:
-        return True
-    if task.kind == COPY and session.staging is not None:
-        name = session.staging.name
-        dst, src, _ = task.payload
-        return (dst[0] == "seg" and dst[1] == name) or (src[0] == "seg" and src[1] == name)
-    return False
-
-
-def _collective_accesses(task) -> list:
-    """A rank's collective reads its send buffer and writes its receive buffer."""
-    from simnpu.shm.addresses import device_address
-
-    member, _, call = task.payload
-    kind, n, rank = call.kind, member.n_ranks, member.rank
-    size = ht.ITEM_SIZES.get(call.dtype, 0) * call.elements
-    root = rank == call.root
-    send_bytes, recv_bytes = {
-        ht.HCCL_CMD_ALLREDUCE: (size, size),
-        ht.HCCL_CMD_REDUCE: (size, size if root else 0),
-        ht.HCCL_CMD_ALLGATHER: (size, size * n),
-        ht.HCCL_CMD_REDUCE_SCATTER: (size * n, size),
-        ht.HCCL_CMD_ALLTOALL: (size * n, size * n),
-        ht.HCCL_CMD_SCATTER: (size * n if root else 0, size),
-        ht.HCCL_CMD_SEND: (size, 0),
-        ht.HCCL_CMD_RECEIVE: (0, size),
-    }.get(kind, (0, 0))
-    out = []
-    if kind == ht.HCCL_CMD_BROADCAST:  # in place: the root reads, the others write
-        start = device_address(*call.send)
-        return [("dev", call.send[0], start, start + size, 0 if root else 1, None)]
-    if send_bytes:
-        start = device_address(*call.send)
-        out.append(("dev", call.send[0], start, start + send_bytes, 0, None))
-    if recv_bytes:
-        start = device_address(*call.recv)
-        out.append(("dev", call.recv[0], start, start + recv_bytes, 1, None))
-    return out
-
-
-# ---- the session's requests ------------------------------------------------------------------------
-def handlers(session) -> dict:
-    """OP_OBSERVE, OP_OBSERVE_TRACE, OP_OBSERVE_REPORT for `session` (registered at its start)."""
-
-    daemon = session.daemon
-
-    def observe(request):
-        bits = request.args[0]
-        if bits & ~(TRACE | CHECKS | STRICT):
-            raise NpuError(codes.ACL_ERROR_RT_PARAM_INVALID, f"unknown observe flags {bits:#x}")
-        observer = Observer.ensure(daemon)
-        return [observer.watch(session, bits).flags]
-
-    def after_drain(request, answer):
-        observer = daemon.observer
-        if observer is None:
-            session.respond(request.id, text=answer(None))
-            return
-        streams = [s for c in session.contexts for s in c.streams] + list(session.immediate.values())
-        deadline = time.monotonic() + DRAIN_WAIT_S
-
-        def begin():
-            waiter = Waiter(lambda: all(not s.tasks for s in streams),
-                            lambda timed_out: session.respond(request.id, text=answer(observer)), deadline)
-            session.scheduler.watch(waiter, streams=streams)
-
-        session._batch.append((begin, ()))
-
-    def trace(request):
-        after_drain(request, lambda observer: json.dumps(
-            observer.trace_json(session) if observer else {"traceEvents": []}, separators=(",", ":")))
-        return DEFERRED
-
-    def report(request):
-        final = bool(request.args[0])
-        after_drain(request, lambda observer: json.dumps(
-            observer.report_json(session, final) if observer else Findings().as_json("off")))
-        return DEFERRED
-
-    return {npu_pb2.OP_OBSERVE: observe, npu_pb2.OP_OBSERVE_TRACE: trace, npu_pb2.OP_OBSERVE_REPORT: report}
+    name, category, _ = task.describe()
+    return f"kernel {name}" if category == "kernel" else name
 
 
 def install(daemon) -> None:
@@ -599,9 +465,10 @@ def install(daemon) -> None:
         log.info("observing every client: %s", flags_.describe(bits))
 
 
-def hello_flags(session) -> int:
+def hello_flags(session: Session) -> int:
+    """The observe flags a new session must honour (the daemon observes everyone)."""
     observer = session.daemon.observer
-    return observer.hello(session) if observer is not None else 0
+    return observer.hello(session.owner) if observer is not None else 0
 
 
 def query(daemon, what: str) -> object:

@@ -35,7 +35,6 @@ from __future__ import annotations
 
 import itertools
 
-from simnpu.server.objects import WAIT
 
 HISTORY_CAP = 256  # accesses remembered per allocation (oldest dropped first)
 
@@ -67,8 +66,9 @@ class Clocks:
         host = self.hosts.get(session)
         if host:
             join(clock, host)
-        if task.kind == WAIT and task.payload and task.payload[0] is not None:
-            record_clock = getattr(task.payload[0].probe, "clock", None)  # None: not checked then
+        record = task.follows()  # a wait joins its record's clock
+        if record is not None:
+            record_clock = getattr(record.probe, "clock", None)  # None: not checked then
             if record_clock is not None:
                 join(clock, record_clock)
         epoch = clock.get(agent, 0) + 1

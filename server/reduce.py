@@ -34,17 +34,13 @@ import traceback
 
 from simnpu.proto import codes
 from simnpu.proto import hccl_types as ht
+from simnpu.server.work import ReducePiece, Result, Span
 
 BLOCK_BYTES = 256 << 10  # of each source per step: the running result stays in L2
 MIN_PIECE_BYTES = 2 << 20  # a piece is worth a message and a wake-up above this
 PIECES_PER_CORE = 2  # a core that finishes early (or starts late) takes more of the pieces
 
-Location = tuple  # (device index, byte offset in its memory)
-Group = tuple  # (sources, destinations, element count)
-
-
-def _at(location: Location, delta: int) -> Location:
-    return (location[0], location[1] + delta)
+Group = tuple  # (sources, destinations, element count); sources and destinations are Spans
 
 
 def plan(kind: int, sends: list, recvs: list, count: int, root: int, itemsize: int) -> list:
@@ -65,19 +61,19 @@ def plan(kind: int, sends: list, recvs: list, count: int, root: int, itemsize: i
     elif kind == ht.HCCL_CMD_BROADCAST:
         groups = [((sends[root],), tuple(sends), count)]
     elif kind == ht.HCCL_CMD_REDUCE_SCATTER:
-        groups = [(tuple(_at(s, r * step) for s in sends), (recvs[r],), count) for r in range(n)]
+        groups = [(tuple(s.at(r * step) for s in sends), (recvs[r],), count) for r in range(n)]
     elif kind == ht.HCCL_CMD_ALLGATHER:
         groups = [
-            ((sends[i],), tuple(_at(recvs[r], i * step) for r in range(n)), count) for i in range(n)
+            ((sends[i],), tuple(recvs[r].at(i * step) for r in range(n)), count) for i in range(n)
         ]
     elif kind == ht.HCCL_CMD_ALLTOALL:
         groups = [
-            ((_at(sends[i], j * step),), (_at(recvs[j], i * step),), count)
+            ((sends[i].at(j * step),), (recvs[j].at(i * step),), count)
             for i in range(n)
             for j in range(n)
         ]
     elif kind == ht.HCCL_CMD_SCATTER:
-        groups = [((_at(sends[root], r * step),), (recvs[r],), count) for r in range(n)]
+        groups = [((sends[root].at(r * step),), (recvs[r],), count) for r in range(n)]
     elif kind in ht.POINT_TO_POINT:  # sends = [the sender's buffer], recvs = [the receiver's]
         groups = [((sends[0],), (recvs[0],), count)]
     else:
@@ -95,15 +91,16 @@ def needs_snapshot(groups: list, itemsize: int) -> bool:
     """True when some destination overlaps a source other than itself in its own group,
     so that writing it could change what another part of the plan still has to read."""
     sources = [
-        (g, device, offset, offset + count * itemsize)
+        (g, span.segment, span.offset, span.offset + count * itemsize)
         for g, (srcs, _, count) in enumerate(groups)
-        for device, offset in srcs
+        for span in srcs
     ]
     for g, (_, dsts, count) in enumerate(groups):
-        for device, offset in dsts:
+        for span in dsts:
+            segment, offset = span.segment, span.offset
             end = offset + count * itemsize
-            for h, s_device, s_start, s_end in sources:
-                if s_device == device and s_start < end and offset < s_end:
+            for h, s_segment, s_start, s_end in sources:
+                if s_segment == segment and s_start < end and offset < s_end:
                     if h == g and s_start == offset:
                         continue
                     return True
@@ -170,33 +167,32 @@ def _ufunc(op: int):
     }[op]
 
 
-def execute(maps: list, item: tuple) -> tuple:
-    """Run one ("collective", token, dtype name, reduce op, groups, snapshot, piece) item
-    on the worker's device mappings; the result tuple of a worker item."""
-    _, token, dtype_name, op, groups, snapshot, piece = item
+def execute(maps: dict, item: ReducePiece) -> Result:
+    """Run one share of a collective's data movement on the unit's device mappings (by
+    segment name)."""
+    token = item.token
     start = time.monotonic_ns()
     try:
-        run(maps, dtype_name, op, groups, snapshot, piece)
+        run(maps, item.dtype, item.op, item.groups, item.snapshot, item.piece)
     except BaseException as exc:
-        return (
+        return Result(
             token,
             codes.ACL_ERROR_RT_AICORE_EXCEPTION,
             start,
             time.monotonic_ns(),
             "collective data movement failed:\n" + "".join(traceback.format_exception(exc)),
         )
-    return (token, 0, start, time.monotonic_ns(), "")
+    return Result(token, 0, start, time.monotonic_ns(), "")
 
 
-def run(maps: list, dtype_name: str, op: int, groups: list, snapshot: bool, piece: list) -> None:
+def run(maps: dict, dtype_name: str, op: int, groups: list, snapshot: bool, piece: list) -> None:
     import numpy as np
 
     dtype = _dtype(dtype_name)
     block = max(1, BLOCK_BYTES // dtype.itemsize)
 
-    def view(location, first, count):
-        device, offset = location
-        return np.frombuffer(maps[device], dtype, count, offset + first * dtype.itemsize)
+    def view(span: Span, first: int, count: int):
+        return np.frombuffer(maps[span.segment], dtype, count, span.offset + first * dtype.itemsize)
 
     work = []
     for g, first, end in piece:

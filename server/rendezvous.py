@@ -15,8 +15,8 @@ arrivals form a new communicator.
 - A process waits at most its own timeout (HCCL_CONNECT_TIMEOUT); then HCCL_E_TIMEOUT says
   how many of the job had arrived.
 
-Request handlers run on a session's reader thread; the rest runs under the scheduler, which
-owns the state here, as in server/communicators.py.
+The request (server/handlers/jobs.py) is checked on the session's thread; the rest runs
+under the scheduler, which owns the state here, as in server/communicators.py.
 """
 
 from __future__ import annotations
@@ -27,10 +27,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from simnpu.proto import hccl_types as ht
-from simnpu.proto import npu_pb2
-from simnpu.server.communicators import MAX_RANKS
+from simnpu.proto import npu_pb2 as pb
 from simnpu.server.objects import Waiter
-from simnpu.server.sentinels import DEFERRED
 
 log = logging.getLogger("simnpu.rendezvous")
 
@@ -75,33 +73,9 @@ class Jobs:
         self.scheduler.call(read)
         return view
 
-    def handlers(self, session) -> dict:
-        """The session's handler of the rendezvous request."""
-        return {npu_pb2.OP_HCCL_RENDEZVOUS: lambda request: self._request(session, request)}
-
-    def _request(self, session, request):
-        """Check the arguments (reader thread); the rest under the scheduler."""
-
-        world_size, exec_timeout_ms, timeout_ms = list(request.args)[:3]
-        job = request.text
-        problem = None
-        if not job or len(job) > MAX_JOB_NAME or not job.isprintable():
-            problem = f"the job name must be 1..{MAX_JOB_NAME} printable characters, not {job!r}"
-        elif not 1 <= world_size <= MAX_RANKS:
-            problem = f"job {job!r}: world size {world_size} is not in [1, {MAX_RANKS}]"
-        if problem is not None:
-            session.respond(request.id, ht.HCCL_E_PARA, problem)
-            return DEFERRED
-        exec_timeout_s = (
-            ht.DEFAULT_EXEC_TIMEOUT_S if exec_timeout_ms < 0 else exec_timeout_ms / 1000.0
-        )
-        timeout_s = ht.DEFAULT_CONNECT_TIMEOUT_S if timeout_ms <= 0 else timeout_ms / 1000.0
-        arrival = Arrival(session, request.id, world_size, exec_timeout_s)
-        session._batch.append((self._arrive, (job, arrival, timeout_s)))
-        return DEFERRED
-
     # ==== scheduler ===============================================================================
-    def _arrive(self, job: str, arrival: Arrival, timeout_s: float) -> None:
+    def arrive(self, job: str, arrival: Arrival, timeout_s: float) -> None:
+        """A process of `job` asks for its rank (under the scheduler)."""
         # processes that ended while they waited have given up their place
         waiting = [a for a in self.waiting.get(job, []) if not a.session.closed]
         disagree = [a for a in waiting if a.world_size != arrival.world_size]
@@ -110,8 +84,8 @@ class Jobs:
             others = ", ".join(a.describe() for a in disagree)
             arrival.session.respond(
                 arrival.request_id,
-                ht.HCCL_E_PARA,
-                f"job {job!r}: {arrival.describe()} does not match the processes waiting: {others}",
+                code=ht.HCCL_E_PARA,
+                message=f"job {job!r}: {arrival.describe()} does not match the processes waiting: {others}",
             )
             return
         waiting.append(arrival)
@@ -136,9 +110,8 @@ class Jobs:
         for rank, arrival in enumerate(ranks):
             if arrival.waiter is not None:
                 arrival.waiter.finished = True  # its timer is dropped when it comes due
-            arrival.session.respond(
-                arrival.request_id, values=[rank, len(ranks), formation], text=job, data=info
-            )
+            arrival.session.respond(arrival.request_id, pb.HcclRendezvousReply(
+                rank=rank, world_size=len(ranks), formation=formation, job=job, root_info=info))
         log.info(
             "job %r (formation %d): %d ranks, pids %s",
             job,
@@ -157,8 +130,8 @@ class Jobs:
         present = [a for a in waiting if not a.session.closed]
         arrival.session.respond(
             arrival.request_id,
-            ht.HCCL_E_TIMEOUT,
-            f"job {job!r}: rendezvous timed out after {timeout_s:g} s (HCCL_CONNECT_TIMEOUT of "
+            code=ht.HCCL_E_TIMEOUT,
+            message=f"job {job!r}: rendezvous timed out after {timeout_s:g} s (HCCL_CONNECT_TIMEOUT of "
             f"{arrival.describe()}): {len(present) + 1} of {arrival.world_size} processes had "
             "arrived",
         )

@@ -1,16 +1,18 @@
-"""The scheduler: every stream queue, event and worker of the daemon, behind one lock.
+"""The scheduler: every stream queue, event and unit of the daemon, behind one lock.
 
-Sessions post batches of (function, args); `post` runs them in order under the lock on
-the session's own thread, then dispatches whatever became ready, so a launch reaches its
-worker without waking another thread. The scheduler thread sleeps in one wait() on all
-worker pipes (plus a wake-up pipe for new deadlines and replaced workers) and handles
-results and timeouts under the same lock, so an idle daemon burns no CPU.
+Sessions post batches of (function, args); `post` runs them in order under the lock on the
+session's own thread, then hands out whatever became ready, so a launch reaches its unit
+without waking another thread. The scheduler thread sleeps in `Executor.wait` until a unit
+reports (or a deadline comes) and takes the reports under the same lock.
 
-Per stream, tasks run strictly in order: only the head task is ever on a worker (except
-a run of single-block launches handed to one core at once, which that core also runs in
-order). Event records, waits and resets are executed by the scheduler itself when they
-reach the head. Launches are split into block ranges over the device's free AI cores;
-copies and memsets go to its copy engines. Higher-priority ready streams are served first.
+Per stream, tasks run strictly in order: only the head task is ever on a unit (except a run
+of single-block launches handed to one core at once, which that core also runs in order).
+Control tasks (event record/wait/reset, host callbacks, collectives) run in the scheduler
+when they reach the head; device work (server/tasks/) is queued as ready and handed to
+free units of its kind, higher-priority streams first. Blocked host calls are `Waiter`s
+re-checked as tasks complete, with deadlines. The scheduler knows units only through the
+`Executor` protocol (server/executor.py) and its owners only through `Owner` and the
+completion signals (server/signals.py).
 """
 
 from __future__ import annotations
@@ -18,78 +20,58 @@ from __future__ import annotations
 import heapq
 import itertools
 import logging
-import math
-import os
-import select
 import threading
 import time
 from collections import deque
+from collections.abc import Callable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any
 
 from simnpu.proto import codes
-from simnpu.proto.errors import NpuError
-from simnpu.server import policy
+from simnpu.server import policy, signals
 from simnpu.server.collectives import Collectives
-from simnpu.server.objects import (
-    COLLECTIVE,
-    COLLECTIVE_WORK,
-    COPY,
-    DISPATCHED,
-    DONE,
-    HOST,
-    KERNEL,
-    MEMSET,
-    PENDING,
-    RECORD,
-    RESET,
-    WAIT,
-    DeviceArgs,
-    Failure,
-    Task,
-    Waiter,
-)
-from simnpu.server.worker_pool import AI_CORE
+from simnpu.server.executor import LOST, Executor, Unit, UnitKind
+from simnpu.server.objects import Failure, Stream, Waiter
+from simnpu.server.tasks import DeviceWork, Task, TaskState
+from simnpu.server.work import Accesses, ForgetSegment, Ready, Result
+
+if TYPE_CHECKING:
+    from simnpu.server.device import Device
+    from simnpu.server.observe import Observer
 
 log = logging.getLogger("simnpu.scheduler")
 
 # The longest the scheduler thread sleeps. A deadline further away than this needs no
-# wake-up when it is set (the thread sees it at its next turn), so handing a worker its
+# wake-up when it is set (the thread sees it at its next turn), so handing a unit its
 # work -- whose deadline is the operator timeout away, 300 s by default -- costs no
 # wake-up of this thread; an idle daemon wakes once per NAP_S, which costs nothing.
 NAP_S = 1.0
-_CATCH_UP_S = 5.0  # the longest catch_up waits for a result whose word is written
 
 
 class Scheduler:
-    def __init__(self, devices, op_timeout_s: float):
+    def __init__(self, devices: Sequence[Device], executor: Executor, op_timeout_s: float):
         self.devices = devices
+        self.executor = executor
         self.op_timeout_s = op_timeout_s
-        self._lock = threading.RLock()  # held while any scheduler state is read or changed
-        self._sleep_until = 0.0  # when the scheduler thread's wait() returns by itself
-        self._wake_r, self._wake_w = os.pipe()
-        os.set_blocking(self._wake_r, False)
-        os.set_blocking(self._wake_w, False)
+        self.lock = threading.RLock()  # held while any scheduler state is read or changed
+        self._sleep_until = 0.0  # when the scheduler thread's wait returns by itself
         self._timers: list = []
         self._timer_ids = itertools.count()
-        self._dirty: deque = deque()
+        self._dirty: deque[Stream] = deque()  # streams whose head must be looked at again
         self._tokens = itertools.count(1)
         self._stopping = False
-        self._workers = [w for d in devices for w in d.cores + d.engines]
-        self._workers_generation = 0  # bumped whenever a worker (and its pipe) is replaced
-        self._side_reads = 0  # worker results taken by catch_up, not by the scheduler thread
-        self._poller_generation = -1
         self._thread = threading.Thread(target=self._run, name="simnpu-scheduler", daemon=True)
-        self.collectives = Collectives(self)  # HCCL communicators (server/collectives.py)
-        self.observer = None  # tracing and checking (server/observe.py), when asked for
+        self.collectives = Collectives(self)  # HCCL collectives (server/collectives.py)
+        self.observer: Observer | None = None  # tracing and checking (server/observe.py)
         self._started_ns = time.monotonic_ns()
 
     # ---- any thread ---------------------------------------------------------------------
     def start(self) -> None:
         self._thread.start()
 
-    def post(self, batch: list) -> None:
+    def post(self, batch: list[tuple[Callable, tuple]]) -> None:
         """Run each (function, args) of `batch` in order under the scheduler lock, then hand
         out the work that became ready. Runs on the caller's thread; returns when done."""
-        with self._lock:
+        with self.lock:
             for function, args in batch:
                 try:
                     function(*args)
@@ -97,32 +79,24 @@ class Scheduler:
                     log.exception("scheduler operation %s failed", getattr(function, "__name__", function))
             self._pump()
 
-    def call(self, function, *args) -> None:
+    def call(self, function: Callable, *args: Any) -> None:
         self.post([(function, args)])
 
-    def _wake(self) -> None:
-        """Make the scheduler thread re-read its pipes and deadlines."""
-        try:
-            os.write(self._wake_w, b"\0")
-        except BlockingIOError:  # the pipe is full of wake-ups already
-            pass
-
-    def _note_deadline(self, deadline: float) -> None:
+    def note_deadline(self, deadline: float) -> None:
+        """Someone set a deadline (under the lock): wake the thread if it sleeps past it."""
         if deadline < self._sleep_until:
-            self._wake()
+            self.executor.wake()
 
     def stop(self) -> None:
         self._stopping = True
-        self._wake()
+        self.executor.wake()
         self._thread.join(10)
-        os.close(self._wake_r)
-        os.close(self._wake_w)
 
-    def utilisation(self, device) -> float:
+    def utilisation(self, device: Device) -> float:
         """Fraction of the device's AI-core time spent executing since the daemon started.
         Reads counters without the lock (a monitoring figure)."""
-        cores = device.cores
-        busy = sum(w.busy_ns for w in cores)
+        cores = device.units[UnitKind.AI_CORE]
+        busy = sum(unit.busy_ns for unit in cores)
         elapsed = (time.monotonic_ns() - self._started_ns) * max(len(cores), 1)
         return busy / elapsed if elapsed > 0 else 0.0
 
@@ -135,37 +109,17 @@ class Scheduler:
                 log.exception("scheduler step failed")
 
     def _step(self) -> None:
-        with self._lock:
+        with self.lock:
             timeout = self._next_timeout()
             self._sleep_until = time.monotonic() + timeout
-            if self._poller_generation != self._workers_generation:
-                self._rebuild_poller()
-            generation, by_fd, side_reads = self._poller_generation, self._worker_by_fd, self._side_reads
-        events = self._poller.poll(math.ceil(timeout * 1000))
-        with self._lock:
+        reports = self.executor.wait(timeout)
+        with self.lock:
             self._sleep_until = 0.0  # awake: nobody needs to wake this thread
-            for fd, _ in events:
-                if fd == self._wake_r:
-                    try:
-                        os.read(self._wake_r, 65536)
-                    except BlockingIOError:
-                        pass
-                elif generation != self._workers_generation:  # a pipe was replaced meanwhile
-                    continue
-                elif side_reads == self._side_reads or select.select([fd], [], [], 0)[0]:
-                    self._on_worker_message(by_fd[fd])  # (catch_up may have taken it already)
+            for unit, generation, report in reports:
+                if generation == unit.generation:  # (else it came from a unit since replaced)
+                    self._on_report(unit, report)
             self._pump()
             self._expire()
-
-    def _rebuild_poller(self) -> None:
-        """One poll object over the wake-up pipe and every worker pipe, rebuilt only when a
-        worker is replaced (multiprocessing's wait() builds a selector on every call)."""
-        self._poller = select.poll()
-        self._poller.register(self._wake_r, select.POLLIN)
-        self._worker_by_fd = {w.conn.fileno(): w for w in self._workers}
-        for fd in self._worker_by_fd:
-            self._poller.register(fd, select.POLLIN)
-        self._poller_generation = self._workers_generation
 
     def _pump(self) -> None:
         while True:
@@ -175,116 +129,52 @@ class Scheduler:
             if not self._dirty:
                 return
 
-    # ---- stream progress ------------------------------------------------------------------
+    # ---- stream progress --------------------------------------------------------------------
     def submit(self, task: Task) -> None:
         """Queue a task at the tail of its stream."""
         stream = task.stream
-        if task.kind == RECORD:
-            task.payload[0].latest_record = task
-        elif task.kind == WAIT:  # a wait binds to the latest record at the time of the wait
-            task.payload = (task.payload[0].latest_record,)
+        task.submitted()
         if self.observer is not None:
             self.observer.submitted(task)
         if stream.context.failure is not None:  # stopped on failure: nothing more runs
             self._discard(task)
             if not stream.tasks:
-                stream.session.stream_drained(stream, task.seq)
+                signals.drained(stream, task.seq)
             return
         if not stream.tasks:
             stream.clock = max(stream.clock, time.monotonic_ns())
-            stream.tasks.append(task)
             self._dirty.append(stream)
-        else:
-            stream.tasks.append(task)
+        stream.tasks.append(task)
 
-    def _advance(self, stream) -> None:
-        """Execute the control tasks at the head of `stream`; queue device work as ready."""
+    def _advance(self, stream: Stream) -> None:
+        """Start the tasks at the head of `stream` until one waits."""
         tasks = stream.tasks
         while tasks:
             task = tasks[0]
-            if task.state != PENDING:
+            if task.state != TaskState.PENDING or not task.start(self):
                 return
-            kind = task.kind
-            if kind == RECORD:
-                task.timestamp = stream.clock
-                self._complete(task)
-            elif kind == WAIT:
-                record = task.payload[0]
-                if record is not None and record.state != DONE:
-                    if stream not in record.waiters:
-                        record.waiters.append(stream)
-                    return
-                if record is not None:
-                    stream.clock = max(stream.clock, record.timestamp)
-                self._complete(task)
-            elif kind == RESET:
-                event = task.payload[0]
-                if event.latest_record is not None and event.latest_record.state == DONE:
-                    event.latest_record = None
-                self._complete(task)
-            elif kind == HOST:
-                callback, blocking = task.payload
-                stream.session.run_host_callback(callback, task if blocking else None)
-                if blocking:
-                    task.state = DISPATCHED
-                    return
-                self._complete(task)
-            elif kind == KERNEL and isinstance(task.payload[2], DeviceArgs) and not self._read_args(task):
-                continue  # the arguments could not be read: the launch failed
-            elif kind == COLLECTIVE:  # waits for the other ranks, unless it failed at once
-                self.collectives.arrive(task)
-                if task.state != DONE:
-                    return
-            else:
-                if not stream.queued_ready:
-                    device = self.devices[stream.device]
-                    (device.ready_kernels if kind == KERNEL else device.ready_copies).append(stream)
-                    stream.queued_ready = True
-                return
+            self.complete(task)
 
-    def _read_args(self, task: Task) -> bool:
-        """Read a launch's arguments from device memory, now that every task before it on
-        its stream has finished; False (the task failed and completed) if they cannot be."""
-        binary, name, args, num_blocks, _ = task.payload
-        try:
-            values, bounds = args.read()
-        except NpuError as error:
-            task.failure = Failure(error.code, f"launch arguments of kernel {name}: {error.message}", task.seq)
-            self._complete(task)
-            return False
-        task.payload = (binary, name, values, num_blocks, bounds)
-        return True
-
-    def host_done(self, task: Task) -> None:
-        """The client finished a blocking host callback: the stream goes on."""
-        if task.state == DISPATCHED:
-            task.timestamp = time.monotonic_ns()
-            self._complete(task)
-
-    def _complete(self, task: Task) -> None:
-        if task.probe:  # observed (a traced-only kernel or copy has False: nothing to do here)
-            self.observer.completing(task)
-        task.state = DONE
+    def complete(self, task: Task) -> None:
+        """`task` (its stream's head) is done: its stream goes on."""
+        if task.probe:  # observed (a traced-only device task has False: nothing to do here)
+            self.observer.completing(task)  # type: ignore[union-attr]
+        task.state = TaskState.DONE
         stream = task.stream
         head = stream.tasks.popleft()
         assert head is task, "tasks complete in stream order"
-        if task.kind in (KERNEL, COPY, MEMSET, HOST):
+        if task.moves_clock:
             stream.clock = max(stream.clock, task.timestamp)
         if task.failure is not None:
             self._fail(stream, task.failure)
-        for waiter in task.waiters:
-            if isinstance(waiter, Waiter):
-                waiter.settle()
-            else:
-                self._dirty.append(waiter)
-        task.waiters = []
+        self._release(task)
         self._recheck(stream)
         if stream.tasks:
             self._dirty.append(stream)
-        elif stream.notify_slot >= 0:  # the client may be sleeping on its word (docs/fast-path.md)
-            stream.session.stream_drained(stream, task.seq)
+        else:
+            signals.drained(stream, task.seq)  # the client may be sleeping on its signal
 
-    def _fail(self, stream, failure: Failure) -> None:
+    def _fail(self, stream: Stream, failure: Failure) -> None:
         context = stream.context
         if context.failure_mode == codes.ACL_STOP_ON_FAILURE:
             if context.failure is None:
@@ -294,11 +184,11 @@ class Scheduler:
         elif stream.failure is None:
             stream.failure = failure
 
-    def drop_pending(self, stream) -> None:
-        """Discard a stream's tasks that no worker has started (STOP mode, force destroy,
+    def drop_pending(self, stream: Stream) -> None:
+        """Discard a stream's tasks that no unit has started (STOP mode, force destroy,
         session end). Their event records fire, so nobody waits on them forever."""
-        kept = deque(t for t in stream.tasks if t.state != PENDING)
-        dropped = [t for t in stream.tasks if t.state == PENDING]
+        kept = deque(t for t in stream.tasks if t.state != TaskState.PENDING)
+        dropped = [t for t in stream.tasks if t.state == TaskState.PENDING]
         stream.tasks = kept
         self._cancel_run(stream)
         for task in dropped:
@@ -306,27 +196,27 @@ class Scheduler:
         self._unready(stream)
         self._recheck(stream)
         if dropped and not stream.tasks:
-            stream.session.stream_drained(stream, dropped[-1].seq)
+            signals.drained(stream, dropped[-1].seq)
 
-    def _cancel_run(self, stream) -> None:
+    def _cancel_run(self, stream: Stream) -> None:
         """Tell the core running a run of single-block launches of `stream` to skip those
         behind the head that it has not started yet; they complete without running."""
-        queued = {t for t in itertools.islice(stream.tasks, 1, None) if t.state == DISPATCHED}
+        queued = {t for t in itertools.islice(stream.tasks, 1, None) if t.state == TaskState.DISPATCHED}
         if not queued:
             return
-        for core in self.devices[stream.device].cores:
-            tokens = [token for token, task in core.inflight.items() if task in queued]
+        for unit in self.devices[stream.device].units[UnitKind.AI_CORE]:
+            tokens = [token for token, work in unit.inflight.items() if work in queued]
             if tokens:
-                try:
-                    core.conn.send(("cancel", tokens))
-                except (OSError, ValueError):  # the core died: _worker_lost fails the tasks
-                    pass
+                self.executor.cancel(unit, tokens)
 
     def _discard(self, task: Task) -> None:
-        if task.kind == COLLECTIVE:  # the other ranks must not wait for it
-            self.collectives.discarded(task)
-        task.state = DONE
+        task.discarded(self)
+        task.state = TaskState.DONE
         task.timestamp = task.stream.clock
+        self._release(task)
+
+    def _release(self, task: Task) -> None:
+        """Settle the waiters of a task that is done, re-advance the streams waiting for it."""
         for waiter in task.waiters:
             if isinstance(waiter, Waiter):
                 waiter.settle()
@@ -334,184 +224,107 @@ class Scheduler:
                 self._dirty.append(waiter)
         task.waiters = []
 
-    def _unready(self, stream) -> None:
+    def _unready(self, stream: Stream) -> None:
         if stream.queued_ready:
-            device = self.devices[stream.device]
-            for ready in (device.ready_kernels, device.ready_copies):
+            for ready in self.devices[stream.device].ready.values():
                 if stream in ready:
                     ready.remove(stream)
             stream.queued_ready = False
 
-    # ---- handing work to workers ------------------------------------------------------------
+    # ---- handing work to units ----------------------------------------------------------------
+    def make_ready(self, stream: Stream, kind: UnitKind) -> None:
+        """The head of `stream` is device work for units of `kind`."""
+        if not stream.queued_ready:
+            self.devices[stream.device].ready[kind].append(stream)
+            stream.queued_ready = True
+
+    def hand(self, unit: Unit, work: Any) -> int:
+        """A token for a piece of `work` handed to `unit` (its report comes back with it)."""
+        token = next(self._tokens)
+        unit.inflight[token] = work
+        return token
+
     def _dispatch(self) -> None:
         if self.collectives.jobs:  # matched collectives first: every rank of one waits for them
             self.collectives.dispatch()
+        observed = self.observer is not None
         for device in self.devices:
-            if device.ready_kernels:
-                self._dispatch_kernels(device)
-            if device.ready_copies:
-                self._dispatch_copies(device)
+            for kind, ready in device.ready.items():
+                if not ready:
+                    continue
+                units = device.units[kind]
+                for unit, index in _idle_with_work(units, ready):
+                    stream = ready[index]
+                    task = stream.tasks[0]
+                    assert isinstance(task, DeviceWork)
+                    items, whole, finished = task.hand_out(self, unit, len(units))
+                    if finished:
+                        ready.pop(index)
+                        stream.queued_ready = False
+                    if whole is not None:  # the unit may write the stream's signal after them
+                        item = signals.lend_for(stream, whole.seq, observed)
+                        if item is not None:
+                            items.append(item)
+                            unit.lent = stream.signal
+                    self.send(unit, items)
 
-    def _dispatch_kernels(self, device) -> None:
-        ready = device.ready_kernels
-        for core, index in _idle_with_work(device.cores, ready):
-            stream = ready[index]
-            task = stream.tasks[0]
-            num_blocks = task.payload[3]
-            first = task.blocks_next
-            last = min(num_blocks, first + policy.block_chunk(num_blocks - first, len(device.cores)))
-            items: list = []
-            self._add_kernel_item(core, task, first, last, items)
-            if last == num_blocks:
-                ready.remove(stream)
-                stream.queued_ready = False
-                if num_blocks == 1 and stream.context.failure_mode == codes.ACL_CONTINUE_ON_FAILURE:
-                    task = self._add_run(core, stream, items)
-                if first == 0 and stream.notify_slot >= 0:  # the whole of it runs on this core
-                    self._add_notify(core, stream, task, items)
-            self._send(core, items)
-
-    def _add_kernel_item(self, core, task, first, last, items) -> None:
-        binary, name, args, num_blocks, bounds = task.payload
-        if binary.id not in core.loaded:
-            items.append(("load", binary.id, binary.source, binary.filename))
-            core.loaded.add(binary.id)
-        token = next(self._tokens)
-        core.inflight[token] = task
-        if self.observer is not None and self.observer.tracing and last - first < num_blocks:
-            self.observer.blocks[token] = (first, last)  # the timeline names a partial launch's blocks
-        task.state = DISPATCHED
-        task.blocks_next = last
-        task.chunks_out += 1
-        items.append(("kernel", token, binary.id, name, args, first, last, num_blocks, bounds))
-
-    def _add_run(self, core, stream, items):
-        """Add the single-block launches queued behind the head to its core's items; returns
-        the last task of the run."""
-        following = []
-        for task in itertools.islice(stream.tasks, 1, policy.MAX_RUN):
-            if task.kind != KERNEL or task.state != PENDING or isinstance(task.payload[2], DeviceArgs):
-                break  # arguments in device memory are read only once the tasks before have run
-            following.append(task)
-        count = policy.run_length([t.payload[3] for t in following])
-        for task in following[:count]:
-            self._add_kernel_item(core, task, 0, 1, items)
-        return following[count - 1] if count else stream.tasks[0]
-
-    @staticmethod
-    def _add_notify(worker, stream, last, items) -> None:
-        """Have the worker write the stream's word after `items`, when they end at its tail
-        and nothing needs the scheduler's judgement (server/session_fastpath.py)."""
-        item = stream.session.notify_item(stream, last.seq)
-        if item is not None:
-            items.append(item)
-            worker.notify_seq = (stream, last.seq)
-
-    def _dispatch_copies(self, device) -> None:
-        ready = device.ready_copies
-        for engine, index in _idle_with_work(device.engines, ready):
-            stream = ready[index]
-            task = stream.tasks[0]
-            count = task.payload[2]
-            if not task.pieces:  # the hidden stream of synchronous copies has priority -1
-                task.pieces = policy.copy_pieces(count, len(device.engines), stream.priority < 0)
-            start, end = policy.piece_range(count, task.pieces, task.blocks_next)
-            task.blocks_next += 1
-            if task.blocks_next == task.pieces:
-                ready.pop(index)
-                stream.queued_ready = False
-            token = next(self._tokens)
-            engine.inflight[token] = task
-            task.state = DISPATCHED
-            task.chunks_out += 1
-            items = [_copy_piece(task, token, start, end)]
-            if task.pieces == 1 and stream.notify_slot >= 0:
-                self._add_notify(engine, stream, task, items)
-            self._send(engine, items)
-
-    def send_work(self, worker, work, kind: str, *fields) -> None:
-        """Hand `worker` one item (kind, token, *fields) for `work`, a task-like object whose
-        result comes back through _chunk_done (collectives' data movement)."""
-        token = next(self._tokens)
-        worker.inflight[token] = work
-        self._send(worker, [(kind, token, *fields)])
-
-    def _send(self, worker, items) -> None:
-        task = next(iter(worker.inflight.values()))
-        timeout = task.stream.session.op_timeout_s or self.op_timeout_s
-        worker.deadline = time.monotonic() + timeout * len(worker.inflight)
-        self._note_deadline(worker.deadline)
+    def send(self, unit: Unit, items: list) -> None:
+        """Hand `unit` a batch, with its operator-timeout deadline."""
+        if unit.forget:
+            items = [ForgetSegment(name) for name in unit.forget] + items
+            unit.forget = []
+        work = next(iter(unit.inflight.values()))
+        timeout = work.stream.owner.op_timeout_s or self.op_timeout_s
+        unit.deadline = time.monotonic() + timeout * len(unit.inflight)
+        self.note_deadline(unit.deadline)
         try:
-            worker.send(items)
-        except (OSError, ValueError):
-            self._worker_lost(worker, _death_code(worker), worker.exit_description())
+            self.executor.send(unit, items)
+        except OSError:
+            self._lost(unit, _lost_code(unit), None)
 
-    # ---- results ------------------------------------------------------------------------------
-    def _on_worker_message(self, worker) -> None:
-        try:
-            message = worker.conn.recv()
-        except (EOFError, OSError):
-            self._worker_lost(worker, _death_code(worker), worker.exit_description())
+    # ---- reports ------------------------------------------------------------------------------
+    def _on_report(self, unit: Unit, report: Any) -> None:
+        if report is LOST:
+            self._lost(unit, _lost_code(unit), None)
             return
-        if message.__class__ is tuple:
-            if message == ("ready",):
-                worker.ready = True
-            elif self.observer is not None:  # ("accesses", ...) of a checked kernel
-                self.observer.worker_notice(worker, message)
-            return
+        kind = report.__class__
+        if kind is list:  # a batch's results
+            self._results(unit, report)
+        elif kind is Ready:
+            unit.ready = True
+        elif kind is Accesses and self.observer is not None:
+            self.observer.accessed(unit, report)
+
+    def _results(self, unit: Unit, results: list[Result]) -> None:
         if self.observer is not None and self.observer.tracing:
-            self.observer.ran(worker, message)  # the timeline: what ran where, when
-        worker.deadline = worker.notify_seq = None
-        for token, code, start, end, text in message:
-            task = worker.inflight.pop(token)
-            worker.busy_ns += end - start
-            self._chunk_done(task, code, end, text)
+            self.observer.ran(unit, results)  # the timeline: what ran where, when
+        unit.deadline = None
+        if unit.lent is not None:
+            unit.lent.take_back()
+            unit.lent = None
+        inflight = unit.inflight
+        for result in results:
+            work = inflight.pop(result.token)
+            unit.busy_ns += result.end_ns - result.start_ns
+            work.piece_done(self, result)
 
-    def _chunk_done(self, task, code, end_ns, text) -> None:
-        if code and task.failure is None:
-            task.failure = Failure(code, text, task.seq)
-        task.timestamp = max(task.timestamp, end_ns)
-        if task.kind == KERNEL:
-            task.chunks_out -= 1
-            if task.chunks_out or task.blocks_next < task.payload[3]:
-                return
-        elif task.kind in (COPY, MEMSET):
-            task.chunks_out -= 1
-            if task.chunks_out or task.blocks_next < task.pieces:
-                return
-        elif task.kind == COLLECTIVE_WORK:
-            self.collectives.work_done(task)
-            return
-        self._complete(task)
-
-    def _worker_lost(self, worker, code: int, how: str) -> None:
-        """A worker died or timed out: fail what it was running, replace it, carry on."""
-        tasks = list(worker.inflight.values())
-        worker.kill()
-        log.error("%s %s while running %d task(s); restarting it", worker.name, how, len(tasks))
+    def _lost(self, unit: Unit, code: int, how: str | None) -> None:
+        """A unit died or timed out (`how` says which; None: find out): fail what it was
+        running, replace it, carry on."""
+        works = list(unit.inflight.values())
+        lent = unit.lent
+        ending = self.executor.restart(unit)
+        how = how or ending
+        log.error("%s %s while running %d task(s); restarting it", unit.name, how, len(works))
+        if lent is not None:
+            lent.take_back()
         now = time.monotonic_ns()
-        for task in tasks:
-            what = task.payload[1] if task.kind == KERNEL else task.kind
-            self._chunk_done(task, code, now, f"{worker.name} {how} while running {what} "
-                                              f"(task {task.seq}); the worker was replaced")
-        worker.restarts += 1
-        worker.start()
-        self._workers_generation += 1
-        self._wake()  # the scheduler thread must poll the new pipe
-
-    def catch_up(self, stream) -> None:
-        """Take the results of workers that already told the client, through `stream`'s word,
-        that they finished its work: what the daemon answers next must agree with what the
-        client saw. Under the lock; waits at most a moment for a result on its way."""
-        for worker in self._workers:
-            told = worker.notify_seq
-            if told is not None and told[0] is stream and stream.session.word_says(stream, told[1]):
-                if select.select([worker.conn], [], [], _CATCH_UP_S)[0]:
-                    self._side_reads += 1
-                    self._on_worker_message(worker)
+        for work in works:
+            work.piece_done(self, Result(0, code, now, now, f"{unit.name} {how} while running {work.what} "
+                                                             f"(task {work.seq}); the worker was replaced"))
 
     # ---- waiting ------------------------------------------------------------------------------
-    def watch(self, waiter: Waiter, streams=(), tasks=()) -> None:
+    def watch(self, waiter: Waiter, streams: Sequence[Stream] = (), tasks: Sequence[Task] = ()) -> None:
         """Settle `waiter` once `waiter.ready()` holds (checked as the streams/tasks progress)
         or its deadline passes."""
         if waiter.ready():
@@ -523,9 +336,9 @@ class Scheduler:
             task.waiters.append(waiter)
         if waiter.deadline is not None:
             heapq.heappush(self._timers, (waiter.deadline, next(self._timer_ids), waiter))
-            self._note_deadline(waiter.deadline)
+            self.note_deadline(waiter.deadline)
 
-    def _recheck(self, stream) -> None:
+    def _recheck(self, stream: Stream) -> None:
         if not stream.watchers:
             return
         pending = []
@@ -540,7 +353,7 @@ class Scheduler:
 
     def _next_timeout(self) -> float:
         """Seconds until the nearest deadline, at most NAP_S."""
-        deadlines = [w.deadline for w in self._workers if w.deadline is not None]
+        deadlines = [unit.deadline for unit in self.executor.units if unit.deadline is not None]
         if self._timers:
             deadlines.append(self._timers[0][0])
         if self.collectives.deadline is not None:
@@ -556,36 +369,22 @@ class Scheduler:
             waiter.settle(timed_out=True)
         if self.collectives.deadline is not None and self.collectives.deadline <= now:
             self.collectives.expire(now)
-        for worker in self._workers:
-            if worker.deadline is not None and worker.deadline <= now and worker.inflight:
-                self._worker_lost(worker, codes.ACL_ERROR_RT_AICORE_TIMEOUT,
-                                  "exceeded the operator execution timeout")
+        for unit in self.executor.units:
+            if unit.deadline is not None and unit.deadline <= now and unit.inflight:
+                self._lost(unit, codes.ACL_ERROR_RT_AICORE_TIMEOUT, "exceeded the operator execution timeout")
         if self._dirty:
             self._pump()
 
 
-def _idle_with_work(workers, ready):
-    """(idle worker, index of the ready stream it should serve) while both remain."""
-    for worker in workers:
+def _idle_with_work(units: Sequence[Unit], ready: list[Stream]) -> Iterator[tuple[Unit, int]]:
+    """(idle unit, index of the ready stream it should serve) while both remain."""
+    for unit in units:
         if not ready:
             return
-        if worker.idle:
-            yield worker, policy.pick_stream([s.priority for s in ready])
+        if unit.idle:
+            yield unit, policy.pick_stream([s.priority for s in ready])
 
 
-def _copy_piece(task, token, start: int, end: int) -> tuple:
-    """The work item for bytes [start, end) of a copy (dst, src, count) or memset (dst, value, count)."""
-    def shifted(location):
-        space, key, offset = location
-        return (space, key, offset + start)
-
-    if task.kind == COPY:
-        dst, src, _ = task.payload
-        return (COPY, token, shifted(dst), shifted(src), end - start)
-    dst, value, _ = task.payload
-    return (MEMSET, token, shifted(dst), value, end - start)
-
-
-def _death_code(worker) -> int:
-    """The ACL code of tasks lost with their worker: an AI-core exception, or a DMA error."""
-    return codes.ACL_ERROR_RT_AICORE_EXCEPTION if worker.kind == AI_CORE else codes.ACL_ERROR_RT_SYS_DMA
+def _lost_code(unit: Unit) -> int:
+    """The ACL code of tasks lost with their unit: an AI-core exception, or a DMA error."""
+    return codes.ACL_ERROR_RT_AICORE_EXCEPTION if unit.kind is UnitKind.AI_CORE else codes.ACL_ERROR_RT_SYS_DMA

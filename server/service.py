@@ -12,7 +12,7 @@ import threading
 
 import grpc
 from simnpu.proto import bulk, npu_pb2, service
-from simnpu.server.sentinels import CLOSED
+from simnpu.server.session import CLOSED
 
 log = logging.getLogger("simnpu.service")
 

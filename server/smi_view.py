@@ -1,6 +1,6 @@
 """What `simnpu smi` shows of a device and of a client process (the Query RPC's default view).
 
-The tool (client/smi.py) turns this into the `npu-smi info` table. Utilisation is given
+The tool (client/tools/smi.py) turns this into the `npu-smi info` table. Utilisation is given
 two ways: since the daemon started, and as cumulative busy nanoseconds with the time of
 the answer, so that a tool sampling twice gets the utilisation over its own interval.
 """
@@ -9,12 +9,15 @@ from __future__ import annotations
 
 import time
 
+from simnpu.server.executor import UnitKind
+
 CHIP_NAME = "simnpu"
 
 
 def device(daemon, d) -> dict:
     scheduler = daemon.scheduler
-    workers = d.cores + d.engines
+    workers = d.all_units()
+    cores, engines = d.units[UnitKind.AI_CORE], d.units[UnitKind.COPY_ENGINE]
     restarting = sum(1 for w in workers if not w.ready)
     restarts = sum(w.restarts for w in workers)
     health = "Alarm" if restarting else ("Warning" if restarts else "OK")
@@ -22,11 +25,11 @@ def device(daemon, d) -> dict:
         "index": d.index, "name": CHIP_NAME, "health": health, "bus_id": f"0000:{d.index:02X}:00.0",
         "memory_total": d.capacity, "memory_free": d.allocator.free_bytes,
         "memory_used": d.capacity - d.allocator.free_bytes,
-        "ai_cores": len(d.cores), "copy_engines": len(d.engines),
+        "ai_cores": len(cores), "copy_engines": len(engines),
         "ai_core_utilisation": scheduler.utilisation(d) if scheduler else 0.0,
-        "ai_core_busy_ns": sum(w.busy_ns for w in d.cores),
-        "ai_cores_running": sum(1 for w in d.cores if w.inflight),
-        "copy_engines_running": sum(1 for w in d.engines if w.inflight),
+        "ai_core_busy_ns": sum(w.busy_ns for w in cores),
+        "ai_cores_running": sum(1 for w in cores if w.inflight),
+        "copy_engines_running": sum(1 for w in engines if w.inflight),
         "now_ns": time.monotonic_ns(),
         "worker_restarts": restarts,
     }
@@ -35,7 +38,7 @@ def device(daemon, d) -> dict:
 def process(session) -> dict:
     """A client: its memory and streams in all, and per device."""
     per_device: dict = {}
-    for address, index in list(session.allocations.items()):
+    for address, index in list(session.memory.allocations.items()):
         allocation = session.daemon.devices[index].lookup(address)
         if allocation is not None:
             entry = per_device.setdefault(str(index), {"memory": 0, "streams": 0})

@@ -36,13 +36,11 @@ from __future__ import annotations
 import os
 from collections import deque
 
-from simnpu.server.objects import COLLECTIVE, COPY, HOST, KERNEL, MEMSET, RECORD, RESET, WAIT
-
 DEFAULT_CAPACITY = 500_000
 DEVICE_PID_BASE = 1 << 22  # device "processes" sit above any real pid
 
-_DEVICE_WORK = (KERNEL, COPY, MEMSET)
-_SIDES = {"dev": "D", "seg": "H"}
+_DEVICE_WORK = ("kernel", "copy", "memset")
+_CATEGORY = {"record": "event", "wait": "event", "reset": "event"}  # of the other task kinds
 
 
 class Timeline:
@@ -57,34 +55,26 @@ class Timeline:
 
     def stream_key(self, stream) -> tuple:
         """The key of a stream, its description kept on first sight."""
-        session = stream.context.session
-        key = (session.id, stream.handle, stream.context.device)
+        owner = stream.owner
+        key = (owner.id, stream.handle, stream.device)
         if key not in self.streams:
-            self.streams[key] = (session.id, session.pid, session.process_name, stream_label(stream))
+            self.streams[key] = (owner.id, owner.pid, owner.process_name, stream_label(stream))
         return key
 
     def submitted(self, task, key: tuple, now: int, site) -> None:
-        kind, payload = task.kind, task.payload
-        if kind == KERNEL:
-            name, n = payload[1], payload[3]
-        elif kind == COPY:
-            name, n = payload[1][0] + payload[0][0], payload[2]
-        elif kind == MEMSET:
-            name, n = None, payload[2]
-        else:
-            name, n = None, 0
-        self.records.append(("s", id(task), key, task.seq, kind, name, n, now, site))
+        name, n = task.timeline_entry()
+        self.records.append(("s", id(task), key, task.seq, task.kind, name, n, now, site))
 
-    def ran(self, worker, runs: tuple) -> None:
-        if worker.core_id not in self.workers:
-            self.workers[worker.core_id] = (worker.device, worker.kind, worker.index)
-        self.records.append(("r", worker.core_id, runs))
+    def ran(self, unit, runs: tuple) -> None:
+        if unit.core_id not in self.workers:
+            self.workers[unit.core_id] = (unit.device, unit.kind.value, unit.index)
+        self.records.append(("r", unit.core_id, runs))
 
     def done(self, task, end: int) -> None:
-        label = describe_task(task)[0]
+        label = task.describe()[0]
         link = None
-        if task.kind == WAIT and task.payload and task.payload[0] is not None:
-            record = task.payload[0]
+        record = task.follows()
+        if record is not None:
             link = (self.stream_key(record.stream), record.seq)
         failure = task.failure
         failed = f"{failure.code}: {failure.message.splitlines()[0]}" if failure is not None else None
@@ -204,9 +194,9 @@ def chrome_trace(timeline: Timeline, records: list, started_ns: int, title: str,
         if failed:
             args["failed"] = failed
         slice_name, cat = _title(kind, name, n, label)
-        if kind == KERNEL:
+        if kind == "kernel":
             args["blocks"] = n
-        elif kind in (COPY, MEMSET):
+        elif kind in ("copy", "memset"):
             args["bytes"] = n
         ts, dur = us(start), max(end - start, 1) / 1000
         events.append({"name": slice_name, "cat": cat, "ph": "X", "ts": ts, "dur": dur, "pid": pid, "tid": tid,
@@ -236,7 +226,7 @@ def chrome_trace(timeline: Timeline, records: list, started_ns: int, title: str,
             track = cores[core] = (pid, tid)
         key, seq, kind, name, n = entry[:5]
         slice_name = _title(kind, name, n, entry[10])[0]
-        if kind == KERNEL:
+        if kind == "kernel":
             first, stop = blocks if blocks is not None else (0, n)
             slice_name = (f"{slice_name} [blocks {first}-{stop - 1}]" if stop - first > 1
                           else f"{slice_name} [block {first}]")
@@ -249,14 +239,13 @@ def chrome_trace(timeline: Timeline, records: list, started_ns: int, title: str,
 
 def _title(kind: str, name, n: int, label) -> tuple[str, str]:
     """(slice name, category) of a task from its "s" record (and "d" label)."""
-    if kind == KERNEL:
+    if kind == "kernel":
         return name, "kernel"
-    if kind == COPY:
-        return f"memcpy {_SIDES.get(name[:3], '?')}2{_SIDES.get(name[3:], '?')} {_size(n)}", "copy"  # src2dst
-    if kind == MEMSET:
-        return f"memset {_size(n)}", "memset"
-    category = {RECORD: "event", WAIT: "event", RESET: "event", HOST: "host", COLLECTIVE: "collective"}
-    return (label or kind), category.get(kind, kind)
+    if kind == "copy":
+        return f"memcpy {name} {size_text(n)}", "copy"  # name: the direction, H2D ...
+    if kind == "memset":
+        return f"memset {size_text(n)}", "memset"
+    return (label or kind), _CATEGORY.get(kind, kind)
 
 
 def stream_label(stream) -> str:
@@ -266,41 +255,8 @@ def stream_label(stream) -> str:
     return f"stream {stream.handle & 0xFFFFFFFF}{' (default)' if default else ''} device {stream.device}"
 
 
-def describe_task(task) -> tuple[str, str, dict]:
-    """(slice name, category, extra args) of a task."""
-    kind, payload = task.kind, task.payload
-    if kind == KERNEL:
-        return payload[1], "kernel", {"blocks": payload[3]}
-    if kind == COPY:
-        dst, src, count = payload
-        return f"memcpy {_direction(src, dst)} {_size(count)}", "copy", {"bytes": count}
-    if kind == MEMSET:
-        return f"memset {_size(payload[2])}", "memset", {"bytes": payload[2], "value": payload[1]}
-    if kind == RECORD:
-        return f"record event {payload[0].handle & 0xFFFFFFFF}", "event", {}
-    if kind == WAIT:
-        record = payload[0] if payload else None
-        if record is None:
-            return "wait event (never recorded)", "event", {}
-        return (f"wait event (record task {record.seq})", "event",
-                {"record_task": record.seq, "record_stream": record.stream.handle})
-    if kind == RESET:
-        return "reset event", "event", {}
-    if kind == HOST:
-        return "host callback (blocking)" if payload[1] else "host callback", "host", {}
-    if kind == COLLECTIVE:
-        call = payload[2]
-        describe = getattr(call, "describe", None)
-        return (describe() if describe else "HCCL collective"), "collective", {"rank": payload[0].rank}
-    return kind, kind, {}
-
-
-def _direction(src, dst) -> str:
-    sides = {"dev": "D", "seg": "H"}
-    return f"{sides.get(src[0], '?')}2{sides.get(dst[0], '?')}"
-
-
-def _size(n: int) -> str:
+def size_text(n: int) -> str:
+    """A byte count as people read it: 1.5 MiB."""
     for unit, shift in (("GiB", 30), ("MiB", 20), ("KiB", 10)):
         if n >= 1 << shift:
             return f"{n / (1 << shift):.4g} {unit}"

@@ -1,23 +1,10 @@
-"""The worker process: an AI core or a copy engine of one simulated device.
+"""A unit at work: an AI core or a copy engine of the simulated device.
 
-Started with the spawn context by simnpu.server.worker_pool. It maps the device memory
-regions, then loops: receive a batch of work items over its pipe, execute them in order,
-send back one result per executable item. Items:
-
-  ("load", binary_id, source, filename)           exec a kernel module once, keep it
-  ("forget", segment_name)                        unmap a pinned/staging/notify segment
-  ("notify", segment_name, slot, seq)             write a stream word of a notify area
-                                                  (docs/fast-path.md), if the batch succeeded
-  ("kernel", token, binary_id, name, args, first_block, last_block, block_num, bounds)
-  ("copy", token, dst, src, count)                dst/src: ("dev", device, offset) | ("seg", name, offset)
-  ("memset", token, dst, value, count)
-  ("collective", token, dtype, reduce_op, groups, snapshot, piece)   see simnpu.server.reduce
-
-While a batch runs, the daemon may send ("cancel", [token, ...]): kernels of the batch
-not started yet are skipped (a force-destroyed stream, a stopped context).
-
-Results are (token, code, start_ns, end_ns, message); code 0 is success. Timestamps come
-from CLOCK_MONOTONIC, which the daemon shares, so they are the device's clock.
+`WorkRunner` runs the items of a batch (server/work.py) on mapped memory and returns their
+results; it knows nothing of pipes or processes. `main` is the worker process the daemon
+spawns (server/workers.py): it maps the device segments, then loops -- receive a batch over
+its pipe, run it, send the results -- and reports Cancel messages that arrive while a batch
+runs to the runner. Kernels see device memory through `KernelContext`.
 """
 
 from __future__ import annotations
@@ -25,16 +12,29 @@ from __future__ import annotations
 import os
 import select
 import signal
-import sys
 import time
 import traceback
 import types
+from collections.abc import Callable
 
 import numpy as np
 import posix_ipc
 from simnpu.proto import codes
 from simnpu.proto.kernel_abi import canonical_type
 from simnpu.server import access_log, reduce
+from simnpu.server.work import (
+    Cancel,
+    CopyBytes,
+    FillBytes,
+    ForgetSegment,
+    LoadModule,
+    Ready,
+    ReducePiece,
+    Result,
+    RunKernel,
+    Span,
+    WriteSignal,
+)
 from simnpu.shm.addresses import split_device_address
 from simnpu.shm.notify import NotifyArea
 from simnpu.shm.region import Region, unlink_daemon_segments
@@ -98,170 +98,148 @@ def _dtype(dtype) -> np.dtype:
     return np.dtype(dtype)
 
 
-class Worker:
-    def __init__(self, core_id, device_regions, conn):
-        self.core_id = core_id
-        self.conn = conn
-        self.daemon_pid = os.getppid()
-        self.regions = [Region.attach(name, populate=True) for name in device_regions]  # device memory is resident
-        self.maps = [region.map for region in self.regions]
-        self.modules: dict[int, types.ModuleType] = {}
-        self.segments: dict[str, Region] = {}
-        self.notify_areas: dict[str, NotifyArea] = {}
-        self._incoming = select.poll()  # one poll object: Connection.poll() builds a selector per call
-        self._incoming.register(conn.fileno(), select.POLLIN)
+class WorkRunner:
+    """Runs batches for the unit `core_id` on the device memory `device_maps` (index =
+    device); host segments are mapped by name on first use. `report` sends a report of a
+    checked kernel (Accesses) at once, before the batch's results."""
 
-    def serve(self) -> None:
-        self.conn.send(("ready",))
-        while True:
-            try:
-                batch = self.conn.recv()
-            except EOFError:  # the daemon died without stopping us (SIGKILL): clean up after it
-                unlink_daemon_segments(self.daemon_pid)
-                return
-            if batch is None:
-                return
-            if isinstance(batch, tuple):  # a cancellation that came after its batch was done
-                continue
-            results = []
-            cancelled: set[int] = set()
-            clean = True  # every item so far succeeded and ran: a "notify" may be written
-            for index, item in enumerate(batch):
-                kind = item[0]
-                # only launches behind a run's first can be cancelled: no poll before that one
-                if index and kind == "kernel" and not self.take_cancellations(cancelled):
-                    return
-                if kind == "kernel" and item[1] in cancelled:
+    def __init__(self, core_id: int, device_maps: list, device_segments: list[str],
+                 report: Callable[[object], None]):
+        self.core_id = core_id
+        self.maps = device_maps  # what kernels' views and reductions read and write
+        self.report = report
+        self.modules: dict[int, types.ModuleType] = {}
+        self._segments: dict[str, object] = dict(zip(device_segments, device_maps))
+        self._host: dict[str, Region] = {}
+        self._signals: dict[str, NotifyArea] = {}
+
+    def run(self, batch: list, cancelled: Callable[[], set[int]]) -> list[Result]:
+        """Run `batch` in order; `cancelled()` gives the tokens cancelled so far (asked only
+        before a kernel that is not the batch's first: the head of a run never is)."""
+        results: list[Result] = []
+        clean = True  # every item so far succeeded and ran: a WriteSignal may be written
+        for index, item in enumerate(batch):
+            kind = item.__class__
+            if kind is RunKernel:
+                if index and item.token in cancelled():
                     now = time.monotonic_ns()
-                    results.append((item[1], 0, now, now, ""))
+                    results.append(Result(item.token, 0, now, now, ""))
                     clean = False
                     continue
-                if kind == "notify":
-                    if clean:
-                        self.notify(*item[1:])
-                    continue
-                result = self.execute(item)
-                if result is not None:
-                    results.append(result)
-                    if result[1]:
-                        clean = False
-            self.conn.send(results)
+                result = self.run_kernel(item)
+            elif kind is CopyBytes:
+                result = self._timed(item.token, self.copy, item.dst, item.src, item.count)
+            elif kind is FillBytes:
+                result = self._timed(item.token, self.fill, item.dst, item.value, item.count)
+            elif kind is ReducePiece:
+                result = reduce.execute(self._segments, item)
+            elif kind is WriteSignal:
+                if clean:
+                    self.write_signal(item)
+                continue
+            elif kind is LoadModule:
+                self.load(item)
+                continue
+            else:  # ForgetSegment
+                self.forget(item.name)
+                continue
+            results.append(result)
+            if result.code:
+                clean = False
+        return results
 
-    def take_cancellations(self, cancelled: set) -> bool:
-        """Add the tokens of cancellations received so far to `cancelled` (while a batch
-        runs, nothing else arrives); False if the daemon asked this worker to stop."""
-        while self._incoming.poll(0):
-            try:
-                message = self.conn.recv()
-            except EOFError:
-                return False
-            if message is None:
-                return False
-            cancelled.update(message[1])
-        return True
-
-    def execute(self, item):
-        kind = item[0]
-        if kind == "kernel":
-            return self.run_kernel(*item[1:])
-        if kind == "copy":
-            return self.timed(item[1], self.copy, *item[2:])
-        if kind == "memset":
-            return self.timed(item[1], self.memset, *item[2:])
-        if kind == "collective":  # an HCCL collective's share of data movement
-            return reduce.execute(self.maps, item)
-        if kind == "load":
-            self.load(*item[1:])
-        elif kind == "forget":
-            area = self.notify_areas.pop(item[1], None)
-            if area is not None:
-                area.release()
-            segment = self.segments.pop(item[1], None)
-            if segment is not None:
-                segment.close()
-        return None
-
-    def notify(self, name, slot, seq):
-        """Write stream word `slot` of the notify area `name` and wake its client."""
-        area = self.notify_areas.get(name)
-        if area is None:
-            try:
-                area = self.notify_areas[name] = NotifyArea(self.segment(name).map)
-            except posix_ipc.ExistentialError:  # the session ended meanwhile: nobody waits
-                return
-        area.set_done(slot, seq, False)
-
-    def load(self, binary_id, source, filename):
-        module = types.ModuleType(f"simnpu_kernels_{binary_id}")
-        module.__file__ = filename
+    # ---- kernels --------------------------------------------------------------------------
+    def load(self, item: LoadModule) -> None:
+        module = types.ModuleType(f"simnpu_kernels_{item.binary}")
+        module.__file__ = item.filename
         try:
-            exec(compile(source, filename, "exec"), module.__dict__)
+            exec(compile(item.source, item.filename, "exec"), module.__dict__)  # noqa: S102 - the kernel module
         except BaseException as exc:  # reported by every launch from this binary
             module.__dict__["__simnpu_load_error__"] = _describe(exc)
-        self.modules[binary_id] = module
+        self.modules[item.binary] = module
 
-    def run_kernel(self, token, binary_id, name, args, first, last, block_num, bounds):
+    def run_kernel(self, item: RunKernel) -> Result:
+        token, name, first, last, block_num, bounds = (item.token, item.name, item.first, item.last,
+                                                       item.num_blocks, item.bounds)
         start = time.monotonic_ns()
-        module = self.modules[binary_id]
+        module = self.modules[item.binary]
         load_error = module.__dict__.get("__simnpu_load_error__")
         if load_error:
-            return (token, codes.ACL_ERROR_RT_AICORE_EXCEPTION, start, time.monotonic_ns(),
-                    f"kernel module failed to load on AI core {self.core_id}:\n{load_error}")
+            return Result(token, codes.ACL_ERROR_RT_AICORE_EXCEPTION, start, time.monotonic_ns(),
+                          f"kernel module failed to load on AI core {self.core_id}:\n{load_error}")
         function = getattr(module, name)
         block = first
         try:
             if bounds.__class__ is not tuple:  # a checked launch: record what it touches
                 block, error = access_log.run_checked(self, KernelContext, MemoryFault, token, function,
-                                                      args, first, last, block_num, bounds)
+                                                      item.args, first, last, block_num, bounds)
                 if error is not None:
                     raise error
             else:
                 for block in range(first, last):
-                    function(KernelContext(block, block_num, self.core_id, bounds, self.maps), *args)
+                    function(KernelContext(block, block_num, self.core_id, bounds, self.maps), *item.args)
         except MemoryFault as fault:
-            return (token, codes.ACL_ERROR_RT_DEVICE_MEM_ERROR, start, time.monotonic_ns(),
-                    f"memory fault in kernel {name} block {block}/{block_num} on AI core "
-                    f"{self.core_id}: {fault}\n{_describe(fault)}")
+            return Result(token, codes.ACL_ERROR_RT_DEVICE_MEM_ERROR, start, time.monotonic_ns(),
+                          f"memory fault in kernel {name} block {block}/{block_num} on AI core "
+                          f"{self.core_id}: {fault}\n{_describe(fault)}")
         except BaseException as exc:
-            return (token, codes.ACL_ERROR_RT_AICORE_EXCEPTION, start, time.monotonic_ns(),
-                    f"kernel {name} raised in block {block}/{block_num} on AI core {self.core_id}:\n"
-                    f"{_describe(exc)}")
-        return (token, 0, start, time.monotonic_ns(), "")
+            return Result(token, codes.ACL_ERROR_RT_AICORE_EXCEPTION, start, time.monotonic_ns(),
+                          f"kernel {name} raised in block {block}/{block_num} on AI core {self.core_id}:\n"
+                          f"{_describe(exc)}")
+        return Result(token, 0, start, time.monotonic_ns(), "")
 
-    def timed(self, token, action, *args):
+    # ---- copies -----------------------------------------------------------------------------
+    def _timed(self, token: int, action, *args) -> Result:
         start = time.monotonic_ns()
         try:
             action(*args)
         except Exception as exc:  # a segment vanished, a bad offset: fail the task, not the engine
-            return (token, codes.ACL_ERROR_RT_DEVICE_MEM_ERROR, start, time.monotonic_ns(),
-                    f"copy engine {self.core_id}: {exc}")
-        return (token, 0, start, time.monotonic_ns(), "")
+            return Result(token, codes.ACL_ERROR_RT_DEVICE_MEM_ERROR, start, time.monotonic_ns(),
+                          f"copy engine {self.core_id}: {exc}")
+        return Result(token, 0, start, time.monotonic_ns(), "")
 
-    def buffer(self, location, count):
-        space, key, offset = location
-        memory = self.maps[key] if space == "dev" else self.segment(key).map
-        if offset < 0 or offset + count > len(memory):
-            raise IndexError(f"range [{offset}, +{count}) outside {space} memory of {len(memory)} bytes")
-        return memoryview(memory)[offset:offset + count]
+    def memory(self, span: Span, count: int) -> memoryview:
+        """Bytes [span, +count) of the memory `span` names."""
+        memory = self._segments.get(span.segment)
+        if memory is None:
+            memory = self.host_segment(span.segment).map
+        if span.offset < 0 or span.offset + count > len(memory):
+            raise IndexError(f"range [{span.offset}, +{count}) outside the {len(memory)} bytes of "
+                             f"{'device' if span.device >= 0 else 'host'} memory")
+        return memoryview(memory)[span.offset:span.offset + count]
 
-    def segment(self, name):
-        region = self.segments.get(name)
+    def copy(self, dst: Span, src: Span, count: int) -> None:
+        with self.memory(dst, count) as target, self.memory(src, count) as source:
+            target[:] = source
+
+    def fill(self, dst: Span, value: int, count: int) -> None:
+        with self.memory(dst, count) as target:
+            np.frombuffer(target, np.uint8).fill(value)
+
+    # ---- host segments ------------------------------------------------------------------------
+    def host_segment(self, name: str) -> Region:
+        region = self._host.get(name)
         if region is None:
-            region = self.segments[name] = Region.attach(name, populate=True)
+            region = self._host[name] = Region.attach(name, populate=True)
         return region
 
-    def copy(self, dst, src, count):
-        target, source = self.buffer(dst, count), self.buffer(src, count)
-        target[:] = source
-        target.release()
-        source.release()
+    def write_signal(self, item: WriteSignal) -> None:
+        """Write a stream's completion signal and wake its client (docs/fast-path.md)."""
+        area = self._signals.get(item.segment)
+        if area is None:
+            try:
+                area = self._signals[item.segment] = NotifyArea(self.host_segment(item.segment).map)
+            except posix_ipc.ExistentialError:  # the session ended meanwhile: nobody waits
+                return
+        area.set_done(item.slot, item.seq, False)
 
-    def memset(self, dst, value, count):
-        space, key, offset = dst
-        memory = self.maps[key] if space == "dev" else self.segment(key).map
-        if offset < 0 or offset + count > len(memory):
-            raise IndexError(f"range [{offset}, +{count}) outside {space} memory")
-        np.frombuffer(memory, np.uint8, count, offset).fill(value)
+    def forget(self, name: str) -> None:
+        area = self._signals.pop(name, None)
+        if area is not None:
+            area.release()
+        region = self._host.pop(name, None)
+        if region is not None:
+            region.close()
 
 
 def _describe(exc: BaseException) -> str:
@@ -272,9 +250,38 @@ def _describe(exc: BaseException) -> str:
     return "Traceback (most recent call last):\n" + "".join(lines)
 
 
-def main(core_id, device_regions, conn) -> None:
+def main(core_id: int, device_segments: list[str], conn) -> None:
     """Entry point of a spawned worker process."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the daemon decides when workers stop
-    worker = Worker(core_id, device_regions, conn)
-    worker.serve()
-    sys.exit(0)
+    daemon_pid = os.getppid()
+    regions = [Region.attach(name, populate=True) for name in device_segments]  # device memory is resident
+    runner = WorkRunner(core_id, [region.map for region in regions], device_segments, conn.send)
+    incoming = select.poll()  # one poll object: Connection.poll() builds a selector per call
+    incoming.register(conn.fileno(), select.POLLIN)
+    cancelled: set[int] = set()
+
+    def take_cancellations() -> set[int]:
+        """Cancellations received while the batch runs (nothing else arrives meanwhile)."""
+        while incoming.poll(0):
+            try:
+                message = conn.recv()
+            except EOFError:
+                message = None
+            if message is None:  # the daemon asks this worker to stop (or is gone)
+                raise SystemExit(0)
+            cancelled.update(message.tokens)
+        return cancelled
+
+    conn.send(Ready())
+    while True:
+        try:
+            batch = conn.recv()
+        except EOFError:  # the daemon died without stopping us (SIGKILL): clean up after it
+            unlink_daemon_segments(daemon_pid)
+            return
+        if batch is None:
+            return
+        if isinstance(batch, Cancel):  # it came after its batch was done
+            continue
+        cancelled.clear()
+        conn.send(runner.run(batch, take_cancellations))

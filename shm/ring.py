@@ -5,7 +5,7 @@ connection lock) and one consumer (the daemon's ring thread).
 Records are what travels in a ClientMessage's `commands` bytes (simnpu.proto.commands),
 written back to back; `head` and `tail` count bytes written and consumed since the start
 (they never wrap; a position in the data is the count modulo CAPACITY). A record never
-straddles the end of the data: the producer writes CMD_RING_END there (or leaves fewer
+straddles the end of the data: the producer writes RING_END there (or leaves fewer
 than 2 bytes) and goes on at the start. Both sides sleep on futexes: the daemon on `head`
 when the ring is empty, the client on `tail` when it is full. Words are read and written
 through ctypes views (single aligned loads and stores).
@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import ctypes
 
-from simnpu.proto.commands import CMD_RING_END
+from simnpu.proto.commands import RING_END
 from simnpu.shm import futex
 
 CAPACITY = 4 << 20
@@ -23,7 +23,7 @@ MAX_RECORD = CAPACITY // 8       # bigger requests go by the gRPC stream instead
 _HEAD, _TAIL, _SLEEPING, _WAITING = 0, 64, 128, 192  # one cache line each
 _DATA = 256
 SIZE = _DATA + CAPACITY
-_END = CMD_RING_END.to_bytes(2, "little")
+_END = RING_END
 _WAIT_SLICE_S = 0.01
 
 
@@ -117,7 +117,7 @@ class SubmissionRing:
         start = tail % CAPACITY
         if head // CAPACITY == tail // CAPACITY:
             pieces = [self.buffer[_DATA + start:_DATA + head % CAPACITY]]
-        else:  # the first piece ends at CMD_RING_END or the end of the data
+        else:  # the first piece ends at RING_END or the end of the data
             pieces = [self.buffer[_DATA + start:_DATA + CAPACITY], self.buffer[_DATA:_DATA + head % CAPACITY]]
         self._consumed = self._tail.value = head
         if self._waiting.value:

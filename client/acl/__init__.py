@@ -30,11 +30,13 @@ import importlib as _importlib
 import json as _json
 import struct as _struct
 
+from simnpu.client import facade as _api
+from simnpu.client import last_error as _last_error
 from simnpu.proto import codes as _codes
 from simnpu.proto import commands as _commands
 from simnpu.proto.errors import NpuError as _NpuError
 
-from . import _api, rt  # noqa: F401 - the pyACL submodules; acl.media and acl.util on first use
+from . import rt  # noqa: F401 - the pyACL submodules; acl.media and acl.util on first use
 
 _ON_FIRST_USE = ("media", "util")
 
@@ -97,7 +99,7 @@ def finalize():
 def get_recent_err_msg():
     """aclGetRecentErrMsg: the message of this thread's latest failed acl call, then cleared
     (None when there is none)."""
-    return _api.take_message()
+    return _last_error.message()
 
 
 def float_to_float16(value):

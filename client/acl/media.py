@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from simnpu.proto import codes
 
-from ._api import api
-from ._api import on_demand as _on_demand
+from simnpu.client.facade import api
+from simnpu.client.facade import on_demand as _on_demand
 
 
 @api("k", (0,))

@@ -21,10 +21,11 @@ from simnpu.proto.errors import NpuError as _NpuError
 from simnpu.proto.errors import invalid as _invalid
 from simnpu.shm.addresses import DEVICE_BASE
 
+from simnpu.client import last_error as _last_error
+from simnpu.client.facade import api, not_supported
+from simnpu.client.facade import on_demand as _on_demand
+
 from . import rt_memory as _memory
-from ._api import api, not_supported
-from ._api import on_demand as _on_demand
-from ._api import last_error as _last_error
 
 _FLOAT = struct.Struct("<f")
 _HOST_ARGS: dict = {}  # argument-struct size -> ctypes array type
@@ -452,12 +453,12 @@ def launch_host_func(rt, stream, fn, args):
 # ---- errors ---------------------------------------------------------------------------------------
 def get_last_error(level=codes.ACL_RT_THREAD_LEVEL):
     """aclrtGetLastError: the last error code an acl call returned in this thread, cleared."""
-    return _last_error(True) if level == codes.ACL_RT_THREAD_LEVEL else codes.ACL_ERROR_INVALID_PARAM
+    return _last_error.code(clear=True) if level == codes.ACL_RT_THREAD_LEVEL else codes.ACL_ERROR_INVALID_PARAM
 
 
 def peek_at_last_error(level=codes.ACL_RT_THREAD_LEVEL):
     """aclrtPeekAtLastError: the same, not cleared."""
-    return _last_error(False) if level == codes.ACL_RT_THREAD_LEVEL else codes.ACL_ERROR_INVALID_PARAM
+    return _last_error.code(clear=False) if level == codes.ACL_RT_THREAD_LEVEL else codes.ACL_ERROR_INVALID_PARAM
 
 
 # ---- what simnpu does not simulate ------------------------------------------------------------------

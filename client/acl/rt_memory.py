@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from simnpu.proto.errors import invalid
 
-from ._api import api
-from ._api import on_demand as _on_demand
+from simnpu.client.facade import api
+from simnpu.client.facade import on_demand as _on_demand
 
 __all__ = [
     "device_get_bare_tgid",

@@ -16,14 +16,17 @@ collective with an ACL code (docs/hccl.md lists them) -- or ask get_comm_async_e
     ret = hccl.comm_destroy(comm)
 
 Messages of failed calls (which ranks never joined, ...) are logged on the "hccl" logger
-and kept for get_recent_err_msg() (a simnpu extension, like acl.get_recent_err_msg).
+and kept as the thread's last error (get_recent_err_msg(), a simnpu extension, like
+acl.get_recent_err_msg). Every call is made by the same facade helper as acl's
+(client/facade.py).
 """
 
 from __future__ import annotations
 
 import logging
-import threading
 
+from simnpu.client import facade as _facade
+from simnpu.client import last_error as _last_error
 from simnpu.proto import hccl_types as _ht
 from simnpu.proto.errors import NpuError as _NpuError
 
@@ -31,7 +34,6 @@ from simnpu.proto.errors import NpuError as _NpuError
 globals().update({name: value for name, value in vars(_ht).items() if name.startswith("HCCL_")})
 
 _log = logging.getLogger("hccl")
-_local = threading.local()
 
 
 def _layer():
@@ -40,75 +42,67 @@ def _layer():
     return hcclrt.of(device.runtime())
 
 
-def _failed(error: Exception, name: str) -> int:
-    code = (
-        error.code
-        if isinstance(error, _NpuError) and _ht.is_result(error.code)
-        else _ht.HCCL_E_RUNTIME
-    )
-    message = getattr(error, "message", str(error))
-    _local.message = message
-    _log.error("%s failed with %s: %s", name, _ht.result_name(code), message)
-    return code
+def _failed(error: _NpuError, name: str) -> int:
+    """An hccl call failed: its HcclResult (HCCL_E_RUNTIME for an ACL code), logged and kept
+    as the thread's last error."""
+    code = error.code if _ht.is_result(error.code) else _ht.HCCL_E_RUNTIME
+    _log.error("%s failed with %s: %s", name, _ht.result_name(code), error.message)
+    return _last_error.keep(code, error.message)
 
 
-def _call(name: str, function, *args, value=None):
-    try:
-        result = function(*args)
-    except _NpuError as error:
-        code = _failed(error, name)
-        return code if value is None else (value, code)
-    return _ht.HCCL_SUCCESS if value is None else (result, _ht.HCCL_SUCCESS)
+def _hccl(spec: str, outputs: tuple | None = None):
+    """An hccl call: `body(rt, *params)` made by the facade helper; `rt` is unused, the body
+    reaches the HCCL layer of this process's runtime itself (hcclrt)."""
+    return _facade.api(spec, outputs, needs_session=False, failure=_failed, range_checked=False)
 
 
 # ---- communicators ------------------------------------------------------------------------------
-def get_root_info():
+@_hccl("", (b"",))
+def get_root_info(rt):
     """HcclGetRootInfo -> (root_info: bytes of HCCL_ROOT_INFO_BYTES, ret). For the current
     device; this process's HCCL_EXEC_TIMEOUT becomes the communicator's."""
-    return _call("get_root_info", lambda: _layer().get_root_info(), value=b"")
+    return _layer().get_root_info()
 
 
-def comm_init_root_info(n_ranks: int, root_info: bytes, rank: int):
+@_hccl("OOO", (0,))
+def comm_init_root_info(rt, n_ranks, root_info, rank):
     """HcclCommInitRootInfo -> (comm, ret). Blocks until all n_ranks ranks have joined;
     HCCL_E_TIMEOUT after HCCL_CONNECT_TIMEOUT seconds (default 120), naming the missing."""
-    return _call(
-        "comm_init_root_info",
-        lambda: _layer().comm_init_root_info(n_ranks, root_info, rank),
-        value=0,
-    )
+    return _layer().comm_init_root_info(n_ranks, root_info, rank)
 
 
-def get_rank_size(comm: int):
+@_hccl("O", (0,))
+def get_rank_size(rt, comm):
     """HcclGetRankSize -> (n_ranks, ret)."""
-    return _call("get_rank_size", lambda: _layer().comm(comm).n_ranks, value=0)
+    return _layer().comm(comm).n_ranks
 
 
-def get_rank_id(comm: int):
+@_hccl("O", (0,))
+def get_rank_id(rt, comm):
     """HcclGetRankId -> (rank, ret)."""
-    return _call("get_rank_id", lambda: _layer().comm(comm).rank, value=0)
+    return _layer().comm(comm).rank
 
 
-def get_comm_name(comm: int):
+@_hccl("O", ("",))
+def get_comm_name(rt, comm):
     """HcclGetCommName -> (name, ret)."""
-    return _call("get_comm_name", lambda: _layer().comm(comm).name, value="")
+    return _layer().comm(comm).name
 
 
-def comm_destroy(comm: int) -> int:
+@_hccl("O")
+def comm_destroy(rt, comm):
     """HcclCommDestroy -> ret."""
-    return _call("comm_destroy", lambda: _layer().comm_destroy(comm))
+    _layer().comm_destroy(comm)
 
 
-def get_comm_async_error(comm: int):
+@_hccl("O", (_ht.HCCL_SUCCESS,))
+def get_comm_async_error(rt, comm):
     """HcclGetCommAsyncError -> (error, ret): the HcclResult of this rank's first failed
     collective on the communicator (HCCL_E_TIMEOUT, HCCL_E_PARA, HCCL_E_REMOTE, ...)."""
-
-    def query():
-        error, message = _layer().async_error(comm)
-        if error:
-            _local.message = message
-        return error
-
-    return _call("get_comm_async_error", query, value=_ht.HCCL_SUCCESS)
+    error, message = _layer().async_error(comm)
+    if error:
+        _last_error.explain(message)
+    return error
 
 
 def get_error_string(code: int) -> str:
@@ -118,181 +112,86 @@ def get_error_string(code: int) -> str:
 
 def get_recent_err_msg() -> str | None:
     """The message of this thread's latest failed hccl call, cleared (a simnpu extension)."""
-    message = getattr(_local, "message", None)
-    _local.message = None
-    return message
+    return _last_error.message()
 
 
-def rendezvous(job: str, world_size: int):
+@_hccl("OO", (0, b""))
+def rendezvous(rt, job, world_size):
     """(simnpu extension) -> (rank, root_info, ret): blocks until `world_size` processes of
     `job` have called it; ranks 0..world_size-1 in arrival order, one root info for all, to
     pass to comm_init_root_info. For identical replicas that know neither (docs/hccl.md)."""
     from simnpu.client.rendezvous import rendezvous as join
 
-    try:
-        joined = join(job, world_size)
-    except _NpuError as error:
-        return 0, b"", _failed(error, "rendezvous")
-    return joined.rank, joined.root_info, _ht.HCCL_SUCCESS
+    joined = join(job, world_size)
+    return joined.rank, joined.root_info
 
 
 # ---- collectives (asynchronous: ret says whether it was queued) ---------------------------------
-def _collective(name, kind, comm, stream, **fields) -> int:
-    return _call(name, lambda: _layer().collective(kind, comm, stream, **fields))
-
-
-def all_reduce(
-    send: int, recv: int, count: int, data_type: int, op: int, comm: int, stream: int
-) -> int:
+@_hccl("OOOOOOO")
+def all_reduce(rt, send, recv, count, data_type, op, comm, stream):
     """HcclAllReduce."""
-    return _collective(
-        "all_reduce",
-        _ht.HCCL_CMD_ALLREDUCE,
-        comm,
-        stream,
-        send=send,
-        recv=recv,
-        count=count,
-        dtype=data_type,
-        op=op,
-    )
+    _layer().collective(_ht.HCCL_CMD_ALLREDUCE, comm, stream, send=send, recv=recv, count=count,
+                        dtype=data_type, op=op)
 
 
-def broadcast(buf: int, count: int, data_type: int, root: int, comm: int, stream: int) -> int:
+@_hccl("OOOOOO")
+def broadcast(rt, buf, count, data_type, root, comm, stream):
     """HcclBroadcast (in place: the root's buf to every rank's buf)."""
-    return _collective(
-        "broadcast",
-        _ht.HCCL_CMD_BROADCAST,
-        comm,
-        stream,
-        send=buf,
-        count=count,
-        dtype=data_type,
-        root=root,
-    )
+    _layer().collective(_ht.HCCL_CMD_BROADCAST, comm, stream, send=buf, count=count, dtype=data_type, root=root)
 
 
-def all_gather(
-    send: int, recv: int, send_count: int, data_type: int, comm: int, stream: int
-) -> int:
+@_hccl("OOOOOO")
+def all_gather(rt, send, recv, send_count, data_type, comm, stream):
     """HcclAllGather: recv holds send_count x n_ranks elements, rank order."""
-    return _collective(
-        "all_gather",
-        _ht.HCCL_CMD_ALLGATHER,
-        comm,
-        stream,
-        send=send,
-        recv=recv,
-        count=send_count,
-        dtype=data_type,
-    )
+    _layer().collective(_ht.HCCL_CMD_ALLGATHER, comm, stream, send=send, recv=recv, count=send_count,
+                        dtype=data_type)
 
 
-def reduce_scatter(
-    send: int, recv: int, recv_count: int, data_type: int, op: int, comm: int, stream: int
-) -> int:
+@_hccl("OOOOOOO")
+def reduce_scatter(rt, send, recv, recv_count, data_type, op, comm, stream):
     """HcclReduceScatter: send holds recv_count x n_ranks elements."""
-    return _collective(
-        "reduce_scatter",
-        _ht.HCCL_CMD_REDUCE_SCATTER,
-        comm,
-        stream,
-        send=send,
-        recv=recv,
-        count=recv_count,
-        dtype=data_type,
-        op=op,
-    )
+    _layer().collective(_ht.HCCL_CMD_REDUCE_SCATTER, comm, stream, send=send, recv=recv, count=recv_count,
+                        dtype=data_type, op=op)
 
 
-def reduce(
-    send: int, recv: int, count: int, data_type: int, op: int, root: int, comm: int, stream: int
-) -> int:
+@_hccl("OOOOOOOO")
+def reduce(rt, send, recv, count, data_type, op, root, comm, stream):
     """HcclReduce: the result lands in the root's recv."""
-    return _collective(
-        "reduce",
-        _ht.HCCL_CMD_REDUCE,
-        comm,
-        stream,
-        send=send,
-        recv=recv,
-        count=count,
-        dtype=data_type,
-        op=op,
-        root=root,
-    )
+    _layer().collective(_ht.HCCL_CMD_REDUCE, comm, stream, send=send, recv=recv, count=count, dtype=data_type,
+                        op=op, root=root)
 
 
-def scatter(
-    send: int, recv: int, recv_count: int, data_type: int, root: int, comm: int, stream: int
-) -> int:
+@_hccl("OOOOOOO")
+def scatter(rt, send, recv, recv_count, data_type, root, comm, stream):
     """HcclScatter: block r of the root's send to rank r's recv."""
-    return _collective(
-        "scatter",
-        _ht.HCCL_CMD_SCATTER,
-        comm,
-        stream,
-        send=send,
-        recv=recv,
-        count=recv_count,
-        dtype=data_type,
-        root=root,
-    )
+    _layer().collective(_ht.HCCL_CMD_SCATTER, comm, stream, send=send, recv=recv, count=recv_count,
+                        dtype=data_type, root=root)
 
 
-def alltoall(
-    send: int,
-    send_count: int,
-    send_type: int,
-    recv: int,
-    recv_count: int,
-    recv_type: int,
-    comm: int,
-    stream: int,
-) -> int:
+@_hccl("OOOOOOOO")
+def alltoall(rt, send, send_count, send_type, recv, recv_count, recv_type, comm, stream):
     """HcclAlltoAll: block j of rank i's send lands in block i of rank j's recv."""
-    return _collective(
-        "alltoall",
-        _ht.HCCL_CMD_ALLTOALL,
-        comm,
-        stream,
-        send=send,
-        recv=recv,
-        count=send_count,
-        dtype=send_type,
-        recv_count=recv_count,
-        recv_dtype=recv_type,
-    )
+    _layer().collective(_ht.HCCL_CMD_ALLTOALL, comm, stream, send=send, recv=recv, count=send_count,
+                        dtype=send_type, recv_count=recv_count, recv_dtype=recv_type)
 
 
-def send(buf: int, count: int, data_type: int, dest_rank: int, comm: int, stream: int) -> int:
+@_hccl("OOOOOO")
+def send(rt, buf, count, data_type, dest_rank, comm, stream):
     """HcclSend: pairs with dest_rank's recv (the j-th send to it with its j-th recv)."""
-    return _collective(
-        "send",
-        _ht.HCCL_CMD_SEND,
-        comm,
-        stream,
-        send=buf,
-        count=count,
-        dtype=data_type,
-        root=dest_rank,
-    )
+    _layer().collective(_ht.HCCL_CMD_SEND, comm, stream, send=buf, count=count, dtype=data_type, root=dest_rank)
 
 
-def recv(buf: int, count: int, data_type: int, src_rank: int, comm: int, stream: int) -> int:
+@_hccl("OOOOOO")
+def recv(rt, buf, count, data_type, src_rank, comm, stream):
     """HcclRecv."""
-    return _collective(
-        "recv",
-        _ht.HCCL_CMD_RECEIVE,
-        comm,
-        stream,
-        recv=buf,
-        count=count,
-        dtype=data_type,
-        root=src_rank,
-    )
+    _layer().collective(_ht.HCCL_CMD_RECEIVE, comm, stream, recv=buf, count=count, dtype=data_type,
+                        root=src_rank)
 
 
-def barrier(comm: int, stream: int) -> int:
+@_hccl("OO")
+def barrier(rt, comm, stream):
     """HcclBarrier: every rank's stream waits here until all ranks' streams have reached it."""
-    return _collective("barrier", _ht.HCCL_CMD_BARRIER, comm, stream)
+    _layer().collective(_ht.HCCL_CMD_BARRIER, comm, stream)
+
+
+__getattr__, __dir__ = _facade.on_demand(globals())

@@ -74,7 +74,7 @@ def read_int(rt, address: int, dtype=np.int64) -> int:
 
 def test_a_client_sharing_dev_shm_uses_the_notify_area(rt):
     assert rt.connection.notify is not None
-    assert rt.stream_words is not None
+    assert rt.signals is not None
     before = rt.connection.mailbox_replies
     pointers = [rt.malloc(4096) for _ in range(5)]
     assert len(set(pointers)) == 5
@@ -87,21 +87,21 @@ def test_a_synchronize_is_decided_on_the_stream_word_and_ordered(rt, kernels):
     stream = rt.create_stream()
     cell = rt.malloc(8)
     write_int(rt, cell, 0, np.int64)
-    before = rt.stream_words.decided
+    before = rt.signals.decided
     for round_ in range(1, 51):
         kernels.launch("count_up", stream, cell, 0)
         rt.synchronize_stream(stream)
         assert read_int(rt, cell) == round_  # the kernel really ran before synchronize returned
-    assert rt.stream_words.decided == before + 50
+    assert rt.signals.decided == before + 50
     rt.free(cell)
     rt.destroy_stream(stream)
 
 
 def test_the_default_stream_has_a_word_too(rt, kernels):
-    before = rt.stream_words.decided
+    before = rt.signals.decided
     kernels.launch("empty", 0)
     rt.synchronize_stream(0)
-    assert rt.stream_words.decided == before + 1
+    assert rt.signals.decided == before + 1
 
 
 def test_a_failing_kernel_is_reported_then_the_stream_is_clean_again(rt, kernels):
@@ -112,10 +112,10 @@ def test_a_failing_kernel_is_reported_then_the_stream_is_clean_again(rt, kernels
     assert raised.value.code == codes.ACL_ERROR_RT_AICORE_EXCEPTION
     assert "RuntimeError: xxxxxxxxxx" in raised.value.message
     rt.synchronize_stream(stream)  # reported once: nothing left to report
-    before = rt.stream_words.decided
+    before = rt.signals.decided
     kernels.launch("empty", stream)
     rt.synchronize_stream(stream)
-    assert rt.stream_words.decided == before + 1
+    assert rt.signals.decided == before + 1
     rt.destroy_stream(stream)
 
 
@@ -131,7 +131,7 @@ def test_a_failure_message_too_big_for_a_mailbox_slot_comes_whole(rt, kernels):
 def test_a_call_the_daemon_rejects_wakes_the_synchronize_and_is_reported(rt):
     stream = rt.create_stream()
     bogus_function = (5 << 40) | 999_999
-    rt.connection.send_command(commands.pack_launch(1, stream, bogus_function, b""), "test", stream)
+    rt.connection.send_command(commands.Launch.pack(1, stream, bogus_function, b""), "test", stream)
     with pytest.raises(NpuError) as raised:
         rt.synchronize_stream(stream, timeout_ms=20_000)
     assert raised.value.code == codes.ACL_ERROR_RT_INVALID_HANDLE
@@ -150,7 +150,7 @@ def closed_gate(rt, kernels, stream) -> int:
 def test_a_rejected_call_behind_running_work_waits_for_that_work(rt, kernels):
     stream = rt.create_stream()
     flag = closed_gate(rt, kernels, stream)
-    rt.connection.send_command(commands.pack_launch(1, stream, (5 << 40) | 999_999, b""), "test", stream)
+    rt.connection.send_command(commands.Launch.pack(1, stream, (5 << 40) | 999_999, b""), "test", stream)
     opening = threading.Event()  # set just before the gate opens
     threading.Timer(0.3, lambda: (opening.set(), write_int(rt, flag, 1))).start()
     with pytest.raises(NpuError) as raised:
@@ -239,17 +239,17 @@ def test_more_requests_in_flight_than_mailbox_slots(rt):
 
 def test_an_observed_session_asks_the_daemon(rt, kernels):
     rt.observer.enable(observe_bits.TRACE)
-    before = rt.stream_words.decided
+    before = rt.signals.decided
     kernels.launch("empty", 0)
     rt.synchronize_stream(0)
-    assert rt.stream_words.decided == before
+    assert rt.signals.decided == before
 
 
 def test_a_client_without_shared_memory_has_no_notify_area(daemon, monkeypatch):
     monkeypatch.setenv("SIMNPU_NO_SHM", "1")
     runtime = Runtime(daemon.address)
     try:
-        assert runtime.connection.notify is None and runtime.stream_words is None
+        assert runtime.connection.notify is None and runtime.signals is None
         runtime.set_device(0)
         empty = runtime.get_function(commands.BUILTIN_BINARY, "empty")
         runtime.launch_kernel(empty, 1, b"", 0)
@@ -285,7 +285,7 @@ def test_calls_go_through_the_submission_ring(rt, kernels):
     assert ring is not None
     before = ring.written
     kernels.launch("empty", 0)
-    assert ring.written == before + commands.LAUNCH.size
+    assert ring.written == before + commands.Launch.LAYOUT.size
     rt.synchronize_stream(0)
 
 

@@ -168,7 +168,8 @@ def test_a_world_size_over_the_limit_is_refused_by_the_daemon(daemon2):
         from simnpu.proto import npu_pb2
         from simnpu.proto.errors import NpuError
         try:
-            npu.runtime().connection.request(npu_pb2.OP_HCCL_RENDEZVOUS, [5000, -1, 1000], text="x")
+            npu.runtime().connection.call(npu_pb2.HcclRendezvousRequest(
+                job="x", world_size=5000, exec_timeout_ms=-1, timeout_ms=1000))
         except NpuError as error:
             print(error.code, error.message)
     """)

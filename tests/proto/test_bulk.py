@@ -14,7 +14,8 @@ SIZES = [0, 1, 127, 128, 300, 1 << 14, (1 << 20) + 3]  # 1-, 2- and 3-byte varin
 def request_message() -> npu_pb2.ClientMessage:
     return npu_pb2.ClientMessage(items=[
         npu_pb2.Item(commands=b"\x01\x02"),
-        npu_pb2.Item(request=npu_pb2.Request(id=7, op=npu_pb2.OP_MEMCPY, args=[-1, 2, 1 << 50])),
+        npu_pb2.Item(request=npu_pb2.Request(id=7, memcpy=npu_pb2.MemcpyRequest(
+            dst=npu_pb2.Location(space=npu_pb2.SPACE_DEVICE, offset=1 << 50), count=2))),
     ], site_seqs=[3], sites=["app.py:9"])
 
 
@@ -41,7 +42,7 @@ def test_a_client_message_encoded_elsewhere_is_read_the_same():
 
 
 @pytest.mark.parametrize("size", SIZES)
-def test_a_reply_with_bulk_reads_as_the_reply_with_that_data(size):
+def test_a_reply_with_bulk_reads_as_the_reply_with_those_bytes(size):
     data = b"\xab" * size
     raw = bulk.server_message(npu_pb2.Reply(id=9, code=0, task_seq=4), memoryview(data))
     assert npu_pb2.ServerMessage.FromString(raw) == npu_pb2.ServerMessage(
@@ -49,17 +50,17 @@ def test_a_reply_with_bulk_reads_as_the_reply_with_that_data(size):
     message = bulk.parse_server(raw)
     (reply,) = message.replies
     assert (reply.id, reply.code, reply.message, reply.task_seq) == (9, 0, "", 4)
-    assert reply.data.tobytes() == data and reply.data.obj is raw
+    assert reply.bulk.tobytes() == data and reply.bulk.obj is raw
     assert list(message.notices) == []
 
 
 def test_server_messages_without_bulk_are_plain_messages():
-    plain = npu_pb2.ServerMessage(replies=[npu_pb2.Reply(id=1, data=b"small")],
+    plain = npu_pb2.ServerMessage(replies=[npu_pb2.Reply(id=1, message="small")],
                                   notices=[npu_pb2.Notice(kind=npu_pb2.Notice.KIND_HOST_CALLBACK, callback=3)])
     assert bulk.parse_server(plain.SerializeToString()) == plain
     plain.bulk = b"encoded last"
     reply = bulk.parse_server(plain.SerializeToString()).replies[0]
-    assert reply.id == 1 and reply.data.tobytes() == b"encoded last"
+    assert reply.id == 1 and reply.bulk.tobytes() == b"encoded last"
 
 
 def test_serialize_passes_encoded_messages_through():

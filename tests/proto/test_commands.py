@@ -18,56 +18,52 @@ STAGE = Location(commands.SPACE_STAGING, 0, 1 << 22)
 # (packed record, what decode must yield) for every op, with edge values in the fields
 CASES = {
     "launch": (
-        commands.pack_launch(3, 0x20000000001, 0x50000000002, b"\x01\x02\x03\x04\x05"),
+        commands.Launch.pack(3, 0x20000000001, 0x50000000002, b"\x01\x02\x03\x04\x05"),
         commands.Launch(3, 0x20000000001, 0x50000000002, b"\x01\x02\x03\x04\x05"),
     ),
-    "launch, no args": (commands.pack_launch(1, 7, 9, b""), commands.Launch(1, 7, 9, b"")),
+    "launch, no args": (commands.Launch.pack(1, 7, 9, b""), commands.Launch(1, 7, 9, b"")),
     "launch, max fields": (
-        commands.pack_launch(U32, U64, U64, bytes(range(256)) * 3),
+        commands.Launch.pack(U32, U64, U64, bytes(range(256)) * 3),
         commands.Launch(U32, U64, U64, bytes(range(256)) * 3),
     ),
     "launch devargs": (
-        commands.pack_launch_devargs(48, 2, 5, (1 << 47) + 64, 24),
-        commands.LaunchDevArgs(48, 2, 5, (1 << 47) + 64, 24),
+        commands.LaunchDeviceArgs.pack(48, 2, 5, (1 << 47) + 64, 24),
+        commands.LaunchDeviceArgs(48, 2, 5, (1 << 47) + 64, 24),
     ),
     "copy pinned -> device": (
-        commands.pack_copy(11, DEV, PIN, 4097),
+        commands.Copy.pack(11, DEV, PIN, 4097),
         commands.Copy(11, DEV, PIN, 4097),
     ),
     "copy device -> staging": (
-        commands.pack_copy(U64, STAGE, DEV, U64),
+        commands.Copy.pack(U64, STAGE, DEV, U64),
         commands.Copy(U64, STAGE, DEV, U64),
     ),
     "memset": (
-        commands.pack_memset(12, DEV, 0xAB, 3 << 20),
+        commands.Memset.pack(12, DEV, 0xAB, 3 << 20),
         commands.Memset(12, DEV, 0xAB, 3 << 20),
     ),
     "record event": (
-        commands.pack_event(commands.CMD_RECORD_EVENT, 0x30000000001, 2),
-        commands.EventCommand(commands.CMD_RECORD_EVENT, 0x30000000001, 2),
+        commands.RecordEvent.pack(0x30000000001, 2),
+        commands.RecordEvent(0x30000000001, 2),
     ),
     "reset event": (
-        commands.pack_event(commands.CMD_RESET_EVENT, 4, 5),
-        commands.EventCommand(commands.CMD_RESET_EVENT, 4, 5),
+        commands.ResetEvent.pack(4, 5),
+        commands.ResetEvent(4, 5),
     ),
     "wait event": (
-        commands.pack_event(commands.CMD_WAIT_EVENT, U64, U64),
-        commands.EventCommand(commands.CMD_WAIT_EVENT, U64, U64),
+        commands.WaitEvent.pack(U64, U64),
+        commands.WaitEvent(U64, U64),
     ),
     "host callback": (
-        commands.pack_host(commands.CMD_HOST_CALLBACK, 2, 99, True),
-        commands.HostCallback(commands.CMD_HOST_CALLBACK, 2, 99, 1),
+        commands.HostCallback.pack(2, 99, True),
+        commands.HostCallback(2, 99, True),
     ),
     "host done": (
-        commands.pack_host(commands.CMD_HOST_DONE, 2, 99, False),
-        commands.HostCallback(commands.CMD_HOST_DONE, 2, 99, 0),
+        commands.HostDone.pack(2, 99, False),
+        commands.HostDone(2, 99, False),
     ),
     "collective": (
-        commands.pack_collective(
-            commands.Collective(
-                U64, (16 << 40) | 1, 2, DEV.offset, DEV.offset + 64, U64, 7, 4, 11, 3, U32
-            )
-        ),
+        commands.Collective.pack(U64, (16 << 40) | 1, 2, DEV.offset, DEV.offset + 64, U64, 7, 4, 11, 3, U32),
         commands.Collective(
             U64, (16 << 40) | 1, 2, DEV.offset, DEV.offset + 64, U64, 7, 4, 11, 3, U32
         ),
@@ -96,7 +92,7 @@ def test_every_command_round_trips(name):
 
 def test_every_op_is_covered():
     ops = {struct.unpack_from("<H", packed)[0] for packed, _ in CASES.values()}
-    assert ops == set(commands._FIXED)
+    assert ops == {kind.OP for kind in commands._KINDS}
 
 
 def test_records_back_to_back_decode_in_order():
@@ -123,11 +119,11 @@ def test_launch_args_are_bytes_not_views_of_the_buffer():
 
 
 def test_packed_sizes_match_the_layouts():
-    assert len(commands.pack_launch(1, 2, 3, b"abc")) == commands.LAUNCH.size + 3
-    assert len(commands.pack_launch_devargs(1, 2, 3, 4, 5)) == commands.LAUNCH_DEVARGS.size
-    assert len(commands.pack_copy(1, DEV, PIN, 5)) == commands.COPY.size
-    assert len(commands.pack_memset(1, DEV, 0, 5)) == commands.MEMSET.size
-    assert len(commands.pack_event(commands.CMD_RECORD_EVENT, 1, 2)) == commands.EVENT.size
+    assert len(commands.Launch.pack(1, 2, 3, b"abc")) == commands.Launch.LAYOUT.size + 3
+    assert len(commands.LaunchDeviceArgs.pack(1, 2, 3, 4, 5)) == commands.LaunchDeviceArgs.LAYOUT.size
+    assert len(commands.Copy.pack(1, DEV, PIN, 5)) == commands.Copy.LAYOUT.size
+    assert len(commands.Memset.pack(1, DEV, 0, 5)) == commands.Memset.LAYOUT.size
+    assert len(commands.RecordEvent.pack(1, 2)) == commands.RecordEvent.LAYOUT.size
 
 
 GOOD = [CASES["record event"], CASES["memset"]]
@@ -146,7 +142,7 @@ def test_truncated_record_raises_107000_after_the_records_before_it(name):
 
 
 def test_launch_whose_args_length_runs_past_the_buffer():
-    record = commands.LAUNCH.pack(commands.CMD_LAUNCH, 1, 2, 3, 100) + b"\0" * 99
+    record = commands.Launch.LAYOUT.pack(commands.Launch.OP, 1, 2, 3, 100) + b"\0" * 99
     got, error = decode_until_error(GOOD_BYTES + record)
     assert got == GOOD_RECORDS
     assert error.code == codes.ACL_ERROR_RT_PARAM_INVALID
@@ -154,7 +150,7 @@ def test_launch_whose_args_length_runs_past_the_buffer():
 
 
 def test_launch_with_a_huge_args_length():
-    record = commands.LAUNCH.pack(commands.CMD_LAUNCH, 1, 2, 3, U32)
+    record = commands.Launch.LAYOUT.pack(commands.Launch.OP, 1, 2, 3, U32)
     got, error = decode_until_error(record)
     assert got == [] and error.code == codes.ACL_ERROR_RT_PARAM_INVALID
 
@@ -182,41 +178,58 @@ def test_decode_is_lazy():
         next(decoder)
 
 
-def test_request_arguments_are_declared_for_every_request_op():
+def test_every_request_body_has_its_call_and_every_reply_body_its_request():
+    """The typed protocol: one request body per call that answers, one reply body per call
+    that returns values, named alike (npu.proto)."""
     from simnpu.proto import npu_pb2
 
-    declared = set(commands.REQUEST_ARGS)
-    ops = {
-        name[len("OP_") :]
-        for name in npu_pb2.Op.DESCRIPTOR.values_by_name
-        if name != "OP_UNSPECIFIED"
-    }
-    assert ops <= declared
+    requests = {f.name: f.message_type.name for f in npu_pb2.Request.DESCRIPTOR.oneofs_by_name["body"].fields}
+    replies = {f.name: f.message_type.name for f in npu_pb2.Reply.DESCRIPTOR.oneofs_by_name["body"].fields}
+    assert len(set(requests.values())) == len(requests) and len(set(replies.values())) == len(replies)
+    assert set(replies) <= set(requests)
+    for case, body in requests.items():
+        assert body.endswith("Request") and body[:-len("Request")] in (_camel(case), _camel(case) + "s")
+    for case, body in replies.items():
+        assert body == requests[case][:-len("Request")] + "Reply"
+
+
+def _camel(case: str) -> str:
+    return "".join(part.capitalize() for part in case.split("_"))
+
+
+def test_required_fields_are_found_nested_too():
+    from simnpu.proto import messages, npu_pb2
+
+    assert messages.missing(npu_pb2.CreateStreamRequest(context=1)) == ["priority", "flags"]
+    assert messages.missing(npu_pb2.CreateStreamRequest(context=0, priority=0, flags=0)) == []  # 0 is a value
+    partial = npu_pb2.MemcpyRequest(dst=npu_pb2.Location(space=npu_pb2.SPACE_DEVICE), count=4)
+    assert messages.missing(partial) == ["dst.offset", "src"]
+    assert messages.missing(npu_pb2.UseRingRequest()) == []
 
 
 # ---- records only a submission ring carries (docs/fast-path.md) -------------------------------
 def test_ring_records_decode_only_in_ring_mode():
-    ring_only = [commands.pack_ring_request(b"\x08\x01"), commands.STREAM_ITEM,
-                 commands.pack_ring_site("file.py:12")]
+    ring_only = [commands.RingRequest.pack(b"\x08\x01"), commands.RingStreamItem.RECORD,
+                 commands.RingSite.pack("file.py:12")]
     for packed in ring_only:
         with pytest.raises(NpuError) as raised:
             decode_all(packed)
         assert raised.value.code == codes.ACL_ERROR_RT_PARAM_INVALID
     launch, expected = CASES["launch"]
     assert list(commands.decode(b"".join([launch, *ring_only, launch]), ring=True)) == [
-        expected, commands.RingRequest(b"\x08\x01"), commands.StreamItem(), commands.RingSite("file.py:12"),
+        expected, commands.RingRequest(b"\x08\x01"), commands.RingStreamItem(), commands.RingSite("file.py:12"),
         expected]
 
 
 def test_ring_end_and_a_last_byte_end_a_ring_piece():
     launch, expected = CASES["launch"]
-    end = struct.pack("<H", commands.CMD_RING_END)
+    end = commands.RING_END
     assert list(commands.decode(launch + end + b"garbage after the end", ring=True)) == [expected]
     assert list(commands.decode(launch + b"\x07", ring=True)) == [expected]
 
 
 def test_a_truncated_ring_request_raises_107000():
-    packed = commands.pack_ring_request(b"0123456789")
+    packed = commands.RingRequest.pack(b"0123456789")
     with pytest.raises(NpuError) as raised:
         list(commands.decode(packed[:-1], ring=True))
     assert raised.value.code == codes.ACL_ERROR_RT_PARAM_INVALID

@@ -11,7 +11,6 @@ from simnpu.server import races
 from simnpu.server.access_log import READ, READ_RW, WRITE, _changed, _merge
 from simnpu.server.findings import Findings
 from simnpu.server.memcheck import add_range, missing
-from simnpu.server.objects import WAIT
 
 
 def test_written_ranges_merge_and_report_what_is_missing():
@@ -55,8 +54,11 @@ class _Stream:
 
 
 class _Task:
-    def __init__(self, stream, kind="kernel", payload=()):
-        self.stream, self.kind, self.payload, self.probe = stream, kind, payload, None
+    def __init__(self, stream, kind="kernel", waits_for=None):
+        self.stream, self.kind, self.waits_for, self.probe = stream, kind, waits_for, None
+
+    def follows(self):
+        return self.waits_for
 
 
 class _Probe:
@@ -81,7 +83,7 @@ def test_vector_clocks_order_by_stream_event_and_host_synchronisation():
     assert races.ordered_before(write.agent, write.epoch, later_on_s1.clock)  # stream order
     record = _Task(s1, "record")
     _stamp(clocks, record, session)
-    wait = _stamp(clocks, _Task(s2, WAIT, (record,)), session)
+    wait = _stamp(clocks, _Task(s2, "wait", record), session)
     after_wait = _stamp(clocks, _Task(s2), session)
     assert races.ordered_before(later_on_s1.agent, later_on_s1.epoch, after_wait.clock)  # the event
     assert races.ordered_before(wait.agent, wait.epoch, after_wait.clock)

@@ -6,24 +6,29 @@ import numpy as np
 import pytest
 from simnpu.proto import hccl_types as ht
 from simnpu.server import reduce
+from simnpu.server.work import Span
 
 RANK_BYTES = 1 << 16  # each rank's send at r * RANK_BYTES, recv at 64 KiB * (8 + r) of "device" 0
 
 
 def memory(n_bytes=1 << 20):
-    return [bytearray(n_bytes)]
+    return {"dev0": bytearray(n_bytes)}
+
+
+def at(offset):
+    return Span("dev0", offset, 0)
 
 
 def view(maps, offset, dtype, count):
-    return np.frombuffer(maps[0], dtype, count, offset)
+    return np.frombuffer(maps["dev0"], dtype, count, offset)
 
 
 def run_plan(
     maps, kind, n, count, dtype, op=ht.HCCL_REDUCE_SUM, root=0, pieces=1, sends=None, recvs=None
 ):
     dt = np.dtype(dtype)
-    sends = sends or [(0, r * RANK_BYTES) for r in range(n)]
-    recvs = recvs or [(0, (8 + r) * RANK_BYTES) for r in range(n)]
+    sends = sends or [at(r * RANK_BYTES) for r in range(n)]
+    recvs = recvs or [at((8 + r) * RANK_BYTES) for r in range(n)]
     groups = reduce.plan(kind, sends, recvs, count, root, dt.itemsize)
     snapshot = reduce.needs_snapshot(groups, dt.itemsize)
     for piece in reduce.split(groups, 1 if snapshot else pieces):
@@ -76,7 +81,7 @@ def test_all_reduce_in_place():
     n, count = 3, 4000
     maps = memory()
     inputs = fill(maps, n, count, np.float32)
-    sends = [(0, r * RANK_BYTES) for r in range(n)]
+    sends = [at(r * RANK_BYTES) for r in range(n)]
     assert not run_plan(
         maps, ht.HCCL_CMD_ALLREDUCE, n, count, np.float32, sends=sends, recvs=sends, pieces=2
     )
@@ -117,10 +122,10 @@ def test_all_gather_reduce_scatter_alltoall_scatter_broadcast():
 def test_nccl_in_place_layouts_need_no_snapshot():
     n, count, size = 4, 500, 2000
     maps = memory()
-    recvs = [(0, (8 + r) * RANK_BYTES) for r in range(n)]
+    recvs = [at((8 + r) * RANK_BYTES) for r in range(n)]
     for r in range(n):  # all_gather in place: send = recv + r * count
         view(maps, (8 + r) * RANK_BYTES + r * size, np.float32, count)[:] = r + 1
-    sends = [(0, (8 + r) * RANK_BYTES + r * size) for r in range(n)]
+    sends = [at((8 + r) * RANK_BYTES + r * size) for r in range(n)]
     assert not run_plan(
         maps, ht.HCCL_CMD_ALLGATHER, n, count, np.float32, sends=sends, recvs=recvs, pieces=3
     )
@@ -132,8 +137,8 @@ def test_nccl_in_place_layouts_need_no_snapshot():
     inputs = fill(
         maps, n, n * count, np.float32
     )  # reduce_scatter in place: recv = send + r * count
-    sends = [(0, r * RANK_BYTES) for r in range(n)]
-    recvs = [(0, r * RANK_BYTES + r * size) for r in range(n)]
+    sends = [at(r * RANK_BYTES) for r in range(n)]
+    recvs = [at(r * RANK_BYTES + r * size) for r in range(n)]
     assert not run_plan(
         maps, ht.HCCL_CMD_REDUCE_SCATTER, n, count, np.float32, sends=sends, recvs=recvs, pieces=2
     )
@@ -151,7 +156,7 @@ def test_send_equal_recv_takes_a_snapshot_and_is_still_right(kind):
     maps = memory()
     per_rank = n * count  # every rank's buffer holds n blocks; send == recv
     inputs = fill(maps, n, per_rank, np.int64)
-    buffers = [(0, r * RANK_BYTES) for r in range(n)]
+    buffers = [at(r * RANK_BYTES) for r in range(n)]
     assert run_plan(maps, kind, n, count, np.int64, sends=buffers, recvs=buffers, pieces=4)
     for r in range(n):
         got = view(maps, r * RANK_BYTES, np.int64, per_rank)

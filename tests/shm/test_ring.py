@@ -34,8 +34,8 @@ def ends(buffer):
 
 def records(count: int, size: int) -> list[bytes]:
     """Distinct launch records of `size` bytes."""
-    args = size - commands.LAUNCH.size
-    return [commands.pack_launch(1, 2, i, bytes([i % 251]) * args) for i in range(count)]
+    args = size - commands.Launch.LAYOUT.size
+    return [commands.Launch.pack(1, 2, i, bytes([i % 251]) * args) for i in range(count)]
 
 
 def decoded(pieces) -> list:

@@ -1,18 +1,22 @@
-"""The one wrapper behind every `acl` call, the session, and the per-thread error slots.
+"""The one facade helper behind every `acl` and `hccl` call, and the session they share.
 
-A pyACL function is written as a body that takes the Runtime first and raises NpuError,
-decorated with `@api(spec, outputs)`. A small function with the body's own parameters is
-generated for it, once, the first time the call is looked up (`on_demand`); it
+A pyACL-style function is written as a body that takes the Runtime first and raises
+NpuError, decorated with `@api(spec, outputs)`. A small function with the body's own
+parameters is generated for it, once, the first time the call is looked up (`on_demand`);
+it
 
 - checks argument types as pyACL's PyArg_ParseTuple format does, raising TypeError,
 - finds the session (connecting on first use when acl.init() was not called),
-- calls the body, and turns an NpuError into its return code: the message is kept for
-  acl.get_recent_err_msg() and the code for acl.rt.get_last_error() (both per thread),
-- returns pyACL's shape: `ret`, `(value, ret)` or `(v1, v2, ret)`.
+- calls the body, and turns an NpuError into its return code, kept with its message as the
+  thread's last error (client/last_error.py: acl.rt.get_last_error, acl.get_recent_err_msg,
+  hccl.get_recent_err_msg),
+- returns the C call's shape: `ret`, `(value, ret)` or `(v1, v2, ret)`.
 
 Generating the function (as namedtuple and dataclasses do) keeps the hot paths -- launch,
-memcpy_async, record_event -- at one extra Python call over the raw layer, with no
-*args packing and no per-call introspection.
+memcpy_async, record_event -- at one extra Python call over the raw layer, with no *args
+packing and no per-call introspection: a generic wrapper that checks a spec in a loop costs
+several times as much per call (docs/performance.md). This is the only generated code of
+the client.
 
 Format letters (pyACL's): k/K an int (pointer, size, handle; no other type, as "k" does),
 i/I an integer (anything with __index__, never a float), s a str, p a path (str or
@@ -25,11 +29,12 @@ import operator
 import os
 import struct
 import threading
+from collections.abc import Callable
 
+from simnpu.client import last_error
 from simnpu.proto import codes
 from simnpu.proto.errors import NpuError
 
-_local = threading.local()   # .message (acl.get_recent_err_msg), .last_error (aclrtGetLastError)
 _lock = threading.RLock()
 
 
@@ -73,30 +78,22 @@ def end_session() -> None:
             device.shutdown()
 
 
-# ---- error slots --------------------------------------------------------------------------------
+# ---- failures ------------------------------------------------------------------------------------
 def failed(error: NpuError, name: str) -> int:
-    """Keep `error` as this thread's recent message and last error; return its code."""
-    _local.message = f"{name}: {error}"
-    _local.last_error = error.code
-    return error.code
-
-
-def take_message() -> str | None:
-    """aclGetRecentErrMsg: this thread's latest message, cleared (None when there is none)."""
-    message = getattr(_local, "message", None)
-    _local.message = None
-    return message
-
-
-def last_error(clear: bool) -> int:
-    code = getattr(_local, "last_error", codes.ACL_SUCCESS)
-    if clear:
-        _local.last_error = codes.ACL_SUCCESS
-    return code
+    """An acl call failed: keep `error` as this thread's last error; its code."""
+    return last_error.keep(error.code, f"{name}: {error}")
 
 
 def _out_of_range(error: Exception, name: str) -> int:
     return failed(NpuError(codes.ACL_ERROR_RT_PARAM_INVALID, f"argument out of range: {error}"), name)
+
+
+def _raw(name: str) -> Callable:
+    """The raw layer's call `name` without its own error keeping (the facade keeps them)."""
+    from simnpu.client.runtime import Runtime
+
+    method = getattr(Runtime, name)
+    return getattr(method, "__wrapped__", method)
 
 
 # ---- argument checks (the slow paths; the generated code tests `x.__class__ is int` first) ------
@@ -153,17 +150,20 @@ _NS.update(_k=_k, _i=_i, _s=_s, _p=_p, _c=_c, _failed=failed, _out_of_range=_out
 
 
 def api(spec: str = "", outputs: tuple | None = None, *, delegate: str | None = None,
-        nonnull: tuple = (), needs_session: bool = True):
-    """Make `body(rt, *params)` a pyACL function (see the module docstring), generated the
-    first time it is looked up: the module ends with `on_demand`.
+        nonnull: tuple = (), needs_session: bool = True,
+        failure: Callable[[NpuError, str], int] = failed, range_checked: bool = True):
+    """Make `body(rt, *params)` a pyACL-style function (see the module docstring), generated
+    the first time it is looked up: the module ends with `on_demand`.
 
     `spec` has one format letter per parameter after `rt`. `outputs` is None when the call
     returns only `ret`; else the values it returns on failure, one per output (the body
     returns the value, or a tuple of them when there are several). `delegate="name"` says
-    the call is exactly `rt.name(*params)` (the body is then only its docstring): it is
-    made inline, saving a call on the hot paths. `nonnull` names pointer parameters that
-    ACL's own layer rejects when null (ACL_ERROR_INVALID_PARAM, 100000) before the runtime
-    sees them.
+    the call is exactly the raw layer's `rt.name(*params)` (the body is then only its
+    docstring): it is called inline, saving calls on the hot paths. `nonnull` names pointer
+    parameters that ACL's own layer rejects when null (ACL_ERROR_INVALID_PARAM, 100000)
+    before the runtime sees them. `failure(error, name)` keeps a failure and returns the
+    code the call returns (hccl's: an HcclResult); `range_checked`: an argument too big
+    for its C type is 107000, as in acl (else OverflowError propagates).
     """
 
     def defer(body):
@@ -178,27 +178,34 @@ def api(spec: str = "", outputs: tuple | None = None, *, delegate: str | None = 
         name = f"{module}.{body.__name__}"
         target = f"_body_{module.replace('.', '_')}_{body.__name__}"
         _NS[target] = body
+        report = f"_failure_{module.replace('.', '_')}_{body.__name__}"
+        _NS[report] = failure
         arguments = ", ".join(params)
         lines = [f"def {body.__name__}({arguments}):\n"]
         for position, (letter, param) in enumerate(zip(spec, params), 1):
             lines.append(_CHECKS[letter].format(p=param, n=position, name=name))
-        call = (f"rt.{delegate}({arguments})" if delegate is not None
-                else f"{target}({', '.join(['rt', *params])})")
+        if delegate is not None:
+            raw = _NS.setdefault(f"_raw_{delegate}", _raw(delegate))
+            call = f"_raw_{delegate}({', '.join(['rt', *params])})"
+            assert raw is not None
+        else:
+            call = f"{target}({', '.join(['rt', *params])})"
         if outputs is None:
-            result, failure, success = call, f"_failed(error, {name!r})", "0"
+            result, failed_call, success = call, f"{report}(error, {name!r})", "0"
         else:
             defaults = "".join(f"{value!r}, " for value in outputs)
             result = f"_result = {call}"
-            failure = f"({defaults}_failed(error, {name!r}))"
+            failed_call = f"({defaults}{report}(error, {name!r}))"
             success = "(_result, 0)" if len(outputs) == 1 else "(*_result, 0)"
         acquire = ("        rt = _rt\n        if rt is None:\n            rt = _session()\n"
                    if needs_session else "        rt = None\n")
         checks = "".join(f"        if not {param}:\n            raise _NpuError(_INVALID_PARAM, '{param} is null')\n"
                          for param in nonnull)
         lines.append("    try:\n" + checks + acquire + f"        {result}\n")
-        lines.append(f"    except _NpuError as error:\n        return {failure}\n")
-        lines.append("    except _RangeErrors as error:\n"
-                     f"        return {failure.replace('_failed(', '_out_of_range(')}\n")
+        lines.append(f"    except _NpuError as error:\n        return {failed_call}\n")
+        if range_checked:
+            lines.append("    except _RangeErrors as error:\n"
+                         f"        return {failed_call.replace(report + '(', '_out_of_range(')}\n")
         lines.append(f"    return {success}\n")
         made: dict = {}  # not _NS itself: threads may generate the same call at once
         exec("".join(lines), _NS, made)  # noqa: S102 - source built above from the body's own signature

@@ -1,0 +1,207 @@
+"""A session's shared-memory fast path, daemon side (docs/fast-path.md): its submission ring
+in; out, its notify area -- replies put in the client's mailbox slots, and the completion
+signals of its streams (server/signals.py).
+
+The segments are made at HELLO. Once the client sends UseRingRequest a ring thread takes
+what the client writes in its ring and hands it to the session in order; from then on the
+session's gRPC reader only queues the stream items the ring marks (requests too big for
+it). The layouts are simnpu.shm.ring and simnpu.shm.notify.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+from typing import TYPE_CHECKING
+
+from google.protobuf.message import DecodeError
+from simnpu.proto import codes, commands, npu_pb2
+from simnpu.proto.errors import NpuError, invalid
+from simnpu.server.signals import SignalArea
+from simnpu.shm import futex
+from simnpu.shm import notify as layout
+from simnpu.shm import ring as ring_layout
+from simnpu.shm.region import Region, segment_name, shm_available_bytes
+from simnpu.shm.ring import RingCorrupt, SubmissionRing
+
+if TYPE_CHECKING:
+    from simnpu.server.session import Session
+
+log = logging.getLogger("simnpu.ring")
+
+RING_BATCH = 1024  # scheduler work is posted at most this many calls at a time from a ring
+_NAP_S = 1.0  # an idle ring thread re-checks whether its session ended this often
+_STOP = object()
+
+
+class FastPath:
+    def __init__(self, session: Session):
+        self.session = session
+        self.notify: layout.NotifyArea | None = None
+        self.notify_region: Region | None = None
+        self.ring_region: Region | None = None
+        self.reader: RingReader | None = None  # running once the client asked for it
+        self._lock = threading.Lock()  # mailbox writes come from several threads
+        self._mailbox_of: dict[int, int] = {}  # request id -> the mailbox slot its reply goes to
+
+    def create(self) -> tuple[str, str]:
+        """Make the notify and ring segments (at HELLO, once); their names, "" for none (no
+        futexes here; no room in /dev/shm for the ring, whose pages are allocated now)."""
+        session = self.session
+        if self.notify_region is None and futex.AVAILABLE:
+            self.notify_region = Region.create(segment_name(f"s{session.id}", "notify"), layout.SIZE)
+            self.notify = layout.NotifyArea(self.notify_region.map)
+            session.owner.signals = SignalArea(self.notify_region, self.notify)
+            if shm_available_bytes() > 4 * ring_layout.SIZE:
+                try:
+                    self.ring_region = Region.create(segment_name(f"s{session.id}", "ring"), ring_layout.SIZE,
+                                                     reserve=True)
+                except OSError:  # /dev/shm filled up meanwhile: calls go by the stream
+                    self.ring_region = None
+        return tuple(region.name if region is not None else ""  # type: ignore[return-value]
+                     for region in (self.notify_region, self.ring_region))
+
+    def release(self) -> None:
+        """The session ends: unlink the segments."""
+        self.stop_ring()
+        with self._lock:
+            area, self.notify = self.notify, None
+            self._mailbox_of.clear()
+        self.session.owner.signals = None
+        if area is not None:
+            area.release()
+            self.session.release_segment(self.notify_region)
+            self.notify_region = None
+        if self.ring_region is not None:
+            self.session.release_segment(self.ring_region)
+            self.ring_region = None
+
+    # ---- the submission ring -------------------------------------------------------------------
+    def use_ring(self) -> None:
+        """UseRingRequest: later calls come through the ring."""
+        if self.ring_region is None:
+            raise NpuError(codes.ACL_ERROR_RT_FEATURE_NOT_SUPPORT, "this session has no submission ring")
+        if self.reader is None:
+            self.reader = RingReader(self.session, self.ring_region)
+            self.reader.start()
+
+    def takes_stream_items(self, items) -> bool:
+        """With the ring in use, the stream's items are requests the ring marks: the ring
+        thread takes them in its order. False when the session reads its stream itself."""
+        if self.reader is None:
+            return False
+        for item in items:
+            self.reader.stream_items.put(item)
+        return True
+
+    def stop_ring(self) -> None:
+        """The session ends: nothing more is taken from the ring. Idempotent."""
+        if self.reader is not None:
+            self.reader.stop()
+
+    # ---- replies ------------------------------------------------------------------------------
+    def note_mailbox(self, request: npu_pb2.Request) -> None:
+        """Remember where the reply to `request` goes (it asked for a mailbox slot), if the
+        slot is valid and a reply is due."""
+        if request.id and request.mailbox <= layout.MAILBOX_SLOTS and self.notify is not None:
+            self._mailbox_of[request.id] = request.mailbox - 1
+
+    def post_reply(self, reply: npu_pb2.Reply) -> bool:
+        """Put `reply` in its mailbox slot; False if it must go by the stream (no slot asked,
+        or too big: the slot then tells the client so)."""
+        if not self._mailbox_of:
+            return False
+        slot = self._mailbox_of.pop(reply.id, None)
+        if slot is None:
+            return False
+        with self._lock:
+            area = self.notify
+            return area is not None and area.post_reply(slot, reply.id, reply.SerializeToString())
+
+
+class RingReader:
+    """The thread that takes what the client wrote in its submission ring, in order."""
+
+    def __init__(self, session: Session, region: Region):
+        self.session = session
+        self.ring = SubmissionRing(region.map)
+        self.stream_items: queue.SimpleQueue = queue.SimpleQueue()  # Items from the gRPC stream
+        self.site: str | None = None  # the call site of the calls in the ring, when observed
+        self._stopping = False
+        self._thread = threading.Thread(target=self._run, name=f"simnpu-ring-{session.id}", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        """End the thread; what it has not taken is dropped. Idempotent."""
+        if self._stopping:
+            return
+        self._stopping = True
+        self.stream_items.put(_STOP)
+        self.ring.wake_consumer()
+        if threading.current_thread() is not self._thread:
+            self._thread.join(30)
+        self.ring.release()
+
+    def _run(self) -> None:
+        ring, session = self.ring, self.session
+        while not self._stopping:
+            try:
+                pieces = ring.take()
+                if pieces:
+                    self._handle(pieces)
+                else:
+                    ring.sleep(_NAP_S)
+            except RingCorrupt as error:  # the client broke the protocol
+                log.error("%r: %s; ending the session", session, error)
+                session.abandon(f"its submission ring is corrupt ({error})")
+                return
+            except Exception:  # a bug of ours: the session cannot go on in order
+                log.exception("%r: handling its submission ring failed", session)
+                session.abandon("the daemon failed to handle its submission ring")
+                return
+
+    def _handle(self, pieces: list) -> None:
+        """Run what the client wrote, in order. A malformed record ends the session: nothing
+        after it can be found any more."""
+        session = self.session
+        observer = session.daemon.observer
+        if observer is not None:  # forget the call sites of what was submitted before
+            observer.sites(session.owner, session.seq, (), ())
+        for piece in pieces:
+            try:
+                for record in commands.decode(piece, ring=True):
+                    kind = type(record)
+                    if kind is commands.RingSite:  # this call's and the following calls'
+                        self.site = record.site if observer is not None else None
+                        continue
+                    if observer is not None and self.site is not None:
+                        observer.site(session.owner, session.seq + 1, self.site)
+                    if kind is commands.RingRequest:
+                        self._request(record.request)
+                    elif kind is commands.RingStreamItem:
+                        session.flush()  # what came before does not wait for the stream
+                        item = self.stream_items.get()
+                        if item is _STOP:  # the session ended
+                            return
+                        session.handle_item(item)
+                    else:
+                        session.handle_command(record)
+                        if session.queued() >= RING_BATCH:  # the device starts on these
+                            session.flush()  # while the rest is decoded
+            except NpuError as error:  # commands.decode: handlers report their own errors
+                session.flush()
+                raise RingCorrupt(error.message) from None
+        session.flush()
+
+    def _request(self, payload: bytes) -> None:
+        try:
+            request = npu_pb2.Request.FromString(payload)
+        except DecodeError:
+            session = self.session
+            session.seq += 1  # it took a sequence number on the client
+            session.reject(invalid("a request in the submission ring does not parse"))
+            return
+        self.session.handle_request(request)

@@ -1,0 +1,21 @@
+"""The session's handlers, one module per ACL concept; each registers its functions with
+`registry.handles` when it is imported here. See server/handlers/registry.py."""
+
+from simnpu.server.handlers import (  # noqa: F401 - imported for their registrations
+    callbacks,
+    collectives,
+    contexts,
+    copies,
+    events,
+    ipc,
+    jobs,
+    kernels,
+    memory,
+    observation,
+    pools,
+    session,
+    streams,
+)
+from simnpu.server.handlers.registry import HANDLERS, LATER
+
+__all__ = ["HANDLERS", "LATER"]

@@ -1,0 +1,110 @@
+"""Events: create, destroy, query, synchronize, elapsed time, and the record / reset /
+wait commands that queue their tasks (server/tasks/event.py)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from simnpu.proto import codes, commands
+from simnpu.proto import npu_pb2 as pb
+from simnpu.server.handlers.registry import LATER, handles
+from simnpu.server.handlers.streams import deadline
+from simnpu.server.handles import HandleKind
+from simnpu.server.objects import Event, Waiter
+from simnpu.server.tasks import RecordTask, ResetTask, TaskState, WaitTask
+
+if TYPE_CHECKING:
+    from simnpu.server.session import Session
+
+
+@handles(pb.CreateEventRequest)
+def create_event(session: Session, request: pb.CreateEventRequest, reply_to: int) -> pb.CreateEventReply:
+    context = session.context(request.context)
+    session.daemon.count_event(context.device, +1)
+    event = Event(0, context, request.flags)
+    event.handle = session.handles.add(event, HandleKind.EVENT)
+    return pb.CreateEventReply(event=event.handle)
+
+
+@handles(pb.DestroyEventRequest)
+def destroy_event(session: Session, request: pb.DestroyEventRequest, reply_to: int) -> None:
+    event = session.event(request.event)
+    session.handles.remove(event.handle)
+    session.daemon.count_event(event.context.device, -1)
+
+
+@handles(pb.QueryEventRequest)
+def query_event(session: Session, request: pb.QueryEventRequest, reply_to: int) -> object:
+    """aclrtQueryEventStatus: complete once the event's latest record has run."""
+    event = session.event(request.event)
+
+    def answer() -> None:
+        record = event.latest_record
+        done = record is not None and record.state == TaskState.DONE
+        if done and session.scheduler.observer is not None:
+            session.scheduler.observer.host_synced(session.owner, record=record)
+        status = (codes.ACL_EVENT_RECORDED_STATUS_COMPLETE if done
+                  else codes.ACL_EVENT_RECORDED_STATUS_NOT_READY)
+        session.respond(reply_to, pb.QueryEventReply(status=status))
+
+    session.post(answer)
+    return LATER
+
+
+@handles(pb.SynchronizeEventRequest)
+def synchronize_event(session: Session, request: pb.SynchronizeEventRequest, reply_to: int) -> object:
+    """aclrtSynchronizeEvent(WithTimeout): the event's latest record; 507047 at the deadline.
+    It reports a stopped context's failure (ACL_STOP_ON_FAILURE) and no other."""
+    event = session.event(request.event)
+    until = deadline(request.timeout_ms)
+    scheduler = session.scheduler
+
+    def begin() -> None:
+        record = event.latest_record
+        if record is not None and scheduler.observer is not None:
+            scheduler.observer.host_synced(session.owner, record=record)
+
+        def finish(timed_out: bool) -> None:
+            if timed_out:
+                session.respond(reply_to, code=codes.ACL_ERROR_RT_EVENT_SYNC_TIMEOUT,
+                                message="event synchronize timed out")
+            else:
+                session.respond_failure(reply_to, event.context.failure)
+
+        waiter = Waiter(lambda: record is None or record.state == TaskState.DONE, finish, until)
+        scheduler.watch(waiter, tasks=[record] if record is not None else [])
+
+    session.post(begin)
+    return LATER
+
+
+@handles(pb.EventElapsedTimeRequest)
+def event_elapsed_time(session: Session, request: pb.EventElapsedTimeRequest, reply_to: int) -> object:
+    start, end = session.event(request.start), session.event(request.end)
+
+    def answer() -> None:
+        first, last = start.latest_record, end.latest_record
+        if first is None or last is None:  # CANN: EVENT_RECORDER_NULL, reported as ACL_ERROR_RT_INTERNAL_ERROR
+            session.respond(reply_to, code=codes.ACL_ERROR_RT_INTERNAL_ERROR,
+                            message="both events must have been recorded (event recorder null)")
+        elif first.state != TaskState.DONE or last.state != TaskState.DONE:
+            session.respond(reply_to, code=codes.ACL_ERROR_RT_EVENT_NOT_COMPLETE,
+                            message="an event has not completed yet: synchronize it first")
+        elif last.timestamp < first.timestamp:
+            session.respond(reply_to, code=codes.ACL_ERROR_RT_EVENT_TIMESTAMP_REVERSAL,
+                            message="the end event completed before the start event")
+        else:
+            session.respond(reply_to, pb.EventElapsedTimeReply(nanoseconds=last.timestamp - first.timestamp))
+
+    session.post(answer)
+    return LATER
+
+
+_TASKS = {commands.RecordEvent: RecordTask, commands.ResetEvent: ResetTask, commands.WaitEvent: WaitTask}
+
+
+@handles(commands.RecordEvent, commands.ResetEvent, commands.WaitEvent)
+def event_command(session: Session, record: commands.RecordEvent) -> None:
+    """aclrtRecordEvent / aclrtResetEvent / aclrtStreamWaitEvent (async)."""
+    event, stream = session.event(record.event), session.stream(record.stream)
+    session.submit(_TASKS[type(record)](session.seq, stream, event))

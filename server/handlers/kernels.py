@@ -1,0 +1,101 @@
+"""Kernels: load and unload modules, look functions up, launch them (server/tasks/kernel.py)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from simnpu.proto import codes, commands
+from simnpu.proto import npu_pb2 as pb
+from simnpu.proto.errors import NpuError, invalid
+from simnpu.proto.kernel_abi import discover_kernels
+from simnpu.server.handlers.registry import handles
+from simnpu.server.handles import HandleKind
+from simnpu.server.resources import Binary, Function
+from simnpu.server.tasks import KernelTask
+
+if TYPE_CHECKING:
+    from simnpu.server.objects import Stream
+    from simnpu.server.session import Session
+
+
+@handles(pb.BinaryLoadRequest)
+def binary_load(session: Session, request: pb.BinaryLoadRequest, reply_to: int) -> pb.BinaryLoadReply:
+    """aclrtBinaryLoadFromFile / FromData: the kernels are found in the source, none of it runs here."""
+    filename = request.filename or "<kernel module>"
+    try:
+        kernels = discover_kernels(request.source, filename)
+    except (SyntaxError, ValueError) as error:
+        raise NpuError(codes.ACL_ERROR_INVALID_FILE, f"cannot load kernel module {filename}: {error}") from None
+    binary = Binary(session.daemon.next_binary_id(), request.source, filename, kernels)
+    return pb.BinaryLoadReply(binary=session.handles.add(binary, HandleKind.BINARY))
+
+
+@handles(pb.BinaryUnloadRequest)
+def binary_unload(session: Session, request: pb.BinaryUnloadRequest, reply_to: int) -> None:
+    """aclrtBinaryUnLoad: its functions become invalid handles."""
+    binary = session.handles.get(request.binary, Binary, "binary")
+    if request.binary == commands.BUILTIN_BINARY:
+        raise invalid("the built-in kernel library cannot be unloaded")
+    for handle, obj in session.handles.items():
+        if obj is binary or (isinstance(obj, Function) and obj.binary is binary):
+            session.handles.remove(handle)
+
+
+@handles(pb.GetFunctionRequest)
+def get_function(session: Session, request: pb.GetFunctionRequest, reply_to: int) -> pb.GetFunctionReply:
+    """aclrtBinaryGetFunction."""
+    binary = session.handles.get(request.binary, Binary, "binary")
+    signature = binary.kernels.get(request.name)
+    if signature is None:
+        raise NpuError(codes.ACL_ERROR_RT_KERNEL_LOOKUP,
+                       f"no kernel named {request.name!r} in {binary.filename} "
+                       f"(it has: {', '.join(sorted(binary.kernels)) or 'none'})")
+    handle = session.handles.add(Function(binary, request.name, signature), HandleKind.FUNCTION)
+    return pb.GetFunctionReply(function=handle, signature=signature.to_wire())
+
+
+def _bounds(session: Session, function: Function, values: tuple) -> tuple:
+    """The allocations a kernel may touch: its client's, passed to it as pointers."""
+    bounds = []
+    for kind, value in zip(function.signature.types, values):
+        if kind == "ptr" and value:
+            allocation = session.memory.own_allocation(value)
+            if allocation is not None:
+                bounds.append(allocation)
+    return tuple(bounds)
+
+
+def _stream(session: Session, record: commands.Launch | commands.LaunchDeviceArgs) -> Stream:
+    """The stream of a launch, checked with its block count."""
+    stream = session.stream(record.stream)
+    if record.num_blocks <= 0:
+        raise invalid("numBlocks must be at least 1")
+    return stream
+
+
+@handles(commands.Launch)
+def launch(session: Session, record: commands.Launch) -> None:
+    """aclrtLaunchKernelWithHostArgs (async)."""
+    function = session.handles.get(record.function, Function, "function")
+    values = function.signature.unpack(record.args)
+    stream = _stream(session, record)
+    session.submit(KernelTask(session.seq, stream, function, record.num_blocks, values,
+                              _bounds(session, function, values)))
+
+
+@handles(commands.LaunchDeviceArgs)
+def launch_device_args(session: Session, record: commands.LaunchDeviceArgs) -> None:
+    """aclrtLaunchKernel (async): the arguments are read when the launch reaches the head of
+    its stream (the range is checked now)."""
+    function = session.handles.get(record.function, Function, "function")
+    address, size = record.args_ptr, record.args_size
+    span = session.device_range(address, size)
+    stream = _stream(session, record)
+    device = session.daemon.devices[span.device]
+
+    def read_args() -> tuple[tuple, tuple]:
+        session.device_range(address, size)  # still this client's
+        values = function.signature.unpack(bytes(device.region.map[span.offset:span.offset + size]))
+        return values, _bounds(session, function, values)
+
+    session.submit(KernelTask(session.seq, stream, function, record.num_blocks, None, read_args=read_args))

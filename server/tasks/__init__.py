@@ -1,0 +1,14 @@
+"""The task kinds, one module each (as the CANN runtime gives each task kind its own):
+what happens when a task is submitted, reaches the head of its stream, is handed to units,
+completes or is dropped lives with its kind (server/tasks/base.py)."""
+
+from simnpu.server.tasks.base import DeviceWork, Task, TaskState
+from simnpu.server.tasks.collective import CollectiveTask
+from simnpu.server.tasks.copy import CopyTask
+from simnpu.server.tasks.event import RecordTask, ResetTask, WaitTask
+from simnpu.server.tasks.host_callback import HostCallbackTask
+from simnpu.server.tasks.kernel import KernelTask
+from simnpu.server.tasks.memset import MemsetTask
+
+__all__ = ["CollectiveTask", "CopyTask", "DeviceWork", "HostCallbackTask", "KernelTask", "MemsetTask",
+           "RecordTask", "ResetTask", "Task", "TaskState", "WaitTask"]

@@ -1,0 +1,135 @@
+"""What every task is: one entry of a stream, with the life cycle the scheduler drives.
+
+    submitted()   in stream order, at submission (an event record becomes its event's latest)
+    start()       its stream reached it: the scheduler runs control tasks here; device work
+                  is queued for units (DeviceWork) and completes when its last piece does
+    discarded()   it was dropped before it ran (force destroy, STOP mode, session end)
+
+The scheduler completes a task with `Scheduler.complete`. A task kind says what it is on
+the timeline (`describe`) and what memory it touches for the checkers (`accesses`).
+"""
+
+from __future__ import annotations
+
+import enum
+from typing import TYPE_CHECKING, ClassVar
+
+from simnpu.server.executor import UnitKind
+from simnpu.server.objects import Failure
+
+if TYPE_CHECKING:
+    from simnpu.server.executor import Unit
+    from simnpu.server.objects import Stream
+    from simnpu.server.scheduler import Scheduler
+    from simnpu.server.work import Result
+
+
+class TaskState(enum.IntEnum):
+    PENDING = 0     # queued on its stream
+    DISPATCHED = 1  # handed to units, or waiting for something outside its stream
+    DONE = 2
+
+
+class Task:
+    """One task of a stream. `seq` is the client's sequence number of the call that made it."""
+
+    __slots__ = ("failure", "probe", "seq", "state", "stream", "timestamp", "waiters")
+    kind: ClassVar[str]  # its kind on the timeline
+    moves_clock: ClassVar[bool] = False  # its end moves its stream's clock (it ran somewhere)
+    timed: ClassVar[bool] = False  # its timestamp is when it ended (it ran on units, or with peers)
+
+    def __init__(self, seq: int, stream: Stream):
+        self.seq = seq
+        self.stream = stream
+        self.state = TaskState.PENDING
+        self.failure: Failure | None = None
+        self.timestamp = 0  # when it ended (device clock); records: when the stream reached them
+        self.waiters: list = []  # Waiters and streams to re-check when it completes
+        self.probe: object = None  # observed sessions: timeline and checking state (server/observe.py)
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {self.seq}>"
+
+    def submitted(self) -> None:
+        """At submission, in stream order, before anything of it runs."""
+
+    def start(self, scheduler: Scheduler) -> bool:
+        """Its stream reached it. True: it is done (the scheduler completes it); False: it
+        completes later (device work, a wait for another stream, the client, other ranks)."""
+        raise NotImplementedError
+
+    def discarded(self, scheduler: Scheduler) -> None:
+        """It was dropped before it ran."""
+
+    def follows(self) -> Task | None:
+        """The task of another stream this one waited for (a wait: its record), if any."""
+        return None
+
+    def fail(self, code: int, message: str) -> None:
+        """Keep the task's first failure."""
+        if self.failure is None:
+            self.failure = Failure(code, message, self.seq)
+
+    def describe(self) -> tuple[str, str, dict]:
+        """(name, category, extra args) on the timeline."""
+        return self.kind, self.kind, {}
+
+    def timeline_entry(self) -> tuple[str | None, int]:
+        """(name, size) its submission is recorded with (server/timeline.py)."""
+        return None, 0
+
+    def record_accesses(self) -> None:
+        """Checking is on for its owner: have its units report what it touches (kernels)."""
+
+    def accesses(self) -> list[tuple]:
+        """(space, key, lo, hi, mode, blocks) of the memory it touched, for the checkers
+        (server/memcheck.py): "dev", device, device addresses; or "seg", segment, offsets."""
+        return []
+
+    @property
+    def blocks_host(self) -> bool:
+        """Whether the client's host waits for this task before going on (a synchronous
+        copy or memset, a chunk of a copy through the staging area)."""
+        return self.stream.handle == 0
+
+
+class DeviceWork(Task):
+    """A task that runs on units of its kind, handed out in pieces (blocks of a launch, byte
+    ranges of a copy); it completes when the last piece reported."""
+
+    __slots__ = ("handed", "out")
+    unit_kind: ClassVar[UnitKind]
+    moves_clock = True
+    timed = True
+
+    def __init__(self, seq: int, stream: Stream):
+        super().__init__(seq, stream)
+        self.handed = 0  # pieces handed out so far (kernels: blocks)
+        self.out = 0     # pieces out and not reported yet
+
+    def start(self, scheduler: Scheduler) -> bool:
+        scheduler.make_ready(self.stream, self.unit_kind)
+        return False
+
+    def hand_out(self, scheduler: Scheduler, unit: Unit, units: int) -> tuple[list, Task | None, bool]:
+        """The items of the next piece for `unit` (one of `units` of its kind): (items, the
+        last task whose whole work these items hold or None, whether nothing is left)."""
+        raise NotImplementedError
+
+    def remaining(self) -> bool:
+        """Pieces not handed out yet."""
+        raise NotImplementedError
+
+    def piece_done(self, scheduler: Scheduler, result: Result) -> None:
+        """A unit reported a piece (or was lost with it)."""
+        if result.code:
+            self.fail(result.code, result.message)
+        self.timestamp = max(self.timestamp, result.end_ns)
+        self.out -= 1
+        if not self.out and not self.remaining():
+            scheduler.complete(self)
+
+    @property
+    def what(self) -> str:
+        """How a lost unit's message names it."""
+        return self.kind

@@ -1,0 +1,87 @@
+"""Event tasks (aclrtRecordEvent, aclrtStreamWaitEvent, aclrtResetEvent), executed by the
+scheduler itself when they reach the head of their stream.
+
+A wait binds to the event's latest record at the time of the wait (ACL semantics), and
+holds its stream until that record has completed; the stream's clock then moves to the
+record's time, which is what aclrtEventElapsedTime measures.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from simnpu.server.tasks.base import Task, TaskState
+
+if TYPE_CHECKING:
+    from simnpu.server.objects import Event, Stream
+    from simnpu.server.scheduler import Scheduler
+
+
+class RecordTask(Task):
+    __slots__ = ("event",)
+    kind = "record"
+
+    def __init__(self, seq: int, stream: Stream, event: Event):
+        super().__init__(seq, stream)
+        self.event = event
+
+    def submitted(self) -> None:
+        self.event.latest_record = self
+
+    def start(self, scheduler: Scheduler) -> bool:
+        self.timestamp = self.stream.clock
+        return True
+
+    def describe(self) -> tuple[str, str, dict]:
+        return f"record event {self.event.handle & 0xFFFFFFFF}", "event", {}
+
+
+class WaitTask(Task):
+    __slots__ = ("event", "record")
+    kind = "wait"
+
+    def __init__(self, seq: int, stream: Stream, event: Event):
+        super().__init__(seq, stream)
+        self.event = event
+        self.record: RecordTask | None = None
+
+    def submitted(self) -> None:
+        self.record = self.event.latest_record
+
+    def start(self, scheduler: Scheduler) -> bool:
+        record, stream = self.record, self.stream
+        if record is None:
+            return True
+        if record.state != TaskState.DONE:
+            if stream not in record.waiters:
+                record.waiters.append(stream)  # re-advanced when the record completes
+            return False
+        stream.clock = max(stream.clock, record.timestamp)
+        return True
+
+    def follows(self) -> Task | None:
+        return self.record
+
+    def describe(self) -> tuple[str, str, dict]:
+        if self.record is None:
+            return "wait event (never recorded)", "event", {}
+        return (f"wait event (record task {self.record.seq})", "event",
+                {"record_task": self.record.seq, "record_stream": self.record.stream.handle})
+
+
+class ResetTask(Task):
+    __slots__ = ("event",)
+    kind = "reset"
+
+    def __init__(self, seq: int, stream: Stream, event: Event):
+        super().__init__(seq, stream)
+        self.event = event
+
+    def start(self, scheduler: Scheduler) -> bool:
+        latest = self.event.latest_record
+        if latest is not None and latest.state == TaskState.DONE:
+            self.event.latest_record = None
+        return True
+
+    def describe(self) -> tuple[str, str, dict]:
+        return "reset event", "event", {}

@@ -1,0 +1,122 @@
+"""A kernel launch (aclrtLaunchKernel*): blocks handed to free AI cores in chunks.
+
+A launch's blocks go out in chunks (`policy.block_chunk`) to whichever AI cores of its
+device are free. Consecutive single-block launches of a stream go to one core in one batch
+(`policy.run_length`, the tutorial's task aggregation): stream order makes them run one
+after the other anyway. Arguments that lie in device memory (aclrtLaunchKernel) are read
+when the launch reaches the head of its stream, so tasks before it may still write them.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from simnpu.proto import codes
+from simnpu.proto.errors import NpuError
+from simnpu.server import policy
+from simnpu.server.access_log import CheckedBounds
+from simnpu.server.executor import UnitKind
+from simnpu.server.tasks.base import DeviceWork, Task, TaskState
+from simnpu.server.work import LoadModule, RunKernel
+from simnpu.shm.addresses import split_device_address
+
+if TYPE_CHECKING:
+    from simnpu.server.executor import Unit
+    from simnpu.server.objects import Stream
+    from simnpu.server.resources import Function
+    from simnpu.server.scheduler import Scheduler
+
+ArgsReader = Callable[[], tuple[tuple, tuple]]  # () -> (values, bounds); raises NpuError
+
+
+class KernelTask(DeviceWork):
+    __slots__ = ("args", "bounds", "checked", "function", "num_blocks", "read_args")
+    kind = "kernel"
+    unit_kind = UnitKind.AI_CORE
+
+    def __init__(self, seq: int, stream: Stream, function: Function, num_blocks: int, args: tuple | None,
+                 bounds: tuple = (), read_args: ArgsReader | None = None):
+        super().__init__(seq, stream)
+        self.function = function
+        self.num_blocks = num_blocks
+        self.args = args  # the parameter values; None until read_args has read them
+        self.bounds = bounds  # (start, size) of the allocations it may touch
+        self.read_args = read_args  # reads them from device memory (aclrtLaunchKernel)
+        self.checked = False  # an observer records what each block touches
+
+    @property
+    def what(self) -> str:
+        return self.function.name
+
+    def start(self, scheduler: Scheduler) -> bool:
+        if self.read_args is not None:
+            try:
+                self.args, self.bounds = self.read_args()
+            except NpuError as error:
+                self.fail(error.code, f"launch arguments of kernel {self.function.name}: {error.message}")
+                return True
+            self.read_args = None
+        return super().start(scheduler)
+
+    def remaining(self) -> bool:
+        return self.handed < self.num_blocks
+
+    def hand_out(self, scheduler: Scheduler, unit: Unit, units: int) -> tuple[list, Task | None, bool]:
+        n = self.num_blocks
+        first = self.handed
+        last = min(n, first + policy.block_chunk(n - first, units))
+        items: list = []
+        self._add_item(scheduler, unit, first, last, items)
+        if last < n:
+            return items, None, False
+        final: KernelTask = self
+        if n == 1 and self.stream.context.failure_mode == codes.ACL_CONTINUE_ON_FAILURE:
+            final = self._add_run(scheduler, unit, items)
+        return items, (final if first == 0 else None), True
+
+    def _add_item(self, scheduler: Scheduler, unit: Unit, first: int, last: int, items: list) -> None:
+        binary = self.function.binary
+        if binary.id not in unit.loaded:
+            items.append(LoadModule(binary.id, binary.source, binary.filename))
+            unit.loaded.add(binary.id)
+        token = scheduler.hand(unit, self)
+        observer = scheduler.observer
+        if observer is not None and observer.tracing and last - first < self.num_blocks:
+            observer.blocks[token] = (first, last)  # the timeline names a partial launch's blocks
+        self.state = TaskState.DISPATCHED
+        self.handed = last
+        self.out += 1
+        bounds = CheckedBounds(self.bounds) if self.checked else self.bounds
+        items.append(RunKernel(token, binary.id, self.function.name, self.args, first, last, self.num_blocks,
+                               bounds))
+
+    def _add_run(self, scheduler: Scheduler, unit: Unit, items: list) -> KernelTask:
+        """Add the single-block launches queued behind this one to the unit's items; the
+        last task of the run."""
+        following: list[KernelTask] = []
+        for task in itertools.islice(self.stream.tasks, 1, policy.MAX_RUN):
+            if not isinstance(task, KernelTask) or task.state != TaskState.PENDING or task.args is None:
+                break  # arguments in device memory are read only once the tasks before have run
+            following.append(task)
+        count = policy.run_length([task.num_blocks for task in following])
+        for task in following[:count]:
+            task._add_item(scheduler, unit, 0, 1, items)
+        return following[count - 1] if count else self
+
+    def describe(self) -> tuple[str, str, dict]:
+        return self.function.name, "kernel", {"blocks": self.num_blocks}
+
+    def timeline_entry(self) -> tuple[str | None, int]:
+        return self.function.name, self.num_blocks
+
+    def record_accesses(self) -> None:
+        self.checked = True
+
+    def accesses(self) -> list[tuple]:
+        out = []
+        for lo, hi, write, b0, b1 in getattr(self.probe, "accesses", ()):
+            device, _ = split_device_address(lo)
+            out.append(("dev", device, lo, hi, write, (b0, b1)))
+        return out

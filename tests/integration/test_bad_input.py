@@ -26,8 +26,11 @@ import grpc
 import numpy as np
 import pytest
 from conftest import round_trip, run_client
+from google.protobuf import message_factory
+from google.protobuf.message import Message
 from simnpu.client.runtime import Runtime
-from simnpu.proto import codes, commands, npu_pb2, service
+from simnpu.proto import bulk as wire
+from simnpu.proto import codes, commands, messages, npu_pb2, service
 from simnpu.proto.commands import Location
 from simnpu.proto.errors import NpuError, NpuMemoryError
 from simnpu.shm.addresses import DEVICE_BASE, DEVICE_SPAN
@@ -116,17 +119,18 @@ def other(daemon):
 @contextmanager
 def raises_at_once(rt: Runtime, code: int):
     """The raw layer rejects the call with `code` before sending anything to the daemon."""
-    before = rt.connection._seq
+    before = rt.connection.log.seq
     with pytest.raises(NpuError) as caught:
         yield caught
     assert caught.value.code == code, caught.value
-    assert rt.connection._seq == before, "the call was sent to the daemon before being rejected"
+    assert rt.connection.log.seq == before, "the call was sent to the daemon before being rejected"
 
 
-def daemon_code(rt: Runtime, op: int, args, data: bytes = b"", text: str = "") -> int:
-    """Send a request as is, skipping every check of the raw layer; the code of its reply."""
+def daemon_code(rt: Runtime, body: Message) -> int:
+    """Send a request with this body as is, skipping every check of the raw layer; the code
+    of its reply."""
     try:
-        rt.connection.request(op, args, data, text)
+        rt.connection.call(body)
     except NpuError as error:
         return error.code
     return codes.ACL_SUCCESS
@@ -176,7 +180,23 @@ def within(seconds: float, rt: Runtime, call, *args) -> None:
 
 
 def dev(address: int) -> Location:
+    """Device memory at `address`, as a command record names it."""
     return Location(commands.SPACE_DEVICE, 0, address)
+
+
+def where(space: int, id: int, offset: int) -> npu_pb2.Location:
+    """A memory location, as a request body names it."""
+    return npu_pb2.Location(space=space, id=id, offset=offset)
+
+
+def on_device(address: int) -> npu_pb2.Location:
+    """Device memory at `address`, as a request body names it."""
+    return where(commands.SPACE_DEVICE, 0, address)
+
+
+def staging_at(offset: int) -> npu_pb2.Location:
+    """The session's staging area at `offset`, as a request body names it."""
+    return where(commands.SPACE_STAGING, 0, offset)
 
 
 def host_array(n: int = N, value: int = 1) -> np.ndarray:
@@ -218,16 +238,17 @@ def test_destroyed_stream_at_the_daemon(rt):
     ptr = rt.malloc(N)
     add = rt.get_function(commands.BUILTIN_BINARY, "add_f32")
     args = rt.signature(add).pack(ptr, ptr, ptr, 16)
-    assert daemon_code(rt, npu_pb2.OP_SYNCHRONIZE_STREAM, [stream, -1]) == HANDLE
-    assert daemon_code(rt, npu_pb2.OP_QUERY_STREAM, [stream]) == HANDLE
-    assert daemon_code(rt, npu_pb2.OP_DESTROY_STREAM, [stream, 0]) == HANDLE
-    assert daemon_code(rt, npu_pb2.OP_MEMSET, [stream, 0, 0, ptr, 1, 16]) == HANDLE
-    assert deferred_code(rt, commands.pack_launch(1, stream, add, args)) == HANDLE
-    assert deferred_code(rt, commands.pack_memset(stream, dev(ptr), 0, 16)) == HANDLE
-    assert deferred_code(rt, commands.pack_copy(stream, dev(ptr), dev(ptr + 64), 16)) == HANDLE
+    assert daemon_code(rt, npu_pb2.SynchronizeStreamRequest(stream=stream, timeout_ms=-1)) == HANDLE
+    assert daemon_code(rt, npu_pb2.QueryStreamRequest(stream=stream)) == HANDLE
+    assert daemon_code(rt, npu_pb2.DestroyStreamRequest(stream=stream, force=False)) == HANDLE
     assert (
-        deferred_code(rt, commands.pack_event(commands.CMD_RECORD_EVENT, event, stream)) == HANDLE
+        daemon_code(rt, npu_pb2.MemsetRequest(stream=stream, dst=on_device(ptr), value=1, count=16))
+        == HANDLE
     )
+    assert deferred_code(rt, commands.Launch.pack(1, stream, add, args)) == HANDLE
+    assert deferred_code(rt, commands.Memset.pack(stream, dev(ptr), 0, 16)) == HANDLE
+    assert deferred_code(rt, commands.Copy.pack(stream, dev(ptr), dev(ptr + 64), 16)) == HANDLE
+    assert deferred_code(rt, commands.RecordEvent.pack(event, stream)) == HANDLE
     rt.free(ptr)
 
 
@@ -246,11 +267,11 @@ def test_destroyed_event_is_rejected(rt):
         with raises_at_once(rt, HANDLE):
             call()
     default = rt.stream(0)
-    for op in (commands.CMD_RECORD_EVENT, commands.CMD_RESET_EVENT, commands.CMD_WAIT_EVENT):
-        assert deferred_code(rt, commands.pack_event(op, event, default)) == HANDLE
-    assert daemon_code(rt, npu_pb2.OP_SYNCHRONIZE_EVENT, [event, -1]) == HANDLE
-    assert daemon_code(rt, npu_pb2.OP_QUERY_EVENT, [event]) == HANDLE
-    assert daemon_code(rt, npu_pb2.OP_DESTROY_EVENT, [event]) == HANDLE
+    for kind in (commands.RecordEvent, commands.ResetEvent, commands.WaitEvent):
+        assert deferred_code(rt, kind.pack(event, default)) == HANDLE
+    assert daemon_code(rt, npu_pb2.SynchronizeEventRequest(event=event, timeout_ms=-1)) == HANDLE
+    assert daemon_code(rt, npu_pb2.QueryEventRequest(event=event)) == HANDLE
+    assert daemon_code(rt, npu_pb2.DestroyEventRequest(event=event)) == HANDLE
 
 
 def test_handles_of_a_destroyed_context_are_stale(rt):
@@ -265,9 +286,11 @@ def test_handles_of_a_destroyed_context_are_stale(rt):
         rt.synchronize_stream(stream)
     with raises_at_once(rt, HANDLE):
         rt.record_event(event, 0)
-    assert daemon_code(rt, npu_pb2.OP_CREATE_STREAM, [context, 0, 0]) == HANDLE
-    assert daemon_code(rt, npu_pb2.OP_SYNCHRONIZE_STREAM, [stream, -1]) == HANDLE
-    assert daemon_code(rt, npu_pb2.OP_DESTROY_CONTEXT, [context]) == HANDLE
+    assert (
+        daemon_code(rt, npu_pb2.CreateStreamRequest(context=context, priority=0, flags=0)) == HANDLE
+    )
+    assert daemon_code(rt, npu_pb2.SynchronizeStreamRequest(stream=stream, timeout_ms=-1)) == HANDLE
+    assert daemon_code(rt, npu_pb2.DestroyContextRequest(context=context)) == HANDLE
 
 
 def test_unknown_handles_are_rejected(rt):
@@ -283,17 +306,22 @@ def test_unknown_handles_are_rejected(rt):
     with raises_at_once(rt, HANDLE):
         rt.set_context(bogus)
     default = rt.stream(0)
-    assert daemon_code(rt, npu_pb2.OP_CREATE_STREAM, [bogus, 0, 0]) == HANDLE
-    assert daemon_code(rt, npu_pb2.OP_CREATE_EVENT, [bogus, 0]) == HANDLE
-    assert daemon_code(rt, npu_pb2.OP_GET_FUNCTION, [bogus], text="add_f32") == HANDLE
-    assert daemon_code(rt, npu_pb2.OP_BINARY_UNLOAD, [bogus]) == HANDLE
-    assert daemon_code(rt, npu_pb2.OP_FREE_HOST, [bogus]) == HANDLE
-    assert deferred_code(rt, commands.pack_launch(1, default, bogus, b"")) == HANDLE
-    # a handle of the wrong kind is no better than an unknown one
-    assert daemon_code(rt, npu_pb2.OP_SYNCHRONIZE_STREAM, [rt.get_context(), -1]) == HANDLE
-    assert daemon_code(rt, npu_pb2.OP_QUERY_EVENT, [default]) == HANDLE
     assert (
-        deferred_code(rt, commands.pack_launch(1, default, commands.BUILTIN_BINARY, b"")) == HANDLE
+        daemon_code(rt, npu_pb2.CreateStreamRequest(context=bogus, priority=0, flags=0)) == HANDLE
+    )
+    assert daemon_code(rt, npu_pb2.CreateEventRequest(context=bogus, flags=0)) == HANDLE
+    assert daemon_code(rt, npu_pb2.GetFunctionRequest(binary=bogus, name="add_f32")) == HANDLE
+    assert daemon_code(rt, npu_pb2.BinaryUnloadRequest(binary=bogus)) == HANDLE
+    assert daemon_code(rt, npu_pb2.FreeHostRequest(segment=bogus)) == HANDLE
+    assert deferred_code(rt, commands.Launch.pack(1, default, bogus, b"")) == HANDLE
+    # a handle of the wrong kind is no better than an unknown one
+    assert (
+        daemon_code(rt, npu_pb2.SynchronizeStreamRequest(stream=rt.get_context(), timeout_ms=-1))
+        == HANDLE
+    )
+    assert daemon_code(rt, npu_pb2.QueryEventRequest(event=default)) == HANDLE
+    assert (
+        deferred_code(rt, commands.Launch.pack(1, default, commands.BUILTIN_BINARY, b"")) == HANDLE
     )
 
 
@@ -330,23 +358,25 @@ def test_handles_of_another_client_in_this_process(rt, bystander):
         rt.record_event(foreign_event, 0)
     with raises_at_once(rt, HANDLE):
         rt.destroy_stream(foreign_stream)
-    assert daemon_code(rt, npu_pb2.OP_SYNCHRONIZE_STREAM, [foreign_stream, -1]) == HANDLE
-    assert daemon_code(rt, npu_pb2.OP_DESTROY_STREAM, [foreign_stream, 1]) == HANDLE
-    assert daemon_code(rt, npu_pb2.OP_DESTROY_EVENT, [foreign_event]) == HANDLE
-    assert daemon_code(rt, npu_pb2.OP_SYNCHRONIZE_EVENT, [foreign_event, -1]) == HANDLE
-    assert daemon_code(rt, npu_pb2.OP_DESTROY_CONTEXT, [bystander.context]) == HANDLE
-    assert daemon_code(rt, npu_pb2.OP_FREE_HOST, [bystander.pinned_handle]) == HANDLE
+    assert (
+        daemon_code(rt, npu_pb2.SynchronizeStreamRequest(stream=foreign_stream, timeout_ms=-1))
+        == HANDLE
+    )
+    assert (
+        daemon_code(rt, npu_pb2.DestroyStreamRequest(stream=foreign_stream, force=True)) == HANDLE
+    )
+    assert daemon_code(rt, npu_pb2.DestroyEventRequest(event=foreign_event)) == HANDLE
+    assert (
+        daemon_code(rt, npu_pb2.SynchronizeEventRequest(event=foreign_event, timeout_ms=-1))
+        == HANDLE
+    )
+    assert daemon_code(rt, npu_pb2.DestroyContextRequest(context=bystander.context)) == HANDLE
+    assert daemon_code(rt, npu_pb2.FreeHostRequest(segment=bystander.pinned_handle)) == HANDLE
     default = rt.stream(0)
+    assert deferred_code(rt, commands.RecordEvent.pack(foreign_event, default)) == HANDLE
+    assert deferred_code(rt, commands.WaitEvent.pack(foreign_event, default)) == HANDLE
     assert (
-        deferred_code(rt, commands.pack_event(commands.CMD_RECORD_EVENT, foreign_event, default))
-        == HANDLE
-    )
-    assert (
-        deferred_code(rt, commands.pack_event(commands.CMD_WAIT_EVENT, foreign_event, default))
-        == HANDLE
-    )
-    assert (
-        deferred_code(rt, commands.pack_memset(foreign_stream, dev(bystander.ptr), 0, 64)) == HANDLE
+        deferred_code(rt, commands.Memset.pack(foreign_stream, dev(bystander.ptr), 0, 64)) == HANDLE
     )
 
 
@@ -394,14 +424,18 @@ def test_handles_and_memory_of_another_client_process(rt, daemon):
         data = host_array(64, 0xEE)
         with raises_at_once(rt, PARAM):
             rt.memcpy(ptr, 64, data.ctypes.data, 64, H2D)
-        assert daemon_code(rt, npu_pb2.OP_SYNCHRONIZE_STREAM, [stream, -1]) == HANDLE
-        assert daemon_code(rt, npu_pb2.OP_DESTROY_STREAM, [stream, 1]) == HANDLE
-        assert daemon_code(rt, npu_pb2.OP_DESTROY_EVENT, [event]) == HANDLE
-        assert daemon_code(rt, npu_pb2.OP_FREE, [ptr]) == PARAM
         assert (
-            daemon_code(rt, npu_pb2.OP_MEMSET, [commands.IMMEDIATE, 0, 0, ptr, 0xEE, 64]) == PARAM
+            daemon_code(rt, npu_pb2.SynchronizeStreamRequest(stream=stream, timeout_ms=-1))
+            == HANDLE
         )
-        assert deferred_code(rt, commands.pack_memset(rt.stream(0), dev(ptr), 0xEE, 64)) == PARAM
+        assert daemon_code(rt, npu_pb2.DestroyStreamRequest(stream=stream, force=True)) == HANDLE
+        assert daemon_code(rt, npu_pb2.DestroyEventRequest(event=event)) == HANDLE
+        assert daemon_code(rt, npu_pb2.FreeRequest(address=ptr)) == PARAM
+        assert (
+            daemon_code(rt, npu_pb2.MemsetRequest(dst=on_device(ptr), value=0xEE, count=64))
+            == PARAM
+        )
+        assert deferred_code(rt, commands.Memset.pack(rt.stream(0), dev(ptr), 0xEE, 64)) == PARAM
     finally:
         out, err = process.communicate("go\n", timeout=60)
     assert process.returncode == 0, err
@@ -448,10 +482,11 @@ def test_pointers_outside_any_allocation(rt):
         with raises_at_once(rt, PARAM):
             rt.memcpy_async(address, N, ptr, N, D2D, 0)
         assert (
-            daemon_code(rt, npu_pb2.OP_MEMSET, [commands.IMMEDIATE, 0, 0, address, 0, 16]) == PARAM
+            daemon_code(rt, npu_pb2.MemsetRequest(dst=on_device(address), value=0, count=16))
+            == PARAM
         )
         assert (
-            deferred_code(rt, commands.pack_copy(rt.stream(0), dev(address), dev(ptr), 16)) == PARAM
+            deferred_code(rt, commands.Copy.pack(rt.stream(0), dev(address), dev(ptr), 16)) == PARAM
         )
     rt.free(ptr)
 
@@ -470,11 +505,11 @@ def test_ranges_running_past_the_end_of_an_allocation(rt):
     with raises_at_once(rt, PARAM):
         rt.memset_async(ptr, 2 * N, 0, N + 1, 0)
     # the allocator's padding after the requested size is not the caller's either
-    assert daemon_code(rt, npu_pb2.OP_MEMSET, [commands.IMMEDIATE, 0, 0, ptr, 0, N + 1]) == PARAM
-    assert deferred_code(rt, commands.pack_memset(rt.stream(0), dev(ptr + N), 0, 1)) == PARAM
-    assert deferred_code(rt, commands.pack_copy(rt.stream(0), dev(ptr), dev(ptr + 1), N)) == PARAM
+    assert daemon_code(rt, npu_pb2.MemsetRequest(dst=on_device(ptr), value=0, count=N + 1)) == PARAM
+    assert deferred_code(rt, commands.Memset.pack(rt.stream(0), dev(ptr + N), 0, 1)) == PARAM
+    assert deferred_code(rt, commands.Copy.pack(rt.stream(0), dev(ptr), dev(ptr + 1), N)) == PARAM
     assert (
-        deferred_code(rt, commands.pack_memset(rt.stream(0), dev(ptr), 0, (1 << 64) - 1)) == PARAM
+        deferred_code(rt, commands.Memset.pack(rt.stream(0), dev(ptr), 0, (1 << 64) - 1)) == PARAM
     )
     rt.free(ptr)
 
@@ -484,20 +519,24 @@ def test_negative_counts_sent_to_the_daemon_are_rejected(rt, bystander):
     ptr = rt.malloc(N)
     for count in (-1, -N, -(1 << 40)):
         assert (
-            daemon_code(rt, npu_pb2.OP_MEMSET, [commands.IMMEDIATE, 0, 0, ptr, 0x66, count])
+            daemon_code(rt, npu_pb2.MemsetRequest(dst=on_device(ptr), value=0x66, count=count))
             == PARAM
         )
         assert (
             daemon_code(
-                rt, npu_pb2.OP_MEMCPY, [commands.IMMEDIATE, 0, 0, ptr, 0, 0, ptr + 64, count, 0]
+                rt,
+                npu_pb2.MemcpyRequest(
+                    dst=on_device(ptr), src=on_device(ptr + 64), count=count, inline=False
+                ),
             )
             == PARAM
         )
         assert (
             daemon_code(
                 rt,
-                npu_pb2.OP_MEMCPY,
-                [commands.IMMEDIATE, 0, 0, ptr, commands.SPACE_STAGING, 0, 0, count, 0],
+                npu_pb2.MemcpyRequest(
+                    dst=on_device(ptr), src=staging_at(0), count=count, inline=False
+                ),
             )
             == PARAM
         )
@@ -575,28 +614,34 @@ def test_unknown_memory_spaces_and_host_ranges_at_the_daemon(rt, bystander):
     staging = rt.copies.slot * 2 if rt.uses_shared_memory else None
     for space in (3, 7, 255):
         assert (
-            daemon_code(rt, npu_pb2.OP_MEMCPY, [commands.IMMEDIATE, 0, 0, ptr, space, 0, 0, 16, 0])
+            daemon_code(
+                rt,
+                npu_pb2.MemcpyRequest(
+                    dst=on_device(ptr), src=where(space, 0, 0), count=16, inline=False
+                ),
+            )
             == PARAM
         )
         assert (
-            deferred_code(rt, commands.pack_copy(rt.stream(0), dev(ptr), Location(space, 0, 0), 16))
+            deferred_code(rt, commands.Copy.pack(rt.stream(0), dev(ptr), Location(space, 0, 0), 16))
             == PARAM
         )
     if staging is not None:
         assert (
             daemon_code(
                 rt,
-                npu_pb2.OP_MEMCPY,
-                [commands.IMMEDIATE, 0, 0, ptr, commands.SPACE_STAGING, 0, staging - 8, 16, 0],
+                npu_pb2.MemcpyRequest(
+                    dst=on_device(ptr), src=staging_at(staging - 8), count=16, inline=False
+                ),
             )
             == PARAM
         )
     pinned = rt.malloc_host(N)
     handle = rt.host.find(pinned).handle
     here = Location(commands.SPACE_PINNED, handle, N - 8)
-    assert deferred_code(rt, commands.pack_copy(rt.stream(0), dev(ptr), here, 16)) == PARAM
+    assert deferred_code(rt, commands.Copy.pack(rt.stream(0), dev(ptr), here, 16)) == PARAM
     theirs = Location(commands.SPACE_PINNED, bystander.pinned_handle, 0)
-    assert deferred_code(rt, commands.pack_copy(rt.stream(0), theirs, dev(ptr), 16)) == HANDLE
+    assert deferred_code(rt, commands.Copy.pack(rt.stream(0), theirs, dev(ptr), 16)) == HANDLE
     rt.free_host(pinned)
     rt.free(ptr)
 
@@ -606,12 +651,12 @@ def test_double_free_and_interior_pointers(rt):
     ptr = rt.malloc(N)
     with raises_at_once(rt, PARAM):
         rt.free(ptr + 64)
-    assert daemon_code(rt, npu_pb2.OP_FREE, [ptr + 64]) == PARAM
+    assert daemon_code(rt, npu_pb2.FreeRequest(address=ptr + 64)) == PARAM
     rt.free(ptr)
     with raises_at_once(rt, PARAM):
         rt.free(ptr)
-    assert daemon_code(rt, npu_pb2.OP_FREE, [ptr]) == PARAM
-    assert daemon_code(rt, npu_pb2.OP_FREE, [12345]) == PARAM
+    assert daemon_code(rt, npu_pb2.FreeRequest(address=ptr)) == PARAM
+    assert daemon_code(rt, npu_pb2.FreeRequest(address=12345)) == PARAM
     host = rt.malloc_host(N)
     with raises_at_once(rt, PARAM):
         rt.free_host(host + 8)
@@ -623,7 +668,7 @@ def test_double_free_and_interior_pointers(rt):
 def test_freeing_another_clients_memory(rt, bystander):
     with raises_at_once(rt, PARAM):
         rt.free(bystander.ptr)
-    assert daemon_code(rt, npu_pb2.OP_FREE, [bystander.ptr]) == PARAM
+    assert daemon_code(rt, npu_pb2.FreeRequest(address=bystander.ptr)) == PARAM
     with raises_at_once(rt, PARAM):
         rt.free_host(bystander.pinned)
     bystander.check()  # its data are intact and it can still free and allocate
@@ -634,21 +679,27 @@ def test_copies_into_another_clients_memory_are_refused(rt, bystander):
     stream = rt.stream(0)
     assert (
         daemon_code(
-            rt, npu_pb2.OP_MEMCPY, [commands.IMMEDIATE, 0, 0, bystander.ptr, 0, 0, ptr, 64, 0]
+            rt,
+            npu_pb2.MemcpyRequest(
+                dst=on_device(bystander.ptr), src=on_device(ptr), count=64, inline=False
+            ),
         )
         == PARAM
     )
     assert (
         daemon_code(
-            rt, npu_pb2.OP_MEMCPY, [commands.IMMEDIATE, 0, 0, ptr, 0, 0, bystander.ptr, 64, 0]
+            rt,
+            npu_pb2.MemcpyRequest(
+                dst=on_device(ptr), src=on_device(bystander.ptr), count=64, inline=False
+            ),
         )
         == PARAM
     )
-    assert deferred_code(rt, commands.pack_copy(stream, dev(bystander.ptr), dev(ptr), 64)) == PARAM
-    assert deferred_code(rt, commands.pack_memset(stream, dev(bystander.ptr + 128), 0, 64)) == PARAM
+    assert deferred_code(rt, commands.Copy.pack(stream, dev(bystander.ptr), dev(ptr), 64)) == PARAM
+    assert deferred_code(rt, commands.Memset.pack(stream, dev(bystander.ptr + 128), 0, 64)) == PARAM
     # launch arguments read from another client's memory
     add = rt.get_function(commands.BUILTIN_BINARY, "add_f32")
-    record = commands.pack_launch_devargs(1, stream, add, bystander.ptr, 28)
+    record = commands.LaunchDeviceArgs.pack(1, stream, add, bystander.ptr, 28)
     assert deferred_code(rt, record) == PARAM
     rt.free(ptr)
 
@@ -677,7 +728,8 @@ def test_malloc_beyond_capacity(rt):
         assert caught.value.code == codes.ACL_ERROR_RT_MEMORY_ALLOCATION
         assert isinstance(caught.value, MemoryError) and isinstance(caught.value, NpuMemoryError)
     assert (
-        daemon_code(rt, npu_pb2.OP_MALLOC, [0, 1 << 40, 0]) == codes.ACL_ERROR_RT_MEMORY_ALLOCATION
+        daemon_code(rt, npu_pb2.MallocRequest(device=0, size=1 << 40, policy=0))
+        == codes.ACL_ERROR_RT_MEMORY_ALLOCATION
     )
     # after the failures all memory is still there, and a big allocation still succeeds
     assert rt.get_mem_info() == (free_before, total)
@@ -691,10 +743,10 @@ def test_malloc_size_zero_and_negative(rt):
     for size in (0, -1):
         with raises_at_once(rt, NULL):
             rt.malloc(size)
-        assert daemon_code(rt, npu_pb2.OP_MALLOC, [0, size, 0]) == NULL
+        assert daemon_code(rt, npu_pb2.MallocRequest(device=0, size=size, policy=0)) == NULL
         with raises_at_once(rt, NULL):
             rt.malloc_host(size)
-        assert daemon_code(rt, npu_pb2.OP_MALLOC_HOST, [size]) == NULL
+        assert daemon_code(rt, npu_pb2.MallocHostRequest(size=size)) == NULL
 
 
 def test_pinned_memory_beyond_what_the_host_has(rt, daemon):
@@ -703,7 +755,8 @@ def test_pinned_memory_beyond_what_the_host_has(rt, daemon):
     before = set(daemon.segments())
     for size in (1 << 62, 1 << 50):
         assert (
-            daemon_code(rt, npu_pb2.OP_MALLOC_HOST, [size]) == codes.ACL_ERROR_RT_MEMORY_ALLOCATION
+            daemon_code(rt, npu_pb2.MallocHostRequest(size=size))
+            == codes.ACL_ERROR_RT_MEMORY_ALLOCATION
         )
     assert set(daemon.segments()) == before, os.listdir("/dev/shm")
 
@@ -719,9 +772,9 @@ def test_num_blocks_zero(rt):
     to_device(rt, args_ptr, args)
     with raises_at_once(rt, PARAM):
         rt.launch_kernel_devargs(add, 0, args_ptr, len(args), 0)
-    assert deferred_code(rt, commands.pack_launch(0, rt.stream(0), add, args)) == PARAM
+    assert deferred_code(rt, commands.Launch.pack(0, rt.stream(0), add, args)) == PARAM
     assert (
-        deferred_code(rt, commands.pack_launch_devargs(0, rt.stream(0), add, args_ptr, len(args)))
+        deferred_code(rt, commands.LaunchDeviceArgs.pack(0, rt.stream(0), add, args_ptr, len(args)))
         == PARAM
     )
     rt.free(ptr)
@@ -734,19 +787,19 @@ def test_argument_buffer_shorter_than_the_parameters(rt):
     for short in (b"", args[:8], args[:27]):
         with raises_at_once(rt, PARAM):
             rt.launch_kernel(add, 1, short, 0)
-        assert deferred_code(rt, commands.pack_launch(1, rt.stream(0), add, short)) == PARAM
+        assert deferred_code(rt, commands.Launch.pack(1, rt.stream(0), add, short)) == PARAM
     to_device(rt, ptr + 1024, args)
     with raises_at_once(rt, PARAM):
         rt.launch_kernel_devargs(add, 1, ptr + 1024, 27, 0)
     assert (
-        deferred_code(rt, commands.pack_launch_devargs(1, rt.stream(0), add, ptr + 1024, 27))
+        deferred_code(rt, commands.LaunchDeviceArgs.pack(1, rt.stream(0), add, ptr + 1024, 27))
         == PARAM
     )
     # arguments in device memory that run past their allocation
     with raises_at_once(rt, PARAM):
         rt.launch_kernel_devargs(add, 1, ptr + N - 16, 28, 0)
     assert (
-        deferred_code(rt, commands.pack_launch_devargs(1, rt.stream(0), add, ptr + N - 16, 28))
+        deferred_code(rt, commands.LaunchDeviceArgs.pack(1, rt.stream(0), add, ptr + N - 16, 28))
         == PARAM
     )
     rt.free(ptr)
@@ -777,14 +830,14 @@ def test_invalid_device_id(rt):
         for call in (rt.set_device, rt.create_context, rt.reset_device):
             with raises_at_once(rt, codes.ACL_ERROR_RT_INVALID_DEVICEID):
                 call(device)
-        for op, args in (
-            (npu_pb2.OP_CREATE_CONTEXT, [device]),
-            (npu_pb2.OP_MALLOC, [device, 64, 0]),
-            (npu_pb2.OP_GET_MEM_INFO, [device]),
-            (npu_pb2.OP_MEMORY_STATS, [device]),
-            (npu_pb2.OP_SYNCHRONIZE_DEVICE, [device, -1]),
+        for body in (
+            npu_pb2.CreateContextRequest(device=device),
+            npu_pb2.MallocRequest(device=device, size=64, policy=0),
+            npu_pb2.GetMemInfoRequest(device=device),
+            npu_pb2.MemoryStatsRequest(device=device),
+            npu_pb2.SynchronizeDeviceRequest(device=device, timeout_ms=-1),
         ):
-            assert daemon_code(rt, op, args) == codes.ACL_ERROR_RT_INVALID_DEVICEID
+            assert daemon_code(rt, body) == codes.ACL_ERROR_RT_INVALID_DEVICEID, body
     assert rt.get_device() == 0  # the failed calls changed nothing
 
 
@@ -885,6 +938,27 @@ def test_errors_are_the_last_error(rt):
 
 
 # ---- malformed messages: a hand-made session, no client library ---------------------------------
+def varint(value: int) -> bytes:
+    out = bytearray()
+    while value > 0x7F:
+        out.append((value & 0x7F) | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
+
+
+def encoded_field(number: int, value: int | bytes) -> bytes:
+    """One protobuf field, encoded by hand: a varint for an int, else length-delimited."""
+    if isinstance(value, int):
+        return varint(number << 3) + varint(value)
+    return varint(number << 3 | 2) + varint(len(value)) + value
+
+
+def bulk_of(reply) -> bytes:
+    """The bulk bytes that came with `reply` (simnpu.proto.bulk), b"" if none."""
+    return bytes(getattr(reply, "bulk", b""))
+
+
 class RawSession:
     """A Session stream driven by hand: any items, replies collected by id."""
 
@@ -894,25 +968,26 @@ class RawSession:
         session = self.channel.stream_stream(
             service.SESSION_METHOD,
             request_serializer=npu_pb2.ClientMessage.SerializeToString,
-            response_deserializer=npu_pb2.ServerMessage.FromString,
+            response_deserializer=wire.parse_server,
         )
         self.call = session(iter(self.outgoing.get, None))
         self.replies: queue.Queue = queue.Queue()
         self.reader = threading.Thread(target=self._read, daemon=True)
         self.reader.start()
         self.next_id = 1
-        hello = self.request(npu_pb2.OP_HELLO, [0, 0], text="raw")
+        hello = self.request(npu_pb2.HelloRequest(pid=0, memory_limit=0, process_name="raw"))
         assert hello.code == 0, hello
-        self.session_id = hello.values[0]
-        context = self.request(npu_pb2.OP_CREATE_CONTEXT, [0])
+        self.session_id = hello.hello.session
+        context = self.request(npu_pb2.CreateContextRequest(device=0))
         assert context.code == 0, context
-        self.context, self.stream = context.values[:2]
+        self.context = context.create_context.context
+        self.stream = context.create_context.default_stream
 
     def _read(self) -> None:
         try:
             for message in self.call:
-                if message.bulk:  # the data of the message's only reply (simnpu.proto.bulk)
-                    message.replies[0].data = message.bulk
+                # with bulk bytes (the data of its only reply), that reply is a
+                # simnpu.proto.bulk.BulkReply whose `bulk` they are
                 for reply in message.replies:
                     self.replies.put(reply)
         except grpc.RpcError:
@@ -921,16 +996,26 @@ class RawSession:
     def send(self, *items: npu_pb2.Item, bulk: bytes = b"") -> None:
         self.outgoing.put(npu_pb2.ClientMessage(items=items, bulk=bulk))
 
-    def req(
-        self, op: int, args=(), data: bytes = b"", text: str = "", id: int | None = None
-    ) -> npu_pb2.Item:
+    def _take_id(self, id: int | None) -> int:
         if id is None:
             id, self.next_id = self.next_id, self.next_id + 1
-        return npu_pb2.Item(request=npu_pb2.Request(id=id, op=op, args=args, data=data, text=text))
+        return id
 
-    def request(self, op: int, args=(), data: bytes = b"", text: str = "",
-                bulk: bytes = b"") -> npu_pb2.Reply:
-        item = self.req(op, args, data, text)
+    def req(self, body: Message, id: int | None = None, extra: bytes = b"") -> npu_pb2.Item:
+        """The Item of a request with `body`; `extra`: encoded fields appended to the Request."""
+        request = messages.request(self._take_id(id), 0, body)
+        if not extra:
+            return npu_pb2.Item(request=request)
+        return npu_pb2.Item.FromString(encoded_field(2, request.SerializeToString() + extra))
+
+    def bodiless(self, id: int | None = None, extra: bytes = b"") -> npu_pb2.Item:
+        """The Item of a request with no body this daemon knows: none at all, or only `extra`
+        (encoded fields Request does not have)."""
+        request = npu_pb2.Request(id=self._take_id(id)).SerializeToString() + extra
+        return npu_pb2.Item.FromString(encoded_field(2, request))
+
+    def request(self, body: Message, bulk: bytes = b"", extra: bytes = b"") -> npu_pb2.Reply:
+        item = self.req(body, extra=extra)
         self.send(item, bulk=bulk)
         return self.reply(item.request.id)
 
@@ -940,7 +1025,7 @@ class RawSession:
         return reply
 
     def sync(self) -> npu_pb2.Reply:
-        return self.request(npu_pb2.OP_SYNCHRONIZE_STREAM, [self.stream, -1])
+        return self.request(npu_pb2.SynchronizeStreamRequest(stream=self.stream, timeout_ms=-1))
 
     def close(self) -> None:
         self.outgoing.put(None)
@@ -952,15 +1037,17 @@ class RawSession:
 def raw(daemon, bystander):
     session = RawSession(daemon.address)
     yield session
-    assert session.request(npu_pb2.OP_GET_MEM_INFO, [0]).code == 0, "the raw session itself broke"
+    assert session.request(npu_pb2.GetMemInfoRequest(device=0)).code == 0, (
+        "the raw session itself broke"
+    )
     session.close()
     bystander.check()
 
 
 def malloc(raw: RawSession, size: int) -> int:
-    reply = raw.request(npu_pb2.OP_MALLOC, [0, size, 0])
+    reply = raw.request(npu_pb2.MallocRequest(device=0, size=size, policy=0))
     assert reply.code == 0, reply
-    return reply.values[0]
+    return reply.malloc.address
 
 
 @pytest.mark.parametrize(
@@ -983,32 +1070,34 @@ def test_garbage_command_bytes(raw, garbage):
 
 def test_unknown_command_op_after_good_ones(raw):
     ptr = malloc(raw, N)
-    good = commands.pack_memset(raw.stream, dev(ptr), 0x11, 64)
+    good = commands.Memset.pack(raw.stream, dev(ptr), 0x11, 64)
     raw.send(
         npu_pb2.Item(
             commands=good
             + b"\x63\x00"
             + b"\0" * 30
-            + commands.pack_memset(raw.stream, dev(ptr), 0x22, 64)
+            + commands.Memset.pack(raw.stream, dev(ptr), 0x22, 64)
         )
     )
     reply = raw.sync()
     assert reply.code == PARAM and "unknown command op 99" in reply.message
     # the record before the bad one ran, the one after it was lost with the rest of the buffer
     read = raw.request(
-        npu_pb2.OP_MEMCPY, [commands.IMMEDIATE, commands.SPACE_STAGING, 0, 0, 0, 0, ptr, 64, 1]
+        npu_pb2.MemcpyRequest(dst=staging_at(0), src=on_device(ptr), count=64, inline=True)
     )
-    assert read.code == 0 and read.data == b"\x11" * 64
+    assert read.code == 0 and bulk_of(read) == b"\x11" * 64
 
 
 def test_truncated_launch_record(raw):
     ptr = malloc(raw, N)
-    record = commands.pack_launch(1, raw.stream, 0x50000000001, b"\0" * 28)
-    for cut in (1, 5, commands.LAUNCH.size - 1, commands.LAUNCH.size + 10):
+    record = commands.Launch.pack(1, raw.stream, 0x50000000001, b"\0" * 28)
+    for cut in (1, 5, commands.Launch.LAYOUT.size - 1, commands.Launch.LAYOUT.size + 10):
         raw.send(npu_pb2.Item(commands=record[:cut]))
         assert raw.sync().code == PARAM
-    add = raw.request(npu_pb2.OP_GET_FUNCTION, [commands.BUILTIN_BINARY], text="add_f32").values[0]
-    good = commands.pack_launch(
+    add = raw.request(
+        npu_pb2.GetFunctionRequest(binary=commands.BUILTIN_BINARY, name="add_f32")
+    ).get_function.function
+    good = commands.Launch.pack(
         1, raw.stream, add, np.array([ptr, ptr, ptr, 16], np.uint64).tobytes()[:28]
     )
     raw.send(npu_pb2.Item(commands=good + good[:-3]))
@@ -1017,62 +1106,131 @@ def test_truncated_launch_record(raw):
     assert raw.sync().code == 0
 
 
-def test_unknown_request_ops(raw):
-    for op in (0, 29, 999, 2**31 - 1):
-        reply = raw.request(op, [1, 2, 3])
-        assert reply.code == PARAM, reply
+# field numbers Request does not have: in the gaps between its body cases, past them, the largest
+UNKNOWN_REQUEST_FIELDS = (3, 4, 49, 59, 65, 73, 999, 2**29 - 1)
 
 
-REQUESTS_WITH_ARGS = [
-    name for name, args in commands.REQUEST_ARGS.items() if args and name != "HELLO"
-]
+def test_requests_without_a_known_body(raw):
+    assert not set(UNKNOWN_REQUEST_FIELDS) & set(npu_pb2.Request.DESCRIPTOR.fields_by_number)
+    items = [raw.bodiless()]  # no body at all
+    for number in UNKNOWN_REQUEST_FIELDS:  # only a field this daemon does not know
+        items.append(raw.bodiless(extra=encoded_field(number, 1)))
+        items.append(raw.bodiless(extra=encoded_field(number, b"")))
+    for item in items:
+        raw.send(item)
+        reply = raw.reply(item.request.id)
+        assert reply.code == PARAM, (item, reply)
+        assert "no body this daemon knows" in reply.message, reply
 
 
-@pytest.mark.parametrize("name", REQUESTS_WITH_ARGS)
-def test_requests_with_missing_arguments(raw, name):
-    op = npu_pb2.Op.Value(f"OP_{name}")
-    needed = len(commands.REQUEST_ARGS[name])
-    for count in sorted({0, needed - 1}):
-        reply = raw.request(op, [raw.stream] * count)
-        assert reply.code == PARAM, f"{name} with {count} of {needed} arguments: {reply}"
+def _request_body_class(case: str) -> type[Message]:
+    field = npu_pb2.Request.DESCRIPTOR.fields_by_name[case]
+    return message_factory.GetMessageClass(field.message_type)
 
 
-@pytest.mark.parametrize("count", [0, 1, 8, 10, 20])
-def test_memcpy_with_a_wrong_argument_count(raw, count):
+# every request body case -> the required fields of its body, in order (from the schema)
+REQUIRED_FIELDS = {
+    field.name: messages.missing(_request_body_class(field.name)())
+    for field in npu_pb2.Request.DESCRIPTOR.oneofs_by_name["body"].fields
+}
+CASES_WITH_REQUIRED_FIELDS = [case for case, required in REQUIRED_FIELDS.items() if required]
+
+
+def with_fields(body: Message, names, value: int) -> Message:
+    """`body` with the fields `names` set: numbers to `value`, bools to true, enums to their
+    first value, messages to ones with all their required fields set the same way."""
+    for name in names:
+        field = body.DESCRIPTOR.fields_by_name[name]
+        if field.message_type is not None:
+            inner = getattr(body, name)
+            inner.SetInParent()
+            with_fields(inner, messages.missing(inner), value)
+        elif field.type == field.TYPE_BOOL:
+            setattr(body, name, True)
+        elif field.type == field.TYPE_ENUM:
+            setattr(body, name, field.enum_type.values[0].number)
+        elif field.type == field.TYPE_STRING:
+            setattr(body, name, "x")
+        elif field.type == field.TYPE_BYTES:
+            setattr(body, name, b"x")
+        else:
+            setattr(body, name, value)
+    return body
+
+
+@pytest.mark.parametrize("case", CASES_WITH_REQUIRED_FIELDS)
+def test_requests_missing_required_fields(raw, case):
+    required = REQUIRED_FIELDS[case]
+    for present in sorted({0, len(required) - 1}):
+        body = with_fields(_request_body_class(case)(), required[:present], raw.stream)
+        absent = required[present:]
+        assert messages.missing(body) == absent, body
+        reply = raw.request(body)
+        assert reply.code == PARAM, f"{case} with {present} of {len(required)} fields: {reply}"
+        assert f"{case} without {', '.join(absent)}" in reply.message, reply
+
+
+def without(body: Message, path: str) -> Message:
+    """A copy of `body` lacking the field at the dotted `path`."""
+    copy = type(body)()
+    copy.CopyFrom(body)
+    *outer, last = path.split(".")
+    target = copy
+    for name in outer:
+        target = getattr(target, name)
+    target.ClearField(last)
+    return copy
+
+
+@pytest.mark.parametrize(
+    "gap", ["dst", "src", "count", "dst.space", "dst.offset", "src.space", "src.offset"]
+)
+def test_memcpy_missing_a_field(raw, gap):
     ptr = malloc(raw, N)
-    args = [commands.IMMEDIATE, 0, 0, ptr, 0, 0, ptr + 64, 16, 0, 0, 0, 0] + [0] * 10
-    reply = raw.request(npu_pb2.OP_MEMCPY, args[:count])
+    whole = npu_pb2.MemcpyRequest(
+        dst=on_device(ptr), src=on_device(ptr + 64), count=16, inline=False
+    )
+    assert raw.request(whole).code == 0  # complete, it is a good copy
+    reply = raw.request(without(whole, gap))
     assert reply.code == PARAM, reply
+    assert f"memcpy without {gap}" in reply.message, reply
 
 
-def test_memset_with_a_wrong_argument_count(raw):
+def test_memset_missing_a_field(raw):
     ptr = malloc(raw, N)
-    for args in ([commands.IMMEDIATE, 0, 0, ptr, 1], [commands.IMMEDIATE, 0, 0, ptr, 1, 16, 0]):
-        assert raw.request(npu_pb2.OP_MEMSET, args).code == PARAM
+    whole = npu_pb2.MemsetRequest(dst=on_device(ptr), value=1, count=16)
+    assert raw.request(whole).code == 0  # complete, it is a good memset
+    for gap in ("dst", "value", "count", "dst.space", "dst.offset"):
+        reply = raw.request(without(whole, gap))
+        assert reply.code == PARAM, (gap, reply)
+        assert f"memset without {gap}" in reply.message, reply
 
 
 @pytest.mark.parametrize("stream", ["immediate", "stream"])
 def test_inline_data_of_the_wrong_length(raw, stream):
     """The bytes of an inline copy to the device are the message's bulk, exactly `count` of
-    them (not Request.data), whether they go straight to device memory or through staging."""
+    them (not bytes inside the Request, where the old wire's Request.data was), whether they
+    go straight to device memory or through staging."""
     ptr = malloc(raw, N)
-    target = commands.IMMEDIATE if stream == "immediate" else raw.stream
-    args = [target, 0, 0, ptr, commands.SPACE_STAGING, 0, 0, 16, 1]
+    body = npu_pb2.MemcpyRequest(dst=on_device(ptr), src=staging_at(0), count=16, inline=True)
+    if stream == "stream":
+        body.stream = raw.stream  # else synchronous: no stream
     for bulk in (b"", b"x" * 15, b"x" * 17, b"x" * 4096):
-        assert raw.request(npu_pb2.OP_MEMCPY, args, bulk=bulk).code == PARAM
-    assert raw.request(npu_pb2.OP_MEMCPY, args, b"x" * 16).code == PARAM
+        assert raw.request(body, bulk=bulk).code == PARAM
+    assert 4 not in npu_pb2.Request.DESCRIPTOR.fields_by_number
+    assert raw.request(body, extra=encoded_field(4, b"x" * 16)).code == PARAM
     # one chunk per message: a second inline copy in it finds no bytes left
-    first, second = raw.req(npu_pb2.OP_MEMCPY, args), raw.req(npu_pb2.OP_MEMCPY, args)
+    first, second = raw.req(body), raw.req(body)
     raw.send(first, second, bulk=b"w" * 16)
     codes_by_id = {r.id: r.code for r in (raw.replies.get(timeout=30), raw.replies.get(timeout=30))}
     # (a copy on a stream answers once it has run: after the failed second one)
     assert codes_by_id == {first.request.id: 0, second.request.id: PARAM}
-    reply = raw.request(npu_pb2.OP_MEMCPY, args, bulk=b"y" * 16)
+    reply = raw.request(body, bulk=b"y" * 16)
     assert reply.code == 0
     read = raw.request(
-        npu_pb2.OP_MEMCPY, [commands.IMMEDIATE, commands.SPACE_STAGING, 0, 0, 0, 0, ptr, 16, 1]
+        npu_pb2.MemcpyRequest(dst=staging_at(0), src=on_device(ptr), count=16, inline=True)
     )
-    assert read.data == b"y" * 16
+    assert bulk_of(read) == b"y" * 16
 
 
 def test_requests_before_hello_and_hello_twice(daemon, bystander):
@@ -1082,7 +1240,7 @@ def test_requests_before_hello_and_hello_twice(daemon, bystander):
     stub = session.channel.stream_stream(
         service.SESSION_METHOD,
         request_serializer=npu_pb2.ClientMessage.SerializeToString,
-        response_deserializer=npu_pb2.ServerMessage.FromString,
+        response_deserializer=wire.parse_server,
     )
     session.call = stub(iter(session.outgoing.get, None))
     session.replies = queue.Queue()
@@ -1090,28 +1248,34 @@ def test_requests_before_hello_and_hello_twice(daemon, bystander):
     session.reader.start()
     session.next_id = 1
     try:
-        context = session.request(npu_pb2.OP_CREATE_CONTEXT, [0])
+        context = session.request(npu_pb2.CreateContextRequest(device=0))
         assert context.code == 0
         ptr = malloc(session, N)
         # no staging area yet: staging locations are unknown
         reply = session.request(
-            npu_pb2.OP_MEMCPY,
-            [commands.IMMEDIATE, 0, 0, ptr, commands.SPACE_STAGING, 0, 0, 16, 1],
+            npu_pb2.MemcpyRequest(dst=on_device(ptr), src=staging_at(0), count=16, inline=True),
             bulk=b"z" * 16,
         )
         assert reply.code == PARAM
         for _ in range(2):
-            hello = session.request(npu_pb2.OP_HELLO, [1, 0], text="twice")
+            hello = session.request(
+                npu_pb2.HelloRequest(pid=1, memory_limit=0, process_name="twice")
+            )
             assert hello.code == 0
-        assert session.request(npu_pb2.OP_HELLO, []).code == 0  # old clients: arguments optional
+        # every field of a HelloRequest may be left out
+        assert session.request(npu_pb2.HelloRequest()).code == 0
     finally:
         session.close()
     bystander.check()
 
 
 def test_failed_requests_with_id_zero_get_no_reply(raw):
-    raw.send(raw.req(npu_pb2.OP_FREE, [12345], id=0), raw.req(999, [], id=0))
-    reply = raw.request(npu_pb2.OP_GET_MEM_INFO, [0])
+    raw.send(
+        raw.req(npu_pb2.FreeRequest(address=12345), id=0),
+        raw.bodiless(id=0),
+        raw.bodiless(id=0, extra=encoded_field(999, 1)),
+    )
+    reply = raw.request(npu_pb2.GetMemInfoRequest(device=0))
     assert reply.code == 0  # the first reply that arrives is this one's
 
 
@@ -1119,16 +1283,20 @@ def test_many_bad_items_in_one_message(raw):
     ptr = malloc(raw, N)
     items = [
         npu_pb2.Item(commands=b"\xff"),
-        raw.req(npu_pb2.OP_FREE, [1]),
-        raw.req(npu_pb2.OP_MALLOC, []),
-        npu_pb2.Item(commands=commands.pack_memset(raw.stream, dev(ptr), 0x33, 16)),
-        raw.req(npu_pb2.OP_SYNCHRONIZE_STREAM, [raw.stream, -1]),
-        raw.req(npu_pb2.OP_MEMCPY, [raw.stream, commands.SPACE_STAGING, 0, 0, 0, 0, ptr, 16, 1]),
+        raw.req(npu_pb2.FreeRequest(address=1)),
+        raw.req(npu_pb2.MallocRequest()),
+        npu_pb2.Item(commands=commands.Memset.pack(raw.stream, dev(ptr), 0x33, 16)),
+        raw.req(npu_pb2.SynchronizeStreamRequest(stream=raw.stream, timeout_ms=-1)),
+        raw.req(
+            npu_pb2.MemcpyRequest(
+                dst=staging_at(0), src=on_device(ptr), count=16, stream=raw.stream, inline=True
+            )
+        ),
     ]
     raw.send(*items)
     replies = [raw.reply(item.request.id) for item in items if item.HasField("request")]
     assert [reply.code for reply in replies] == [PARAM, PARAM, PARAM, 0]  # the sync: the garbage
-    assert replies[3].data == b"\x33" * 16  # the good memset ran, in order
+    assert bulk_of(replies[3]) == b"\x33" * 16  # the good memset ran, in order
 
 
 def test_non_protobuf_bytes_on_the_session_stream(daemon, bystander):

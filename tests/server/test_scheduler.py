@@ -1,0 +1,335 @@
+"""The scheduler on its own, on units that are threads of this process (thread_executor.py):
+stream order, concurrency between streams, events, failure modes, priorities, task
+aggregation, block chunks and operator timeouts -- no daemon, no socket, no process."""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import pytest
+from simnpu.proto import codes
+from simnpu.proto.kernel_abi import discover_kernels
+from simnpu.server.executor import UnitKind
+from simnpu.server.objects import Context, Event, Owner, Stream, Waiter
+from simnpu.server.resources import Binary, Function
+from simnpu.server.scheduler import Scheduler
+from simnpu.server.tasks import CopyTask, KernelTask, RecordTask, ResetTask, TaskState, WaitTask
+from simnpu.server.work import RunKernel, Span
+from simnpu.shm.addresses import device_address
+from thread_executor import Memory, StandInDevice, ThreadExecutor
+
+KERNELS = '''
+import time
+import numpy as np
+from simnpu import kernel
+
+
+@kernel()
+def empty(ctx):
+    pass
+
+
+@kernel("ptr", "u64")
+def bump(ctx, counter, pause_us):
+    """counter += 1, slowly: two at once would lose an update."""
+    cell = ctx.gm(counter, "int64", 1)
+    value = int(cell[0])
+    time.sleep(pause_us / 1e6)
+    cell[0] = value + 1
+
+
+@kernel("ptr", "i64")
+def store(ctx, cell, value):
+    ctx.gm(cell, "int64", 1)[0] = value
+
+
+@kernel("ptr", "ptr")
+def copy_cell(ctx, src, dst):
+    ctx.gm(dst, "int64", 1)[0] = ctx.gm(src, "int64", 1, access="r")[0]
+
+
+@kernel("ptr", "ptr")
+def meet(ctx, mine, theirs):
+    """Raise my flag, then wait (at most 5 s) for theirs: returns only if both run at once."""
+    ctx.gm(mine, "int64", 1)[0] = 1
+    other = ctx.gm(theirs, "int64", 1, access="r")
+    deadline = time.monotonic() + 5
+    while other[0] == 0:
+        if time.monotonic() > deadline:
+            raise TimeoutError("the other kernel never ran at the same time")
+        time.sleep(0.001)
+
+
+@kernel("ptr")
+def wait_for(ctx, flag):
+    """Hold the core until the flag is set (at most 5 s)."""
+    view = ctx.gm(flag, "int64", 1, access="r")
+    deadline = time.monotonic() + 5
+    while view[0] == 0 and time.monotonic() < deadline:
+        time.sleep(0.001)
+
+
+@kernel("u64")
+def sleep_ms(ctx, milliseconds):
+    time.sleep(milliseconds / 1000)
+
+
+@kernel()
+def fail(ctx):
+    raise ValueError("this kernel fails")
+'''
+
+
+class Rig:
+    """A scheduler over one device of `ai_cores` thread units, a client and its streams."""
+
+    def __init__(self, ai_cores: int = 2, copy_engines: int = 2, op_timeout_s: float = 30.0):
+        self.memory = Memory()
+        self.device = StandInDevice(0, ai_cores, copy_engines, 0)
+        self.executor = ThreadExecutor(self.device.all_units(), self.memory)
+        self.executor.start()
+        self.scheduler = Scheduler([self.device], self.executor, op_timeout_s)
+        self.scheduler.start()
+        self.announced: list[int] = []
+        self.owner = Owner(1, self.announced.append)
+        self.context = Context(1, 0, self.owner)
+        self.owner.contexts.append(self.context)
+        self.binary = Binary(2, KERNELS, "<test kernels>", discover_kernels(KERNELS))
+        self.seq = 0
+        self.streams = 0
+        self.cells = 0
+
+    def close(self) -> None:
+        self.scheduler.stop()
+        self.executor.stop()
+
+    def stream(self, priority: int = 0) -> Stream:
+        self.streams += 1
+        stream = Stream(self.streams, self.context, priority)
+        self.context.streams.append(stream)
+        return stream
+
+    def cell(self, value: int = 0) -> int:
+        """The device address of a fresh int64 holding `value`."""
+        offset = 64 * self.cells
+        self.cells += 1
+        np.frombuffer(self.memory.maps[0], np.int64, 1, offset)[0] = value
+        return device_address(0, offset)
+
+    def read(self, address: int) -> int:
+        return int(np.frombuffer(self.memory.maps[0], np.int64, 1, address - device_address(0, 0))[0])
+
+    def kernel(self, stream: Stream, name: str, *args, blocks: int = 1) -> KernelTask:
+        signature = self.binary.kernels[name]
+        bounds = tuple((value, 8) for kind, value in zip(signature.types, args) if kind == "ptr")
+        self.seq += 1
+        return self.submit(KernelTask(self.seq, stream, Function(self.binary, name, signature), blocks,
+                                      tuple(args), bounds))
+
+    def submit(self, task):
+        self.scheduler.post([(self.scheduler.submit, (task,))])
+        return task
+
+    def task(self, cls, stream, *args):
+        self.seq += 1
+        return self.submit(cls(self.seq, stream, *args))
+
+    def until(self, condition, timeout_s: float = 20.0) -> None:
+        """Wait until `condition()` holds under the scheduler lock."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            with self.scheduler.lock:
+                if condition():
+                    return
+            assert time.monotonic() < deadline, "the scheduler did not get there"
+            time.sleep(0.002)
+
+    def drain(self, *streams: Stream) -> None:
+        self.until(lambda: all(not s.tasks for s in streams))
+
+
+@pytest.fixture
+def rig():
+    made = Rig()
+    yield made
+    made.close()
+
+
+# ---- streams ----------------------------------------------------------------------------------
+def test_a_stream_runs_its_tasks_one_after_the_other(rig):
+    stream = rig.stream()
+    counter = rig.cell()
+    tasks = [rig.kernel(stream, "bump", counter, 2000) for _ in range(20)]
+    rig.drain(stream)
+    assert rig.read(counter) == 20  # two at once would have lost updates (2 cores are free)
+    assert all(t.state == TaskState.DONE and t.failure is None for t in tasks)
+    ends = [t.timestamp for t in tasks]
+    assert ends == sorted(ends)
+
+
+def test_different_streams_run_at_once(rig):
+    first, second = rig.stream(), rig.stream()
+    a, b = rig.cell(), rig.cell()
+    one = rig.kernel(first, "meet", a, b)
+    two = rig.kernel(second, "meet", b, a)
+    rig.drain(first, second)
+    assert one.failure is None and two.failure is None
+
+
+# ---- events -----------------------------------------------------------------------------------
+def test_a_wait_holds_its_stream_until_the_record_before_it_has_run(rig):
+    producer, consumer = rig.stream(), rig.stream()
+    flag, source, target = rig.cell(), rig.cell(), rig.cell()
+    event = Event(1, rig.context, 0)
+    rig.kernel(producer, "wait_for", flag)  # the record cannot run before the flag is set
+    rig.kernel(producer, "store", source, 42)
+    record = rig.task(RecordTask, producer, event)
+    wait = rig.task(WaitTask, consumer, event)
+    rig.kernel(consumer, "copy_cell", source, target)
+    time.sleep(0.05)
+    with rig.scheduler.lock:
+        assert wait.state == TaskState.PENDING and consumer.tasks[0] is wait  # held
+    np.frombuffer(rig.memory.maps[0], np.int64, 1, flag - device_address(0, 0))[0] = 1
+    rig.drain(producer, consumer)
+    assert wait.record is record and rig.read(target) == 42
+    assert consumer.clock >= record.timestamp  # its clock moved to the record's time
+
+
+def test_a_wait_binds_to_the_latest_record_and_a_reset_event_is_not_waited_for(rig):
+    first, second = rig.stream(), rig.stream()
+    event = Event(1, rig.context, 0)
+    never_waited = rig.task(WaitTask, second, event)  # no record yet: passes
+    rig.drain(second)
+    assert never_waited.record is None and never_waited.state == TaskState.DONE
+    early = rig.task(RecordTask, first, event)
+    late = rig.task(RecordTask, first, event)
+    wait = rig.task(WaitTask, second, event)
+    rig.drain(first, second)
+    assert wait.record is late and early is not late
+    rig.task(ResetTask, first, event)
+    rig.drain(first)
+    assert event.latest_record is None
+
+
+# ---- failures ---------------------------------------------------------------------------------
+def test_continue_on_failure_keeps_the_first_failure_and_runs_on(rig):
+    stream = rig.stream()
+    cell = rig.cell()
+    failing = rig.kernel(stream, "fail")
+    rig.kernel(stream, "fail")
+    after = rig.kernel(stream, "store", cell, 7)
+    rig.drain(stream)
+    assert failing.failure.code == codes.ACL_ERROR_RT_AICORE_EXCEPTION
+    assert "this kernel fails" in failing.failure.message
+    assert stream.failure is failing.failure  # reported once at the next synchronize
+    assert after.failure is None and rig.read(cell) == 7
+
+
+def test_stop_on_failure_drops_what_every_stream_of_the_context_has_queued(rig):
+    first, second = rig.stream(), rig.stream()
+    rig.context.failure_mode = codes.ACL_STOP_ON_FAILURE
+    flag, cell, other = rig.cell(), rig.cell(), rig.cell()
+    rig.kernel(second, "wait_for", flag)  # keeps `second` busy while `first` fails
+    rig.kernel(second, "store", other, 5)
+    failing = rig.kernel(first, "fail")
+    never = rig.kernel(first, "store", cell, 1)
+    rig.until(lambda: rig.context.failure is not None)
+    np.frombuffer(rig.memory.maps[0], np.int64, 1, flag - device_address(0, 0))[0] = 1
+    rig.drain(first, second)
+    assert rig.context.failure is failing.failure
+    assert never.state == TaskState.DONE and rig.read(cell) == 0  # dropped, never ran
+    assert rig.read(other) == 0  # the other stream's queued launch was dropped too
+    late = rig.kernel(first, "store", cell, 2)  # after the stop nothing more runs
+    rig.drain(first)
+    assert late.state == TaskState.DONE and rig.read(cell) == 0
+
+
+# ---- priorities, aggregation, chunks --------------------------------------------------------
+def test_the_higher_priority_stream_is_served_first():
+    rig = Rig(ai_cores=1)
+    try:
+        blocker, low, high = rig.stream(), rig.stream(priority=7), rig.stream(priority=0)
+        flag = rig.cell()
+        rig.kernel(blocker, "wait_for", flag)  # the only core is busy
+        rig.until(lambda: blocker.tasks[0].state == TaskState.DISPATCHED)
+        slow = rig.kernel(low, "empty")
+        urgent = rig.kernel(high, "empty")
+        np.frombuffer(rig.memory.maps[0], np.int64, 1, flag - device_address(0, 0))[0] = 1
+        rig.drain(blocker, low, high)
+        assert urgent.timestamp < slow.timestamp
+    finally:
+        rig.close()
+
+
+def test_single_block_launches_of_a_stream_go_to_one_core_in_one_batch():
+    rig = Rig(ai_cores=1)
+    try:
+        stream = rig.stream()
+        flag = rig.cell()
+        rig.kernel(stream, "wait_for", flag)  # the rest queue up behind it
+        rig.until(lambda: stream.tasks[0].state == TaskState.DISPATCHED)
+        for _ in range(10):
+            rig.kernel(stream, "empty")
+        np.frombuffer(rig.memory.maps[0], np.int64, 1, flag - device_address(0, 0))[0] = 1
+        rig.drain(stream)
+        kernels_per_batch = [sum(isinstance(item, RunKernel) for item in batch)
+                             for _, batch in rig.executor.batches]
+        assert kernels_per_batch == [1, 10]
+    finally:
+        rig.close()
+
+
+def test_a_launch_of_many_blocks_is_shared_out_in_chunks_over_the_cores(rig):
+    stream = rig.stream()
+    task = rig.kernel(stream, "empty", blocks=64)
+    rig.drain(stream)
+    chunks = [(item.first, item.last) for _, batch in rig.executor.batches for item in batch
+              if isinstance(item, RunKernel)]
+    assert task.failure is None and len(chunks) > 1
+    assert sorted(chunks)[0][0] == 0 and sum(last - first for first, last in chunks) == 64
+    assert len({unit.core_id for unit, _ in rig.executor.batches}) == 2  # both cores took some
+
+
+def test_a_copy_runs_on_a_copy_engine(rig):
+    stream = rig.stream()
+    source, target = rig.cell(99), rig.cell()
+    base = device_address(0, 0)
+    rig.task(CopyTask, stream, Span("dev0", target - base, 0), Span("dev0", source - base, 0), 8)
+    rig.drain(stream)
+    assert rig.read(target) == 99
+    (unit, _), = rig.executor.batches
+    assert unit.kind is UnitKind.COPY_ENGINE
+
+
+# ---- waiting and timeouts ---------------------------------------------------------------------
+def test_a_waiter_is_settled_when_its_stream_gets_there_or_at_its_deadline(rig):
+    stream = rig.stream()
+    settled: list[bool] = []
+    scheduler = rig.scheduler
+    task = rig.kernel(stream, "sleep_ms", 50)
+    waiter = Waiter(lambda: not stream.tasks, settled.append)
+    scheduler.call(lambda: scheduler.watch(waiter, streams=[stream]))
+    rig.until(lambda: settled == [False])  # settled, not timed out
+    assert task.state == TaskState.DONE
+    rig.kernel(stream, "sleep_ms", 2000)
+    late = Waiter(lambda: not stream.tasks, settled.append, time.monotonic() + 0.1)
+    scheduler.call(lambda: scheduler.watch(late, streams=[stream]))
+    rig.until(lambda: settled == [False, True], timeout_s=5)  # timed out; the task still runs
+    assert stream.tasks
+
+
+def test_a_kernel_past_the_operator_timeout_fails_and_its_core_is_replaced():
+    rig = Rig(ai_cores=1, op_timeout_s=0.2)
+    try:
+        stream = rig.stream()
+        core = rig.device.units[UnitKind.AI_CORE][0]
+        slow = rig.kernel(stream, "sleep_ms", 1500)
+        after = rig.kernel(stream, "empty")
+        rig.drain(stream)
+        assert slow.failure.code == codes.ACL_ERROR_RT_AICORE_TIMEOUT
+        assert "exceeded the operator execution timeout" in slow.failure.message
+        assert after.failure is None  # the replacement core ran the next one
+        assert core.generation == 1 and core.restarts == 1
+    finally:
+        rig.close()

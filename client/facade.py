@@ -88,8 +88,9 @@ def _out_of_range(error: Exception, name: str) -> int:
     return failed(NpuError(codes.ACL_ERROR_RT_PARAM_INVALID, f"argument out of range: {error}"), name)
 
 
-def _raw(name: str) -> Callable:
-    """The raw layer's call `name` without its own error keeping (the facade keeps them)."""
+def raw(name: str) -> Callable:
+    """The raw layer's call `name` without its own error keeping (the facade keeps them):
+    Runtime.name(rt, ...), one call less on the hot paths."""
     from simnpu.client.runtime import Runtime
 
     method = getattr(Runtime, name)
@@ -158,8 +159,9 @@ def api(spec: str = "", outputs: tuple | None = None, *, delegate: str | None = 
     `spec` has one format letter per parameter after `rt`. `outputs` is None when the call
     returns only `ret`; else the values it returns on failure, one per output (the body
     returns the value, or a tuple of them when there are several). `delegate="name"` says
-    the call is exactly the raw layer's `rt.name(*params)` (the body is then only its
-    docstring): it is called inline, saving calls on the hot paths. `nonnull` names pointer
+    the call is exactly the raw layer's `rt.name(*params)` (its other parameters keep their
+    defaults; the body is then only its docstring): it is called inline, saving calls on the
+    hot paths. `nonnull` names pointer
     parameters that ACL's own layer rejects when null (ACL_ERROR_INVALID_PARAM, 100000)
     before the runtime sees them. `failure(error, name)` keeps a failure and returns the
     code the call returns (hccl's: an HcclResult); `range_checked`: an argument too big
@@ -185,9 +187,8 @@ def api(spec: str = "", outputs: tuple | None = None, *, delegate: str | None = 
         for position, (letter, param) in enumerate(zip(spec, params), 1):
             lines.append(_CHECKS[letter].format(p=param, n=position, name=name))
         if delegate is not None:
-            raw = _NS.setdefault(f"_raw_{delegate}", _raw(delegate))
+            _NS.setdefault(f"_raw_{delegate}", raw(delegate))
             call = f"_raw_{delegate}({', '.join(['rt', *params])})"
-            assert raw is not None
         else:
             call = f"{target}({', '.join(['rt', *params])})"
         if outputs is None:

@@ -325,7 +325,7 @@ class Collectives:
             for core in job.cores:
                 if job.next_piece == len(job.pieces) or job.out >= job.parallel:
                     break
-                if not core.idle:
+                if not core.ready or core.inflight:
                     continue
                 run = job.pieces[job.next_piece]
                 job.next_piece += 1

@@ -18,7 +18,7 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from simnpu.proto import codes, npu_pb2, service
 from simnpu.proto.errors import NpuError
 from simnpu.proto.kernel_abi import discover_kernels
-from simnpu.server import observe, smi_view
+from simnpu.server import handlers, observe, smi_view  # noqa: F401 - handlers: registers every handler
 from simnpu.server.config import DaemonConfig, is_unix, unix_path
 from simnpu.server.device import Device
 from simnpu.server.ipc_memory import IpcMemory

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
-    from simnpu.server.signals import StreamSignal
+    from simnpu.shm.notify import StreamSignal
 
 
 class UnitKind(enum.Enum):
@@ -51,9 +51,6 @@ class Unit:
     def name(self) -> str:
         return f"device {self.device} {self.kind.value} {self.index}"
 
-    @property
-    def idle(self) -> bool:
-        return self.ready and not self.inflight
 
 
 class Executor(Protocol):

@@ -1,6 +1,6 @@
 """A session's shared-memory fast path, daemon side (docs/fast-path.md): its submission ring
 in; out, its notify area -- replies put in the client's mailbox slots, and the completion
-signals of its streams (server/signals.py).
+signals of its streams (simnpu.shm.notify).
 
 The segments are made at HELLO. Once the client sends UseRingRequest a ring thread takes
 what the client writes in its ring and hands it to the session in order; from then on the
@@ -15,10 +15,8 @@ import queue
 import threading
 from typing import TYPE_CHECKING
 
-from google.protobuf.message import DecodeError
-from simnpu.proto import codes, commands, npu_pb2
-from simnpu.proto.errors import NpuError, invalid
-from simnpu.server.signals import SignalArea
+from simnpu.proto import codes, npu_pb2
+from simnpu.proto.errors import NpuError
 from simnpu.shm import futex
 from simnpu.shm import notify as layout
 from simnpu.shm import ring as ring_layout
@@ -30,7 +28,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("simnpu.ring")
 
-RING_BATCH = 1024  # scheduler work is posted at most this many calls at a time from a ring
 _NAP_S = 1.0  # an idle ring thread re-checks whether its session ended this often
 _STOP = object()
 
@@ -51,8 +48,8 @@ class FastPath:
         session = self.session
         if self.notify_region is None and futex.AVAILABLE:
             self.notify_region = Region.create(segment_name(f"s{session.id}", "notify"), layout.SIZE)
-            self.notify = layout.NotifyArea(self.notify_region.map)
-            session.owner.signals = SignalArea(self.notify_region, self.notify)
+            self.notify = layout.NotifyArea(self.notify_region.map, self.notify_region.name)
+            session.owner.signals = self.notify
             if shm_available_bytes() > 4 * ring_layout.SIZE:
                 try:
                     self.ring_region = Region.create(segment_name(f"s{session.id}", "ring"), ring_layout.SIZE,
@@ -127,12 +124,16 @@ class RingReader:
         self.session = session
         self.ring = SubmissionRing(region.map)
         self.stream_items: queue.SimpleQueue = queue.SimpleQueue()  # Items from the gRPC stream
-        self.site: str | None = None  # the call site of the calls in the ring, when observed
         self._stopping = False
         self._thread = threading.Thread(target=self._run, name=f"simnpu-ring-{session.id}", daemon=True)
 
     def start(self) -> None:
         self._thread.start()
+
+    def _next_stream_item(self) -> npu_pb2.Item | None:
+        """The next Item of the gRPC stream (blocks); None once the session ended."""
+        item = self.stream_items.get()
+        return None if item is _STOP else item
 
     def stop(self) -> None:
         """End the thread; what it has not taken is dropped. Idempotent."""
@@ -151,7 +152,7 @@ class RingReader:
             try:
                 pieces = ring.take()
                 if pieces:
-                    self._handle(pieces)
+                    session.handle_ring(pieces, self._next_stream_item)
                 else:
                     ring.sleep(_NAP_S)
             except RingCorrupt as error:  # the client broke the protocol
@@ -162,46 +163,3 @@ class RingReader:
                 log.exception("%r: handling its submission ring failed", session)
                 session.abandon("the daemon failed to handle its submission ring")
                 return
-
-    def _handle(self, pieces: list) -> None:
-        """Run what the client wrote, in order. A malformed record ends the session: nothing
-        after it can be found any more."""
-        session = self.session
-        observer = session.daemon.observer
-        if observer is not None:  # forget the call sites of what was submitted before
-            observer.sites(session.owner, session.seq, (), ())
-        for piece in pieces:
-            try:
-                for record in commands.decode(piece, ring=True):
-                    kind = type(record)
-                    if kind is commands.RingSite:  # this call's and the following calls'
-                        self.site = record.site if observer is not None else None
-                        continue
-                    if observer is not None and self.site is not None:
-                        observer.site(session.owner, session.seq + 1, self.site)
-                    if kind is commands.RingRequest:
-                        self._request(record.request)
-                    elif kind is commands.RingStreamItem:
-                        session.flush()  # what came before does not wait for the stream
-                        item = self.stream_items.get()
-                        if item is _STOP:  # the session ended
-                            return
-                        session.handle_item(item)
-                    else:
-                        session.handle_command(record)
-                        if session.queued() >= RING_BATCH:  # the device starts on these
-                            session.flush()  # while the rest is decoded
-            except NpuError as error:  # commands.decode: handlers report their own errors
-                session.flush()
-                raise RingCorrupt(error.message) from None
-        session.flush()
-
-    def _request(self, payload: bytes) -> None:
-        try:
-            request = npu_pb2.Request.FromString(payload)
-        except DecodeError:
-            session = self.session
-            session.seq += 1  # it took a sequence number on the client
-            session.reject(invalid("a request in the submission ring does not parse"))
-            return
-        self.session.handle_request(request)

@@ -15,8 +15,8 @@ from typing import TYPE_CHECKING
 from simnpu.proto import codes
 
 if TYPE_CHECKING:
-    from simnpu.server.signals import SignalArea, StreamSignal
     from simnpu.server.tasks import Task
+    from simnpu.shm.notify import NotifyArea, StreamSignal
     from simnpu.server.tasks.event import RecordTask
     from simnpu.server.tasks.host_callback import HostCallbackTask
 
@@ -44,7 +44,7 @@ class Owner:
         self.op_timeout_s: float | None = None  # aclrtSetOpExecuteTimeOut; None: the daemon's
         self.rejected: Failure | None = None  # a rejected asynchronous call, reported at the next sync
         self.contexts: list[Context] = []
-        self.signals: SignalArea | None = None  # its notify area's completion signals (fast path)
+        self.signals: NotifyArea | None = None  # its notify area, with the streams' signals (fast path)
         self.waiting_callbacks: dict[int, HostCallbackTask] = {}  # blocking host callbacks by id
         self.closed = False
 
@@ -78,23 +78,16 @@ class Stream:
     destroyed: bool = False
     queued_ready: bool = False  # in its device's ready list
     signal: StreamSignal | None = None  # its completion signal (docs/fast-path.md)
+    device: int = field(init=False)  # its context's
+    owner: Owner = field(init=False)  # its context's
 
-    @property
-    def device(self) -> int:
-        return self.context.device
-
-    @property
-    def owner(self) -> Owner:
-        return self.context.owner
+    def __post_init__(self) -> None:
+        self.device = self.context.device
+        self.owner = self.context.owner
 
     def drained_upto(self, seq: int) -> bool:
         """True when every task submitted up to `seq` has finished."""
         return not self.tasks or self.tasks[0].seq > seq
-
-    def failure_pending(self) -> bool:
-        """Would a synchronize of this stream report a failure now?"""
-        return (self.failure is not None or self.context.failure is not None
-                or self.context.owner.rejected is not None)
 
 
 @dataclass(eq=False)

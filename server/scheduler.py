@@ -12,7 +12,9 @@ when they reach the head; device work (server/tasks/) is queued as ready and han
 free units of its kind, higher-priority streams first. Blocked host calls are `Waiter`s
 re-checked as tasks complete, with deadlines. The scheduler knows units only through the
 `Executor` protocol (server/executor.py) and its owners only through `Owner` and the
-completion signals (server/signals.py).
+streams' completion signals (simnpu.shm.notify.StreamSignal): when a stream drains it
+publishes the signal, and when a unit gets the whole tail of a stream it may lend it the
+signal to write (`_lend`, the one place that decides who writes it).
 """
 
 from __future__ import annotations
@@ -27,12 +29,11 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 from simnpu.proto import codes
-from simnpu.server import policy, signals
 from simnpu.server.collectives import Collectives
 from simnpu.server.executor import LOST, Executor, Unit, UnitKind
-from simnpu.server.objects import Failure, Stream, Waiter
+from simnpu.server.objects import Failure, Owner, Stream, Waiter
 from simnpu.server.tasks import DeviceWork, Task, TaskState
-from simnpu.server.work import Accesses, ForgetSegment, Ready, Result
+from simnpu.server.work import Accesses, ForgetSegment, Ready, Result, WriteSignal
 
 if TYPE_CHECKING:
     from simnpu.server.device import Device
@@ -139,7 +140,7 @@ class Scheduler:
         if stream.context.failure is not None:  # stopped on failure: nothing more runs
             self._discard(task)
             if not stream.tasks:
-                signals.drained(stream, task.seq)
+                _drained(stream, task.seq)
             return
         if not stream.tasks:
             stream.clock = max(stream.clock, time.monotonic_ns())
@@ -172,7 +173,7 @@ class Scheduler:
         if stream.tasks:
             self._dirty.append(stream)
         else:
-            signals.drained(stream, task.seq)  # the client may be sleeping on its signal
+            _drained(stream, task.seq)  # the client may be sleeping on its signal
 
     def _fail(self, stream: Stream, failure: Failure) -> None:
         context = stream.context
@@ -196,7 +197,7 @@ class Scheduler:
         self._unready(stream)
         self._recheck(stream)
         if dropped and not stream.tasks:
-            signals.drained(stream, dropped[-1].seq)
+            _drained(stream, dropped[-1].seq)
 
     def _cancel_run(self, stream: Stream) -> None:
         """Tell the core running a run of single-block launches of `stream` to skip those
@@ -261,12 +262,22 @@ class Scheduler:
                     if finished:
                         ready.pop(index)
                         stream.queued_ready = False
-                    if whole is not None:  # the unit may write the stream's signal after them
-                        item = signals.lend_for(stream, whole.seq, observed)
-                        if item is not None:
-                            items.append(item)
-                            unit.lent = stream.signal
+                    if whole is not None and not observed:
+                        self._lend(unit, stream, whole.seq, items)
                     self.send(unit, items)
+
+    @staticmethod
+    def _lend(unit: Unit, stream: Stream, last_seq: int, items: list) -> None:
+        """Have `unit` write the stream's signal after `items`, which end with task
+        `last_seq`, when that is the stream's tail and nothing needs the scheduler's
+        judgement (a failure to report, STOP mode)."""
+        signal = stream.signal
+        if (signal is None or stream.tasks[-1].seq != last_seq
+                or stream.context.failure_mode != codes.ACL_CONTINUE_ON_FAILURE or _failure_pending(stream)):
+            return
+        signal.lend()
+        items.append(WriteSignal(signal.area.name, signal.slot, last_seq))
+        unit.lent = signal
 
     def send(self, unit: Unit, items: list) -> None:
         """Hand `unit` a batch, with its operator-timeout deadline."""
@@ -322,6 +333,14 @@ class Scheduler:
         for work in works:
             work.piece_done(self, Result(0, code, now, now, f"{unit.name} {how} while running {work.what} "
                                                              f"(task {work.seq}); the worker was replaced"))
+
+    def rejected(self, owner: Owner, seq: int) -> None:
+        """Asynchronous call `seq` of `owner` was rejected (in submission order). Its stream
+        may be the one the client sleeps on, waiting for `seq` that will never run: every
+        signal of the owner says "done up to `seq`, ask the daemon" (which reports it)."""
+        for stream in owner.streams():
+            if stream.signal is not None:
+                stream.signal.publish(seq, True)
 
     # ---- waiting ------------------------------------------------------------------------------
     def watch(self, waiter: Waiter, streams: Sequence[Stream] = (), tasks: Sequence[Task] = ()) -> None:
@@ -381,8 +400,30 @@ def _idle_with_work(units: Sequence[Unit], ready: list[Stream]) -> Iterator[tupl
     for unit in units:
         if not ready:
             return
-        if unit.idle:
-            yield unit, policy.pick_stream([s.priority for s in ready])
+        if unit.ready and not unit.inflight:
+            yield unit, (pick_stream([s.priority for s in ready]) if len(ready) > 1 else 0)
+
+
+def pick_stream(priorities: list[int]) -> int:
+    """Index of the ready stream to serve next: the highest priority (lowest number) wins,
+    and among equals the one that has been ready longest (the earliest in the list)."""
+    best = 0
+    for index in range(1, len(priorities)):
+        if priorities[index] < priorities[best]:
+            best = index
+    return best
+
+
+def _failure_pending(stream: Stream) -> bool:
+    """Would a synchronize of `stream` report a failure now?"""
+    return (stream.failure is not None or stream.context.failure is not None
+            or stream.owner.rejected is not None)
+
+
+def _drained(stream: Stream, seq: int) -> None:
+    """`stream` ran (or dropped) everything up to `seq` and has nothing queued."""
+    if stream.signal is not None:
+        stream.signal.publish(seq, _failure_pending(stream))
 
 
 def _lost_code(unit: Unit) -> int:

@@ -17,24 +17,25 @@ events and device ranges, `post`, `submit`, `respond` and `reject`.
 
 from __future__ import annotations
 
+import enum
+import itertools
 import logging
 import queue
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING, Any, TypeVar
 
-from google.protobuf.message import Message
+from google.protobuf.message import DecodeError, Message
 from simnpu.proto import codes, commands, messages, npu_pb2
-from simnpu.proto.errors import NpuError, invalid
-from simnpu.server import signals
+from simnpu.proto.errors import NpuError, bad_handle, invalid
 from simnpu.server.client_memory import ClientMemory
 from simnpu.server.fast_path import FastPath
-from simnpu.server.handlers import HANDLERS, LATER
-from simnpu.server.handles import Handles
+from simnpu.server.handlers.registry import HANDLERS, LATER
 from simnpu.server.objects import Context, Event, Failure, Owner, Stream, Waiter
 from simnpu.server.resources import Pinned
 from simnpu.server.tasks import Task
 from simnpu.server.work import Span
 from simnpu.shm.region import Region
+from simnpu.shm.ring import RingCorrupt
 
 if TYPE_CHECKING:
     from simnpu.server.daemon import Daemon
@@ -43,9 +44,66 @@ if TYPE_CHECKING:
 log = logging.getLogger("simnpu.session")
 
 IMMEDIATE_PRIORITY = -1  # synchronous copies jump every stream queue, as aclrtMemcpy does
+RING_BATCH = 1024  # scheduler work is posted at most this many calls at a time from a ring
 CLOSED = object()  # the outbox item that ends a session's gRPC response stream
 
 
+# ---- the handle table ----------------------------------------------------------------------------
+T = TypeVar("T")
+
+
+class HandleKind(enum.IntEnum):
+    """What a handle stands for. A handle is `kind << 40 | n`, n counting up per session, so
+    a handle of another kind, another session or a freed object is never mistaken for a
+    live one (107017)."""
+
+    CONTEXT = 1
+    STREAM = 2
+    EVENT = 3
+    BINARY = 4
+    FUNCTION = 5
+    PINNED = 6
+    MEM_POOL = 7
+    COMMUNICATOR = 16
+
+
+class Handles:
+    """Handle -> object of one session. Used by its own thread and, for a few calls, under
+    the scheduler lock; each entry is set and removed atomically."""
+
+    def __init__(self, builtin_binary: object):
+        self._objects: dict[int, Any] = {commands.BUILTIN_BINARY: builtin_binary}
+        self._numbers = itertools.count(1)
+
+    def add(self, obj: object, kind: HandleKind) -> int:
+        handle = (kind << 40) | next(self._numbers)
+        self._objects[handle] = obj
+        return handle
+
+    def get(self, handle: int, cls: type[T], what: str) -> T:
+        """The live object of class `cls` behind `handle`; else 107017 naming `what`."""
+        obj = self._objects.get(handle)
+        if not isinstance(obj, cls):
+            raise bad_handle(what, handle)
+        return obj
+
+    def remove(self, handle: int) -> Any:
+        """Forget `handle` (nothing if it is not known); the object it stood for."""
+        return self._objects.pop(handle, None)
+
+    def unique(self) -> int:
+        """A number unused in this session (for segment names)."""
+        return next(self._numbers)
+
+    def items(self) -> Iterator[tuple[int, Any]]:
+        """(handle, object) of every live handle, safe to change while iterating."""
+        return iter(list(self._objects.items()))
+
+    def clear(self) -> None:
+        self._objects.clear()
+
+
+# ---- the session ----------------------------------------------------------------------------------
 class Session:
     def __init__(self, daemon: Daemon, session_id: int, peer: str):
         self.daemon = daemon
@@ -62,6 +120,7 @@ class Session:
         self.bulk: memoryview | None = None  # the bulk bytes of the message being handled
         self.fast_path = FastPath(self)
         self._batch: list[tuple[Callable, tuple]] = []
+        self._ring_site: str | None = None  # the call site of the calls in the ring, when observed
 
     def __repr__(self) -> str:
         return repr(self.owner)
@@ -145,6 +204,49 @@ class Session:
         if result is not LATER:
             self.respond(request.id, result)
 
+    def handle_ring(self, pieces: list, next_stream_item: Callable[[], npu_pb2.Item | None]) -> None:
+        """Run what the client wrote in its submission ring, in order (the ring thread of
+        server/fast_path.py); `next_stream_item()` is the next request that went by the gRPC
+        stream instead (None: the session ended). A malformed record ends the session:
+        nothing after it can be found any more (RingCorrupt)."""
+        observer = self.daemon.observer
+        if observer is not None:  # forget the call sites of what was submitted before
+            observer.sites(self.owner, self.seq, (), ())
+        for piece in pieces:
+            try:
+                for record in commands.decode(piece, ring=True):
+                    kind = type(record)
+                    if kind is commands.RingSite:  # this call's and the following calls'
+                        self._ring_site = record.site if observer is not None else None
+                        continue
+                    if observer is not None and self._ring_site is not None:
+                        observer.site(self.owner, self.seq + 1, self._ring_site)
+                    if kind is commands.RingRequest:
+                        self._ring_request(record.request)
+                    elif kind is commands.RingStreamItem:
+                        self.flush()  # what came before does not wait for the stream
+                        item = next_stream_item()
+                        if item is None:
+                            return
+                        self.handle_item(item)
+                    else:
+                        self.handle_command(record)
+                        if len(self._batch) >= RING_BATCH:  # the device starts on these
+                            self.flush()  # while the rest is decoded
+            except NpuError as error:  # commands.decode: handlers report their own errors
+                self.flush()
+                raise RingCorrupt(error.message) from None
+        self.flush()
+
+    def _ring_request(self, payload: bytes) -> None:
+        try:
+            request = npu_pb2.Request.FromString(payload)
+        except DecodeError:
+            self.seq += 1  # it took a sequence number on the client
+            self.reject(invalid("a request in the submission ring does not parse"))
+            return
+        self.handle_request(request)
+
     # ---- what handlers use -------------------------------------------------------------------
     def post(self, function: Callable, *args: Any) -> None:
         """Run `function(*args)` under the scheduler, in order with this session's other
@@ -154,10 +256,6 @@ class Session:
     def submit(self, task: Task) -> None:
         """Queue `task` on its stream, in order with this session's other calls."""
         self._batch.append((self.scheduler.submit, (task,)))
-
-    def queued(self) -> int:
-        """How many pieces of scheduler work are queued and not posted yet."""
-        return len(self._batch)
 
     def flush(self) -> None:
         """Post the scheduler work queued so far."""
@@ -186,7 +284,7 @@ class Session:
         log.info("%r: rejected asynchronous call %d: %s", self, seq, error)
         if self.owner.rejected is None:
             self.owner.rejected = Failure(error.code, f"{error.message} (task {seq})", seq)
-        self._batch.append((signals.rejected, (self.owner, seq)))
+        self._batch.append((self.scheduler.rejected, (self.owner, seq)))
 
     def take_failure(self, streams: list[Stream]) -> Failure | None:
         """What a synchronize of `streams` reports (under the scheduler lock): a rejected call,

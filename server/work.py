@@ -1,6 +1,6 @@
 """The protocol between the scheduler and its units (AI cores, copy engines): the items of
 a batch, and what a unit reports back. Everything here pickles: it crosses a pipe to the
-worker processes (server/worker.py).
+worker processes (server/workers.py).
 
 A batch is a list of items that the unit runs in order. Items with a `token` report one
 `Result` each; the others (LoadModule, ForgetSegment, WriteSignal) report nothing. While a

@@ -1,9 +1,16 @@
-"""The daemon's executor: every unit a worker process (server/worker.py), spawned and
-supervised here, its batches and reports on a pipe.
+"""Worker processes: the units of the daemon at work, and the executor that drives them.
 
-The scheduler thread sleeps in `wait`, one poll() over every worker pipe and a wake-up
-pipe (rebuilt only when a worker is replaced), so an idle daemon burns no CPU. Sessions'
-threads `send` under the scheduler lock; only the scheduler thread reads the pipes.
+`WorkRunner` runs the items of a batch (server/work.py) on mapped memory and returns their
+results; it knows nothing of pipes or processes (unit tests run it in threads). `main` is
+a worker process: it maps the device segments, then loops -- receive a batch over its pipe,
+run it, send the results -- and hands Cancel messages that arrive while a batch runs to
+the runner. Kernels see device memory through `KernelContext`.
+
+`ProcessExecutor` is the daemon's Executor (server/executor.py): every unit a worker
+process, spawned and supervised here, its batches and reports on a pipe. The scheduler
+thread sleeps in `wait`, one poll() over every worker pipe and a wake-up pipe (rebuilt only
+when a worker is replaced), so an idle daemon burns no CPU. Sessions' threads `send`
+under the scheduler lock; only the scheduler thread reads the pipes.
 """
 
 from __future__ import annotations
@@ -12,16 +19,286 @@ import math
 import multiprocessing
 import os
 import select
+import signal
 import time
-from collections.abc import Sequence
+import traceback
+import types
+from collections.abc import Callable, Sequence
 from multiprocessing.connection import Connection
 from multiprocessing.process import BaseProcess
 from typing import Any
 
-from simnpu.server import worker
+import numpy as np
+import posix_ipc
+from simnpu.proto import codes
+from simnpu.proto.kernel_abi import canonical_type
+from simnpu.server import access_log, reduce
 from simnpu.server.executor import LOST, Unit
-from simnpu.server.work import Cancel, Ready
+from simnpu.server.work import (
+    Cancel,
+    CopyBytes,
+    FillBytes,
+    LoadModule,
+    Ready,
+    ReducePiece,
+    Result,
+    RunKernel,
+    Span,
+    WriteSignal,
+)
+from simnpu.shm.addresses import split_device_address
+from simnpu.shm.notify import NotifyArea
+from simnpu.shm.region import Region, unlink_daemon_segments
 
+_NUMPY_OF_CANONICAL = {
+    "i8": "int8", "i16": "int16", "i32": "int32", "i64": "int64",
+    "u8": "uint8", "u16": "uint16", "u32": "uint32", "u64": "uint64",
+    "f16": "float16", "f32": "float32", "f64": "float64",
+}
+
+
+class MemoryFault(Exception):
+    """A kernel asked for device memory outside the allocations it was given."""
+
+
+class KernelContext:
+    """What a kernel sees as `ctx`: its block, its core, and bounded views of device memory."""
+
+    __slots__ = ("_bounds", "_maps", "block_idx", "block_num", "core_id")
+
+    def __init__(self, block_idx, block_num, core_id, bounds, maps):
+        self.block_idx = block_idx
+        self.block_num = block_num
+        self.core_id = core_id
+        self._bounds = bounds
+        self._maps = maps
+
+    def gm(self, ptr, dtype, count, access="rw"):
+        """A numpy view of `count` elements of device memory at `ptr` (global memory).
+
+        The view may not extend past the allocation containing `ptr`; access="r" gives
+        a read-only view.
+        """
+        if access not in ("r", "w", "rw"):
+            raise ValueError(f"access must be 'r', 'w' or 'rw', not {access!r}")
+        dt = _dtype(dtype)
+        count = int(count)
+        if count < 0:
+            raise ValueError(f"negative element count {count}")
+        nbytes = count * dt.itemsize
+        for start, size in self._bounds:
+            if start <= ptr < start + size or (nbytes == 0 and ptr == start + size):
+                if ptr + nbytes > start + size:
+                    raise MemoryFault(
+                        f"view of {nbytes} bytes at {ptr:#x} runs {ptr + nbytes - start - size} bytes "
+                        f"past the end of its allocation [{start:#x}, +{size})")
+                device, offset = split_device_address(ptr)
+                view = np.frombuffer(self._maps[device], dt, count, offset)
+                if access == "r":
+                    view.flags.writeable = False
+                return view
+        raise MemoryFault(f"address {ptr:#x} is not inside any allocation passed to this kernel")
+
+
+def _dtype(dtype) -> np.dtype:
+    if isinstance(dtype, str) and dtype not in ("float32", "float16", "float64"):
+        try:
+            return np.dtype(_NUMPY_OF_CANONICAL[canonical_type(dtype)])
+        except (ValueError, KeyError):
+            pass
+    return np.dtype(dtype)
+
+
+class WorkRunner:
+    """Runs batches for the unit `core_id` on the device memory `device_maps` (index =
+    device); host segments are mapped by name on first use. `report` sends a report of a
+    checked kernel (Accesses) at once, before the batch's results."""
+
+    def __init__(self, core_id: int, device_maps: list, device_segments: list[str],
+                 report: Callable[[object], None]):
+        self.core_id = core_id
+        self.maps = device_maps  # what kernels' views and reductions read and write
+        self.report = report
+        self.modules: dict[int, types.ModuleType] = {}
+        self._segments: dict[str, object] = dict(zip(device_segments, device_maps))
+        self._host: dict[str, Region] = {}
+        self._signals: dict[str, NotifyArea] = {}
+
+    def run(self, batch: list, cancelled: Callable[[], set[int]]) -> list[Result]:
+        """Run `batch` in order; `cancelled()` gives the tokens cancelled so far (asked only
+        before a kernel that is not the batch's first: the head of a run never is)."""
+        results: list[Result] = []
+        clean = True  # every item so far succeeded and ran: a WriteSignal may be written
+        for index, item in enumerate(batch):
+            kind = item.__class__
+            if kind is RunKernel:
+                if index and item.token in cancelled():
+                    now = time.monotonic_ns()
+                    results.append(Result(item.token, 0, now, now, ""))
+                    clean = False
+                    continue
+                result = self.run_kernel(item)
+            elif kind is CopyBytes:
+                result = self._timed(item.token, self.copy, item.dst, item.src, item.count)
+            elif kind is FillBytes:
+                result = self._timed(item.token, self.fill, item.dst, item.value, item.count)
+            elif kind is ReducePiece:
+                result = reduce.execute(self._segments, item)
+            elif kind is WriteSignal:
+                if clean:
+                    self.write_signal(item)
+                continue
+            elif kind is LoadModule:
+                self.load(item)
+                continue
+            else:  # ForgetSegment
+                self.forget(item.name)
+                continue
+            results.append(result)
+            if result.code:
+                clean = False
+        return results
+
+    # ---- kernels --------------------------------------------------------------------------
+    def load(self, item: LoadModule) -> None:
+        module = types.ModuleType(f"simnpu_kernels_{item.binary}")
+        module.__file__ = item.filename
+        try:
+            exec(compile(item.source, item.filename, "exec"), module.__dict__)  # noqa: S102 - the kernel module
+        except BaseException as exc:  # reported by every launch from this binary
+            module.__dict__["__simnpu_load_error__"] = _describe(exc)
+        self.modules[item.binary] = module
+
+    def run_kernel(self, item: RunKernel) -> Result:
+        token, name, first, last, block_num, bounds = (item.token, item.name, item.first, item.last,
+                                                       item.num_blocks, item.bounds)
+        start = time.monotonic_ns()
+        module = self.modules[item.binary]
+        load_error = module.__dict__.get("__simnpu_load_error__")
+        if load_error:
+            return Result(token, codes.ACL_ERROR_RT_AICORE_EXCEPTION, start, time.monotonic_ns(),
+                          f"kernel module failed to load on AI core {self.core_id}:\n{load_error}")
+        function = getattr(module, name)
+        block = first
+        try:
+            if bounds.__class__ is not tuple:  # a checked launch: record what it touches
+                block, error = access_log.run_checked(self, KernelContext, MemoryFault, token, function,
+                                                      item.args, first, last, block_num, bounds)
+                if error is not None:
+                    raise error
+            else:
+                for block in range(first, last):
+                    function(KernelContext(block, block_num, self.core_id, bounds, self.maps), *item.args)
+        except MemoryFault as fault:
+            return Result(token, codes.ACL_ERROR_RT_DEVICE_MEM_ERROR, start, time.monotonic_ns(),
+                          f"memory fault in kernel {name} block {block}/{block_num} on AI core "
+                          f"{self.core_id}: {fault}\n{_describe(fault)}")
+        except BaseException as exc:
+            return Result(token, codes.ACL_ERROR_RT_AICORE_EXCEPTION, start, time.monotonic_ns(),
+                          f"kernel {name} raised in block {block}/{block_num} on AI core {self.core_id}:\n"
+                          f"{_describe(exc)}")
+        return Result(token, 0, start, time.monotonic_ns(), "")
+
+    # ---- copies -----------------------------------------------------------------------------
+    def _timed(self, token: int, action, *args) -> Result:
+        start = time.monotonic_ns()
+        try:
+            action(*args)
+        except Exception as exc:  # a segment vanished, a bad offset: fail the task, not the engine
+            return Result(token, codes.ACL_ERROR_RT_DEVICE_MEM_ERROR, start, time.monotonic_ns(),
+                          f"copy engine {self.core_id}: {exc}")
+        return Result(token, 0, start, time.monotonic_ns(), "")
+
+    def memory(self, span: Span, count: int) -> memoryview:
+        """Bytes [span, +count) of the memory `span` names."""
+        memory = self._segments.get(span.segment)
+        if memory is None:
+            memory = self.host_segment(span.segment).map
+        if span.offset < 0 or span.offset + count > len(memory):
+            raise IndexError(f"range [{span.offset}, +{count}) outside the {len(memory)} bytes of "
+                             f"{'device' if span.device >= 0 else 'host'} memory")
+        return memoryview(memory)[span.offset:span.offset + count]
+
+    def copy(self, dst: Span, src: Span, count: int) -> None:
+        with self.memory(dst, count) as target, self.memory(src, count) as source:
+            target[:] = source
+
+    def fill(self, dst: Span, value: int, count: int) -> None:
+        with self.memory(dst, count) as target:
+            np.frombuffer(target, np.uint8).fill(value)
+
+    # ---- host segments ------------------------------------------------------------------------
+    def host_segment(self, name: str) -> Region:
+        region = self._host.get(name)
+        if region is None:
+            region = self._host[name] = Region.attach(name, populate=True)
+        return region
+
+    def write_signal(self, item: WriteSignal) -> None:
+        """Write a stream's completion signal and wake its client (docs/fast-path.md)."""
+        area = self._signals.get(item.segment)
+        if area is None:
+            try:
+                area = self._signals[item.segment] = NotifyArea(self.host_segment(item.segment).map)
+            except posix_ipc.ExistentialError:  # the session ended meanwhile: nobody waits
+                return
+        area.set_done(item.slot, item.seq, False)
+
+    def forget(self, name: str) -> None:
+        area = self._signals.pop(name, None)
+        if area is not None:
+            area.release()
+        region = self._host.pop(name, None)
+        if region is not None:
+            region.close()
+
+
+def _describe(exc: BaseException) -> str:
+    """The kernel's own traceback, without the worker's frames."""
+    frames = traceback.extract_tb(exc.__traceback__)
+    own = [f for f in frames if not f.filename.endswith(("server/workers.py", "server/access_log.py"))]
+    lines = traceback.format_list(own) + traceback.format_exception_only(type(exc), exc)
+    return "Traceback (most recent call last):\n" + "".join(lines)
+
+
+def main(core_id: int, device_segments: list[str], conn) -> None:
+    """Entry point of a spawned worker process."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the daemon decides when workers stop
+    daemon_pid = os.getppid()
+    regions = [Region.attach(name, populate=True) for name in device_segments]  # device memory is resident
+    runner = WorkRunner(core_id, [region.map for region in regions], device_segments, conn.send)
+    incoming = select.poll()  # one poll object: Connection.poll() builds a selector per call
+    incoming.register(conn.fileno(), select.POLLIN)
+    cancelled: set[int] = set()
+
+    def take_cancellations() -> set[int]:
+        """Cancellations received while the batch runs (nothing else arrives meanwhile)."""
+        while incoming.poll(0):
+            try:
+                message = conn.recv()
+            except EOFError:
+                message = None
+            if message is None:  # the daemon asks this worker to stop (or is gone)
+                raise SystemExit(0)
+            cancelled.update(message.tokens)
+        return cancelled
+
+    conn.send(Ready())
+    while True:
+        try:
+            batch = conn.recv()
+        except EOFError:  # the daemon died without stopping us (SIGKILL): clean up after it
+            unlink_daemon_segments(daemon_pid)
+            return
+        if batch is None:
+            return
+        if isinstance(batch, Cancel):  # it came after its batch was done
+            continue
+        cancelled.clear()
+        conn.send(runner.run(batch, take_cancellations))
+
+
+# ---- the daemon's executor ------------------------------------------------------------------------
 _SPAWN = multiprocessing.get_context("spawn")
 START_TIMEOUT_S = 60.0
 
@@ -32,7 +309,7 @@ class _Process:
     def __init__(self, unit: Unit, segments: list[str]):
         parent, child = _SPAWN.Pipe()
         self.process: BaseProcess = _SPAWN.Process(
-            target=worker.main, args=(unit.core_id, segments, child),
+            target=main, args=(unit.core_id, segments, child),
             name=f"simnpu-{unit.kind.value.replace(' ', '-')}-{unit.device}.{unit.index}", daemon=True)
         self.process.start()
         child.close()

@@ -22,13 +22,14 @@ from simnpu.proto.errors import invalid as _invalid
 from simnpu.shm.addresses import DEVICE_BASE
 
 from simnpu.client import last_error as _last_error
-from simnpu.client.facade import api, not_supported
+from simnpu.client.facade import api, not_supported, raw
 from simnpu.client.facade import on_demand as _on_demand
 
 from . import rt_memory as _memory
 
 _FLOAT = struct.Struct("<f")
 _HOST_ARGS: dict = {}  # argument-struct size -> ctypes array type
+
 _U32 = 0xFFFFFFFF
 _DEVICE_KINDS = frozenset({
     codes.ACL_MEMCPY_HOST_TO_DEVICE, codes.ACL_MEMCPY_DEVICE_TO_HOST, codes.ACL_MEMCPY_DEVICE_TO_DEVICE,
@@ -75,16 +76,14 @@ def get_run_mode(rt):
     return codes.ACL_HOST
 
 
-@api("")
+@api("", delegate="synchronize_device")
 def synchronize_device(rt):
     """aclrtSynchronizeDevice: wait for all this process's work on the current device. Blocks."""
-    rt.synchronize_device(-1)
 
 
-@api("i")
+@api("i", delegate="synchronize_device")
 def synchronize_device_with_timeout(rt, timeout):
     """aclrtSynchronizeDeviceWithTimeout (ms; -1 forever): 507046 on timeout. Blocks."""
-    rt.synchronize_device(timeout)
 
 
 @api("i", (0,))
@@ -143,16 +142,14 @@ def destroy_stream_force(rt, stream):
     rt.destroy_stream(stream, True)
 
 
-@api("k")
+@api("k", delegate="synchronize_stream")
 def synchronize_stream(rt, stream):
     """aclrtSynchronizeStream: wait for the stream's tasks; returns their first failure. Blocks."""
-    rt.synchronize_stream(stream, -1)
 
 
-@api("ki")
+@api("ki", delegate="synchronize_stream")
 def synchronize_stream_with_timeout(rt, stream, timeout):
     """aclrtSynchronizeStreamWithTimeout (ms; -1 forever, 0 just checks): 507046 on timeout."""
-    rt.synchronize_stream(stream, timeout)
 
 
 @api("k", (codes.ACL_STREAM_STATUS_RESERVED,))
@@ -382,7 +379,15 @@ def launch_kernel_with_host_args(rt, func, num_blocks, stream, cfg, host_args_pt
     struct_type = _HOST_ARGS.get(args_size)
     if cfg or place_holders or place_holder_num or host_args_ptr >= DEVICE_BASE or struct_type is None:
         struct_type = _host_args_type(cfg, place_holders, place_holder_num, host_args_ptr, args_size)
-    rt.launch_kernel(func, num_blocks, struct_type.from_address(host_args_ptr).raw, stream)
+    _launch(rt, func, num_blocks, struct_type.from_address(host_args_ptr).raw, stream)
+
+
+def _launch(*args):
+    """Runtime.launch_kernel without its own error keeping (the facade keeps the error):
+    found on the first launch, then called directly."""
+    global _launch
+    _launch = raw("launch_kernel")
+    return _launch(*args)
 
 
 def _host_args_type(cfg, place_holders, place_holder_num, host_args_ptr, args_size):

@@ -13,8 +13,8 @@ from simnpu.proto import npu_pb2 as pb
 from simnpu.proto.errors import NpuError, invalid
 from simnpu.server.collectives import Call
 from simnpu.server.communicators import MAX_RANKS, HcclFailure, Member, member_of
+from simnpu.server.session import HandleKind
 from simnpu.server.handlers.registry import LATER, handles
-from simnpu.server.handles import HandleKind
 from simnpu.server.tasks import CollectiveTask
 from simnpu.server.work import Span
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from simnpu.proto import npu_pb2 as pb
+from simnpu.server.session import HandleKind
 from simnpu.server.handlers.registry import LATER, handles
 from simnpu.server.handlers.streams import add_stream, deadline, forget_stream, signal_slot, wait_streams
-from simnpu.server.handles import HandleKind
 from simnpu.server.objects import Context, Event, Waiter
 
 if TYPE_CHECKING:

@@ -7,9 +7,9 @@ from typing import TYPE_CHECKING
 
 from simnpu.proto import codes, commands
 from simnpu.proto import npu_pb2 as pb
+from simnpu.server.session import HandleKind
 from simnpu.server.handlers.registry import LATER, handles
 from simnpu.server.handlers.streams import deadline
-from simnpu.server.handles import HandleKind
 from simnpu.server.objects import Event, Waiter
 from simnpu.server.tasks import RecordTask, ResetTask, TaskState, WaitTask
 

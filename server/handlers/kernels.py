@@ -8,8 +8,8 @@ from simnpu.proto import codes, commands
 from simnpu.proto import npu_pb2 as pb
 from simnpu.proto.errors import NpuError, invalid
 from simnpu.proto.kernel_abi import discover_kernels
+from simnpu.server.session import HandleKind
 from simnpu.server.handlers.registry import handles
-from simnpu.server.handles import HandleKind
 from simnpu.server.resources import Binary, Function
 from simnpu.server.tasks import KernelTask
 

@@ -10,8 +10,8 @@ from simnpu.proto import codes
 from simnpu.proto import npu_pb2 as pb
 from simnpu.proto.errors import NpuError, NpuMemoryError
 from simnpu.server import quotas
+from simnpu.server.session import HandleKind
 from simnpu.server.handlers.registry import handles
-from simnpu.server.handles import HandleKind
 from simnpu.server.memory_views import memory_snapshot, memory_stats
 from simnpu.server.resources import Pinned
 from simnpu.shm.region import Region, segment_name, shm_available_bytes

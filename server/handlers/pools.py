@@ -7,8 +7,8 @@ from typing import TYPE_CHECKING
 from simnpu.proto import codes
 from simnpu.proto import npu_pb2 as pb
 from simnpu.proto.errors import NpuError, NpuMemoryError, invalid
+from simnpu.server.session import HandleKind
 from simnpu.server.handlers.registry import handles
-from simnpu.server.handles import HandleKind
 from simnpu.server.mem_pools import SETTABLE, MemPool
 from simnpu.server.objects import Waiter
 

@@ -9,8 +9,8 @@ from typing import TYPE_CHECKING
 from simnpu.proto import codes
 from simnpu.proto import npu_pb2 as pb
 from simnpu.proto.errors import NpuError, invalid
+from simnpu.server.session import HandleKind
 from simnpu.server.handlers.registry import LATER, handles
-from simnpu.server.handles import HandleKind
 from simnpu.server.objects import Context, Stream, Waiter
 
 if TYPE_CHECKING:
@@ -22,8 +22,8 @@ def add_stream(session: Session, context: Context, priority: int, flags: int) ->
     session.daemon.count_stream(context.device, +1)
     stream = Stream(0, context, priority, flags)
     stream.handle = session.handles.add(stream, HandleKind.STREAM)
-    signals = session.owner.signals
-    stream.signal = signals.signal() if signals is not None else None
+    area = session.owner.signals
+    stream.signal = area.new_signal() if area is not None else None
     context.streams.append(stream)
     return stream
 
@@ -32,7 +32,7 @@ def forget_stream(session: Session, stream: Stream) -> None:
     """A destroyed stream has run its last task: its count and its signal go."""
     session.daemon.count_stream(stream.device, -1)
     if stream.signal is not None and session.owner.signals is not None:
-        session.owner.signals.release(stream.signal)
+        session.owner.signals.release_signal(stream.signal)
         stream.signal = None
 
 

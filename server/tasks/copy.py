@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from simnpu.server import policy
 from simnpu.server.executor import UnitKind
 from simnpu.server.tasks.base import DeviceWork, Task, TaskState
 from simnpu.server.timeline import size_text
@@ -20,6 +19,31 @@ if TYPE_CHECKING:
     from simnpu.server.executor import Unit
     from simnpu.server.objects import Stream
     from simnpu.server.scheduler import Scheduler
+
+
+# ---- its policies: small pure functions (tests/server/test_policy.py) ------------------------
+MIN_COPY_PIECE = 4 << 20
+
+
+def copy_pieces(count: int, engines: int, synchronous: bool) -> int:
+    """How many copy engines share one copy or memset of `count` bytes.
+
+    A synchronous one (aclrtMemcpy, aclrtMemset: the caller waits for it and nothing else)
+    of 8 MiB or more takes all of them, so it goes faster than one memcpy. A stream's copy
+    goes whole to one engine: the engines and AI cores are processes on the host's few
+    CPUs, and a second piece would take the CPU of the kernel the copy should overlap
+    with -- overlap being the point of putting copies on streams.
+    """
+    if not synchronous:
+        return 1
+    return max(1, min(engines, count // MIN_COPY_PIECE))
+
+
+def piece_range(count: int, pieces: int, index: int) -> tuple[int, int]:
+    """[start, end) of piece `index` of `pieces`, on 64-byte boundaries."""
+    def edge(i: int) -> int:
+        return count if i == pieces else (count * i // pieces) & ~63
+    return edge(index), edge(index + 1)
 
 
 class ByteRangeWork(DeviceWork):
@@ -38,8 +62,8 @@ class ByteRangeWork(DeviceWork):
 
     def hand_out(self, scheduler: Scheduler, unit: Unit, units: int) -> tuple[list, Task | None, bool]:
         if not self.pieces:  # the hidden stream of synchronous copies has priority -1
-            self.pieces = policy.copy_pieces(self.count, units, self.stream.priority < 0)
-        start, end = policy.piece_range(self.count, self.pieces, self.handed)
+            self.pieces = copy_pieces(self.count, units, self.stream.priority < 0)
+        start, end = piece_range(self.count, self.pieces, self.handed)
         self.handed += 1
         self.state = TaskState.DISPATCHED
         self.out += 1

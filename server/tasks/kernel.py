@@ -15,7 +15,6 @@ from typing import TYPE_CHECKING
 
 from simnpu.proto import codes
 from simnpu.proto.errors import NpuError
-from simnpu.server import policy
 from simnpu.server.access_log import CheckedBounds
 from simnpu.server.executor import UnitKind
 from simnpu.server.tasks.base import DeviceWork, Task, TaskState
@@ -29,6 +28,37 @@ if TYPE_CHECKING:
     from simnpu.server.scheduler import Scheduler
 
 ArgsReader = Callable[[], tuple[tuple, tuple]]  # () -> (values, bounds); raises NpuError
+
+
+# ---- its policies: small pure functions (tests/server/test_policy.py) ------------------------
+def block_chunk(remaining: int, total_cores: int) -> int:
+    """How many of a launch's remaining blocks to hand one free AI core at once.
+
+    An even share of what is left over all cores of the device, so that a launch with
+    numBlocks = cores runs one block per core, and a big launch costs a handful of
+    messages rather than one per block.
+    """
+    return max(1, -(-remaining // total_cores))
+
+
+MAX_RUN = 64
+
+
+def run_length(num_blocks_of_following: list[int], limit: int = MAX_RUN) -> int:
+    """How many of the kernels queued behind a single-block launch on the same stream to
+    hand the same core in one message ("task aggregation").
+
+    Stream order makes them run one after the other anyway, so a run of consecutive
+    single-block launches loses no parallelism by going to one core, and saves a message
+    and a wake-up per task. The run stops at the first launch with several blocks.
+    """
+    count = 0
+    for blocks in num_blocks_of_following:
+        if blocks != 1 or count >= limit - 1:
+            break
+        count += 1
+    return count
+
 
 
 class KernelTask(DeviceWork):
@@ -66,7 +96,7 @@ class KernelTask(DeviceWork):
     def hand_out(self, scheduler: Scheduler, unit: Unit, units: int) -> tuple[list, Task | None, bool]:
         n = self.num_blocks
         first = self.handed
-        last = min(n, first + policy.block_chunk(n - first, units))
+        last = min(n, first + block_chunk(n - first, units))
         items: list = []
         self._add_item(scheduler, unit, first, last, items)
         if last < n:
@@ -96,11 +126,13 @@ class KernelTask(DeviceWork):
         """Add the single-block launches queued behind this one to the unit's items; the
         last task of the run."""
         following: list[KernelTask] = []
-        for task in itertools.islice(self.stream.tasks, 1, policy.MAX_RUN):
+        blocks: list[int] = []
+        for task in itertools.islice(self.stream.tasks, 1, MAX_RUN):
             if not isinstance(task, KernelTask) or task.state != TaskState.PENDING or task.args is None:
                 break  # arguments in device memory are read only once the tasks before have run
             following.append(task)
-        count = policy.run_length([task.num_blocks for task in following])
+            blocks.append(task.num_blocks)
+        count = run_length(blocks)
         for task in following[:count]:
             task._add_item(scheduler, unit, 0, 1, items)
         return following[count - 1] if count else self

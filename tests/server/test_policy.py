@@ -1,11 +1,13 @@
-"""Scheduling policies on plain lists: which ready stream goes first, how blocks are split,
-how many single-block launches ride along."""
+"""Scheduling policies on plain lists (the scheduler's and its task kinds'): which ready
+stream goes first, how blocks are split, how many single-block launches ride along, how
+copies are cut."""
 
 import itertools
 
 import pytest
-from simnpu.server import policy
-from simnpu.server.policy import MAX_RUN, block_chunk, pick_stream, run_length
+from simnpu.server.scheduler import pick_stream
+from simnpu.server.tasks.copy import MIN_COPY_PIECE, copy_pieces, piece_range
+from simnpu.server.tasks.kernel import MAX_RUN, block_chunk, run_length
 
 
 class TestPickStream:
@@ -93,25 +95,25 @@ class TestRunLength:
         assert run_length([1] * 10, limit=1) == 0
 
     def test_max_run_is_sane(self):
-        assert policy.MAX_RUN >= 2
+        assert MAX_RUN >= 2
 
 
 class TestCopyPieces:
     def test_a_streams_copy_goes_whole_to_one_engine(self):
-        assert policy.copy_pieces(64 * policy.MIN_COPY_PIECE, 4, synchronous=False) == 1
+        assert copy_pieces(64 * MIN_COPY_PIECE, 4, synchronous=False) == 1
 
     def test_a_big_synchronous_copy_takes_every_engine(self):
-        assert policy.copy_pieces(2 * policy.MIN_COPY_PIECE, 2, synchronous=True) == 2
-        assert policy.copy_pieces(64 * policy.MIN_COPY_PIECE, 4, synchronous=True) == 4
-        assert policy.copy_pieces(64 * policy.MIN_COPY_PIECE, 1, synchronous=True) == 1
+        assert copy_pieces(2 * MIN_COPY_PIECE, 2, synchronous=True) == 2
+        assert copy_pieces(64 * MIN_COPY_PIECE, 4, synchronous=True) == 4
+        assert copy_pieces(64 * MIN_COPY_PIECE, 1, synchronous=True) == 1
 
     def test_a_small_synchronous_copy_takes_one_engine(self):
-        assert policy.copy_pieces(0, 2, synchronous=True) == 1
-        assert policy.copy_pieces(2 * policy.MIN_COPY_PIECE - 1, 2, synchronous=True) == 1
+        assert copy_pieces(0, 2, synchronous=True) == 1
+        assert copy_pieces(2 * MIN_COPY_PIECE - 1, 2, synchronous=True) == 1
 
     def test_pieces_cover_the_copy_on_64_byte_edges(self):
         for count, pieces in ((10 << 20, 2), ((64 << 20) + 3, 3)):
-            ranges = [policy.piece_range(count, pieces, i) for i in range(pieces)]
+            ranges = [piece_range(count, pieces, i) for i in range(pieces)]
             assert ranges[0][0] == 0 and ranges[-1][1] == count
             assert all(a[1] == b[0] for a, b in zip(ranges, ranges[1:]))
             assert all(start % 64 == 0 for start, _ in ranges)

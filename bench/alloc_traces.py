@@ -34,8 +34,9 @@ def _log_uniform(rng: random.Random, low: int, high: int) -> int:
     return int(math.exp(rng.uniform(math.log(low), math.log(high))))
 
 
-def dl_trace(seed: int = 0, steps: int = 12, layers: int = 48, grow: float = 0.0,
-             batch: int = 8) -> list[tuple]:
+def dl_trace(
+    seed: int = 0, steps: int = 12, layers: int = 48, grow: float = 0.0, batch: int = 8
+) -> list[tuple]:
     """A training-like trace (see the module docstring); `grow` > 0 multiplies the batch size
     by (1 + grow) every step (the out-of-memory replay)."""
     rng = random.Random(seed)
@@ -54,7 +55,9 @@ def dl_trace(seed: int = 0, steps: int = 12, layers: int = 48, grow: float = 0.0
     params += [256 * MiB] * 2
     for size in params:
         alloc(size)
-    width = [_log_uniform(rng, 4 * KiB, 2 * MiB) for _ in range(layers)]  # activation bytes per sample
+    width = [
+        _log_uniform(rng, 4 * KiB, 2 * MiB) for _ in range(layers)
+    ]  # activation bytes per sample
     attention = {i for i in range(layers) if rng.random() < 0.2}
     optimizer_created = False
     stragglers: list[int] = []
@@ -69,11 +72,11 @@ def dl_trace(seed: int = 0, steps: int = 12, layers: int = 48, grow: float = 0.0
                 free(scores)
             free(workspace)
             if not optimizer_created and layer % 2 == 0:
-                for size in params[layer * 3:layer * 3 + 3]:
+                for size in params[layer * 3 : layer * 3 + 3]:
                     alloc(size)  # Adam's two moments, interleaved with activations
                     alloc(size)
         if not optimizer_created:
-            for size in params[(layers // 2) * 3:]:
+            for size in params[(layers // 2) * 3 :]:
                 alloc(size)
                 alloc(size)
             optimizer_created = True
@@ -103,8 +106,13 @@ def dl_trace(seed: int = 0, steps: int = 12, layers: int = 48, grow: float = 0.0
 
 def trace_summary(events: list[tuple]) -> dict:
     sizes = [e[2] for e in events if e[0] == "a"]
-    return {"events": len(events), "allocations": len(sizes), "smallest": min(sizes),
-            "largest": max(sizes), "requested_bytes": sum(sizes)}
+    return {
+        "events": len(events),
+        "allocations": len(sizes),
+        "smallest": min(sizes),
+        "largest": max(sizes),
+        "requested_bytes": sum(sizes),
+    }
 
 
 def replay(allocator, events: list[tuple], policy: int = 0) -> dict:
@@ -128,8 +136,11 @@ def replay(allocator, events: list[tuple], policy: int = 0) -> dict:
             offset, size = live.pop(event[1])
             allocator.free(offset)
             live_bytes -= size
-    result.update(peak_live=peak_live, peak_span=peak_span,
-                  span_ratio=peak_span / peak_live if peak_live else 0.0)
+    result.update(
+        peak_live=peak_live,
+        peak_span=peak_span,
+        span_ratio=peak_span / peak_live if peak_live else 0.0,
+    )
     return result
 
 

@@ -27,8 +27,8 @@ import numpy as np  # noqa: E402
 
 from simnpu.shm.region import Region, segment_name  # noqa: E402
 
-_ECHO = "/bench.Bare/Echo"       # bidi: every request message answered at once
-_SINK = "/bench.Bare/Sink"       # bidi: counts bytes, answers once at the end
+_ECHO = "/bench.Bare/Echo"  # bidi: every request message answered at once
+_SINK = "/bench.Bare/Sink"  # bidi: counts bytes, answers once at the end
 _IDENTITY = (lambda b: b, lambda b: b)
 
 
@@ -45,10 +45,13 @@ def serve(address: str) -> None:
         yield struct.pack("<Q", total)
 
     server = grpc.server(futures.ThreadPoolExecutor(max_workers=8), options=service.CHANNEL_OPTIONS)
-    handler = grpc.method_handlers_generic_handler("bench.Bare", {
-        "Echo": grpc.stream_stream_rpc_method_handler(echo, *_IDENTITY),
-        "Sink": grpc.stream_stream_rpc_method_handler(sink, *_IDENTITY),
-    })
+    handler = grpc.method_handlers_generic_handler(
+        "bench.Bare",
+        {
+            "Echo": grpc.stream_stream_rpc_method_handler(echo, *_IDENTITY),
+            "Sink": grpc.stream_stream_rpc_method_handler(sink, *_IDENTITY),
+        },
+    )
     server.add_generic_rpc_handlers([handler])
     server.add_insecure_port(address)
     server.start()
@@ -62,8 +65,12 @@ class BareServer:
 
     def __init__(self, directory: str):
         self.address = f"unix://{directory}/bare.sock"
-        self.process = subprocess.Popen([sys.executable, __file__, "serve", self.address],
-                                        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        self.process = subprocess.Popen(
+            [sys.executable, __file__, "serve", self.address],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
         if self.process.stdout.readline().strip() != "ready":
             raise RuntimeError("bare gRPC server did not start")
 

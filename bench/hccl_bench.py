@@ -34,6 +34,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
 import numpy as np
+
 from simnpu.client import autostart
 from simnpu.shm.sizes import parse_size
 
@@ -207,10 +208,7 @@ def print_table(op: str, n: int, placement: str, size_list, table) -> list[dict]
             busbw = algbw * BUS_FACTOR[op](n)
             row[mode] = {"time_us": seconds * 1e6, "algbw": algbw, "busbw": busbw}
             cells.append(f"{seconds * 1e6:>10.1f} {algbw:>9.3f} {busbw:>9.3f}")
-        print(
-            f"  {size:>12} {size // ITEM:>12} {'float':>6} {redop:>6} | "
-            f"{cells[0]} | {cells[1]}"
-        )
+        print(f"  {size:>12} {size // ITEM:>12} {'float':>6} {redop:>6} | {cells[0]} | {cells[1]}")
         rows.append(row)
     return rows
 

@@ -31,8 +31,9 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
 import baselines
-from run import Daemon
 from alloc_traces import Buddy, FirstFit, dl_trace, replay, trace_summary
+from run import Daemon
+
 from simnpu.proto import codes
 from simnpu.shm.allocator import DeviceAllocator
 
@@ -51,8 +52,10 @@ def allocator_pairs(factory, live_blocks=4096, pairs=20000, seed=1, rounds=3) ->
     for _ in range(rounds):
         rng = random.Random(seed)
         allocator = factory(1 << 32)
-        sizes = [int(math.exp(rng.uniform(math.log(512), math.log(256 << 10))))
-                 for _ in range(live_blocks + pairs)]
+        sizes = [
+            int(math.exp(rng.uniform(math.log(512), math.log(256 << 10))))
+            for _ in range(live_blocks + pairs)
+        ]
         live = [allocator.allocate(s, NORMAL_ONLY).offset for s in sizes[:live_blocks]]
         victims = [rng.randrange(live_blocks) for _ in range(pairs)]
         clock = time.perf_counter_ns
@@ -66,7 +69,10 @@ def allocator_pairs(factory, live_blocks=4096, pairs=20000, seed=1, rounds=3) ->
             live[i] = allocate(size, NORMAL_ONLY).offset
             samples[k] = clock() - start
         samples.sort()
-        result = {"p50_us": _percentile(samples, 0.5) / 1e3, "p99_us": _percentile(samples, 0.99) / 1e3}
+        result = {
+            "p50_us": _percentile(samples, 0.5) / 1e3,
+            "p99_us": _percentile(samples, 0.99) / 1e3,
+        }
         if best is None or result["p50_us"] < best["p50_us"]:
             best = result
     return best
@@ -82,7 +88,7 @@ def timer_overhead_us(n=20000) -> float:
     return _percentile(samples, 0.5) / 1e3
 
 
-# ---- 2. traces ------------------------------------------------------------------------------------
+# ---- 2. traces -----------------------------------------------------------------------------------
 ALLOCATORS = [
     ("simnpu best fit, NORMAL_ONLY", DeviceAllocator, NORMAL_ONLY),
     ("simnpu best fit, HUGE_FIRST", DeviceAllocator, HUGE_FIRST),
@@ -102,13 +108,16 @@ def trace_figures(seeds: list[int], capacity: int) -> dict:
             if not growing["oom"]:
                 raise SystemExit("the growing trace never ran out of memory: raise steps")
             usable.append(growing["live_at_oom"] / capacity)
-        out[name] = {"span_ratio_max": max(spans), "span_ratio_mean": sum(spans) / len(spans),
-                     "usable_at_first_oom_min": min(usable),
-                     "usable_at_first_oom_mean": sum(usable) / len(usable)}
+        out[name] = {
+            "span_ratio_max": max(spans),
+            "span_ratio_mean": sum(spans) / len(spans),
+            "usable_at_first_oom_min": min(usable),
+            "usable_at_first_oom_mean": sum(usable) / len(usable),
+        }
     return out
 
 
-# ---- 3. end to end ---------------------------------------------------------------------------------
+# ---- 3. end to end -------------------------------------------------------------------------------
 def end_to_end(address: str, rounds: int, live_blocks: int = 4096) -> dict:
     """aclrtMalloc and aclrtFree through the raw client layer, with `live_blocks` blocks of
     this process live in the daemon."""
@@ -135,13 +144,17 @@ def end_to_end(address: str, rounds: int, live_blocks: int = 4096) -> dict:
             rt.free(ptr)
         mallocs.sort()
         frees.sort()
-        return {"malloc_p50_us": _percentile(mallocs, 0.5) * 1e6, "malloc_p99_us": _percentile(mallocs, 0.99) * 1e6,
-                "free_p50_us": _percentile(frees, 0.5) * 1e6, "free_p99_us": _percentile(frees, 0.99) * 1e6}
+        return {
+            "malloc_p50_us": _percentile(mallocs, 0.5) * 1e6,
+            "malloc_p99_us": _percentile(mallocs, 0.99) * 1e6,
+            "free_p50_us": _percentile(frees, 0.5) * 1e6,
+            "free_p99_us": _percentile(frees, 0.99) * 1e6,
+        }
     finally:
         rt.close()
 
 
-# ---- the table ------------------------------------------------------------------------------------
+# ---- the table -----------------------------------------------------------------------------------
 class Table:
     def __init__(self):
         self.rows = []
@@ -149,8 +162,17 @@ class Table:
 
     def add(self, what, value, unit, baseline=None, target="", met=None):
         ratio = value / baseline if baseline else None
-        self.rows.append({"what": what, "value": value, "unit": unit, "baseline": baseline,
-                          "ratio": ratio, "target": target, "met": met})
+        self.rows.append(
+            {
+                "what": what,
+                "value": value,
+                "unit": unit,
+                "baseline": baseline,
+                "ratio": ratio,
+                "target": target,
+                "met": met,
+            }
+        )
         base = f"{baseline:>10.4g}" if baseline is not None else " " * 10
         rat = f"{ratio:>5.2f}x" if ratio is not None else " " * 6
         verdict = "" if met is None else ("ok  " if met else "MISS") + f" ({target})"
@@ -172,8 +194,14 @@ def main(argv=None) -> int:
     first = allocator_pairs(FirstFit, pairs=pairs, rounds=1)
     buddy = allocator_pairs(Buddy, pairs=pairs, rounds=1)
     results["allocator"] = {"simnpu": mine, "first_fit": first, "buddy": buddy, "timer_us": timer}
-    table.add("best fit: alloc+free pair p50 (vs naive first fit)", mine["p50_us"], "us", first["p50_us"],
-              "<= 5 us", mine["p50_us"] <= 5.0)
+    table.add(
+        "best fit: alloc+free pair p50 (vs naive first fit)",
+        mine["p50_us"],
+        "us",
+        first["p50_us"],
+        "<= 5 us",
+        mine["p50_us"] <= 5.0,
+    )
     table.add("best fit: alloc+free pair p99", mine["p99_us"], "us", first["p99_us"])
     table.add("binary buddy: alloc+free pair p50", buddy["p50_us"], "us")
     table.add("perf_counter_ns pair (included in each sample)", timer, "us")
@@ -181,17 +209,36 @@ def main(argv=None) -> int:
     print("\n2. training-like trace replay (worst of the seeds)")
     seeds = [0, 1] if args.quick else [0, 1, 2, 3, 4]
     summary = trace_summary(dl_trace(seeds[0]))
-    print(f"  trace (seed {seeds[0]}): {summary['allocations']} allocations of "
-          f"{summary['smallest']} B to {summary['largest'] >> 20} MiB, lifetimes overlapping")
+    print(
+        f"  trace (seed {seeds[0]}): {summary['allocations']} allocations of "
+        f"{summary['smallest']} B to {summary['largest'] >> 20} MiB, lifetimes overlapping"
+    )
     capacity = 8 << 30
     traces = trace_figures(seeds, capacity)
-    results["traces"] = {"seeds": seeds, "oom_capacity": capacity, "summary": summary, "figures": traces}
+    results["traces"] = {
+        "seeds": seeds,
+        "oom_capacity": capacity,
+        "summary": summary,
+        "figures": traces,
+    }
     for name, figures in traces.items():
         target = name.endswith("NORMAL_ONLY")
-        table.add(f"{name}: peak span / peak live", figures["span_ratio_max"], "x", None,
-                  "<= 1.10" if target else "", figures["span_ratio_max"] <= 1.10 if target else None)
-        table.add(f"{name}: region in use at first OOM", figures["usable_at_first_oom_min"], "", None,
-                  ">= 0.90" if target else "", figures["usable_at_first_oom_min"] >= 0.90 if target else None)
+        table.add(
+            f"{name}: peak span / peak live",
+            figures["span_ratio_max"],
+            "x",
+            None,
+            "<= 1.10" if target else "",
+            figures["span_ratio_max"] <= 1.10 if target else None,
+        )
+        table.add(
+            f"{name}: region in use at first OOM",
+            figures["usable_at_first_oom_min"],
+            "",
+            None,
+            ">= 0.90" if target else "",
+            figures["usable_at_first_oom_min"] >= 0.90 if target else None,
+        )
 
     print("\n3. end to end through the client (4096 of its blocks live)")
     rounds = 1000 if args.quick else 3000
@@ -206,13 +253,29 @@ def main(argv=None) -> int:
             daemon.close()
             bare.close()
     ping_p50 = min(ping[0], ping_again[0])
-    results["end_to_end"] = {**e2e, "ping_pong_p50_us": ping_p50, "ping_pong_p99_us": min(ping[1], ping_again[1]),
-                             "ping_pong_runs": [ping, ping_again]}
-    table.add("aclrtMalloc p50 (vs bare bidi ping-pong p50)", e2e["malloc_p50_us"], "us", ping_p50,
-              "<= 1.2x", e2e["malloc_p50_us"] <= 1.2 * ping_p50)
+    results["end_to_end"] = {
+        **e2e,
+        "ping_pong_p50_us": ping_p50,
+        "ping_pong_p99_us": min(ping[1], ping_again[1]),
+        "ping_pong_runs": [ping, ping_again],
+    }
+    table.add(
+        "aclrtMalloc p50 (vs bare bidi ping-pong p50)",
+        e2e["malloc_p50_us"],
+        "us",
+        ping_p50,
+        "<= 1.2x",
+        e2e["malloc_p50_us"] <= 1.2 * ping_p50,
+    )
     table.add("aclrtMalloc p99", e2e["malloc_p99_us"], "us", min(ping[1], ping_again[1]))
-    table.add("aclrtFree p50 (returns before the daemon frees)", e2e["free_p50_us"], "us", ping_p50,
-              "<= 1.2x", e2e["free_p50_us"] <= 1.2 * ping_p50)
+    table.add(
+        "aclrtFree p50 (returns before the daemon frees)",
+        e2e["free_p50_us"],
+        "us",
+        ping_p50,
+        "<= 1.2x",
+        e2e["free_p50_us"] <= 1.2 * ping_p50,
+    )
     table.add("aclrtFree p99", e2e["free_p99_us"], "us", min(ping[1], ping_again[1]))
 
     results["rows"] = table.rows

@@ -47,8 +47,12 @@ _NO_ARGS = ctypes.create_string_buffer(1)  # acl refuses a null argument pointer
 def launch(func, blocks, stream, args: bytes = b""):
     if args:
         buffer = ctypes.create_string_buffer(args, len(args))
-        return acl.rt.launch_kernel_with_host_args(func, blocks, stream, None, ctypes.addressof(buffer), len(args))
-    return acl.rt.launch_kernel_with_host_args(func, blocks, stream, None, ctypes.addressof(_NO_ARGS), 0)
+        return acl.rt.launch_kernel_with_host_args(
+            func, blocks, stream, None, ctypes.addressof(buffer), len(args)
+        )
+    return acl.rt.launch_kernel_with_host_args(
+        func, blocks, stream, None, ctypes.addressof(_NO_ARGS), 0
+    )
 
 
 def launch_rate(count: str = "100000", together: str = ""):
@@ -191,7 +195,9 @@ def kernel_rate(kind: str, elements: str = "16777216"):
     for buffer in buffers:
         check(acl.rt.memset(buffer, elements * 4, 0, elements * 4))
     device = Region.attach(f"/simnpu-{os.environ['SIMNPU_BENCH_DAEMON_PID']}-dev0")
-    views = [np.frombuffer(device.map, np.float32, elements, split_device_address(b)[1]) for b in buffers]
+    views = [
+        np.frombuffer(device.map, np.float32, elements, split_device_address(b)[1]) for b in buffers
+    ]
     if kind == "add":
         func = builtin("add_f32")
         args = struct_pack("<QQQI", *buffers, elements)
@@ -236,7 +242,11 @@ def pipeline(chunks: str = "12", chunk_bytes: str = str(16 << 20)):
     def run(copy_on, compute_on):
         start = time.perf_counter()
         for i in range(chunks):
-            check(acl.rt.memcpy_async(inputs[i], chunk_bytes, host + i * chunk_bytes, chunk_bytes, H2D, copy_on))
+            check(
+                acl.rt.memcpy_async(
+                    inputs[i], chunk_bytes, host + i * chunk_bytes, chunk_bytes, H2D, copy_on
+                )
+            )
             check(acl.rt.record_event(events[i], copy_on))
             check(acl.rt.stream_wait_event(compute_on, events[i]))
             check(launch(exp, 1, compute_on, struct_pack("<QQI", inputs[i], outputs[i], elements)))
@@ -255,8 +265,18 @@ def first_call():
     return {}
 
 
-PROBES = {f.__name__: f for f in (launch_rate, round_trip, device_throughput, copy_bandwidth,
-                                   kernel_rate, pipeline, first_call)}
+PROBES = {
+    f.__name__: f
+    for f in (
+        launch_rate,
+        round_trip,
+        device_throughput,
+        copy_bandwidth,
+        kernel_rate,
+        pipeline,
+        first_call,
+    )
+}
 
 if __name__ == "__main__":
     result = PROBES[sys.argv[1]](*sys.argv[2:])

@@ -33,8 +33,18 @@ class Daemon:
     def __init__(self, directory: str, memory: str):
         self.address = f"unix://{directory}/bench.sock"
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "simnpu.server", "--listen", self.address, "--memory", memory,
-             "--log-level", "WARNING"])
+            [
+                sys.executable,
+                "-m",
+                "simnpu.server",
+                "--listen",
+                self.address,
+                "--memory",
+                memory,
+                "--log-level",
+                "WARNING",
+            ]
+        )
         deadline = time.monotonic() + 120
         while not autostart.reachable(self.address):
             if self.process.poll() is not None or time.monotonic() > deadline:
@@ -63,9 +73,13 @@ def byte_compile_simnpu() -> None:
 
 
 def probe(address: str, name: str, *args, env=None) -> dict:
-    output = subprocess.run([sys.executable, os.path.join(HERE, "probes.py"), name, *map(str, args)],
-                            capture_output=True, text=True, check=False,
-                            env={**os.environ, "SIMNPU_ADDRESS": address, "SIMNPU_AUTOSTART": "0", **(env or {})})
+    output = subprocess.run(
+        [sys.executable, os.path.join(HERE, "probes.py"), name, *map(str, args)],
+        capture_output=True,
+        text=True,
+        check=False,
+        env={**os.environ, "SIMNPU_ADDRESS": address, "SIMNPU_AUTOSTART": "0", **(env or {})},
+    )
     if output.returncode:
         raise RuntimeError(f"probe {name} failed:\n{output.stderr}")
     return json.loads(output.stdout.strip().splitlines()[-1])
@@ -73,10 +87,16 @@ def probe(address: str, name: str, *args, env=None) -> dict:
 
 def probes_at_once(address: str, count: int, name: str, *args) -> list[dict]:
     """Run `count` copies of a probe that says "ready" when set up; tell them all "go" at once."""
-    processes = [subprocess.Popen([sys.executable, os.path.join(HERE, "probes.py"), name, *map(str, args)],
-                                  stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
-                                  env={**os.environ, "SIMNPU_ADDRESS": address, "SIMNPU_AUTOSTART": "0"})
-                 for _ in range(count)]
+    processes = [
+        subprocess.Popen(
+            [sys.executable, os.path.join(HERE, "probes.py"), name, *map(str, args)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+            env={**os.environ, "SIMNPU_ADDRESS": address, "SIMNPU_AUTOSTART": "0"},
+        )
+        for _ in range(count)
+    ]
     for process in processes:
         if process.stdout.readline().strip() != "ready":
             raise RuntimeError(f"probe {name} did not get ready")
@@ -92,10 +112,23 @@ class Table:
 
     def add(self, what, value, unit, limit, limit_what, target, met):
         ratio = value / limit if limit else float("nan")
-        self.rows.append({"what": what, "simnpu": value, "unit": unit, "limit": limit, "limit_what": limit_what,
-                          "ratio": ratio, "target": target, "met": bool(met)})
-        print(f"  {what:<52} {value:>11.4g} {unit:<9} | {limit:>11.4g}  {ratio:>6.2f}x  "
-              f"{'ok ' if met else 'MISS'} ({target})", flush=True)
+        self.rows.append(
+            {
+                "what": what,
+                "simnpu": value,
+                "unit": unit,
+                "limit": limit,
+                "limit_what": limit_what,
+                "ratio": ratio,
+                "target": target,
+                "met": bool(met),
+            }
+        )
+        print(
+            f"  {what:<52} {value:>11.4g} {unit:<9} | {limit:>11.4g}  {ratio:>6.2f}x  "
+            f"{'ok ' if met else 'MISS'} ({target})",
+            flush=True,
+        )
 
 
 def run(args) -> Table:
@@ -112,65 +145,145 @@ def run(args) -> Table:
                 count = 20_000 if quick else 100_000
                 limit = baselines.packed_sender_rate(bare.address, count)
                 rate = probe(address, "launch_rate", count)["host_rate"]
-                table.add(f"async launches via acl, {count} empty kernels", rate, "launch/s", limit,
-                          "bare packed-record sender", ">= 300k/s", rate >= 300_000)
+                table.add(
+                    f"async launches via acl, {count} empty kernels",
+                    rate,
+                    "launch/s",
+                    limit,
+                    "bare packed-record sender",
+                    ">= 300k/s",
+                    rate >= 300_000,
+                )
             if selected("round_trip"):
                 p50, p99 = baselines.ping_pong_us(bare.address)
                 figures = probe(address, "round_trip", 1000 if quick else 3000)
-                table.add("launch + synchronize, p50", figures["p50"], "us", p50, "bare bidi ping-pong p50",
-                          "<= 1.5x ping-pong", figures["p50"] <= 1.5 * p50)
-                table.add("launch + synchronize, p99", figures["p99"], "us", p99, "bare bidi ping-pong p99",
-                          "(printed)", True)
+                table.add(
+                    "launch + synchronize, p50",
+                    figures["p50"],
+                    "us",
+                    p50,
+                    "bare bidi ping-pong p50",
+                    "<= 1.5x ping-pong",
+                    figures["p50"] <= 1.5 * p50,
+                )
+                table.add(
+                    "launch + synchronize, p99",
+                    figures["p99"],
+                    "us",
+                    p99,
+                    "bare bidi ping-pong p99",
+                    "(printed)",
+                    True,
+                )
             if selected("throughput"):
                 one_at_a_time = baselines.pipe_dispatch_rate(10_000, 1)
                 runs_of_ten = baselines.pipe_dispatch_rate(50_000, 10)
                 for streams in (1, 4):
-                    rate = probe(address, "device_throughput", streams, 20_000 if quick else 50_000)["rate"]
-                    table.add(f"tiny kernels completed, {streams} stream(s)", rate, "task/s", one_at_a_time,
-                              f"pipe dispatch 1 at a time (runs of 10: {runs_of_ten:.3g}/s)", ">= 100k/s",
-                              rate >= 100_000)
+                    rate = probe(
+                        address, "device_throughput", streams, 20_000 if quick else 50_000
+                    )["rate"]
+                    table.add(
+                        f"tiny kernels completed, {streams} stream(s)",
+                        rate,
+                        "task/s",
+                        one_at_a_time,
+                        f"pipe dispatch 1 at a time (runs of 10: {runs_of_ten:.3g}/s)",
+                        ">= 100k/s",
+                        rate >= 100_000,
+                    )
             if selected("copies"):
-                for nbytes in ((64 << 20,) if quick else (64 << 20, 256 << 20)):
+                for nbytes in (64 << 20,) if quick else (64 << 20, 256 << 20):
                     limit = baselines.shm_copy_bandwidth(nbytes)
                     for memory, share in (("pinned", 0.8), ("pageable", 0.45)):
                         figures = probe(address, "copy_bandwidth", nbytes, memory)
                         for direction in ("h2d", "d2h"):
                             value = figures[direction]
-                            table.add(f"{direction.upper()} {nbytes >> 20} MiB from {memory} memory", value, "GB/s",
-                                      limit, "numpy shm->shm copy", f">= {share:.0%}", value >= share * limit)
+                            table.add(
+                                f"{direction.upper()} {nbytes >> 20} MiB from {memory} memory",
+                                value,
+                                "GB/s",
+                                limit,
+                                "numpy shm->shm copy",
+                                f">= {share:.0%}",
+                                value >= share * limit,
+                            )
                 nbytes = 64 << 20
                 limit = baselines.stream_bandwidth(bare.address, nbytes)
-                figures = probe(address, "copy_bandwidth", nbytes, "pageable", env={"SIMNPU_NO_SHM": "1"})
+                figures = probe(
+                    address, "copy_bandwidth", nbytes, "pageable", env={"SIMNPU_NO_SHM": "1"}
+                )
                 assert not figures["shared_memory"]
                 for direction in ("h2d", "d2h"):
                     value = figures[direction]
-                    table.add(f"{direction.upper()} 64 MiB, client without shared memory", value, "GB/s", limit,
-                              "bare gRPC stream of 1 MiB chunks", ">= 70%", value >= 0.7 * limit)
+                    table.add(
+                        f"{direction.upper()} 64 MiB, client without shared memory",
+                        value,
+                        "GB/s",
+                        limit,
+                        "bare gRPC stream of 1 MiB chunks",
+                        ">= 70%",
+                        value >= 0.7 * limit,
+                    )
             if selected("kernels"):
                 # the limit comes from the probe: numpy on the very same device buffers, in turn
                 # with the launches (the machine's speed drifts by 10-20 % within a minute here)
                 for kind, unit, factor in (("add", "GB/s", 1.2), ("exp", "Gelem/s", 1.6)):
-                    figures = probe(address, "kernel_rate", kind, 1 << 24,
-                                    env={"SIMNPU_BENCH_DAEMON_PID": str(daemon.process.pid)})
+                    figures = probe(
+                        address,
+                        "kernel_rate",
+                        kind,
+                        1 << 24,
+                        env={"SIMNPU_BENCH_DAEMON_PID": str(daemon.process.pid)},
+                    )
                     rate, limit = figures["rate"], figures["limit"]
-                    table.add(f"{kind} of 16M float32, numBlocks = AI cores", rate, unit, limit,
-                              f"np.{kind}(out=), 1 process, same buffers", f">= {factor}x",
-                              rate >= factor * limit)
+                    table.add(
+                        f"{kind} of 16M float32, numBlocks = AI cores",
+                        rate,
+                        unit,
+                        limit,
+                        f"np.{kind}(out=), 1 process, same buffers",
+                        f">= {factor}x",
+                        rate >= factor * limit,
+                    )
             if selected("pipeline"):
                 figures = probe(address, "pipeline", 8 if quick else 12)
                 speedup = figures["one_stream_s"] / figures["two_streams_s"]
-                table.add("copy/compute pipeline, 2 streams vs 1", speedup, "x", 1.0, "the same work on one stream",
-                          ">= 1.5x", speedup >= 1.5)
+                table.add(
+                    "copy/compute pipeline, 2 streams vs 1",
+                    speedup,
+                    "x",
+                    1.0,
+                    "the same work on one stream",
+                    ">= 1.5x",
+                    speedup >= 1.5,
+                )
             if selected("clients"):
                 count = 20_000 if quick else 50_000
                 alone = probe(address, "launch_rate", count)["completed_rate"]
-                together = [r["completed_rate"] for r in probes_at_once(address, 4, "launch_rate", count, "together")]
+                together = [
+                    r["completed_rate"]
+                    for r in probes_at_once(address, 4, "launch_rate", count, "together")
+                ]
                 aggregate = sum(together)
                 spread = max(together) / min(together)
-                table.add("4 clients launching at once, aggregate", aggregate, "launch/s", alone, "one client alone",
-                          ">= 0.8x", aggregate >= 0.8 * alone)
-                table.add("4 clients: fastest / slowest client", spread, "x", 1.0, "equal shares", "<= 1.2x",
-                          spread <= 1.2)
+                table.add(
+                    "4 clients launching at once, aggregate",
+                    aggregate,
+                    "launch/s",
+                    alone,
+                    "one client alone",
+                    ">= 0.8x",
+                    aggregate >= 0.8 * alone,
+                )
+                table.add(
+                    "4 clients: fastest / slowest client",
+                    spread,
+                    "x",
+                    1.0,
+                    "equal shares",
+                    "<= 1.2x",
+                    spread <= 1.2,
+                )
             if selected("first_call"):
                 byte_compile_simnpu()
                 limit = baselines.python_startup_ms()
@@ -180,8 +293,15 @@ def run(args) -> Table:
                     probe(address, "first_call")
                     samples.append((time.perf_counter() - start) * 1e3)
                 value = sorted(samples)[2]
-                table.add("new client process: start to first call done", value, "ms", limit,
-                          "python -c 'import numpy, grpc'", "<= limit + 50 ms", value <= limit + 50)
+                table.add(
+                    "new client process: start to first call done",
+                    value,
+                    "ms",
+                    limit,
+                    "python -c 'import numpy, grpc'",
+                    "<= limit + 50 ms",
+                    value <= limit + 50,
+                )
         finally:
             daemon.close()
             bare.close()
@@ -189,17 +309,27 @@ def run(args) -> Table:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--quick", action="store_true", help="fewer rounds and sizes")
-    parser.add_argument("--only", nargs="*", help="launch round_trip throughput copies kernels pipeline clients first_call")
+    parser.add_argument(
+        "--only",
+        nargs="*",
+        help="launch round_trip throughput copies kernels pipeline clients first_call",
+    )
     parser.add_argument("--json", default=os.path.join(HERE, "results", "latest.json"))
     args = parser.parse_args()
     table = run(args)
     os.makedirs(os.path.dirname(args.json), exist_ok=True)
     with open(args.json, "w", encoding="utf-8") as handle:
-        json.dump({"time": time.strftime("%Y-%m-%dT%H:%M:%S"), "rows": table.rows}, handle, indent=2)
+        json.dump(
+            {"time": time.strftime("%Y-%m-%dT%H:%M:%S"), "rows": table.rows}, handle, indent=2
+        )
     missed = [r["what"] for r in table.rows if not r["met"]]
-    print(f"\n{len(table.rows) - len(missed)} of {len(table.rows)} rows meet their target; JSON in {args.json}")
+    print(
+        f"\n{len(table.rows) - len(missed)} of {len(table.rows)} rows meet their target; JSON in {args.json}"
+    )
 
 
 if __name__ == "__main__":

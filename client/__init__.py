@@ -1,15 +1,15 @@
 """The Pythonic simnpu client. `acl` (pyACL-compatible) stands on the same runtime.
 
-    import numpy as np
-    import simnpu.client as npu
+import numpy as np
+import simnpu.client as npu
 
-    with npu.Device(0) as device:
-        stream = npu.Stream()
-        x = npu.DeviceBuffer.from_array(np.arange(1024, dtype=np.float32))
-        y = npu.DeviceBuffer(x.nbytes)
-        npu.builtin("relu_f32").launch(2, x, y, 1024, stream=stream)
-        stream.synchronize()
-        print(y.to_numpy(np.float32))
+with npu.Device(0) as device:
+    stream = npu.Stream()
+    x = npu.DeviceBuffer.from_array(np.arange(1024, dtype=np.float32))
+    y = npu.DeviceBuffer(x.nbytes)
+    npu.builtin("relu_f32").launch(2, x, y, 1024, stream=stream)
+    stream.synchronize()
+    print(y.to_numpy(np.float32))
 """
 
 import importlib
@@ -19,8 +19,16 @@ from simnpu.proto import codes
 from simnpu.proto.errors import NotSupportedError, NpuError, NpuMemoryError
 
 # Imported when first used: an `acl` program needs none of them (nor numpy) for its session.
-_LAZY = {"Kernel": "kernels", "Module": "kernels", "builtin": "kernels", "DeviceBuffer": "memory",
-         "PinnedBuffer": "memory", "Event": "stream", "Stream": "stream", "current_stream": "stream"}
+_LAZY = {
+    "Kernel": "kernels",
+    "Module": "kernels",
+    "builtin": "kernels",
+    "DeviceBuffer": "memory",
+    "PinnedBuffer": "memory",
+    "Event": "stream",
+    "Stream": "stream",
+    "current_stream": "stream",
+}
 
 __all__ = [
     "Device",

@@ -37,11 +37,15 @@ def reachable(address: str) -> bool:
 def ensure_daemon(address: str) -> None:
     """Start `python -m simnpu.server --listen address` unless a daemon answers there."""
     if os.environ.get("SIMNPU_AUTOSTART", "1") == "0":
-        raise NpuError(codes.ACL_ERROR_RT_NO_DEVICE,
-                       f"no simnpu daemon at {address} (SIMNPU_AUTOSTART=0: start one with `simnpu serve`)")
+        raise NpuError(
+            codes.ACL_ERROR_RT_NO_DEVICE,
+            f"no simnpu daemon at {address} (SIMNPU_AUTOSTART=0: start one with `simnpu serve`)",
+        )
     family, target = _socket_target(address)
     if family != socket.AF_UNIX and target[0] not in ("127.0.0.1", "::1", "localhost"):
-        raise NpuError(codes.ACL_ERROR_RT_NO_DEVICE, f"no simnpu daemon at {address} (not started: not local)")
+        raise NpuError(
+            codes.ACL_ERROR_RT_NO_DEVICE, f"no simnpu daemon at {address} (not started: not local)"
+        )
     lock_dir = os.path.dirname(target) if family == socket.AF_UNIX else f"/tmp/simnpu-{os.getuid()}"
     os.makedirs(lock_dir, mode=0o700, exist_ok=True)
     lock_name = "simnpu.lock" if family == socket.AF_UNIX else f"tcp-{target[1]}.lock"
@@ -52,23 +56,41 @@ def ensure_daemon(address: str) -> None:
         log_path = os.path.join(lock_dir, "simnpu-daemon.log")
         with open(log_path, "ab") as log:
             process = subprocess.Popen(
-                [sys.executable, "-m", "simnpu.server", "--listen", address,
-                 "--idle-exit", os.environ.get("SIMNPU_IDLE_EXIT", "5")],
-                stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True, close_fds=True)
+                [
+                    sys.executable,
+                    "-m",
+                    "simnpu.server",
+                    "--listen",
+                    address,
+                    "--idle-exit",
+                    os.environ.get("SIMNPU_IDLE_EXIT", "5"),
+                ],
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=log,
+                start_new_session=True,
+                close_fds=True,
+            )
         deadline = time.monotonic() + START_TIMEOUT_S
         while not reachable(address):
             if process.poll() is not None:
-                raise NpuError(codes.ACL_ERROR_RT_NO_DEVICE,
-                               f"the simnpu daemon started at {address} exited with code {process.returncode}; "
-                               f"see {log_path}")
+                raise NpuError(
+                    codes.ACL_ERROR_RT_NO_DEVICE,
+                    f"the simnpu daemon started at {address} exited with code {process.returncode}; "
+                    f"see {log_path}",
+                )
             if time.monotonic() > deadline:
-                raise NpuError(codes.ACL_ERROR_RT_NO_DEVICE, f"the simnpu daemon at {address} did not come up")
+                raise NpuError(
+                    codes.ACL_ERROR_RT_NO_DEVICE, f"the simnpu daemon at {address} did not come up"
+                )
             time.sleep(0.02)
 
 
 def _socket_target(address: str):
     if address.startswith("unix:"):
-        return socket.AF_UNIX, address[len("unix://"):] if address.startswith("unix://") else address[5:]
+        return socket.AF_UNIX, address[len("unix://") :] if address.startswith(
+            "unix://"
+        ) else address[5:]
     host, _, port = address.rpartition(":")
     host = host.strip("[]") or "127.0.0.1"
     if host in ("0.0.0.0", "::"):

@@ -25,8 +25,8 @@ class HostCallbacks:
         self.connection = connection
         self._ids = itertools.count(1)
         self._lock = threading.Lock()
-        self._pending: dict[int, tuple] = {}          # id -> (function, data, stream, blocking, queue)
-        self._subscriptions: dict[int, int] = {}      # stream -> thread id
+        self._pending: dict[int, tuple] = {}  # id -> (function, data, stream, blocking, queue)
+        self._subscriptions: dict[int, int] = {}  # stream -> thread id
         self._reports: dict[int, queue.SimpleQueue] = {}  # thread id -> callbacks for it to run
         self._host_functions: queue.SimpleQueue | None = None
 
@@ -34,15 +34,19 @@ class HostCallbacks:
     def subscribe(self, thread_id: int, stream: int) -> None:
         with self._lock:
             if stream in self._subscriptions:
-                raise NpuError(codes.ACL_ERROR_REPEAT_SUBSCRIBE, f"stream {stream:#x} is already subscribed")
+                raise NpuError(
+                    codes.ACL_ERROR_REPEAT_SUBSCRIBE, f"stream {stream:#x} is already subscribed"
+                )
             self._subscriptions[stream] = thread_id
             self._reports.setdefault(thread_id, queue.SimpleQueue())
 
     def unsubscribe(self, thread_id: int, stream: int) -> None:
         with self._lock:
             if self._subscriptions.get(stream) != thread_id:
-                raise NpuError(codes.ACL_ERROR_STREAM_NOT_SUBSCRIBE,
-                               f"stream {stream:#x} is not subscribed to thread {thread_id}")
+                raise NpuError(
+                    codes.ACL_ERROR_STREAM_NOT_SUBSCRIBE,
+                    f"stream {stream:#x} is not subscribed to thread {thread_id}",
+                )
             del self._subscriptions[stream]
 
     # ---- queueing ---------------------------------------------------------------------------
@@ -51,8 +55,10 @@ class HostCallbacks:
         with self._lock:
             thread_id = self._subscriptions.get(stream)
             if thread_id is None:
-                raise NpuError(codes.ACL_ERROR_RT_STREAM_NO_CB_REG,
-                               "launch_callback on a stream no thread subscribed to (subscribe_report first)")
+                raise NpuError(
+                    codes.ACL_ERROR_RT_STREAM_NO_CB_REG,
+                    "launch_callback on a stream no thread subscribed to (subscribe_report first)",
+                )
             target = self._reports[thread_id]
         self._queue(function, data, blocking, stream, target)
 
@@ -61,7 +67,9 @@ class HostCallbacks:
         with self._lock:
             if self._host_functions is None:
                 self._host_functions = queue.SimpleQueue()
-                threading.Thread(target=self._run_host_functions, name="simnpu-host-func", daemon=True).start()
+                threading.Thread(
+                    target=self._run_host_functions, name="simnpu-host-func", daemon=True
+                ).start()
         self._queue(function, data, True, stream, self._host_functions)
 
     def _queue(self, function, data, blocking, stream, target) -> None:
@@ -69,7 +77,9 @@ class HostCallbacks:
         with self._lock:
             self._pending[callback] = (function, data, stream, blocking, target)
         self.connection.expect_notice()
-        self.connection.send_command(commands.HostCallback.pack(stream, callback, blocking), caller_site(), stream)
+        self.connection.send_command(
+            commands.HostCallback.pack(stream, callback, blocking), caller_site(), stream
+        )
 
     # ---- running -----------------------------------------------------------------------------
     def arrived(self, callback: int) -> None:
@@ -86,11 +96,15 @@ class HostCallbacks:
             raise NpuError(codes.ACL_ERROR_RT_PARAM_INVALID, f"timeout {timeout_ms} ms")
         reports = self._reports.get(threading.get_ident())
         if reports is None:
-            raise NpuError(codes.ACL_ERROR_RT_THREAD_SUBSCRIBE, "no stream is subscribed to this thread")
+            raise NpuError(
+                codes.ACL_ERROR_RT_THREAD_SUBSCRIBE, "no stream is subscribed to this thread"
+            )
         try:
             callback, entry = reports.get(timeout=None if timeout_ms == -1 else timeout_ms / 1000)
         except queue.Empty:
-            raise NpuError(codes.ACL_ERROR_RT_REPORT_TIMEOUT, f"no callback within {timeout_ms} ms") from None
+            raise NpuError(
+                codes.ACL_ERROR_RT_REPORT_TIMEOUT, f"no callback within {timeout_ms} ms"
+            ) from None
         self._run(callback, entry)
 
     def _run_host_functions(self) -> None:
@@ -107,4 +121,6 @@ class HostCallbacks:
             traceback.print_exc()
         finally:
             if blocking and self.connection.broken is None:
-                self.connection.send_command(commands.HostDone.pack(stream, callback, False), "host callback")
+                self.connection.send_command(
+                    commands.HostDone.pack(stream, callback, False), "host callback"
+                )

@@ -22,6 +22,7 @@ when the host can tell.
 from __future__ import annotations
 
 import numpy as np
+
 from simnpu.client import hcclrt
 from simnpu.client.device import runtime
 from simnpu.client.hcclrt import HcclError

@@ -11,7 +11,8 @@ from simnpu.proto import service
 def address() -> str:
     """Where the daemon is: SIMNPU_ADDRESS, else the per-user Unix socket."""
     return os.environ.get("SIMNPU_ADDRESS") or service.default_address(
-        os.environ.get("XDG_RUNTIME_DIR"), os.getuid())
+        os.environ.get("XDG_RUNTIME_DIR"), os.getuid()
+    )
 
 
 def token() -> str | None:

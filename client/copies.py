@@ -65,8 +65,10 @@ class CopyPaths:
         elif side == PINNED:
             block = self.runtime.host.find(address)
             if address + count > block.address + block.size:
-                raise invalid(f"{count} bytes at {address:#x} run past the end of pinned memory "
-                              f"[{block.address:#x}, +{block.size})")
+                raise invalid(
+                    f"{count} bytes at {address:#x} run past the end of pinned memory "
+                    f"[{block.address:#x}, +{block.size})"
+                )
             if not self.shared:
                 side = PAGEABLE
         return side
@@ -78,7 +80,9 @@ class CopyPaths:
         return commands.Location(commands.SPACE_PINNED, block.handle, address - block.address)
 
     # ---- memcpy ---------------------------------------------------------------------------
-    def copy(self, dst: int, dest_max: int, src: int, count: int, kind: int, stream: int | None) -> None:
+    def copy(
+        self, dst: int, dest_max: int, src: int, count: int, kind: int, stream: int | None
+    ) -> None:
         """aclrtMemcpy (stream None) or aclrtMemcpyAsync."""
         if not dst or not src:
             raise NpuError(codes.ACL_ERROR_INVALID_PARAM, "null pointer passed to memcpy")
@@ -95,12 +99,16 @@ class CopyPaths:
             expected = _KIND_SIDES[kind]
             actual = (src_side == DEVICE, dst_side == DEVICE)
             if expected != actual:
-                raise invalid(f"memcpy kind {kind} does not match the pointers: source is "
-                              f"{src_side} memory, destination is {dst_side} memory")
+                raise invalid(
+                    f"memcpy kind {kind} does not match the pointers: source is "
+                    f"{src_side} memory, destination is {dst_side} memory"
+                )
         if src_side != DEVICE and dst_side != DEVICE:
             if stream is not None:
-                raise NpuError(codes.ACL_ERROR_RT_FEATURE_NOT_SUPPORT,
-                               "asynchronous host-to-host copies are not supported in ACL_HOST run mode")
+                raise NpuError(
+                    codes.ACL_ERROR_RT_FEATURE_NOT_SUPPORT,
+                    "asynchronous host-to-host copies are not supported in ACL_HOST run mode",
+                )
             ctypes.memmove(dst, src, count)
             return
         if PAGEABLE in (src_side, dst_side):
@@ -110,8 +118,9 @@ class CopyPaths:
         if stream is None:
             self._call(pb.MemcpyRequest(dst=_message(dst_loc), src=_message(src_loc), count=count))
         else:
-            self.runtime.connection.send_command(commands.Copy.pack(stream, dst_loc, src_loc, count),
-                                                 caller_site(), stream)
+            self.runtime.connection.send_command(
+                commands.Copy.pack(stream, dst_loc, src_loc, count), caller_site(), stream
+            )
 
     def _staged(self, dst, dst_side, src, src_side, count, stream) -> None:
         """Chunks through the staging area, `depth` in flight (one per slot of it). Blocks."""
@@ -135,13 +144,23 @@ class CopyPaths:
                     ctypes.memmove(self.staging_address + slot, src + offset, size)
                 else:  # read when the message is sent: this call returns only after that
                     chunk = (ctypes.c_char * size).from_address(src + offset)
-                request = pb.MemcpyRequest(dst=_message(self._location(dst + offset, DEVICE)), src=staging,
-                                           count=size, stream=stream, inline=inline)
+                request = pb.MemcpyRequest(
+                    dst=_message(self._location(dst + offset, DEVICE)),
+                    src=staging,
+                    count=size,
+                    stream=stream,
+                    inline=inline,
+                )
                 pending = self.runtime.connection.request_async(request, site, bulk=chunk)
                 in_flight.append((pending, None, 0, 0))
             else:
-                request = pb.MemcpyRequest(dst=staging, src=_message(self._location(src + offset, DEVICE)),
-                                           count=size, stream=stream, inline=inline)
+                request = pb.MemcpyRequest(
+                    dst=staging,
+                    src=_message(self._location(src + offset, DEVICE)),
+                    count=size,
+                    stream=stream,
+                    inline=inline,
+                )
                 pending = self.runtime.connection.request_async(request, site)
                 in_flight.append((pending, dst + offset, slot, size))
         while in_flight:
@@ -158,8 +177,10 @@ class CopyPaths:
 
                 data = np.frombuffer(reply.bulk, np.uint8)
                 if data.nbytes != size:
-                    raise NpuError(codes.ACL_ERROR_RT_INTERNAL_ERROR,
-                                   f"the daemon sent {data.nbytes} bytes of a {size}-byte chunk")
+                    raise NpuError(
+                        codes.ACL_ERROR_RT_INTERNAL_ERROR,
+                        f"the daemon sent {data.nbytes} bytes of a {size}-byte chunk",
+                    )
                 ctypes.memmove(destination, data.ctypes.data, size)
 
     def _call(self, body) -> None:
@@ -182,12 +203,15 @@ class CopyPaths:
             # of a stream touches it after its copy call has returned.
             ctypes.memset(dst, value & 0xFF, count)
             return
-        location = self._location(dst, side)  # device memory, or pinned memory filled in stream order
+        location = self._location(
+            dst, side
+        )  # device memory, or pinned memory filled in stream order
         if stream is None:
             self._call(pb.MemsetRequest(dst=_message(location), value=value & 0xFF, count=count))
         else:
             self.runtime.connection.send_command(
-                commands.Memset.pack(stream, location, value & 0xFF, count), caller_site(), stream)
+                commands.Memset.pack(stream, location, value & 0xFF, count), caller_site(), stream
+            )
 
 
 def _message(location: commands.Location) -> pb.Location:

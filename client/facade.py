@@ -39,8 +39,8 @@ _lock = threading.RLock()
 
 
 class _State:
-    initialized = False    # acl.init() succeeded and acl.finalize() has not run since
-    finalized = False      # acl.finalize() ran: no lazy reconnection until acl.init()
+    initialized = False  # acl.init() succeeded and acl.finalize() has not run since
+    finalized = False  # acl.finalize() ran: no lazy reconnection until acl.init()
 
 
 state = _State()
@@ -60,8 +60,10 @@ def session():
     with _lock:
         if _NS["_rt"] is None:
             if state.finalized:
-                raise NpuError(codes.ACL_ERROR_UNINITIALIZE,
-                               "acl.finalize() ended this process's session: call acl.init() first")
+                raise NpuError(
+                    codes.ACL_ERROR_UNINITIALIZE,
+                    "acl.finalize() ended this process's session: call acl.init() first",
+                )
             from simnpu.client import device
 
             _NS["_rt"] = device.connect()
@@ -85,7 +87,9 @@ def failed(error: NpuError, name: str) -> int:
 
 
 def _out_of_range(error: Exception, name: str) -> int:
-    return failed(NpuError(codes.ACL_ERROR_RT_PARAM_INVALID, f"argument out of range: {error}"), name)
+    return failed(
+        NpuError(codes.ACL_ERROR_RT_PARAM_INVALID, f"argument out of range: {error}"), name
+    )
 
 
 def raw(name: str) -> Callable:
@@ -105,7 +109,9 @@ def _kind(value) -> str:
 def _k(value, position: int, name: str) -> int:
     if isinstance(value, int):
         return int(value)
-    raise TypeError(f"{name} args parse failed: argument {position} must be int, not {_kind(value)}")
+    raise TypeError(
+        f"{name} args parse failed: argument {position} must be int, not {_kind(value)}"
+    )
 
 
 def _i(value, position: int, name: str) -> int:
@@ -114,21 +120,27 @@ def _i(value, position: int, name: str) -> int:
             return operator.index(value)
         except TypeError:
             pass
-    raise TypeError(f"{name} args parse failed: argument {position} must be int, not {_kind(value)}")
+    raise TypeError(
+        f"{name} args parse failed: argument {position} must be int, not {_kind(value)}"
+    )
 
 
 def _s(value, position: int, name: str) -> str:
     if isinstance(value, str):
         return str(value)
-    raise TypeError(f"{name} args parse failed: argument {position} must be str, not {_kind(value)}")
+    raise TypeError(
+        f"{name} args parse failed: argument {position} must be str, not {_kind(value)}"
+    )
 
 
 def _p(value, position: int, name: str):
     try:
         return os.fspath(value)
     except TypeError:
-        raise TypeError(f"{name} args parse failed: argument {position} must be a path (str), "
-                        f"not {_kind(value)}") from None
+        raise TypeError(
+            f"{name} args parse failed: argument {position} must be a path (str), "
+            f"not {_kind(value)}"
+        ) from None
 
 
 def _c(value, position: int, name: str):
@@ -145,14 +157,31 @@ _CHECKS = {
     "C": "    if not callable({p}): _c({p}, {n}, {name!r})\n",
     "O": "",
 }
-_NS.update(_k=_k, _i=_i, _s=_s, _p=_p, _c=_c, _failed=failed, _out_of_range=_out_of_range,
-           _session=session, _NpuError=NpuError, _RangeErrors=(OverflowError, struct.error),
-           _INVALID_PARAM=codes.ACL_ERROR_INVALID_PARAM)
+_NS.update(
+    _k=_k,
+    _i=_i,
+    _s=_s,
+    _p=_p,
+    _c=_c,
+    _failed=failed,
+    _out_of_range=_out_of_range,
+    _session=session,
+    _NpuError=NpuError,
+    _RangeErrors=(OverflowError, struct.error),
+    _INVALID_PARAM=codes.ACL_ERROR_INVALID_PARAM,
+)
 
 
-def api(spec: str = "", outputs: tuple | None = None, *, delegate: str | None = None,
-        nonnull: tuple = (), needs_session: bool = True,
-        failure: Callable[[NpuError, str], int] = failed, range_checked: bool = True):
+def api(
+    spec: str = "",
+    outputs: tuple | None = None,
+    *,
+    delegate: str | None = None,
+    nonnull: tuple = (),
+    needs_session: bool = True,
+    failure: Callable[[NpuError, str], int] = failed,
+    range_checked: bool = True,
+):
     """Make `body(rt, *params)` a pyACL-style function (see the module docstring), generated
     the first time it is looked up: the module ends with `on_demand`.
 
@@ -170,9 +199,11 @@ def api(spec: str = "", outputs: tuple | None = None, *, delegate: str | None = 
 
     def defer(body):
         code = body.__code__
-        params = code.co_varnames[1:code.co_argcount]
+        params = code.co_varnames[1 : code.co_argcount]
         if len(spec) != len(params):
-            raise TypeError(f"{body.__name__}: spec {spec!r} does not match parameters {list(params)}")
+            raise TypeError(
+                f"{body.__name__}: spec {spec!r} does not match parameters {list(params)}"
+            )
         return _Deferred(lambda: make(body, params))
 
     def make(body, params):
@@ -198,15 +229,22 @@ def api(spec: str = "", outputs: tuple | None = None, *, delegate: str | None = 
             result = f"_result = {call}"
             failed_call = f"({defaults}{report}(error, {name!r}))"
             success = "(_result, 0)" if len(outputs) == 1 else "(*_result, 0)"
-        acquire = ("        rt = _rt\n        if rt is None:\n            rt = _session()\n"
-                   if needs_session else "        rt = None\n")
-        checks = "".join(f"        if not {param}:\n            raise _NpuError(_INVALID_PARAM, '{param} is null')\n"
-                         for param in nonnull)
+        acquire = (
+            "        rt = _rt\n        if rt is None:\n            rt = _session()\n"
+            if needs_session
+            else "        rt = None\n"
+        )
+        checks = "".join(
+            f"        if not {param}:\n            raise _NpuError(_INVALID_PARAM, '{param} is null')\n"
+            for param in nonnull
+        )
         lines.append("    try:\n" + checks + acquire + f"        {result}\n")
         lines.append(f"    except _NpuError as error:\n        return {failed_call}\n")
         if range_checked:
-            lines.append("    except _RangeErrors as error:\n"
-                         f"        return {failed_call.replace(report + '(', '_out_of_range(')}\n")
+            lines.append(
+                "    except _RangeErrors as error:\n"
+                f"        return {failed_call.replace(report + '(', '_out_of_range(')}\n"
+            )
         lines.append(f"    return {success}\n")
         made: dict = {}  # not _NS itself: threads may generate the same call at once
         exec("".join(lines), _NS, made)  # noqa: S102 - source built above from the body's own signature
@@ -246,7 +284,9 @@ def on_demand(namespace: dict, *extensions, missing=None):
     borrowed = {name: module for module in extensions for name in module.__all__}
     module_name = namespace["__name__"]
     if "__all__" not in namespace:
-        namespace["__all__"] = sorted(name for name in {*namespace, *deferred, *borrowed} if name[0] != "_")
+        namespace["__all__"] = sorted(
+            name for name in {*namespace, *deferred, *borrowed} if name[0] != "_"
+        )
 
     def __getattr__(name: str):
         if name in deferred:
@@ -265,7 +305,9 @@ def on_demand(namespace: dict, *extensions, missing=None):
     return __getattr__, __dir__
 
 
-def not_supported(name: str, call: str, why: str, outputs: tuple | None = None, *, returns_code: bool = True):
+def not_supported(
+    name: str, call: str, why: str, outputs: tuple | None = None, *, returns_code: bool = True
+):
     """A pyACL function simnpu does not simulate: it returns ACL_ERROR_RT_FEATURE_NOT_SUPPORT
     (207000) in pyACL's shape and says why in acl.get_recent_err_msg(). A function whose C
     call returns a value and no aclError (`returns_code=False`) returns `outputs[0]`."""
@@ -278,6 +320,8 @@ def not_supported(name: str, call: str, why: str, outputs: tuple | None = None, 
         return code if outputs is None else (*outputs, code)
 
     unsupported.__name__ = unsupported.__qualname__ = name.rpartition(".")[2]
-    unsupported.__doc__ = f"Not supported ({call}): {why}. Returns ACL_ERROR_RT_FEATURE_NOT_SUPPORT (207000)."
+    unsupported.__doc__ = (
+        f"Not supported ({call}): {why}. Returns ACL_ERROR_RT_FEATURE_NOT_SUPPORT (207000)."
+    )
     unsupported.not_supported = True  # type: ignore[attr-defined]
     return unsupported

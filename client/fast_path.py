@@ -43,7 +43,12 @@ class StreamSignals:
         slot = self.slots.get(stream)
         connection = self.connection
         target = connection.log.stream_seq.get(stream)
-        if slot is None or target is None or target != connection.log.deferred_seq or timeout_ms < -1:
+        if (
+            slot is None
+            or target is None
+            or target != connection.log.deferred_seq
+            or timeout_ms < -1
+        ):
             return timeout_ms
         area = self.area
         deadline = None if timeout_ms == -1 else time.monotonic() + timeout_ms / 1000

@@ -14,6 +14,7 @@ import threading
 import weakref
 
 from google.protobuf.message import Message
+
 from simnpu.client.transport import caller_site
 from simnpu.proto import commands
 from simnpu.proto import hccl_types as ht
@@ -102,8 +103,11 @@ class Hccl:
         """HcclGetRootInfo: a new communicator id for the current device, as 4108 bytes to
         hand every rank. Records this process's HCCL_EXEC_TIMEOUT for the communicator."""
         timeout_s = seconds_from_env(ht.EXEC_TIMEOUT_ENV, ht.DEFAULT_EXEC_TIMEOUT_S)
-        reply = self.call(pb.HcclGetRootInfoRequest(device=self._device(),
-                                                     exec_timeout_ms=round(timeout_s * 1000)))
+        reply = self.call(
+            pb.HcclGetRootInfoRequest(
+                device=self._device(), exec_timeout_ms=round(timeout_s * 1000)
+            )
+        )
         return bytes(reply.root_info)
 
     def comm_init_root_info(self, n_ranks: int, root_info, rank: int) -> int:
@@ -124,8 +128,15 @@ class Hccl:
             raise HcclError(ht.HCCL_E_PARA, f"rank {rank} is not in [0, n_ranks={n_ranks})")
         timeout_s = seconds_from_env(ht.CONNECT_TIMEOUT_ENV, ht.DEFAULT_CONNECT_TIMEOUT_S)
         device = self._device()
-        reply = self.call(pb.HcclCommInitRequest(n_ranks=n_ranks, rank=rank, device=device, root_info=data,
-                                                  connect_timeout_ms=round(timeout_s * 1000)))
+        reply = self.call(
+            pb.HcclCommInitRequest(
+                n_ranks=n_ranks,
+                rank=rank,
+                device=device,
+                root_info=data,
+                connect_timeout_ms=round(timeout_s * 1000),
+            )
+        )
         handle = reply.comm
         comm_id = int.from_bytes(data[20:28], "little")
         with self._lock:
@@ -226,8 +237,19 @@ class Hccl:
         }[kind]
         self._check_buffer(info, send, send_bytes, itemsize, "send")
         self._check_buffer(info, recv, recv_bytes, itemsize, "recv")
-        record = commands.Collective.pack(stream, comm, kind, send if send_bytes else 0, recv if recv_bytes else 0,
-                                          count, recv_count, dtype, recv_dtype, op, root)
+        record = commands.Collective.pack(
+            stream,
+            comm,
+            kind,
+            send if send_bytes else 0,
+            recv if recv_bytes else 0,
+            count,
+            recv_count,
+            dtype,
+            recv_dtype,
+            op,
+            root,
+        )
         self.runtime.connection.send_command(record, caller_site(), stream)
 
     def _check_buffer(

@@ -27,8 +27,8 @@ class PinnedBlock:
         self.handle = handle
         self.address = address
         self.size = size
-        self.region = region   # shared segment (shared-memory mode)
-        self.buffer = buffer   # ctypes buffer (in-stream mode)
+        self.region = region  # shared segment (shared-memory mode)
+        self.buffer = buffer  # ctypes buffer (in-stream mode)
 
 
 class HostMemory:

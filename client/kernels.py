@@ -24,7 +24,9 @@ class Kernel:
         """aclrtLaunchKernelWithHostArgs (async). Buffers pass as their device pointers."""
         values = [int(a) if hasattr(a, "ptr") else a for a in args]
         stream = current_stream() if stream is None else stream
-        runtime().launch_kernel(self.handle, num_blocks, self.signature.pack(*values), stream.handle)
+        runtime().launch_kernel(
+            self.handle, num_blocks, self.signature.pack(*values), stream.handle
+        )
 
 
 class Module:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import ctypes
 
 import numpy as np
+
 from simnpu.client.device import runtime
 from simnpu.client.stream import Stream, current_stream
 from simnpu.proto import codes
@@ -16,7 +17,7 @@ class DeviceBuffer:
     def __init__(self, nbytes: int, policy: int = codes.ACL_MEM_MALLOC_HUGE_FIRST):
         self.ptr = runtime().malloc(nbytes, policy)
         self.nbytes = nbytes
-        self._ipc_key: str | None = None      # set on a buffer imported from another process
+        self._ipc_key: str | None = None  # set on a buffer imported from another process
         self._exported: list[str] = []
 
     @classmethod
@@ -80,15 +81,29 @@ class DeviceBuffer:
         """Host -> device: aclrtMemcpy, or aclrtMemcpyAsync on `stream` (keep `array` alive
         until the stream has run the copy)."""
         array = _contiguous(array)
-        self._copy(self.ptr + offset, self.nbytes - offset, array.ctypes.data, array.nbytes,
-                   codes.ACL_MEMCPY_HOST_TO_DEVICE, stream)
+        self._copy(
+            self.ptr + offset,
+            self.nbytes - offset,
+            array.ctypes.data,
+            array.nbytes,
+            codes.ACL_MEMCPY_HOST_TO_DEVICE,
+            stream,
+        )
 
-    def copy_to_host(self, out: np.ndarray, stream: Stream | None = None, offset: int = 0) -> np.ndarray:
+    def copy_to_host(
+        self, out: np.ndarray, stream: Stream | None = None, offset: int = 0
+    ) -> np.ndarray:
         """Device -> host into `out` (C-contiguous); returns `out`."""
         if not out.flags.c_contiguous or not out.flags.writeable:
             raise ValueError("out must be a writeable C-contiguous array")
-        self._copy(out.ctypes.data, out.nbytes, self.ptr + offset, out.nbytes,
-                   codes.ACL_MEMCPY_DEVICE_TO_HOST, stream)
+        self._copy(
+            out.ctypes.data,
+            out.nbytes,
+            self.ptr + offset,
+            out.nbytes,
+            codes.ACL_MEMCPY_DEVICE_TO_HOST,
+            stream,
+        )
         return out
 
     def to_numpy(self, dtype=np.uint8, shape=None) -> np.ndarray:
@@ -97,10 +112,14 @@ class DeviceBuffer:
         shape = (self.nbytes // dtype.itemsize,) if shape is None else shape
         return self.copy_to_host(np.empty(shape, dtype))
 
-    def copy_from(self, source: DeviceBuffer, nbytes: int | None = None, stream: Stream | None = None) -> None:
+    def copy_from(
+        self, source: DeviceBuffer, nbytes: int | None = None, stream: Stream | None = None
+    ) -> None:
         """Device -> device."""
         nbytes = source.nbytes if nbytes is None else nbytes
-        self._copy(self.ptr, self.nbytes, source.ptr, nbytes, codes.ACL_MEMCPY_DEVICE_TO_DEVICE, stream)
+        self._copy(
+            self.ptr, self.nbytes, source.ptr, nbytes, codes.ACL_MEMCPY_DEVICE_TO_DEVICE, stream
+        )
 
     def fill(self, value: int, nbytes: int | None = None, stream: Stream | None = None) -> None:
         """aclrtMemset / aclrtMemsetAsync: every byte set to `value`."""

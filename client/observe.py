@@ -55,7 +55,9 @@ class ClientObserver:
             runtime.connection.close()
             raise NpuError(codes.ACL_ERROR_INVALID_PARAM, f"SIMNPU_CHECK: {error}") from None
         self.trace_path = os.environ.get("SIMNPU_TRACE") or None
-        self.report_path = os.environ.get("SIMNPU_CHECK_REPORT") or (DEFAULT_REPORT if checks else None)
+        self.report_path = os.environ.get("SIMNPU_CHECK_REPORT") or (
+            DEFAULT_REPORT if checks else None
+        )
         wanted = checks | (bits_.TRACE if self.trace_path else 0)
         if wanted:
             self.enable(wanted)
@@ -107,8 +109,11 @@ class ClientObserver:
                 with open(path, "w", encoding="utf-8") as handle:
                     handle.write(render(report, title))
                 if report["findings"]:
-                    print(f"simnpu check: {report['errors']} error(s), {report['warnings']} warning(s); "
-                          f"report in {path}", file=sys.stderr)
+                    print(
+                        f"simnpu check: {report['errors']} error(s), {report['warnings']} warning(s); "
+                        f"report in {path}",
+                        file=sys.stderr,
+                    )
         except (NpuError, OSError) as error:
             print(f"simnpu: could not write the trace/check report: {error}", file=sys.stderr)
 
@@ -129,8 +134,12 @@ def _observer() -> ClientObserver:
     return runtime().observer
 
 
-def enable(checks: str = "", trace: bool = False, report_path: str | None = None,
-           trace_path: str | None = None) -> str:
+def enable(
+    checks: str = "",
+    trace: bool = False,
+    report_path: str | None = None,
+    trace_path: str | None = None,
+) -> str:
     """Turn checking (e.g. "memcheck,racecheck", "all") and/or tracing on for this process's
     session from now on; returns what is in force. Files are written when the session ends
     only if paths are given here (or by SIMNPU_TRACE / SIMNPU_CHECK_REPORT). Blocks."""

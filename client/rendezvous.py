@@ -56,9 +56,14 @@ def rendezvous(job: str, world_size: int) -> Rank:
         raise HcclError(ht.HCCL_E_PARA, f"world size {world_size} is not at least 1")
     exec_timeout_s = seconds_from_env(ht.EXEC_TIMEOUT_ENV, ht.DEFAULT_EXEC_TIMEOUT_S)
     timeout_s = seconds_from_env(ht.CONNECT_TIMEOUT_ENV, ht.DEFAULT_CONNECT_TIMEOUT_S)
-    reply = hcclrt.of(runtime()).call(pb.HcclRendezvousRequest(
-        job=job, world_size=world_size, exec_timeout_ms=round(exec_timeout_s * 1000),
-        timeout_ms=round(timeout_s * 1000)))
+    reply = hcclrt.of(runtime()).call(
+        pb.HcclRendezvousRequest(
+            job=job,
+            world_size=world_size,
+            exec_timeout_ms=round(exec_timeout_s * 1000),
+            timeout_ms=round(timeout_s * 1000),
+        )
+    )
     return Rank(reply.rank, reply.world_size, bytes(reply.root_info), reply.job, reply.formation)
 
 

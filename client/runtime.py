@@ -18,6 +18,7 @@ import threading
 from typing import TYPE_CHECKING
 
 from google.protobuf.message import Message
+
 from simnpu.client import fast_path, last_error
 from simnpu.client.callbacks import HostCallbacks
 from simnpu.client.copies import CopyPaths
@@ -55,9 +56,13 @@ class Runtime(RuntimeMemory):
         self.callbacks = HostCallbacks(self.connection)
         self._local = threading.local()
         self._lock = threading.Lock()
-        hello = self.connection.call(pb.HelloRequest(
-            pid=os.getpid(), memory_limit=env_memory_limit(),
-            process_name=os.path.basename(sys.argv[0] or "python") or "python"))
+        hello = self.connection.call(
+            pb.HelloRequest(
+                pid=os.getpid(),
+                memory_limit=env_memory_limit(),
+                process_name=os.path.basename(sys.argv[0] or "python") or "python",
+            )
+        )
         self.session_id, self.device_count = hello.session, hello.devices
         self.ai_cores, self.copy_engines = hello.ai_cores, hello.copy_engines
         self.host = HostMemory()
@@ -68,8 +73,11 @@ class Runtime(RuntimeMemory):
         # the fast path (docs/fast-path.md): calls through the submission ring, replies and
         # streams' completion signals through the notify area, when the staging probe showed
         # that this process shares the daemon's /dev/shm
-        self.fast_path = (fast_path.attach(self.connection, hello.notify_segment, hello.ring_segment)
-                          if staging is not None else None)
+        self.fast_path = (
+            fast_path.attach(self.connection, hello.notify_segment, hello.ring_segment)
+            if staging is not None
+            else None
+        )
         self.signals = self.fast_path.signals if self.fast_path else None
         self.contexts: dict[int, ContextInfo] = {}
         self.device_refs: dict[int, int] = {}
@@ -101,14 +109,18 @@ class Runtime(RuntimeMemory):
     def _current(self) -> ContextInfo:
         context = getattr(self._local, "context", None)
         if context is None:
-            raise NpuError(codes.ACL_ERROR_RT_CONTEXT_NULL,
-                           "no current context in this thread: call set_device or set_context first")
+            raise NpuError(
+                codes.ACL_ERROR_RT_CONTEXT_NULL,
+                "no current context in this thread: call set_device or set_context first",
+            )
         return context
 
     def _check_device(self, device: int) -> None:
         if not isinstance(device, int) or not 0 <= device < self.device_count:
-            raise NpuError(codes.ACL_ERROR_RT_INVALID_DEVICEID,
-                           f"device {device} does not exist (device count {self.device_count})")
+            raise NpuError(
+                codes.ACL_ERROR_RT_INVALID_DEVICEID,
+                f"device {device} does not exist (device count {self.device_count})",
+            )
 
     @records_errors
     def set_device(self, device: int) -> None:
@@ -166,7 +178,9 @@ class Runtime(RuntimeMemory):
         """aclrtDestroyContext: waits for its streams, then frees them. Blocks."""
         self._context(handle)
         if handle in self.device_contexts.values():
-            raise invalid("the default context of a device is released by reset_device, not destroy_context")
+            raise invalid(
+                "the default context of a device is released by reset_device, not destroy_context"
+            )
         self._destroy_context(handle)
 
     def _destroy_context(self, handle: int) -> None:
@@ -201,9 +215,11 @@ class Runtime(RuntimeMemory):
     def synchronize_device(self, timeout_ms: int = -1) -> None:
         """aclrtSynchronizeDevice(WithTimeout): wait for all this process's work on the
         current device. Blocks; raises the first failure of that work."""
-        self._call(pb.SynchronizeDeviceRequest(device=self._current().device, timeout_ms=timeout_ms))
+        self._call(
+            pb.SynchronizeDeviceRequest(device=self._current().device, timeout_ms=timeout_ms)
+        )
 
-    # ---- streams ----------------------------------------------------------------------------------
+    # ---- streams ---------------------------------------------------------------------------------
     def stream(self, handle: int) -> int:
         """The stream a call means: 0 is the current context's default stream."""
         if handle == 0 or handle is None:
@@ -216,7 +232,9 @@ class Runtime(RuntimeMemory):
     def create_stream(self, priority: int = 0, flags: int = 0) -> int:
         """aclrtCreateStreamWithConfig: priority 0 (highest) .. 7, clamped."""
         context = self._current()
-        reply = self._call(pb.CreateStreamRequest(context=context.handle, priority=priority, flags=flags))
+        reply = self._call(
+            pb.CreateStreamRequest(context=context.handle, priority=priority, flags=flags)
+        )
         handle = reply.stream
         context.streams.add(handle)
         self.stream_context[handle] = context
@@ -260,7 +278,7 @@ class Runtime(RuntimeMemory):
         """aclrtSetStreamFailureMode: STOP_ON_FAILURE stops every stream of the context."""
         self._call(pb.SetStreamFailureModeRequest(stream=self.stream(handle), mode=mode))
 
-    # ---- events -----------------------------------------------------------------------------------
+    # ---- events ----------------------------------------------------------------------------------
     def _event(self, handle: int) -> int:
         if handle not in self.event_context:
             raise bad_handle("event", handle)
@@ -284,7 +302,9 @@ class Runtime(RuntimeMemory):
     def record_event(self, event: int, stream: int) -> None:
         """aclrtRecordEvent (async)."""
         event, stream = self._event(event), self.stream(stream)
-        self.connection.send_command(commands.RecordEvent.pack(event, stream), caller_site(), stream)
+        self.connection.send_command(
+            commands.RecordEvent.pack(event, stream), caller_site(), stream
+        )
 
     @records_errors
     def reset_event(self, event: int, stream: int) -> None:
@@ -311,7 +331,9 @@ class Runtime(RuntimeMemory):
     @records_errors
     def event_elapsed_time(self, start: int, end: int) -> float:
         """aclrtEventElapsedTime: milliseconds between two completed records (device clock)."""
-        reply = self._call(pb.EventElapsedTimeRequest(start=self._event(start), end=self._event(end)))
+        reply = self._call(
+            pb.EventElapsedTimeRequest(start=self._event(start), end=self._event(end))
+        )
         return reply.nanoseconds / 1e6
 
     # ---- device memory --------------------------------------------------------------------------
@@ -334,16 +356,20 @@ class Runtime(RuntimeMemory):
             if address + count <= start + size:
                 return
             if address < start + size:
-                raise invalid(f"{count} bytes at {address:#x} run past the end of the allocation "
-                              f"[{start:#x}, +{size})")
+                raise invalid(
+                    f"{count} bytes at {address:#x} run past the end of the allocation "
+                    f"[{start:#x}, +{size})"
+                )
         raise invalid(f"{address:#x} is not inside a device allocation of this process")
 
-    # ---- pinned host memory -------------------------------------------------------------------------
+    # ---- pinned host memory ----------------------------------------------------------------------
     @records_errors
     def malloc_host(self, size: int) -> int:
         """aclrtMallocHost: page-locked host memory; the address is usable with ctypes/numpy."""
         if not isinstance(size, int) or size <= 0:
-            raise NpuError(codes.ACL_ERROR_INVALID_PARAM, f"cannot allocate {size!r} bytes of host memory")
+            raise NpuError(
+                codes.ACL_ERROR_INVALID_PARAM, f"cannot allocate {size!r} bytes of host memory"
+            )
         if not self.copies.shared:
             return self.host.add_private(0, size).address
         reply = self._call(pb.MallocHostRequest(size=size))
@@ -365,14 +391,16 @@ class Runtime(RuntimeMemory):
             except BufferError:  # numpy views still alive: the mapping goes when they do
                 pass
 
-    # ---- copies ----------------------------------------------------------------------------------------
+    # ---- copies ----------------------------------------------------------------------------------
     @records_errors
     def memcpy(self, dst: int, dest_max: int, src: int, count: int, kind: int) -> None:
         """aclrtMemcpy: synchronous, not ordered with any stream. Blocks."""
         self.copies.copy(dst, dest_max, src, count, kind, None)
 
     @records_errors
-    def memcpy_async(self, dst: int, dest_max: int, src: int, count: int, kind: int, stream: int) -> None:
+    def memcpy_async(
+        self, dst: int, dest_max: int, src: int, count: int, kind: int, stream: int
+    ) -> None:
         """aclrtMemcpyAsync: stream-ordered; async from pinned memory, blocking from pageable."""
         self.copies.copy(dst, dest_max, src, count, kind, self.stream(stream))
 
@@ -386,7 +414,7 @@ class Runtime(RuntimeMemory):
         """aclrtMemsetAsync (async for device memory)."""
         self.copies.fill(dst, dest_max, value, count, self.stream(stream))
 
-    # ---- kernels ---------------------------------------------------------------------------------------
+    # ---- kernels ---------------------------------------------------------------------------------
     @records_errors
     def binary_load(self, source: str, filename: str = "<kernel module>") -> int:
         """aclrtBinaryLoadFromFile/FromData: the source of a Python kernel module."""
@@ -430,32 +458,41 @@ class Runtime(RuntimeMemory):
         if num_blocks <= 0:
             raise invalid("numBlocks must be at least 1")
         if len(args) < signature.end:
-            raise invalid(f"argument buffer of {len(args)} bytes is shorter than the {signature.end} "
-                          f"bytes the kernel's parameters ({signature.to_wire()}) need")
+            raise invalid(
+                f"argument buffer of {len(args)} bytes is shorter than the {signature.end} "
+                f"bytes the kernel's parameters ({signature.to_wire()}) need"
+            )
         stream = self.stream(stream)
-        self.connection.send_command(commands.Launch.pack(num_blocks, stream, function, bytes(args)),
-                                     caller_site(), stream)
+        self.connection.send_command(
+            commands.Launch.pack(num_blocks, stream, function, bytes(args)), caller_site(), stream
+        )
 
     @records_errors
-    def launch_kernel_devargs(self, function: int, num_blocks: int, args_ptr: int, args_size: int,
-                              stream: int) -> None:
+    def launch_kernel_devargs(
+        self, function: int, num_blocks: int, args_ptr: int, args_size: int, stream: int
+    ) -> None:
         """aclrtLaunchKernel (async): the parameter buffer lies in device memory."""
         signature = self.signature(function)
         if num_blocks <= 0:
             raise invalid("numBlocks must be at least 1")
         if args_size < signature.end:
-            raise invalid(f"argument buffer of {args_size} bytes is shorter than the {signature.end} bytes needed")
+            raise invalid(
+                f"argument buffer of {args_size} bytes is shorter than the {signature.end} bytes needed"
+            )
         self.device_range(args_ptr, args_size)
         stream = self.stream(stream)
         self.connection.send_command(
-            commands.LaunchDeviceArgs.pack(num_blocks, stream, function, args_ptr, args_size), caller_site(), stream)
+            commands.LaunchDeviceArgs.pack(num_blocks, stream, function, args_ptr, args_size),
+            caller_site(),
+            stream,
+        )
 
     @records_errors
     def set_op_execute_timeout(self, milliseconds: int) -> None:
         """aclrtSetOpExecuteTimeOutWithMs: 0 restores the daemon's default."""
         self._call(pb.SetOpExecuteTimeoutRequest(milliseconds=milliseconds))
 
-    # ---- host callbacks ----------------------------------------------------------------------------
+    # ---- host callbacks --------------------------------------------------------------------------
     def _callback_arrived(self, callback: int) -> None:
         self.callbacks.arrived(callback)
 
@@ -474,7 +511,9 @@ class Runtime(RuntimeMemory):
         """aclrtLaunchCallback (async): ACL_CALLBACK_BLOCK holds the stream until it returns."""
         if block_type not in (codes.ACL_CALLBACK_NO_BLOCK, codes.ACL_CALLBACK_BLOCK):
             raise invalid(f"unknown callback block type {block_type}")
-        self.callbacks.launch_callback(function, data, block_type == codes.ACL_CALLBACK_BLOCK, self.stream(stream))
+        self.callbacks.launch_callback(
+            function, data, block_type == codes.ACL_CALLBACK_BLOCK, self.stream(stream)
+        )
 
     @records_errors
     def process_report(self, timeout_ms: int = -1) -> None:
@@ -486,7 +525,7 @@ class Runtime(RuntimeMemory):
         """aclrtLaunchHostFunc (async): function(data) runs in stream order on a runtime thread."""
         self.callbacks.launch_host_func(function, data, self.stream(stream))
 
-    # ---- errors and the end ------------------------------------------------------------------------
+    # ---- errors and the end ----------------------------------------------------------------------
     def get_last_error(self) -> int:
         """aclrtGetLastError: this thread's last error code, cleared."""
         return last_error.code(clear=True)
@@ -519,7 +558,7 @@ def _attach_staging(name: str, size: int, probe: bytes) -> Region | None:
         region = Region.attach(name)
     except Exception:
         return None
-    if region.size < size + len(probe) or bytes(region.map[size:size + len(probe)]) != probe:
+    if region.size < size + len(probe) or bytes(region.map[size : size + len(probe)]) != probe:
         region.close()
         return None
     return region

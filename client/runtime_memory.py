@@ -49,14 +49,21 @@ class RuntimeMemory:
         if not address:
             raise NpuError(codes.ACL_ERROR_INVALID_PARAM, "null pointer passed to free")
         with self._lock:
-            if address not in self.allocations or address in self.imported.values() \
-                    or address in self.pool_blocks:
+            if (
+                address not in self.allocations
+                or address in self.imported.values()
+                or address in self.pool_blocks
+            ):
                 if address in self.imported.values():
-                    raise invalid(f"{address:#x} is imported IPC memory: release it with ipc_mem_close")
+                    raise invalid(
+                        f"{address:#x} is imported IPC memory: release it with ipc_mem_close"
+                    )
                 if address in self.pool_blocks:
                     raise invalid(f"{address:#x} comes from a memory pool: use mem_pool_free_async")
-                raise invalid(f"{address:#x} is not the start of a live device allocation of this process"
-                              " (double free or bad pointer)")
+                raise invalid(
+                    f"{address:#x} is not the start of a live device allocation of this process"
+                    " (double free or bad pointer)"
+                )
             self._forget(address)
         self.connection.post(pb.FreeRequest(address=address), caller_site())
 
@@ -132,7 +139,9 @@ class RuntimeMemory:
         of one of this process's allocations. flags: 0 = only whitelisted pids may import,
         1 (ACL_RT_IPC_MEM_EXPORT_FLAG_DISABLE_PID_VALIDATION) = any process. Blocks."""
         if not address:
-            raise NpuError(codes.ACL_ERROR_INVALID_PARAM, "null pointer passed to ipc_mem_get_export_key")
+            raise NpuError(
+                codes.ACL_ERROR_INVALID_PARAM, "null pointer passed to ipc_mem_get_export_key"
+            )
         if not isinstance(size, int) or size <= 0:
             raise NpuError(codes.ACL_ERROR_INVALID_PARAM, f"cannot share {size!r} bytes")
         if address in self.imported.values():
@@ -145,7 +154,9 @@ class RuntimeMemory:
         """aclrtIpcMemSetImportPid: whitelist processes (their device_get_bare_tgid) for `key`. Blocks."""
         pids = [int(pid) for pid in pids]
         if not key or not pids:
-            raise NpuError(codes.ACL_ERROR_INVALID_PARAM, "ipc_mem_set_import_pid needs a key and pids")
+            raise NpuError(
+                codes.ACL_ERROR_INVALID_PARAM, "ipc_mem_set_import_pid needs a key and pids"
+            )
         self._call(pb.IpcMemSetImportPidRequest(key=_key(key), pids=pids))
 
     @records_errors
@@ -186,7 +197,10 @@ class RuntimeMemory:
     # ---- stream-ordered pools ------------------------------------------------------------------
     def _pool(self, pool: int) -> int:
         if pool not in self.pools:
-            raise NpuError(codes.ACL_ERROR_RT_INVALID_HANDLE, f"memory pool {pool!r} is not valid in this process")
+            raise NpuError(
+                codes.ACL_ERROR_RT_INVALID_HANDLE,
+                f"memory pool {pool!r} is not valid in this process",
+            )
         return pool
 
     @records_errors
@@ -195,7 +209,10 @@ class RuntimeMemory:
         `max_size` (props.maxSize) caps it, 0 = no cap but the memory limit. Blocks."""
         device = self._device_or_current(device)
         if not isinstance(max_size, int) or max_size < 0:
-            raise NpuError(codes.ACL_ERROR_INVALID_PARAM, f"maxSize must be a byte count >= 0, not {max_size!r}")
+            raise NpuError(
+                codes.ACL_ERROR_INVALID_PARAM,
+                f"maxSize must be a byte count >= 0, not {max_size!r}",
+            )
         pool = self._call(pb.MemPoolCreateRequest(device=device, max_size=max_size)).pool
         self.pools[pool] = device
         return pool
@@ -217,8 +234,9 @@ class RuntimeMemory:
         from now on. Returns the address (blocks for it; no stream synchronisation)."""
         if not isinstance(size, int) or size <= 0:
             raise NpuError(codes.ACL_ERROR_INVALID_PARAM, f"cannot allocate {size!r} bytes")
-        address = self._call(pb.MemPoolMallocRequest(pool=self._pool(pool), size=size,
-                                                     stream=self.stream(stream))).address
+        address = self._call(
+            pb.MemPoolMallocRequest(pool=self._pool(pool), size=size, stream=self.stream(stream))
+        ).address
         self._remember(address, size, self.pools[pool])
         self.pool_blocks[address] = pool
         return address
@@ -239,7 +257,9 @@ class RuntimeMemory:
         """aclrtMemPoolSetAttr: release threshold and reuse flags (stored; simnpu's pools do
         not cache), or a high-water attribute reset to 0. Blocks."""
         if not isinstance(value, int) or value < 0:
-            raise NpuError(codes.ACL_ERROR_INVALID_PARAM, f"attribute value must be an int >= 0, not {value!r}")
+            raise NpuError(
+                codes.ACL_ERROR_INVALID_PARAM, f"attribute value must be an int >= 0, not {value!r}"
+            )
         self._call(pb.MemPoolSetAttrRequest(pool=self._pool(pool), attr=attr, value=value))
 
     @records_errors
@@ -259,5 +279,7 @@ def _key(key) -> str:
         key = bytes(key).split(b"\0", 1)[0].decode("ascii", "replace")
     key = str(key).split("\0", 1)[0]
     if len(key) >= IPC_KEY_LENGTH:
-        raise NpuError(codes.ACL_ERROR_INVALID_PARAM, f"an IPC key has at most {IPC_KEY_LENGTH - 1} characters")
+        raise NpuError(
+            codes.ACL_ERROR_INVALID_PARAM, f"an IPC key has at most {IPC_KEY_LENGTH - 1} characters"
+        )
     return key

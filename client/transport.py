@@ -29,6 +29,7 @@ config.prefer_fast_grpc()
 
 import grpc  # noqa: E402
 from google.protobuf.message import DecodeError, Message  # noqa: E402
+
 from simnpu.client import autostart  # noqa: E402
 from simnpu.proto import bulk as wire  # noqa: E402
 from simnpu.proto.errors import NpuError, error_for  # noqa: E402
@@ -43,7 +44,7 @@ _Item = npu_pb2.Item
 _ClientMessage = npu_pb2.ClientMessage
 
 
-_own_code: dict = {}   # code object -> whether it belongs to simnpu's client packages
+_own_code: dict = {}  # code object -> whether it belongs to simnpu's client packages
 _site_names: dict = {}  # (code object, instruction offset) -> "file:line"
 
 
@@ -81,7 +82,9 @@ class CallLog:
         self._sites: list = [None] * _SITE_RING
         self.stream_seq: dict[int, int] = {}  # stream -> sequence number of its last command
         self.deferred_seq = 0  # the last call whose failure is reported later (a command, a free)
-        self.sites_sent = 0  # sequence numbers up to here have had their sites sent (observed, no ring)
+        self.sites_sent = (
+            0  # sequence numbers up to here have had their sites sent (observed, no ring)
+        )
 
     def take(self, site: str, stream: int = 0, deferred: bool = False) -> int:
         """The next sequence number, for a call at `site` (a command on `stream`, or one whose
@@ -142,14 +145,20 @@ class _Pending:
 class Connection:
     """A live session with the daemon at `address`."""
 
-    def __init__(self, address: str | None = None, token: str | None = None,
-                 on_callback: Callable[[int], None] | None = None):
+    def __init__(
+        self,
+        address: str | None = None,
+        token: str | None = None,
+        on_callback: Callable[[int], None] | None = None,
+    ):
         self.on_callback = on_callback  # called (receiver thread) with a host callback's id
         self.address = address or config.address()
         try:
             self.token = token if token is not None else config.token()
         except OSError as error:  # SIMNPU_TOKEN_FILE names a file we cannot read
-            raise NpuError(codes.ACL_ERROR_RT_NO_PERMISSION, f"SIMNPU_TOKEN_FILE: {error}") from None
+            raise NpuError(
+                codes.ACL_ERROR_RT_NO_PERMISSION, f"SIMNPU_TOKEN_FILE: {error}"
+            ) from None
         self.log = CallLog()
         self._lock = threading.Lock()  # the log, the queue, the ring: calls are numbered in order
         self._pending_items: collections.deque = collections.deque()
@@ -174,7 +183,10 @@ class Connection:
         self._channel = grpc.insecure_channel(self.address, options=service.CHANNEL_OPTIONS)
         metadata = [(service.TOKEN_METADATA_KEY, self.token)] if self.token else None
         session = self._channel.stream_stream(
-            service.SESSION_METHOD, request_serializer=wire.serialize, response_deserializer=wire.parse_server)
+            service.SESSION_METHOD,
+            request_serializer=wire.serialize,
+            response_deserializer=wire.parse_server,
+        )
         self._call = session(self._messages(), metadata=metadata)
         self._receiver = threading.Thread(target=self._receive, name="simnpu-receiver", daemon=True)
         self._receiver.start()
@@ -231,7 +243,9 @@ class Connection:
             if self._broken is not None:
                 raise self._broken
             seq = self.log.take(site)
-            pending = self._replies[seq] = _Pending(seq, self._free_slots.pop() if self._free_slots else -1)
+            pending = self._replies[seq] = _Pending(
+                seq, self._free_slots.pop() if self._free_slots else -1
+            )
             request = npu_pb2.Request(id=seq, mailbox=pending.slot + 1, **{case: body})
             if bulk is None:
                 self._queue_request(request, site)
@@ -403,7 +417,10 @@ class Connection:
         try:
             message = next(self._call)
         except StopIteration:
-            self._fail_all(codes.ACL_ERROR_RT_DRV_INTERNAL_ERROR, f"the simnpu daemon at {self.address} closed the session")
+            self._fail_all(
+                codes.ACL_ERROR_RT_DRV_INTERNAL_ERROR,
+                f"the simnpu daemon at {self.address} closed the session",
+            )
             return
         except grpc.RpcError as error:
             self._fail_all(*_describe_rpc_error(self.address, error))
@@ -422,16 +439,20 @@ class Connection:
                 if self.on_callback:
                     self.on_callback(notice.callback)
             elif notice.kind == npu_pb2.Notice.KIND_DEVICE_GONE:
-                self._fail_all(codes.ACL_ERROR_RT_DRV_INTERNAL_ERROR,
-                               f"the simnpu daemon at {self.address} is gone: {notice.message}")
+                self._fail_all(
+                    codes.ACL_ERROR_RT_DRV_INTERNAL_ERROR,
+                    f"the simnpu daemon at {self.address} is gone: {notice.message}",
+                )
 
     def _receive(self) -> None:
         """The background reader: reads while notices are due or the session closes."""
         reading = self._reading
         while self._broken is None:
             with reading:
-                while self._broken is None and (self._reader_busy or not (
-                        self._notice_demand > 0 or self._closing or self.notify is not None)):
+                while self._broken is None and (
+                    self._reader_busy
+                    or not (self._notice_demand > 0 or self._closing or self.notify is not None)
+                ):
                     reading.wait()
                 if self._broken is not None:
                     return
@@ -475,7 +496,10 @@ def _describe_rpc_error(address: str, error: grpc.RpcError) -> tuple[int, str]:
     status = error.code() if hasattr(error, "code") else None
     details = error.details() if hasattr(error, "details") else str(error)
     if status == grpc.StatusCode.UNAUTHENTICATED:
-        return codes.ACL_ERROR_RT_NO_PERMISSION, f"the simnpu daemon at {address} refused this client: {details}"
+        return (
+            codes.ACL_ERROR_RT_NO_PERMISSION,
+            f"the simnpu daemon at {address} refused this client: {details}",
+        )
     if status == grpc.StatusCode.RESOURCE_EXHAUSTED:
         return codes.ACL_ERROR_RT_RESOURCE_ALLOC_FAIL, f"the simnpu daemon at {address}: {details}"
     return codes.ACL_ERROR_RT_DRV_INTERNAL_ERROR, f"lost the simnpu daemon at {address}: {details}"

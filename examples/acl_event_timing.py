@@ -13,8 +13,9 @@ Run: python examples/acl_event_timing.py   (a daemon is started if none runs)
 import struct
 import time
 
-import acl
 import numpy as np
+
+import acl
 
 SIZES = (128, 256, 512)
 
@@ -28,15 +29,25 @@ def to_device(array):
     data = np.ascontiguousarray(array).tobytes()
     ptr, ret = acl.rt.malloc(len(data), acl.ACL_MEM_MALLOC_HUGE_FIRST)
     check(ret, "malloc")
-    check(acl.rt.memcpy(ptr, len(data), acl.util.bytes_to_ptr(data), len(data), acl.ACL_MEMCPY_HOST_TO_DEVICE),
-          "memcpy H2D")
+    check(
+        acl.rt.memcpy(
+            ptr, len(data), acl.util.bytes_to_ptr(data), len(data), acl.ACL_MEMCPY_HOST_TO_DEVICE
+        ),
+        "memcpy H2D",
+    )
     return ptr
 
 
 def to_host(ptr, shape, dtype=np.float32):
-    out = bytes(int(np.prod(shape)) * np.dtype(dtype).itemsize)   # pyACL style: copy into a bytes buffer
-    check(acl.rt.memcpy(acl.util.bytes_to_ptr(out), len(out), ptr, len(out), acl.ACL_MEMCPY_DEVICE_TO_HOST),
-          "memcpy D2H")
+    out = bytes(
+        int(np.prod(shape)) * np.dtype(dtype).itemsize
+    )  # pyACL style: copy into a bytes buffer
+    check(
+        acl.rt.memcpy(
+            acl.util.bytes_to_ptr(out), len(out), ptr, len(out), acl.ACL_MEMCPY_DEVICE_TO_HOST
+        ),
+        "memcpy D2H",
+    )
     return np.frombuffer(out, dtype).reshape(shape)
 
 
@@ -61,12 +72,16 @@ def main():
         dev_a, dev_b = to_device(a), to_device(b)
         dev_c, ret = acl.rt.malloc(n * n * 4, acl.ACL_MEM_MALLOC_HUGE_FIRST)
         check(ret, "malloc")
-        args = struct.pack("<QQQIII", dev_a, dev_b, dev_c, n, n, n)   # matmul_f32(a, b, c, m, k, n)
+        args = struct.pack("<QQQIII", dev_a, dev_b, dev_c, n, n, n)  # matmul_f32(a, b, c, m, k, n)
 
         host_start = time.perf_counter()
         check(acl.rt.record_event(start, stream), "record_event")
-        check(acl.rt.launch_kernel_with_host_args(matmul, 2, stream, None, acl.util.bytes_to_ptr(args),
-                                                  len(args)), "launch")
+        check(
+            acl.rt.launch_kernel_with_host_args(
+                matmul, 2, stream, None, acl.util.bytes_to_ptr(args), len(args)
+            ),
+            "launch",
+        )
         check(acl.rt.record_event(end, stream), "record_event")
         check(acl.rt.synchronize_event(end), "synchronize_event")
         host_ms = (time.perf_counter() - host_start) * 1000
@@ -84,8 +99,10 @@ def main():
     _, ret = acl.rt.event_elapsed_time(end, start)
     assert ret == acl.ACL_ERROR_RT_EVENT_TIMESTAMP_REVERSAL, ret
     print(f"event_elapsed_time(end, start) returns {ret}: {acl.get_recent_err_msg()}")
-    print("every product matches numpy; the events time the kernel alone, the host clock adds the launch "
-          "and the synchronize round trip")
+    print(
+        "every product matches numpy; the events time the kernel alone, the host clock adds the launch "
+        "and the synchronize round trip"
+    )
 
     check(acl.rt.destroy_event(start), "destroy_event")
     check(acl.rt.destroy_event(end), "destroy_event")

@@ -16,14 +16,15 @@ import struct
 import threading
 import time
 
-import acl
 import numpy as np
+
+import acl
 
 BATCHES = 6
 N = 4096
 NBYTES = N * 4
 
-consumed = []          # (batch, correct?) in the order the callbacks ran
+consumed = []  # (batch, correct?) in the order the callbacks ran
 stop_reporting = threading.Event()
 
 
@@ -37,8 +38,8 @@ def report_loop(args):
     context, timeout_ms = args
     check(acl.rt.set_context(context), "set_context (callback thread)")
     while not stop_reporting.is_set():
-        ret = acl.rt.process_report(timeout_ms)          # runs one callback, or times out
-        if ret == acl.ACL_ERROR_RT_THREAD_SUBSCRIBE:      # subscribe_report has not run yet
+        ret = acl.rt.process_report(timeout_ms)  # runs one callback, or times out
+        if ret == acl.ACL_ERROR_RT_THREAD_SUBSCRIBE:  # subscribe_report has not run yet
             time.sleep(0.001)
         elif ret not in (acl.ACL_SUCCESS, acl.ACL_ERROR_RT_REPORT_TIMEOUT):
             print(f"process_report returned {ret}: {acl.get_recent_err_msg()}")
@@ -62,7 +63,7 @@ def main():
     check(ret, "start_thread")
     check(acl.rt.subscribe_report(thread_id, stream), "subscribe_report")
 
-    double, ret = acl.rt.binary_get_function(acl.SIMNPU_BUILTIN_BINARY, "add_f32")   # x + x
+    double, ret = acl.rt.binary_get_function(acl.SIMNPU_BUILTIN_BINARY, "add_f32")  # x + x
     check(ret, "binary_get_function")
     dev_x, ret = acl.rt.malloc(NBYTES, acl.ACL_MEM_MALLOC_HUGE_FIRST)
     check(ret, "malloc")
@@ -76,27 +77,44 @@ def main():
     outputs = np.frombuffer((ctypes.c_char * (BATCHES * NBYTES)).from_address(host_out), np.float32)
     inputs[:] = np.arange(BATCHES * N, dtype=np.float32)
     outputs[:] = 0
-    args = struct.pack("<QQQI", dev_x, dev_x, dev_y, N)       # add_f32(x, y, z, n); keep it alive
+    args = struct.pack("<QQQI", dev_x, dev_x, dev_y, N)  # add_f32(x, y, z, n); keep it alive
     args_ptr = acl.util.bytes_to_ptr(args)
     host_functions = []
 
     for batch in range(BATCHES):
         offset = batch * NBYTES
-        check(acl.rt.memcpy_async(dev_x, NBYTES, host_in + offset, NBYTES, acl.ACL_MEMCPY_HOST_TO_DEVICE, stream),
-              "memcpy_async H2D")
-        check(acl.rt.launch_kernel_with_host_args(double, 2, stream, None, args_ptr, len(args)), "launch")
-        check(acl.rt.memcpy_async(host_out + offset, NBYTES, dev_y, NBYTES, acl.ACL_MEMCPY_DEVICE_TO_HOST, stream),
-              "memcpy_async D2H")
-        view = outputs[batch * N:(batch + 1) * N]
-        expected = 2 * inputs[batch * N:(batch + 1) * N]
-        check(acl.rt.launch_callback(consume, [batch, view, expected], acl.ACL_CALLBACK_BLOCK, stream),
-              "launch_callback")
+        check(
+            acl.rt.memcpy_async(
+                dev_x, NBYTES, host_in + offset, NBYTES, acl.ACL_MEMCPY_HOST_TO_DEVICE, stream
+            ),
+            "memcpy_async H2D",
+        )
+        check(
+            acl.rt.launch_kernel_with_host_args(double, 2, stream, None, args_ptr, len(args)),
+            "launch",
+        )
+        check(
+            acl.rt.memcpy_async(
+                host_out + offset, NBYTES, dev_y, NBYTES, acl.ACL_MEMCPY_DEVICE_TO_HOST, stream
+            ),
+            "memcpy_async D2H",
+        )
+        view = outputs[batch * N : (batch + 1) * N]
+        expected = 2 * inputs[batch * N : (batch + 1) * N]
+        check(
+            acl.rt.launch_callback(
+                consume, [batch, view, expected], acl.ACL_CALLBACK_BLOCK, stream
+            ),
+            "launch_callback",
+        )
         check(acl.rt.launch_host_func(stream, host_functions.append, batch), "launch_host_func")
     print(f"queued {BATCHES} batches; callbacks consumed so far: {len(consumed)}")
 
     check(acl.rt.synchronize_stream(stream), "synchronize_stream")
-    print(f"after synchronize_stream: callbacks ran for batches {[batch for batch, _ in consumed]}, "
-          f"host functions for {host_functions}")
+    print(
+        f"after synchronize_stream: callbacks ran for batches {[batch for batch, _ in consumed]}, "
+        f"host functions for {host_functions}"
+    )
     assert consumed == [(batch, True) for batch in range(BATCHES)], consumed
     assert host_functions == list(range(BATCHES)), host_functions
     print("every callback ran in stream order and saw its batch's finished result")

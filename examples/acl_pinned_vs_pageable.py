@@ -19,8 +19,9 @@ import ctypes
 import threading
 import time
 
-import acl
 import numpy as np
+
+import acl
 
 NBYTES = 16 << 20
 HOLD_S = 0.3
@@ -43,11 +44,15 @@ def held_copy(stream, dst, src):
     """Queue a hold, then an H2D memcpy_async from src; (did the call return during the hold,
     seconds the call took)."""
     released = threading.Event()
-    check(acl.rt.launch_host_func(stream, lambda _: time.sleep(HOLD_S) or released.set(), None),
-          "launch_host_func")
+    check(
+        acl.rt.launch_host_func(stream, lambda _: time.sleep(HOLD_S) or released.set(), None),
+        "launch_host_func",
+    )
     begin = time.perf_counter()
-    check(acl.rt.memcpy_async(dst, NBYTES, src, NBYTES, acl.ACL_MEMCPY_HOST_TO_DEVICE, stream),
-          "memcpy_async H2D")
+    check(
+        acl.rt.memcpy_async(dst, NBYTES, src, NBYTES, acl.ACL_MEMCPY_HOST_TO_DEVICE, stream),
+        "memcpy_async H2D",
+    )
     call_s = time.perf_counter() - begin
     returned_during_hold = not released.is_set()
     check(acl.rt.synchronize_stream(stream), "synchronize_stream")
@@ -58,8 +63,10 @@ def timed_copy(stream, dst, src, start, end):
     """(seconds the call took, milliseconds on the device clock) of an H2D copy on an idle stream."""
     check(acl.rt.record_event(start, stream), "record_event")
     begin = time.perf_counter()
-    check(acl.rt.memcpy_async(dst, NBYTES, src, NBYTES, acl.ACL_MEMCPY_HOST_TO_DEVICE, stream),
-          "memcpy_async H2D")
+    check(
+        acl.rt.memcpy_async(dst, NBYTES, src, NBYTES, acl.ACL_MEMCPY_HOST_TO_DEVICE, stream),
+        "memcpy_async H2D",
+    )
     call_s = time.perf_counter() - begin
     check(acl.rt.record_event(end, stream), "record_event")
     check(acl.rt.synchronize_stream(stream), "synchronize_stream")
@@ -70,8 +77,12 @@ def timed_copy(stream, dst, src, start, end):
 
 def read_back(dev):
     out = bytes(NBYTES)
-    check(acl.rt.memcpy(acl.util.bytes_to_ptr(out), NBYTES, dev, NBYTES, acl.ACL_MEMCPY_DEVICE_TO_HOST),
-          "memcpy D2H")
+    check(
+        acl.rt.memcpy(
+            acl.util.bytes_to_ptr(out), NBYTES, dev, NBYTES, acl.ACL_MEMCPY_DEVICE_TO_HOST
+        ),
+        "memcpy D2H",
+    )
     return np.frombuffer(out, np.uint8)
 
 
@@ -92,7 +103,7 @@ def main():
     check(ret, "malloc_host")
     pinned_view = np.frombuffer((ctypes.c_char * NBYTES).from_address(pinned), np.uint8)
     pinned_view[:] = data
-    pageable = data.tobytes()                      # ordinary process memory
+    pageable = data.tobytes()  # ordinary process memory
     pageable_ptr = acl.util.bytes_to_ptr(pageable)
 
     rows = []
@@ -104,18 +115,30 @@ def main():
         np.testing.assert_array_equal(read_back(dev), data)
         rows.append((label, during_hold, held_s, call_s, device_ms))
 
-    print(f"host -> device memcpy_async of {NBYTES >> 20} MiB; the stream is first held for {HOLD_S} s")
-    print(f"{'source':26s} {'returned':>16s} {'call, held':>11s} {'call, idle':>11s} {'device':>10s}")
+    print(
+        f"host -> device memcpy_async of {NBYTES >> 20} MiB; the stream is first held for {HOLD_S} s"
+    )
+    print(
+        f"{'source':26s} {'returned':>16s} {'call, held':>11s} {'call, idle':>11s} {'device':>10s}"
+    )
     for label, during_hold, held_s, call_s, device_ms in rows:
         when = "during the hold" if during_hold else "after the hold"
-        print(f"{label:26s} {when:>16s} {held_s * 1000:8.2f} ms {call_s * 1000:8.2f} ms {device_ms:7.2f} ms")
-    assert not rows[1][1], "the copy from pageable memory should return only once its bytes have left"
+        print(
+            f"{label:26s} {when:>16s} {held_s * 1000:8.2f} ms {call_s * 1000:8.2f} ms {device_ms:7.2f} ms"
+        )
+    assert not rows[1][1], (
+        "the copy from pageable memory should return only once its bytes have left"
+    )
     if shares_memory_with_the_daemon():
         assert rows[0][1], "the copy from pinned memory should return before the stream reaches it"
-        print("the data arrived intact both ways; only the pinned copy let the host go on while it was queued")
+        print(
+            "the data arrived intact both ways; only the pinned copy let the host go on while it was queued"
+        )
     else:
-        print("the data arrived intact both ways; this client does not share memory with the daemon, so its "
-              "pinned memory is staged like pageable memory")
+        print(
+            "the data arrived intact both ways; this client does not share memory with the daemon, so its "
+            "pinned memory is staged like pageable memory"
+        )
 
     del pinned_view
     check(acl.rt.free_host(pinned), "free_host")

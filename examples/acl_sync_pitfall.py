@@ -18,12 +18,13 @@ import ctypes
 import struct
 import threading
 
-import acl
 import numpy as np
+
+import acl
 
 N = 1 << 16
 NBYTES = N * 4
-SCALE_KERNEL = b'''
+SCALE_KERNEL = b"""
 import numpy as np
 from simnpu import kernel
 
@@ -35,7 +36,7 @@ def scale_f32(ctx, x, y, factor, n):
     if count:
         np.multiply(ctx.gm(x + 4 * start, "float32", count, access="r"), factor,
                     out=ctx.gm(y + 4 * start, "float32", count))
-'''
+"""
 
 
 def check(ret, what):
@@ -55,7 +56,9 @@ def main():
     check(acl.init(), "acl.init")
     if not shares_memory_with_the_daemon():
         # The copy into pinned memory would be staged: it would wait for the held stream.
-        print("this lesson needs pinned memory shared with the daemon (not available to this client)")
+        print(
+            "this lesson needs pinned memory shared with the daemon (not available to this client)"
+        )
         check(acl.finalize(), "acl.finalize")
         return
     check(acl.rt.set_device(0), "set_device")
@@ -73,8 +76,12 @@ def main():
     check(ret, "malloc")
     dev_y, ret = acl.rt.malloc(NBYTES, acl.ACL_MEM_MALLOC_HUGE_FIRST)
     check(ret, "malloc")
-    check(acl.rt.memcpy(dev_x, NBYTES, acl.util.bytes_to_ptr(x_bytes), NBYTES, acl.ACL_MEMCPY_HOST_TO_DEVICE),
-          "memcpy H2D")
+    check(
+        acl.rt.memcpy(
+            dev_x, NBYTES, acl.util.bytes_to_ptr(x_bytes), NBYTES, acl.ACL_MEMCPY_HOST_TO_DEVICE
+        ),
+        "memcpy H2D",
+    )
     check(acl.rt.memset(dev_y, NBYTES, 0, NBYTES), "memset")
     host_y, ret = acl.rt.malloc_host(NBYTES)
     check(ret, "malloc_host")
@@ -86,10 +93,16 @@ def main():
     check(acl.rt.launch_host_func(stream, lambda _: looked.wait(60), None), "launch_host_func")
 
     args = struct.pack("<QQfI", dev_x, dev_y, 2.0, N)
-    check(acl.rt.launch_kernel_with_host_args(scale, 4, stream, None, acl.util.bytes_to_ptr(args), len(args)),
-          "launch")
-    check(acl.rt.memcpy_async(host_y, NBYTES, dev_y, NBYTES, acl.ACL_MEMCPY_DEVICE_TO_HOST, stream),
-          "memcpy_async D2H")
+    check(
+        acl.rt.launch_kernel_with_host_args(
+            scale, 4, stream, None, acl.util.bytes_to_ptr(args), len(args)
+        ),
+        "launch",
+    )
+    check(
+        acl.rt.memcpy_async(host_y, NBYTES, dev_y, NBYTES, acl.ACL_MEMCPY_DEVICE_TO_HOST, stream),
+        "memcpy_async D2H",
+    )
 
     # Pitfall 1: read the destination of the async copy without synchronizing.
     early = result.copy()
@@ -97,8 +110,12 @@ def main():
     check(ret, "stream_query")
     # Pitfall 2: a synchronous memcpy is not ordered with the stream either.
     sync_copy = bytes(NBYTES)
-    check(acl.rt.memcpy(acl.util.bytes_to_ptr(sync_copy), NBYTES, dev_y, NBYTES, acl.ACL_MEMCPY_DEVICE_TO_HOST),
-          "memcpy D2H")
+    check(
+        acl.rt.memcpy(
+            acl.util.bytes_to_ptr(sync_copy), NBYTES, dev_y, NBYTES, acl.ACL_MEMCPY_DEVICE_TO_HOST
+        ),
+        "memcpy D2H",
+    )
     sync_copy = np.frombuffer(sync_copy, np.float32)
     looked.set()
 
@@ -108,12 +125,18 @@ def main():
     check(ret, "stream_query")
 
     print(f"y = 2 * x for {N} floats; the first values should be {expected[:4]}")
-    print(f"  read without synchronizing:      {early[:4]}  (stream_query: "
-          f"{'NOT_READY' if status == acl.ACL_STREAM_STATUS_NOT_READY else 'COMPLETE'})")
+    print(
+        f"  read without synchronizing:      {early[:4]}  (stream_query: "
+        f"{'NOT_READY' if status == acl.ACL_STREAM_STATUS_NOT_READY else 'COMPLETE'})"
+    )
     print(f"  synchronous memcpy of y instead: {sync_copy[:4]}  (not ordered with the stream)")
-    print(f"  after synchronize_stream:        {result[:4]}  (stream_query: "
-          f"{'NOT_READY' if status_after == acl.ACL_STREAM_STATUS_NOT_READY else 'COMPLETE'})")
-    assert status == acl.ACL_STREAM_STATUS_NOT_READY and status_after == acl.ACL_STREAM_STATUS_COMPLETE
+    print(
+        f"  after synchronize_stream:        {result[:4]}  (stream_query: "
+        f"{'NOT_READY' if status_after == acl.ACL_STREAM_STATUS_NOT_READY else 'COMPLETE'})"
+    )
+    assert (
+        status == acl.ACL_STREAM_STATUS_NOT_READY and status_after == acl.ACL_STREAM_STATUS_COMPLETE
+    )
     assert np.all(early == -1), "the early read already saw results"
     assert not np.array_equal(sync_copy, expected), "the synchronous copy saw the kernel's results"
     np.testing.assert_array_equal(result, expected)

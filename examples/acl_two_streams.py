@@ -13,11 +13,12 @@ Run: python examples/acl_two_streams.py   (a daemon is started if none runs)
 import ctypes
 import struct
 
-import acl
 import numpy as np
 
+import acl
+
 CHUNKS = 8
-ROWS, COLS = 512, 512                  # one chunk: 512 rows of 512 float32 (1 MiB)
+ROWS, COLS = 512, 512  # one chunk: 512 rows of 512 float32 (1 MiB)
 CHUNK_BYTES = ROWS * COLS * 4
 
 
@@ -42,19 +43,43 @@ def run_pipeline(copy_stream, compute_stream, host_in, host_out, dev_in, dev_out
     check(acl.rt.stream_wait_event(compute_stream, start), "stream_wait_event")
     for i in range(CHUNKS):
         offset = i * CHUNK_BYTES
-        check(acl.rt.memcpy_async(dev_in[i], CHUNK_BYTES, host_in + offset, CHUNK_BYTES,
-                                  acl.ACL_MEMCPY_HOST_TO_DEVICE, copy_stream), "memcpy_async H2D")
+        check(
+            acl.rt.memcpy_async(
+                dev_in[i],
+                CHUNK_BYTES,
+                host_in + offset,
+                CHUNK_BYTES,
+                acl.ACL_MEMCPY_HOST_TO_DEVICE,
+                copy_stream,
+            ),
+            "memcpy_async H2D",
+        )
         event, ret = acl.rt.create_event()
         check(ret, "create_event")
         copied.append(event)
         check(acl.rt.record_event(event, copy_stream), "record_event")
         # Without this wait the kernel could read the chunk before the copy has landed.
         check(acl.rt.stream_wait_event(compute_stream, event), "stream_wait_event")
-        args = struct.pack("<QQII", dev_in[i], dev_out[i], ROWS, COLS)   # softmax_f32(x, y, rows, cols)
-        check(acl.rt.launch_kernel_with_host_args(softmax, 2, compute_stream, None,
-                                                  acl.util.bytes_to_ptr(args), len(args)), "launch")
-        check(acl.rt.memcpy_async(host_out + offset, CHUNK_BYTES, dev_out[i], CHUNK_BYTES,
-                                  acl.ACL_MEMCPY_DEVICE_TO_HOST, compute_stream), "memcpy_async D2H")
+        args = struct.pack(
+            "<QQII", dev_in[i], dev_out[i], ROWS, COLS
+        )  # softmax_f32(x, y, rows, cols)
+        check(
+            acl.rt.launch_kernel_with_host_args(
+                softmax, 2, compute_stream, None, acl.util.bytes_to_ptr(args), len(args)
+            ),
+            "launch",
+        )
+        check(
+            acl.rt.memcpy_async(
+                host_out + offset,
+                CHUNK_BYTES,
+                dev_out[i],
+                CHUNK_BYTES,
+                acl.ACL_MEMCPY_DEVICE_TO_HOST,
+                compute_stream,
+            ),
+            "memcpy_async D2H",
+        )
     check(acl.rt.record_event(end, compute_stream), "record_event")
     check(acl.rt.synchronize_event(end), "synchronize_event")
     elapsed, ret = acl.rt.event_elapsed_time(start, end)
@@ -75,7 +100,7 @@ def main():
     check(ret, "create_stream")
 
     total = CHUNKS * CHUNK_BYTES
-    host_in, ret = acl.rt.malloc_host(total)      # pinned: async copies from it are truly async
+    host_in, ret = acl.rt.malloc_host(total)  # pinned: async copies from it are truly async
     check(ret, "malloc_host")
     host_out, ret = acl.rt.malloc_host(total)
     check(ret, "malloc_host")
@@ -95,17 +120,26 @@ def main():
     expected = np.exp(inputs - inputs.max(axis=-1, keepdims=True))
     expected /= expected.sum(axis=-1, keepdims=True)
 
-    run_pipeline(compute_stream, compute_stream, host_in, host_out, dev_in, dev_out, softmax)  # warm-up
+    run_pipeline(
+        compute_stream, compute_stream, host_in, host_out, dev_in, dev_out, softmax
+    )  # warm-up
     results = {}
-    for label, first in (("two streams, ordered by events", copy_stream), ("one stream", compute_stream)):
+    for label, first in (
+        ("two streams, ordered by events", copy_stream),
+        ("one stream", compute_stream),
+    ):
         outputs[:] = 0
-        results[label] = run_pipeline(first, compute_stream, host_in, host_out, dev_in, dev_out, softmax)
+        results[label] = run_pipeline(
+            first, compute_stream, host_in, host_out, dev_in, dev_out, softmax
+        )
         np.testing.assert_allclose(outputs, expected, rtol=1e-5, atol=1e-7)
 
     print(f"softmax of {CHUNKS} chunks of {ROWS}x{COLS} float32: every result matches numpy")
     for label, elapsed in results.items():
         print(f"  copy + compute on {label:32s} {elapsed:8.2f} ms (device clock)")
-    print("  the copy of chunk i+1 overlaps the softmax of chunk i only when they are on different streams")
+    print(
+        "  the copy of chunk i+1 overlaps the softmax of chunk i only when they are on different streams"
+    )
 
     del inputs, outputs
     for ptr in dev_in + dev_out:

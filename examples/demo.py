@@ -22,9 +22,9 @@ def run(device, copy_stream, compute_stream, host, inputs, outputs, softmax):
     compute_stream.wait_event(start)
     for i in range(CHUNKS):
         copied = npu.Event()
-        inputs[i].copy_from_host(host[i], stream=copy_stream)   # async: pinned memory
+        inputs[i].copy_from_host(host[i], stream=copy_stream)  # async: pinned memory
         copied.record(copy_stream)
-        compute_stream.wait_event(copied)                        # the ordering the tutorial asks for
+        compute_stream.wait_event(copied)  # the ordering the tutorial asks for
         softmax.launch(1, inputs[i], outputs[i], ROWS, COLS, stream=compute_stream)
     end.record(compute_stream)
     return start, end
@@ -41,7 +41,9 @@ def main():
         outputs = [npu.DeviceBuffer(ROWS * COLS * 4) for _ in range(CHUNKS)]
         softmax = npu.builtin("softmax_f32")
 
-        run(device, compute_stream, compute_stream, host, inputs, outputs, softmax)[1].synchronize()  # warm-up
+        run(device, compute_stream, compute_stream, host, inputs, outputs, softmax)[
+            1
+        ].synchronize()  # warm-up
         start, end = run(device, copy_stream, compute_stream, host, inputs, outputs, softmax)
         end.synchronize()
         two_streams_ms = start.elapsed_time(end)
@@ -55,7 +57,9 @@ def main():
             result = outputs[i].to_numpy(np.float32, (ROWS, COLS))
             np.testing.assert_allclose(result, expected[i], rtol=1e-5, atol=1e-7)
         print(f"softmax of {CHUNKS} x {ROWS}x{COLS} float32 chunks, all results match numpy")
-        print(f"  copy and compute on two streams, ordered by events: {two_streams_ms:8.2f} ms (device clock)")
+        print(
+            f"  copy and compute on two streams, ordered by events: {two_streams_ms:8.2f} ms (device clock)"
+        )
         print(f"  the same work on one stream:                         {one_stream_ms:8.2f} ms")
 
         del host

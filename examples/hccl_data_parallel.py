@@ -127,8 +127,11 @@ def job_main():
     from simnpu.client.collectives import Communicator
     from simnpu.client.rendezvous import from_env
 
-    print(f"waiting for {os.environ.get('SIMNPU_WORLD_SIZE')} processes of job "
-          f"{os.environ['SIMNPU_JOB']!r} (SIMNPU_WORLD_SIZE)", flush=True)
+    print(
+        f"waiting for {os.environ.get('SIMNPU_WORLD_SIZE')} processes of job "
+        f"{os.environ['SIMNPU_JOB']!r} (SIMNPU_WORLD_SIZE)",
+        flush=True,
+    )
     me = from_env()  # blocks until SIMNPU_WORLD_SIZE processes of the job have asked
     device = me.rank % npu.device_count()
     npu.Device(device)

@@ -27,20 +27,22 @@ def main() -> int:
     except npu.NpuError as error:
         print(f"refused: {error}", file=sys.stderr)
         return 3
-    print(f"connected to {runtime.connection.address}: uses_shared_memory={runtime.uses_shared_memory}",
-          flush=True)
+    print(
+        f"connected to {runtime.connection.address}: uses_shared_memory={runtime.uses_shared_memory}",
+        flush=True,
+    )
     rng = np.random.default_rng(0)
     a = rng.standard_normal(N, dtype=np.float32)
     stream = npu.Stream()
-    x = npu.DeviceBuffer.from_array(a)                    # pageable memory
+    x = npu.DeviceBuffer.from_array(a)  # pageable memory
     pinned = npu.PinnedBuffer(a.nbytes)
     host = pinned.array(np.float32, (N,))
     host[:] = -a
     y = npu.DeviceBuffer(a.nbytes)
-    y.copy_from_host(host, stream=stream)                 # pinned memory, async
+    y.copy_from_host(host, stream=stream)  # pinned memory, async
     z = npu.DeviceBuffer(a.nbytes)
-    npu.builtin("add_f32").launch(4, x, x, z, N, stream=stream)      # z = 2a
-    npu.builtin("add_f32").launch(4, z, y, z, N, stream=stream)      # z = 2a - a
+    npu.builtin("add_f32").launch(4, x, x, z, N, stream=stream)  # z = 2a
+    npu.builtin("add_f32").launch(4, z, y, z, N, stream=stream)  # z = 2a - a
     stream.synchronize()
     result = z.to_numpy(np.float32)
     assert np.array_equal(result, a), "the device computed something else"

@@ -106,5 +106,5 @@ def _split(raw: bytes, tag: int) -> tuple[memoryview | None, bytes | memoryview]
             if at + size > len(raw):
                 break
             view = memoryview(raw)
-            return view[at:at + size], view[at + size:]
+            return view[at : at + size], view[at + size :]
     return None, raw  # malformed: protobuf's own parse says so

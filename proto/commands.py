@@ -52,8 +52,8 @@ _OP = struct.Struct("<H")
 
 
 class Location(NamedTuple):
-    space: int   # npu.proto's Space
-    id: int      # SPACE_PINNED: the segment's handle
+    space: int  # npu.proto's Space
+    id: int  # SPACE_PINNED: the segment's handle
     offset: int  # SPACE_DEVICE: the device address; else within the segment
 
 
@@ -70,7 +70,9 @@ class Launch(_LaunchFields):
 
     __slots__ = ()
     OP: ClassVar[int] = 1
-    LAYOUT: ClassVar[struct.Struct] = struct.Struct("<HIQQI")  # op, blocks, stream, function, args length
+    LAYOUT: ClassVar[struct.Struct] = struct.Struct(
+        "<HIQQI"
+    )  # op, blocks, stream, function, args length
 
     @staticmethod
     def pack(num_blocks: int, stream: int, function: int, args: bytes) -> bytes:
@@ -82,14 +84,16 @@ class Launch(_LaunchFields):
         start = at + cls.LAYOUT.size
         if len(buffer) - start < length:
             raise _malformed(f"launch arguments truncated at byte {start}")
-        return cls(num_blocks, stream, function, bytes(buffer[start:start + length])), start + length
+        return cls(
+            num_blocks, stream, function, bytes(buffer[start : start + length])
+        ), start + length
 
 
 class _LaunchDeviceArgsFields(NamedTuple):
     num_blocks: int
     stream: int
     function: int
-    args_ptr: int   # a device address: read when the launch reaches the head of its stream
+    args_ptr: int  # a device address: read when the launch reaches the head of its stream
     args_size: int
 
 
@@ -102,8 +106,9 @@ class LaunchDeviceArgs(_LaunchDeviceArgsFields):
 
     @staticmethod
     def pack(num_blocks: int, stream: int, function: int, args_ptr: int, args_size: int) -> bytes:
-        return LaunchDeviceArgs.LAYOUT.pack(LaunchDeviceArgs.OP, num_blocks, stream, function, args_ptr,
-                                            args_size)
+        return LaunchDeviceArgs.LAYOUT.pack(
+            LaunchDeviceArgs.OP, num_blocks, stream, function, args_ptr, args_size
+        )
 
     @classmethod
     def unpack_from(cls, buffer: memoryview, at: int) -> tuple[LaunchDeviceArgs, int]:
@@ -234,15 +239,15 @@ class HostDone(HostCallback):
 class _CollectiveFields(NamedTuple):
     stream: int
     comm: int
-    kind: int        # HcclCMDType
+    kind: int  # HcclCMDType
     send: int
     recv: int
     count: int
     recv_count: int  # alltoall's recvCount; otherwise equal to count
-    dtype: int       # HcclDataType
+    dtype: int  # HcclDataType
     recv_dtype: int  # alltoall's recvType; otherwise equal to dtype
-    op: int          # HcclReduceOp (reducing collectives)
-    root: int        # root rank (broadcast, reduce, scatter), peer rank (send, recv)
+    op: int  # HcclReduceOp (reducing collectives)
+    root: int  # root rank (broadcast, reduce, scatter), peer rank (send, recv)
 
 
 class Collective(_CollectiveFields):
@@ -331,16 +336,29 @@ def _ring_bytes(buffer: memoryview, at: int) -> tuple[bytes, int]:
     start = at + _RING_BYTES.size
     if len(buffer) - start < length:
         raise _malformed(f"ring record of {length} bytes truncated at byte {start}")
-    return bytes(buffer[start:start + length]), start + length
+    return bytes(buffer[start : start + length]), start + length
 
 
-_KINDS = (Launch, LaunchDeviceArgs, Copy, Memset, RecordEvent, ResetEvent, WaitEvent, HostCallback, HostDone,
-          Collective)
+_KINDS = (
+    Launch,
+    LaunchDeviceArgs,
+    Copy,
+    Memset,
+    RecordEvent,
+    ResetEvent,
+    WaitEvent,
+    HostCallback,
+    HostDone,
+    Collective,
+)
 # op -> (the smallest size of its record, its kind's unpack_from)
 _COMMANDS = {kind.OP: (kind.LAYOUT.size, kind.unpack_from) for kind in _KINDS}
-_RING_COMMANDS = {**_COMMANDS, RingRequest.OP: (_RING_BYTES.size, RingRequest.unpack_from),
-                  RingStreamItem.OP: (_OP.size, RingStreamItem.unpack_from),
-                  RingSite.OP: (_RING_BYTES.size, RingSite.unpack_from)}
+_RING_COMMANDS = {
+    **_COMMANDS,
+    RingRequest.OP: (_RING_BYTES.size, RingRequest.unpack_from),
+    RingStreamItem.OP: (_OP.size, RingStreamItem.unpack_from),
+    RingSite.OP: (_RING_BYTES.size, RingSite.unpack_from),
+}
 
 
 def decode(buffer, ring: bool = False) -> Iterator:

@@ -55,4 +55,6 @@ def invalid(message: str) -> NpuError:
 
 def bad_handle(kind: str, handle: int) -> NpuError:
     """An unknown, stale or foreign handle (107017)."""
-    return NpuError(codes.ACL_ERROR_RT_INVALID_HANDLE, f"{kind} handle {handle:#x} is not valid in this session")
+    return NpuError(
+        codes.ACL_ERROR_RT_INVALID_HANDLE, f"{kind} handle {handle:#x} is not valid in this session"
+    )

@@ -20,12 +20,20 @@ def generate() -> None:
 
     well_known = pathlib.Path(grpc_tools.__file__).parent / "_proto"  # descriptor.proto
     with tempfile.TemporaryDirectory() as out:
-        args = ["protoc", f"-I{HERE}", f"-I{well_known}", f"--python_out={out}", f"--pyi_out={out}",
-                str(HERE / SOURCE)]
+        args = [
+            "protoc",
+            f"-I{HERE}",
+            f"-I{well_known}",
+            f"--python_out={out}",
+            f"--pyi_out={out}",
+            str(HERE / SOURCE),
+        ]
         if protoc.main(args) != 0:
             raise RuntimeError(f"protoc failed on {SOURCE}")
         for suffix in (".py", ".pyi"):
-            shutil.copyfile(pathlib.Path(out) / f"simnpu/v1/npu_pb2{suffix}", HERE / f"npu_pb2{suffix}")
+            shutil.copyfile(
+                pathlib.Path(out) / f"simnpu/v1/npu_pb2{suffix}", HERE / f"npu_pb2{suffix}"
+            )
 
 
 if __name__ == "__main__":

@@ -11,23 +11,37 @@ once per message type.
 from __future__ import annotations
 
 from google.protobuf.message import Message
+
 from simnpu.proto import npu_pb2
 
-_REQUEST_CASE = {field.message_type.full_name: field.name
-                 for field in npu_pb2.Request.DESCRIPTOR.oneofs_by_name["body"].fields}
-_REPLY_CASE = {field.message_type.full_name: field.name
-               for field in npu_pb2.Reply.DESCRIPTOR.oneofs_by_name["body"].fields}
+_REQUEST_CASE = {
+    field.message_type.full_name: field.name
+    for field in npu_pb2.Request.DESCRIPTOR.oneofs_by_name["body"].fields
+}
+_REPLY_CASE = {
+    field.message_type.full_name: field.name
+    for field in npu_pb2.Reply.DESCRIPTOR.oneofs_by_name["body"].fields
+}
 _REPLY_CASES = frozenset(_REPLY_CASE.values())
-_REQUIRED: dict[str, tuple[tuple[str, bool], ...]] = {}  # message -> (field, is a message) of its required
+_REQUIRED: dict[
+    str, tuple[tuple[str, bool], ...]
+] = {}  # message -> (field, is a message) of its required
 
 
 def request(request_id: int, mailbox: int, body: Message) -> npu_pb2.Request:
     """The Request carrying `body` (a request body message)."""
-    return npu_pb2.Request(id=request_id, mailbox=mailbox, **{_REQUEST_CASE[body.DESCRIPTOR.full_name]: body})
+    return npu_pb2.Request(
+        id=request_id, mailbox=mailbox, **{_REQUEST_CASE[body.DESCRIPTOR.full_name]: body}
+    )
 
 
-def reply(request_id: int, body: Message | None = None, code: int = 0, message: str = "",
-          task_seq: int = 0) -> npu_pb2.Reply:
+def reply(
+    request_id: int,
+    body: Message | None = None,
+    code: int = 0,
+    message: str = "",
+    task_seq: int = 0,
+) -> npu_pb2.Reply:
     """The Reply to `request_id`, carrying `body` (a reply body message) if given."""
     answer = npu_pb2.Reply(id=request_id, code=code, message=message, task_seq=task_seq)
     if body is not None:
@@ -58,8 +72,10 @@ def missing(body: Message, prefix: str = "") -> list[str]:
     required = _REQUIRED.get(name)
     if required is None:
         required = _REQUIRED[name] = tuple(
-            (field.name, field.message_type is not None) for field in body.DESCRIPTOR.fields
-            if field.GetOptions().Extensions[npu_pb2.required])
+            (field.name, field.message_type is not None)
+            for field in body.DESCRIPTOR.fields
+            if field.GetOptions().Extensions[npu_pb2.required]
+        )
     absent = []
     for field, is_message in required:
         if not body.HasField(field):

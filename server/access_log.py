@@ -19,6 +19,7 @@ was refused (MemoryFault), else None. Nothing here runs unless checking is on.
 from __future__ import annotations
 
 import numpy as np
+
 from simnpu.server.work import Accesses
 
 READ, WRITE, READ_RW = 0, 1, 2  # entry modes; READ_RW: a read through an "rw" view (no initcheck)
@@ -36,7 +37,9 @@ class CheckedBounds(tuple):
         return (CheckedBounds, (tuple(self),))
 
 
-def run_checked(runner, kernel_context, fault_type, token, function, args, first, last, block_num, bounds):
+def run_checked(
+    runner, kernel_context, fault_type, token, function, args, first, last, block_num, bounds
+):
     """Run blocks [first, last) like WorkRunner.run_kernel does, recording accesses; report
     them. Returns (block reached, exception or None)."""
     recording = recording_context(kernel_context)
@@ -123,7 +126,7 @@ def _changed(before: np.ndarray, after: np.ndarray) -> list[tuple[int, int]]:
     ends = np.concatenate((changed[breaks], [changed[-1]])) + 1
     if starts.size > MAX_RUNS_PER_VIEW:  # keep the widest gaps, merge across the others
         gaps = starts[1:] - ends[:-1]
-        keep = np.sort(np.argsort(gaps)[-(MAX_RUNS_PER_VIEW - 1):])
+        keep = np.sort(np.argsort(gaps)[-(MAX_RUNS_PER_VIEW - 1) :])
         starts = np.concatenate(([starts[0]], starts[keep + 1]))
         ends = np.concatenate((ends[keep], [ends[-1]]))
     return [(int(a) * size, int(b) * size) for a, b in zip(starts, ends)]

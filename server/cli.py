@@ -19,35 +19,79 @@ from simnpu.shm.sizes import parse_size
 def _serve_parser(sub) -> None:
     p = sub.add_parser("serve", help="run the device daemon")
     env = os.environ.get
-    p.add_argument("--listen", action="append",
-                   help="gRPC address: unix:///abs/path.sock, host:port, [::1]:port, 0.0.0.0:port "
-                        "(repeatable; default $SIMNPU_LISTEN, comma-separated, else "
-                        "$SIMNPU_ADDRESS, else the per-user Unix socket)")
+    p.add_argument(
+        "--listen",
+        action="append",
+        help="gRPC address: unix:///abs/path.sock, host:port, [::1]:port, 0.0.0.0:port "
+        "(repeatable; default $SIMNPU_LISTEN, comma-separated, else "
+        "$SIMNPU_ADDRESS, else the per-user Unix socket)",
+    )
     p.add_argument("--devices", type=int, default=int(env("SIMNPU_DEVICES", "1")))
-    p.add_argument("--memory", type=parse_size, default=parse_size(env("SIMNPU_MEMORY", "2GiB")),
-                   help="device memory per device, e.g. 512MiB, 2GiB")
-    p.add_argument("--memory-limit", default=env("SIMNPU_DEFAULT_MEMORY_LIMIT", ""),
-                   help="default device-memory limit of every client, e.g. 256MiB or 25%% of "
-                        "--memory (clients may lower theirs with SIMNPU_MEMORY_LIMIT); default none")
+    p.add_argument(
+        "--memory",
+        type=parse_size,
+        default=parse_size(env("SIMNPU_MEMORY", "2GiB")),
+        help="device memory per device, e.g. 512MiB, 2GiB",
+    )
+    p.add_argument(
+        "--memory-limit",
+        default=env("SIMNPU_DEFAULT_MEMORY_LIMIT", ""),
+        help="default device-memory limit of every client, e.g. 256MiB or 25%% of "
+        "--memory (clients may lower theirs with SIMNPU_MEMORY_LIMIT); default none",
+    )
     p.add_argument("--ai-cores", type=int, default=int(env("SIMNPU_AI_CORES", "2")))
     p.add_argument("--copy-engines", type=int, default=int(env("SIMNPU_COPY_ENGINES", "2")))
-    p.add_argument("--staging", type=parse_size, default=parse_size("32MiB"),
-                   help="per-client staging area for pageable copies")
-    p.add_argument("--token-file", help="file holding the shared token TCP clients must send "
-                        "(default: $SIMNPU_TOKEN, else the file $SIMNPU_TOKEN_FILE)")
-    p.add_argument("--create-token", action="store_true", default=env("SIMNPU_CREATE_TOKEN") == "1",
-                   help="when no token is set and the token file does not exist, create it (mode "
-                        "0600) with a new random token ($SIMNPU_CREATE_TOKEN=1)")
-    p.add_argument("--idle-exit", type=float, default=None, metavar="SECONDS",
-                   help="exit this long after the last client is gone")
-    p.add_argument("--op-timeout", type=float, default=300.0, metavar="SECONDS",
-                   help="default operator execution timeout (aclrtSetOpExecuteTimeOut)")
-    p.add_argument("--trace", metavar="FILE", help="record every client's tasks; write the timeline as "
-                                                   "Chrome/Perfetto trace JSON to FILE at exit")
-    p.add_argument("--trace-buffer", type=int, default=500_000, metavar="N",
-                   help="timeline records kept in memory (the oldest go first)")
-    p.add_argument("--check", default="", metavar="LIST",
-                   help="check every client: memcheck, initcheck, racecheck, strict, or all (comma-separated)")
+    p.add_argument(
+        "--staging",
+        type=parse_size,
+        default=parse_size("32MiB"),
+        help="per-client staging area for pageable copies",
+    )
+    p.add_argument(
+        "--token-file",
+        help="file holding the shared token TCP clients must send "
+        "(default: $SIMNPU_TOKEN, else the file $SIMNPU_TOKEN_FILE)",
+    )
+    p.add_argument(
+        "--create-token",
+        action="store_true",
+        default=env("SIMNPU_CREATE_TOKEN") == "1",
+        help="when no token is set and the token file does not exist, create it (mode "
+        "0600) with a new random token ($SIMNPU_CREATE_TOKEN=1)",
+    )
+    p.add_argument(
+        "--idle-exit",
+        type=float,
+        default=None,
+        metavar="SECONDS",
+        help="exit this long after the last client is gone",
+    )
+    p.add_argument(
+        "--op-timeout",
+        type=float,
+        default=300.0,
+        metavar="SECONDS",
+        help="default operator execution timeout (aclrtSetOpExecuteTimeOut)",
+    )
+    p.add_argument(
+        "--trace",
+        metavar="FILE",
+        help="record every client's tasks; write the timeline as "
+        "Chrome/Perfetto trace JSON to FILE at exit",
+    )
+    p.add_argument(
+        "--trace-buffer",
+        type=int,
+        default=500_000,
+        metavar="N",
+        help="timeline records kept in memory (the oldest go first)",
+    )
+    p.add_argument(
+        "--check",
+        default="",
+        metavar="LIST",
+        help="check every client: memcheck, initcheck, racecheck, strict, or all (comma-separated)",
+    )
     p.add_argument("--check-report", metavar="FILE", help="write every finding to FILE at exit")
     p.add_argument("--log-level", default=env("SIMNPU_LOG_LEVEL", "INFO"))
 
@@ -59,7 +103,9 @@ def serve(args) -> int:
 
     heap.keep_freed_memory()  # in-stream copy chunks reuse warm memory (shm/heap.py)
 
-    logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s simnpu %(levelname)s %(message)s")
+    logging.basicConfig(
+        level=args.log_level.upper(), format="%(asctime)s simnpu %(levelname)s %(message)s"
+    )
     try:
         if args.create_token:
             create_token_file(args.token_file)
@@ -73,12 +119,22 @@ def serve(args) -> int:
     except ValueError as error:
         print(f"simnpu: {error}", file=sys.stderr)
         return 2
-    config = DaemonConfig(listen=args.listen or environment.environment_listen(), devices=args.devices,
-                          memory_bytes=args.memory, ai_cores=args.ai_cores, copy_engines=args.copy_engines,
-                          staging_bytes=args.staging, token=token, idle_exit_s=args.idle_exit,
-                          op_timeout_s=args.op_timeout, memory_limit=memory_limit,
-                          trace_path=args.trace, checks=checks, check_report=args.check_report,
-                          trace_buffer=args.trace_buffer)
+    config = DaemonConfig(
+        listen=args.listen or environment.environment_listen(),
+        devices=args.devices,
+        memory_bytes=args.memory,
+        ai_cores=args.ai_cores,
+        copy_engines=args.copy_engines,
+        staging_bytes=args.staging,
+        token=token,
+        idle_exit_s=args.idle_exit,
+        op_timeout_s=args.op_timeout,
+        memory_limit=memory_limit,
+        trace_path=args.trace,
+        checks=checks,
+        check_report=args.check_report,
+        trace_buffer=args.trace_buffer,
+    )
     try:
         daemon = Daemon(config)
         daemon.install_signal_handlers()
@@ -105,7 +161,9 @@ def create_token_file(flag_file: str | None) -> None:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="simnpu", description="a simulated Ascend NPU shared by many processes")
+    parser = argparse.ArgumentParser(
+        prog="simnpu", description="a simulated Ascend NPU shared by many processes"
+    )
     sub = parser.add_subparsers(dest="command", required=True)
     _serve_parser(sub)
     args = parser.parse_args(argv)

@@ -25,7 +25,9 @@ if TYPE_CHECKING:
 
 
 class ClientMemory:
-    def __init__(self, owner: Owner, devices: list[Device], ipc: IpcMemory, default_limit: int | None):
+    def __init__(
+        self, owner: Owner, devices: list[Device], ipc: IpcMemory, default_limit: int | None
+    ):
         self.owner = owner
         self._devices = devices
         self._ipc = ipc
@@ -47,14 +49,20 @@ class ClientMemory:
     def free(self, address: int) -> None:
         """aclrtFree of one of its own blocks (not a pool's, not an import)."""
         if address in self.pool_blocks:
-            raise invalid(f"{address:#x} comes from a memory pool: free it with aclrtMemPoolFreeAsync")
+            raise invalid(
+                f"{address:#x} comes from a memory pool: free it with aclrtMemPoolFreeAsync"
+            )
         device = self.allocations.pop(address, None)
         if device is None:
             if any(start == address for start, _, _ in self.imported.values()):
-                raise invalid(f"{address:#x} is imported IPC memory: release it with aclrtIpcMemClose")
+                raise invalid(
+                    f"{address:#x} is imported IPC memory: release it with aclrtIpcMemClose"
+                )
             other = self.owner_of(address)
-            raise invalid(f"{address:#x} is not the start of a live allocation of this process"
-                          + (f" (it belongs to {other})" if other else " (double free or bad pointer)"))
+            raise invalid(
+                f"{address:#x} is not the start of a live allocation of this process"
+                + (f" (it belongs to {other})" if other else " (double free or bad pointer)")
+            )
         self.release_block(address, device)
 
     def release_block(self, address: int, device: int) -> None:
@@ -71,7 +79,7 @@ class ClientMemory:
         self._ipc.session_ended(self.owner, list(self.imported))
         self.imported.clear()
 
-    # ---- addresses --------------------------------------------------------------------------------
+    # ---- addresses -------------------------------------------------------------------------------
     def allocation_at(self, address: int) -> Allocation | None:
         """The live allocation (of any client) holding device address `address`, if any."""
         if not is_device_address(address):

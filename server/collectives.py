@@ -34,7 +34,7 @@ from simnpu.server.communicators import Communicator, Communicators, Member, ran
 from simnpu.server.executor import UnitKind
 from simnpu.server.objects import Failure
 from simnpu.server.tasks import CollectiveTask, TaskState
-from simnpu.server.work import ReducePiece, Result, Span
+from simnpu.server.work import ReducePiece, Span
 
 if TYPE_CHECKING:
     from simnpu.server.executor import Unit
@@ -87,8 +87,10 @@ class Call(NamedTuple):
             return f"recv(count={self.elements}, {dtype}, from rank {self.root})"
         if kind == ht.HCCL_CMD_ALLTOALL:
             recv_dtype = ht.SHORT_DTYPE_NAMES.get(self.recv_dtype, str(self.recv_dtype))
-            return (f"alltoall(send_count={self.elements}, {dtype}, "
-                    f"recv_count={self.recv_count}, {recv_dtype})")
+            return (
+                f"alltoall(send_count={self.elements}, {dtype}, "
+                f"recv_count={self.recv_count}, {recv_dtype})"
+            )
         label = {
             ht.HCCL_CMD_ALLGATHER: "send_count",
             ht.HCCL_CMD_REDUCE_SCATTER: "recv_count",
@@ -145,11 +147,11 @@ class Job:
     def seq(self) -> int:
         return self.tasks[0].seq
 
-    def piece_done(self, scheduler: Scheduler, result: Result) -> None:
+    def piece_done(self, scheduler: Scheduler, code: int, end_ns: int, message: str) -> None:
         """A core reported its piece (or was lost with it)."""
-        if result.code and self.failure is None:
-            self.failure = Failure(result.code, result.message, self.seq)
-        self.timestamp = max(self.timestamp, result.end_ns)
+        if code and self.failure is None:
+            self.failure = Failure(code, message, self.seq)
+        self.timestamp = max(self.timestamp, end_ns)
         scheduler.collectives.work_done(self)
 
 
@@ -309,13 +311,16 @@ class Collectives:
             return
         snapshot = reduce.needs_snapshot(groups, itemsize)
         devices = sorted({task.stream.device for task in tasks})
-        cores = [core for d in devices for core in self.scheduler.devices[d].units[UnitKind.AI_CORE]]
+        cores = [
+            core for d in devices for core in self.scheduler.devices[d].units[UnitKind.AI_CORE]
+        ]
         parallel = min(len(cores), self._cpus)
         pieces = (
             1 if snapshot else reduce.piece_count(reduce.bytes_written(groups, itemsize), parallel)
         )
-        job = Job(comm, op, tasks, call, groups, snapshot, reduce.split(groups, pieces), cores,
-                  parallel)
+        job = Job(
+            comm, op, tasks, call, groups, snapshot, reduce.split(groups, pieces), cores, parallel
+        )
         self.jobs.append(job)
 
     def dispatch(self) -> None:
@@ -332,7 +337,9 @@ class Collectives:
                 job.out += 1
                 dtype_name = ht.DTYPE_NAMES.get(job.call.dtype, "uint8")
                 token = self.scheduler.hand(core, job)
-                piece = ReducePiece(token, dtype_name, job.call.op, job.groups, job.snapshot, run)
+                piece = ReducePiece.pack(
+                    token, dtype_name, job.call.op, job.groups, job.snapshot, run
+                )
                 self.scheduler.send(core, [piece])
             if job.next_piece == len(job.pieces) and job in self.jobs:
                 self.jobs.remove(job)
@@ -469,7 +476,6 @@ class Collectives:
                     self._finish(
                         task,
                         comm.broken[0],
-                        f"{task.call.describe()} "
-                        f"({_op_title(comm, op.key)}): {comm.broken[1]}",
+                        f"{task.call.describe()} ({_op_title(comm, op.key)}): {comm.broken[1]}",
                     )
             comm.failed.clear()

@@ -17,14 +17,14 @@ class DaemonConfig:
     copy_engines: int = 2
     staging_bytes: int = 32 << 20
     token: str | None = None
-    idle_exit_s: float | None = None   # exit this long after the last session ends
-    op_timeout_s: float = 300.0        # default operator execution timeout (aclrtSetOpExecuteTimeOut)
+    idle_exit_s: float | None = None  # exit this long after the last session ends
+    op_timeout_s: float = 300.0  # default operator execution timeout (aclrtSetOpExecuteTimeOut)
     max_sessions: int = 64
-    memory_limit: int | None = None    # default per-client device-memory limit (server/quotas.py)
-    trace_path: str | None = None      # --trace: the daemon's timeline, written at stop (observe.py)
-    checks: int = 0                    # --check: simnpu.proto.observe bits for every client
-    check_report: str | None = None    # --check-report: the daemon's findings, written at stop
-    trace_buffer: int = 500_000        # --trace-buffer: timeline records kept (oldest dropped)
+    memory_limit: int | None = None  # default per-client device-memory limit (server/quotas.py)
+    trace_path: str | None = None  # --trace: the daemon's timeline, written at stop (observe.py)
+    checks: int = 0  # --check: simnpu.proto.observe bits for every client
+    check_report: str | None = None  # --check-report: the daemon's findings, written at stop
+    trace_buffer: int = 500_000  # --trace-buffer: timeline records kept (oldest dropped)
 
     def validate(self) -> None:
         if self.devices < 1:
@@ -36,7 +36,9 @@ class DaemonConfig:
         if self.memory_limit is not None and self.memory_limit <= 0:
             raise ValueError("--memory-limit must be positive")
         if any(not is_unix(a) for a in self.listen) and not self.token:
-            raise ValueError("a TCP listener needs a shared token: set SIMNPU_TOKEN or --token-file")
+            raise ValueError(
+                "a TCP listener needs a shared token: set SIMNPU_TOKEN or --token-file"
+            )
 
 
 def is_unix(address: str) -> bool:
@@ -45,7 +47,7 @@ def is_unix(address: str) -> bool:
 
 def unix_path(address: str) -> str:
     """The file system path of a unix:// or unix: address."""
-    return address[len("unix://"):] if address.startswith("unix://") else address[len("unix:"):]
+    return address[len("unix://") :] if address.startswith("unix://") else address[len("unix:") :]
 
 
 def environment_listen() -> list[str]:
@@ -53,8 +55,10 @@ def environment_listen() -> list[str]:
     e.g. in a container), else SIMNPU_ADDRESS (where its clients look), else the per-user
     Unix socket."""
     listen = [a.strip() for a in os.environ.get("SIMNPU_LISTEN", "").split(",") if a.strip()]
-    return listen or [os.environ.get("SIMNPU_ADDRESS")
-                      or service.default_address(os.environ.get("XDG_RUNTIME_DIR"), os.getuid())]
+    return listen or [
+        os.environ.get("SIMNPU_ADDRESS")
+        or service.default_address(os.environ.get("XDG_RUNTIME_DIR"), os.getuid())
+    ]
 
 
 def token_file(flag: str | None) -> str | None:

@@ -15,6 +15,7 @@ from importlib import resources
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+
 from simnpu.proto import codes, npu_pb2, service
 from simnpu.proto.errors import NpuError
 from simnpu.proto.kernel_abi import discover_kernels
@@ -54,20 +55,33 @@ class Daemon:
         self._socket_paths: list[str] = []  # socket files this daemon created (and removes)
         self.executor: ProcessExecutor | None = None
         self.scheduler: Scheduler | None = None
-        self.observer: Observer | None = None  # timeline and checkers (server/observe.py), when asked for
+        self.observer: Observer | None = (
+            None  # timeline and checkers (server/observe.py), when asked for
+        )
         self.jobs: Jobs | None = None  # job rendezvous (server/rendezvous.py), with the scheduler
         source = resources.files("simnpu.server.kernels").joinpath("builtin.py").read_text()
-        self.builtin_binary = Binary(1, source, "<simnpu builtin kernels>", discover_kernels(source))
+        self.builtin_binary = Binary(
+            1, source, "<simnpu builtin kernels>", discover_kernels(source)
+        )
 
-    # ---- start and stop ---------------------------------------------------------------------------
+    # ---- start and stop --------------------------------------------------------------------------
     def start(self) -> None:
         """Create device memory, start workers and the scheduler, then serve gRPC."""
-        check_shm_space(self.config.devices * (self.config.memory_bytes + self.config.staging_bytes))
+        check_shm_space(
+            self.config.devices * (self.config.memory_bytes + self.config.staging_bytes)
+        )
         try:
             units_per_device = self.config.ai_cores + self.config.copy_engines
             for index in range(self.config.devices):
-                self.devices.append(Device(index, self.config.memory_bytes, self.config.ai_cores,
-                                           self.config.copy_engines, index * units_per_device))
+                self.devices.append(
+                    Device(
+                        index,
+                        self.config.memory_bytes,
+                        self.config.ai_cores,
+                        self.config.copy_engines,
+                        index * units_per_device,
+                    )
+                )
             units = [unit for device in self.devices for unit in device.all_units()]
             self.executor = ProcessExecutor(units, [device.region.name for device in self.devices])
             self.executor.start()
@@ -81,14 +95,23 @@ class Daemon:
             raise
         if self.config.idle_exit_s is not None:
             threading.Thread(target=self._idle_watch, name="simnpu-idle", daemon=True).start()
-        log.info("simnpu daemon %d serving %s: %d device(s) of %d MiB, %d AI cores + %d copy engines each",
-                 os.getpid(), ", ".join(self.config.listen), self.config.devices,
-                 self.config.memory_bytes >> 20, self.config.ai_cores, self.config.copy_engines)
+        log.info(
+            "simnpu daemon %d serving %s: %d device(s) of %d MiB, %d AI cores + %d copy engines each",
+            os.getpid(),
+            ", ".join(self.config.listen),
+            self.config.devices,
+            self.config.memory_bytes >> 20,
+            self.config.ai_cores,
+            self.config.copy_engines,
+        )
 
     def _start_grpc(self) -> None:
         self.server = grpc.server(
-            futures.ThreadPoolExecutor(max_workers=2 * self.config.max_sessions + 8, thread_name_prefix="simnpu-rpc"),
-            options=service.CHANNEL_OPTIONS)
+            futures.ThreadPoolExecutor(
+                max_workers=2 * self.config.max_sessions + 8, thread_name_prefix="simnpu-rpc"
+            ),
+            options=service.CHANNEL_OPTIONS,
+        )
         self.server.add_generic_rpc_handlers([NpuServicer(self).handlers()])
         self.health = health.HealthServicer()
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)
@@ -117,7 +140,9 @@ class Daemon:
 
     def install_signal_handlers(self) -> None:
         for signum in (signal.SIGTERM, signal.SIGINT):
-            signal.signal(signum, lambda *_: threading.Thread(target=self.stop, daemon=True).start())
+            signal.signal(
+                signum, lambda *_: threading.Thread(target=self.stop, daemon=True).start()
+            )
 
     def stop(self) -> None:
         """Tell clients the device is gone, stop serving, stop workers, unlink all memory."""
@@ -128,8 +153,12 @@ class Daemon:
         with self._lock:
             sessions = list(self.sessions.values())
         for session in sessions:
-            session.outbox.put(npu_pb2.Notice(kind=npu_pb2.Notice.KIND_DEVICE_GONE,
-                                              message="the simnpu daemon is shutting down"))
+            session.outbox.put(
+                npu_pb2.Notice(
+                    kind=npu_pb2.Notice.KIND_DEVICE_GONE,
+                    message="the simnpu daemon is shutting down",
+                )
+            )
             session.outbox.put(CLOSED)
         if self.server is not None:
             self.server.stop(grace=1).wait(5)
@@ -152,7 +181,10 @@ class Daemon:
     def _idle_watch(self) -> None:
         while not self._stopped.wait(0.2):
             with self._lock:
-                idle = not self.sessions and time.monotonic() - self._last_activity > self.config.idle_exit_s
+                idle = (
+                    not self.sessions
+                    and time.monotonic() - self._last_activity > self.config.idle_exit_s
+                )
             if idle:
                 log.info("no client for %.1f s: exiting", self.config.idle_exit_s)
                 self.stop()
@@ -181,12 +213,24 @@ class Daemon:
 
     # ---- device-wide counters and helpers (any thread) -----------------------------------------
     def count_stream(self, device: int, delta: int) -> None:
-        self._count(self._streams, device, delta, codes.MAX_STREAMS_PER_DEVICE,
-                    codes.ACL_ERROR_RT_NO_STREAM_RESOURCE, "streams")
+        self._count(
+            self._streams,
+            device,
+            delta,
+            codes.MAX_STREAMS_PER_DEVICE,
+            codes.ACL_ERROR_RT_NO_STREAM_RESOURCE,
+            "streams",
+        )
 
     def count_event(self, device: int, delta: int) -> None:
-        self._count(self._events, device, delta, codes.MAX_EVENTS_PER_DEVICE,
-                    codes.ACL_ERROR_RT_NO_EVENT_RESOURCE, "events")
+        self._count(
+            self._events,
+            device,
+            delta,
+            codes.MAX_EVENTS_PER_DEVICE,
+            codes.ACL_ERROR_RT_NO_EVENT_RESOURCE,
+            "events",
+        )
 
     def _count(self, counts, device, delta, limit, code, what) -> None:
         with self._lock:
@@ -211,8 +255,10 @@ class Daemon:
             return self.jobs.describe() if self.jobs is not None else {}
         if what in ("memory_stats", "memory_snapshot"):
             if not 0 <= device_index < len(self.devices):
-                return {"error": f"device {device_index} does not exist "
-                                 f"(this daemon simulates {len(self.devices)})"}
+                return {
+                    "error": f"device {device_index} does not exist "
+                    f"(this daemon simulates {len(self.devices)})"
+                }
             view = memory_stats if what == "memory_stats" else memory_snapshot
             return view(self, self.devices[device_index])
         if what in ("trace", "check_report"):
@@ -231,8 +277,10 @@ def check_shm_space(needed: int) -> None:
     """Refuse to start when /dev/shm cannot hold the device memory (a late SIGBUS otherwise)."""
     available = shm_available_bytes()
     if available < needed:
-        raise RuntimeError(f"/dev/shm has {available >> 20} MiB free but the devices need {needed >> 20} MiB: "
-                           "lower --memory or --devices, or enlarge /dev/shm (docker: shm_size)")
+        raise RuntimeError(
+            f"/dev/shm has {available >> 20} MiB free but the devices need {needed >> 20} MiB: "
+            "lower --memory or --devices, or enlarge /dev/shm (docker: shm_size)"
+        )
 
 
 def prepare_socket_path(path: str) -> None:

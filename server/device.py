@@ -18,15 +18,21 @@ if TYPE_CHECKING:
 class Device:
     """Device `index`. Memory is owned here; its units are driven by the scheduler."""
 
-    def __init__(self, index: int, memory_bytes: int, ai_cores: int, copy_engines: int, first_core_id: int):
+    def __init__(
+        self, index: int, memory_bytes: int, ai_cores: int, copy_engines: int, first_core_id: int
+    ):
         self.index = index
         self.region = Region.create(segment_name(f"dev{index}"), memory_bytes)
         self.allocator = DeviceAllocator(memory_bytes)
         self.lock = threading.Lock()  # guards the allocator: sessions allocate concurrently
         engines = first_core_id + ai_cores
         self.units: dict[UnitKind, list[Unit]] = {  # core ids are daemon-wide
-            UnitKind.AI_CORE: [Unit(UnitKind.AI_CORE, index, i, first_core_id + i) for i in range(ai_cores)],
-            UnitKind.COPY_ENGINE: [Unit(UnitKind.COPY_ENGINE, index, i, engines + i) for i in range(copy_engines)],
+            UnitKind.AI_CORE: [
+                Unit(UnitKind.AI_CORE, index, i, first_core_id + i) for i in range(ai_cores)
+            ],
+            UnitKind.COPY_ENGINE: [
+                Unit(UnitKind.COPY_ENGINE, index, i, engines + i) for i in range(copy_engines)
+            ],
         }
         # streams whose head is device work for units of each kind, in the order they got there
         self.ready: dict[UnitKind, list[Stream]] = {kind: [] for kind in UnitKind}

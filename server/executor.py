@@ -25,8 +25,21 @@ class UnitKind(enum.Enum):
 class Unit:
     """One AI core or copy engine of a device. Only the scheduler changes it (under its lock)."""
 
-    __slots__ = ("busy_ns", "core_id", "deadline", "device", "forget", "generation", "index", "inflight",
-                 "kind", "lent", "loaded", "ready", "restarts")
+    __slots__ = (
+        "busy_ns",
+        "core_id",
+        "deadline",
+        "device",
+        "forget",
+        "generation",
+        "index",
+        "inflight",
+        "kind",
+        "lent",
+        "loaded",
+        "ready",
+        "restarts",
+    )
 
     def __init__(self, kind: UnitKind, device: int, index: int, core_id: int):
         self.kind = kind
@@ -50,7 +63,6 @@ class Unit:
     @property
     def name(self) -> str:
         return f"device {self.device} {self.kind.value} {self.index}"
-
 
 
 class Executor(Protocol):

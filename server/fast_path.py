@@ -47,17 +47,22 @@ class FastPath:
         futexes here; no room in /dev/shm for the ring, whose pages are allocated now)."""
         session = self.session
         if self.notify_region is None and futex.AVAILABLE:
-            self.notify_region = Region.create(segment_name(f"s{session.id}", "notify"), layout.SIZE)
+            self.notify_region = Region.create(
+                segment_name(f"s{session.id}", "notify"), layout.SIZE
+            )
             self.notify = layout.NotifyArea(self.notify_region.map, self.notify_region.name)
             session.owner.signals = self.notify
             if shm_available_bytes() > 4 * ring_layout.SIZE:
                 try:
-                    self.ring_region = Region.create(segment_name(f"s{session.id}", "ring"), ring_layout.SIZE,
-                                                     reserve=True)
+                    self.ring_region = Region.create(
+                        segment_name(f"s{session.id}", "ring"), ring_layout.SIZE, reserve=True
+                    )
                 except OSError:  # /dev/shm filled up meanwhile: calls go by the stream
                     self.ring_region = None
-        return tuple(region.name if region is not None else ""  # type: ignore[return-value]
-                     for region in (self.notify_region, self.ring_region))
+        return tuple(
+            region.name if region is not None else ""  # type: ignore[return-value]
+            for region in (self.notify_region, self.ring_region)
+        )
 
     def release(self) -> None:
         """The session ends: unlink the segments."""
@@ -78,7 +83,9 @@ class FastPath:
     def use_ring(self) -> None:
         """UseRingRequest: later calls come through the ring."""
         if self.ring_region is None:
-            raise NpuError(codes.ACL_ERROR_RT_FEATURE_NOT_SUPPORT, "this session has no submission ring")
+            raise NpuError(
+                codes.ACL_ERROR_RT_FEATURE_NOT_SUPPORT, "this session has no submission ring"
+            )
         if self.reader is None:
             self.reader = RingReader(self.session, self.ring_region)
             self.reader.start()
@@ -125,7 +132,9 @@ class RingReader:
         self.ring = SubmissionRing(region.map)
         self.stream_items: queue.SimpleQueue = queue.SimpleQueue()  # Items from the gRPC stream
         self._stopping = False
-        self._thread = threading.Thread(target=self._run, name=f"simnpu-ring-{session.id}", daemon=True)
+        self._thread = threading.Thread(
+            target=self._run, name=f"simnpu-ring-{session.id}", daemon=True
+        )
 
     def start(self) -> None:
         self._thread.start()

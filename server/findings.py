@@ -27,9 +27,16 @@ class Finding:
         self.first_ns = time.monotonic_ns()
 
     def as_dict(self) -> dict:
-        return {"check": self.check, "kind": self.kind, "severity": self.severity, "count": self.count,
-                "session": self.session.id if self.session is not None else None,
-                "pid": getattr(self.session, "pid", None), "text": self.text, **self.details}
+        return {
+            "check": self.check,
+            "kind": self.kind,
+            "severity": self.severity,
+            "count": self.count,
+            "session": self.session.id if self.session is not None else None,
+            "pid": getattr(self.session, "pid", None),
+            "text": self.text,
+            **self.details,
+        }
 
 
 class Findings:
@@ -65,17 +72,26 @@ class Findings:
     def as_json(self, checks: str, extra: list | None = None) -> dict:
         items = [f.as_dict() for f in self.by_key.values()] + [f.as_dict() for f in (extra or [])]
         errors = sum(1 for f in items if f["severity"] == "error")
-        return {"checks": checks, "errors": errors, "warnings": len(items) - errors,
-                "dropped": self.dropped, "findings": items}
+        return {
+            "checks": checks,
+            "errors": errors,
+            "warnings": len(items) - errors,
+            "dropped": self.dropped,
+            "findings": items,
+        }
 
 
 def task_line(ref: dict, blocks=None) -> str:
     """'kernel scale_f32 blocks 0-3 (task 13) on stream 4 of client 1234 (python), submitted at app.py:15'"""
     what = ref["what"]
     if blocks is not None:
-        what += f" block {blocks[0]}" if blocks[0] == blocks[1] else f" blocks {blocks[0]}-{blocks[1]}"
-    return (f"{what} (task {ref['task']}) on {ref['stream']} of client {ref['pid']} ({ref['process']}), "
-            f"submitted at {ref['site']}")
+        what += (
+            f" block {blocks[0]}" if blocks[0] == blocks[1] else f" blocks {blocks[0]}-{blocks[1]}"
+        )
+    return (
+        f"{what} (task {ref['task']}) on {ref['stream']} of client {ref['pid']} ({ref['process']}), "
+        f"submitted at {ref['site']}"
+    )
 
 
 def log_finding(finding: Finding) -> None:

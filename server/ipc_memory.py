@@ -54,10 +54,10 @@ IMPORT_FLAG_ENABLE_PEER_ACCESS = 0x1
 class Export:
     key: str
     device: int
-    address: int          # the shared range [address, address + size)
+    address: int  # the shared range [address, address + size)
     size: int
-    block: int            # device address of the allocation holding it
-    exporter: object      # the exporting client (its Owner)
+    block: int  # device address of the allocation holding it
+    exporter: object  # the exporting client (its Owner)
     validate_pids: bool
     pids: set = field(default_factory=set)
     importers: dict = field(default_factory=dict)  # importing client (Owner) -> open imports
@@ -71,13 +71,14 @@ class IpcMemory:
         self._devices = devices
         self._lock = threading.Lock()
         self._exports: dict[str, Export] = {}
-        self._by_block: dict[int, list[Export]] = {}   # block address -> its exports
-        self._held: dict[int, int] = {}                # freed by its owner, kept for importers
+        self._by_block: dict[int, list[Export]] = {}  # block address -> its exports
+        self._held: dict[int, int] = {}  # freed by its owner, kept for importers
         self._numbers = itertools.count(1)
 
     # ---- the four ACL calls ---------------------------------------------------------------
-    def export(self, session, address: int, size: int, flags: int, block: tuple[int, int],
-               device: int) -> str:
+    def export(
+        self, session, address: int, size: int, flags: int, block: tuple[int, int], device: int
+    ) -> str:
         """aclrtIpcMemGetExportKey: `block` is (start, size) of the exporter's allocation."""
         if flags not in (EXPORT_FLAG_DEFAULT, EXPORT_FLAG_DISABLE_PID_VALIDATION):
             raise invalid(f"unknown IPC export flags {flags:#x}")
@@ -85,12 +86,21 @@ class IpcMemory:
             raise invalid(f"cannot share {size} bytes")
         start, length = block
         if address + size > start + length:
-            raise invalid(f"{size} bytes at {address:#x} run past the end of the allocation "
-                          f"[{start:#x}, +{length})")
+            raise invalid(
+                f"{size} bytes at {address:#x} run past the end of the allocation "
+                f"[{start:#x}, +{length})"
+            )
         with self._lock:
             key = f"simnpu-ipc-{os.getpid()}-{next(self._numbers)}-{secrets.token_hex(8)}"
-            export = Export(key, device, address, size, start, session,
-                            flags != EXPORT_FLAG_DISABLE_PID_VALIDATION)
+            export = Export(
+                key,
+                device,
+                address,
+                size,
+                start,
+                session,
+                flags != EXPORT_FLAG_DISABLE_PID_VALIDATION,
+            )
             self._exports[key] = export
             self._by_block.setdefault(start, []).append(export)
         return key
@@ -114,15 +124,19 @@ class IpcMemory:
         with self._lock:
             export = self._exports.get(key)
             if export is None:
-                raise invalid(f"no IPC memory is exported under {key!r} (its memory was freed, "
-                              "its exporter closed it or ended, or the key is wrong)")
+                raise invalid(
+                    f"no IPC memory is exported under {key!r} (its memory was freed, "
+                    "its exporter closed it or ended, or the key is wrong)"
+                )
             if export.exporter is session:
                 raise invalid(f"{key!r} was exported by this process: use the pointer itself")
             if export.validate_pids and session.pid not in export.pids:
-                raise NpuError(codes.ACL_ERROR_RT_NO_PERMISSION,
-                               f"{session!r} is not on the import whitelist of {key!r} "
-                               f"(the exporter {export.exporter!r} allows pids "
-                               f"{sorted(export.pids) or 'none yet'}; see aclrtIpcMemSetImportPid)")
+                raise NpuError(
+                    codes.ACL_ERROR_RT_NO_PERMISSION,
+                    f"{session!r} is not on the import whitelist of {key!r} "
+                    f"(the exporter {export.exporter!r} allows pids "
+                    f"{sorted(export.pids) or 'none yet'}; see aclrtIpcMemSetImportPid)",
+                )
             export.importers[session] = export.importers.get(session, 0) + 1
             return export
 
@@ -146,9 +160,13 @@ class IpcMemory:
             if export.exporter is session and not export.exporter_closed:
                 export.exporter_closed = True
                 if export.importers:
-                    log.warning("%r closed IPC key %s while %s still hold it: ACL wants importers to "
-                                "close first; their imports stay valid", session, key,
-                                ", ".join(map(repr, export.importers)))
+                    log.warning(
+                        "%r closed IPC key %s while %s still hold it: ACL wants importers to "
+                        "close first; their imports stay valid",
+                        session,
+                        key,
+                        ", ".join(map(repr, export.importers)),
+                    )
                 self._exports.pop(key, None)
                 self._forget_if_done(export)
                 return None
@@ -171,8 +189,13 @@ class IpcMemory:
                 del self._by_block[block]
                 return False
             self._held[block] = exports[0].device
-            log.warning("%r freed the memory at %#x while %s still hold it through IPC: it is "
-                        "released when they close it", session, block, ", ".join(map(repr, holders)))
+            log.warning(
+                "%r freed the memory at %#x while %s still hold it through IPC: it is "
+                "released when they close it",
+                session,
+                block,
+                ", ".join(map(repr, holders)),
+            )
             return True
 
     def session_ended(self, session, imported_keys: list[str]) -> None:
@@ -199,10 +222,13 @@ class IpcMemory:
 
     def counts(self) -> dict[str, int]:
         with self._lock:
-            return {"ipc.exported_keys": len(self._exports),
-                    "ipc.open_imports": sum(sum(e.importers.values()) for es in self._by_block.values()
-                                            for e in es),
-                    "ipc.held_blocks": len(self._held)}
+            return {
+                "ipc.exported_keys": len(self._exports),
+                "ipc.open_imports": sum(
+                    sum(e.importers.values()) for es in self._by_block.values() for e in es
+                ),
+                "ipc.held_blocks": len(self._held),
+            }
 
     # ---- inside the lock ---------------------------------------------------------------------
     def _find_closed_import(self, session, key: str) -> Export | None:

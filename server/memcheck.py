@@ -54,7 +54,16 @@ class Block:
 
 
 class Tombstone:
-    __slots__ = ("device", "free_clock", "free_seq", "free_site", "session", "site", "size", "start")
+    __slots__ = (
+        "device",
+        "free_clock",
+        "free_seq",
+        "free_site",
+        "session",
+        "site",
+        "size",
+        "start",
+    )
 
     def __init__(self, block: Block, free_site: str, free_seq: int, free_clock: dict):
         self.device, self.start, self.size = block.key, block.start, block.size
@@ -62,8 +71,10 @@ class Tombstone:
         self.free_site, self.free_seq, self.free_clock = free_site, free_seq, free_clock
 
     def describe(self) -> str:
-        return (f"the {self.size}-byte allocation at {self.start:#x} (allocated at {self.site}, "
-                f"freed at {self.free_site})")
+        return (
+            f"the {self.size}-byte allocation at {self.start:#x} (allocated at {self.site}, "
+            f"freed at {self.free_site})"
+        )
 
 
 # ---- written-byte sets ------------------------------------------------------------------------
@@ -107,7 +118,9 @@ class MemoryMap:
         self.segments: dict = {}  # pinned segment name -> Block
         self.tombstones: deque = deque(maxlen=TOMBSTONES)
 
-    def allocated(self, device: int, address: int, size: int, session, site: str, seq: int) -> Block:
+    def allocated(
+        self, device: int, address: int, size: int, session, site: str, seq: int
+    ) -> Block:
         block = Block("dev", device, address, size, session, site, seq)
         starts = self.starts.setdefault(device, [])
         if (device, address) not in self.blocks:
@@ -145,17 +158,26 @@ class MemoryMap:
             block = self.segments[name] = Block("seg", name, 0, size, None, "", 0)
         return block
 
-    def tombstone_of(self, session, device: int, lo: int, hi: int, after_seq: int = -1) -> Tombstone | None:
+    def tombstone_of(
+        self, session, device: int, lo: int, hi: int, after_seq: int = -1
+    ) -> Tombstone | None:
         """The latest free by `session` of memory overlapping [lo, hi) on `device` that came
         after task `after_seq` (any free when -1)."""
         for tomb in reversed(self.tombstones):
-            if (tomb.session is session and tomb.device == device and tomb.start < hi
-                    and lo < tomb.start + tomb.size and tomb.free_seq > after_seq):
+            if (
+                tomb.session is session
+                and tomb.device == device
+                and tomb.start < hi
+                and lo < tomb.start + tomb.size
+                and tomb.free_seq > after_seq
+            ):
                 return tomb
         return None
 
     def live_of(self, session) -> list[Block]:
-        return sorted((b for b in self.blocks.values() if b.session is session), key=lambda b: b.seq)
+        return sorted(
+            (b for b in self.blocks.values() if b.session is session), key=lambda b: b.seq
+        )
 
     def forget_session(self, session) -> None:
         """A session ended: its blocks go, and its accesses to other sessions' (shared) blocks."""
@@ -164,8 +186,9 @@ class MemoryMap:
         for block in list(self.blocks.values()) + list(self.segments.values()):
             if any(access.session is session for access in block.history):
                 block.history[:] = [a for a in block.history if a.session is not session]
-        self.tombstones = deque((t for t in self.tombstones if t.session is not session),
-                                maxlen=self.tombstones.maxlen)
+        self.tombstones = deque(
+            (t for t in self.tombstones if t.session is not session), maxlen=self.tombstones.maxlen
+        )
 
 
 def classify_fault(memory: MemoryMap, session, bounds, fault, devices=()) -> tuple[str, str]:
@@ -179,27 +202,45 @@ def classify_fault(memory: MemoryMap, session, bounds, fault, devices=()) -> tup
         if start <= address < start + size:
             over = address + nbytes - start - size
             block = memory.find(device, start)
-            where = block.describe() if block is not None else f"the {size}-byte allocation at {start:#x}"
-            return ("out-of-bounds",
-                    (f"the view of {nbytes} bytes at {address:#x} (offset {address - start}) runs {over} "
-                    f"bytes past the end of {where}"))
+            where = (
+                block.describe()
+                if block is not None
+                else f"the {size}-byte allocation at {start:#x}"
+            )
+            return (
+                "out-of-bounds",
+                (
+                    f"the view of {nbytes} bytes at {address:#x} (offset {address - start}) runs {over} "
+                    f"bytes past the end of {where}"
+                ),
+            )
     tomb = memory.tombstone_of(session, device, address, address + max(nbytes, 1))
     if tomb is not None and memory.find(device, address) is None:
         return "use-after-free", f"{address:#x} is inside {tomb.describe()}"
     live = devices[device].lookup(address) if device < len(devices) else None
     if live is not None and live.owner is not session:
         start = address - (split_device_address(address)[1] - live.offset)
-        return ("cross-client access",
-                (f"{address:#x} is inside the {live.size}-byte allocation at {start:#x} of {live.owner!r}; "
-                 "a kernel may only touch its own client's memory (or memory imported with "
-                 "aclrtIpcMemImportByKey)"))
+        return (
+            "cross-client access",
+            (
+                f"{address:#x} is inside the {live.size}-byte allocation at {start:#x} of {live.owner!r}; "
+                "a kernel may only touch its own client's memory (or memory imported with "
+                "aclrtIpcMemImportByKey)"
+            ),
+        )
     block = memory.find(device, address)
     if block is not None:
-        return ("out-of-bounds",
-                (f"{address:#x} is inside {block.describe()}, which was not passed to this kernel as an "
-                "argument (a kernel sees only the allocations its pointer arguments point into)"))
+        return (
+            "out-of-bounds",
+            (
+                f"{address:#x} is inside {block.describe()}, which was not passed to this kernel as an "
+                "argument (a kernel sees only the allocations its pointer arguments point into)"
+            ),
+        )
     below = memory.nearest_below(device, address)
     if below is not None and below.session is session:
-        return ("out-of-bounds",
-                f"{address:#x} is {address - below.end} bytes past the end of {below.describe()}")
+        return (
+            "out-of-bounds",
+            f"{address:#x} is {address - below.end} bytes past the end of {below.describe()}",
+        )
     return "out-of-bounds", f"{address:#x} is not inside any allocation of this client"

@@ -32,8 +32,13 @@ def memory_snapshot(daemon, device) -> list[dict]:
     for block in blocks:
         owner = block.pop("owner")
         address = device_address(device.index, block["offset"])
-        entry = {"address": address, **block, "owner": repr(owner),
-                 "session": getattr(owner, "id", None), "pid": getattr(owner, "pid", None)}
+        entry = {
+            "address": address,
+            **block,
+            "owner": repr(owner),
+            "session": getattr(owner, "id", None),
+            "pid": getattr(owner, "pid", None),
+        }
         shared = daemon.ipc.describe(address)
         if shared is not None:
             entry["ipc"] = shared

@@ -16,9 +16,9 @@ from simnpu.proto import codes
 
 if TYPE_CHECKING:
     from simnpu.server.tasks import Task
-    from simnpu.shm.notify import NotifyArea, StreamSignal
     from simnpu.server.tasks.event import RecordTask
     from simnpu.server.tasks.host_callback import HostCallbackTask
+    from simnpu.shm.notify import NotifyArea, StreamSignal
 
 
 @dataclass(eq=False)
@@ -42,9 +42,13 @@ class Owner:
         self.process_name = "?"
         self.announce = announce  # (callback id): tell the client to run a host callback now
         self.op_timeout_s: float | None = None  # aclrtSetOpExecuteTimeOut; None: the daemon's
-        self.rejected: Failure | None = None  # a rejected asynchronous call, reported at the next sync
+        self.rejected: Failure | None = (
+            None  # a rejected asynchronous call, reported at the next sync
+        )
         self.contexts: list[Context] = []
-        self.signals: NotifyArea | None = None  # its notify area, with the streams' signals (fast path)
+        self.signals: NotifyArea | None = (
+            None  # its notify area, with the streams' signals (fast path)
+        )
         self.waiting_callbacks: dict[int, HostCallbackTask] = {}  # blocking host callbacks by id
         self.closed = False
 
@@ -73,7 +77,7 @@ class Stream:
     flags: int = 0
     tasks: deque[Task] = field(default_factory=deque)
     failure: Failure | None = None  # ACL_CONTINUE_ON_FAILURE: reported once at the next sync
-    clock: int = 0          # device time at which the stream's last finished task ended
+    clock: int = 0  # device time at which the stream's last finished task ended
     watchers: list[Waiter] = field(default_factory=list)  # re-checked as its tasks complete
     destroyed: bool = False
     queued_ready: bool = False  # in its device's ready list

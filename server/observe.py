@@ -22,10 +22,8 @@ errors) when they are errors, and lines in the report; see docs/observability.md
 
 from __future__ import annotations
 
-import json
 import logging
 import time
-
 from typing import TYPE_CHECKING
 
 from simnpu.proto import codes
@@ -37,7 +35,13 @@ from simnpu.server.findings import Finding, Findings, log_finding, task_line
 from simnpu.server.memcheck import MemoryMap, Tombstone, add_range, classify_fault, missing
 from simnpu.server.objects import Failure
 from simnpu.server.tasks import DeviceWork
-from simnpu.server.timeline import DEFAULT_CAPACITY, Timeline, chrome_trace, stream_label, write_json
+from simnpu.server.timeline import (
+    DEFAULT_CAPACITY,
+    Timeline,
+    chrome_trace,
+    stream_label,
+    write_json,
+)
 from simnpu.shm.addresses import split_device_address
 
 if TYPE_CHECKING:
@@ -47,14 +51,31 @@ if TYPE_CHECKING:
 log = logging.getLogger("simnpu.observe")
 
 TRACE, MEMCHECK, INITCHECK, RACECHECK, STRICT, CHECKS = (
-    flags_.TRACE, flags_.MEMCHECK, flags_.INITCHECK, flags_.RACECHECK, flags_.STRICT, flags_.CHECKS)
+    flags_.TRACE,
+    flags_.MEMCHECK,
+    flags_.INITCHECK,
+    flags_.RACECHECK,
+    flags_.STRICT,
+    flags_.CHECKS,
+)
 MEMORY_ERROR = codes.ACL_ERROR_RT_DEVICE_MEM_ERROR  # what checker errors fail tasks with
 
 
 class Probe:
     """What an observed task carries (Task.probe)."""
 
-    __slots__ = ("accesses", "agent", "clock", "epoch", "fault", "ref", "site", "submit", "traced", "watch")
+    __slots__ = (
+        "accesses",
+        "agent",
+        "clock",
+        "epoch",
+        "fault",
+        "ref",
+        "site",
+        "submit",
+        "traced",
+        "watch",
+    )
 
     def __init__(self, submit: int, site: str, watch: Watch):
         self.submit, self.site, self.watch = submit, site, watch
@@ -80,8 +101,14 @@ class Watch:
 
 
 class Observer:
-    def __init__(self, daemon: Daemon, flags: int = 0, trace_path: str | None = None,
-                 report_path: str | None = None, capacity: int = DEFAULT_CAPACITY):
+    def __init__(
+        self,
+        daemon: Daemon,
+        flags: int = 0,
+        trace_path: str | None = None,
+        report_path: str | None = None,
+        capacity: int = DEFAULT_CAPACITY,
+    ):
         self.daemon = daemon
         self.scheduler = daemon.scheduler
         self.flags = flags  # what every session gets
@@ -247,16 +274,26 @@ class Observer:
             for old in block.history:
                 if old.session is session and not races.ordered_before(old.agent, old.epoch, clock):
                     lo, hi = old.lo, old.hi
-                    text = (f"{block.describe()} was freed at {site} (task {seq}) while "
-                            f"{'a write' if old.write else 'a read'} of bytes [{lo:#x}, {hi:#x}) by\n"
-                            f"  {task_line(old.ref, old.blocks)}\n"
-                            "was not known to be finished: synchronize its stream (or an event recorded "
-                            "after it) before aclrtFree (aclrtFree does not wait for the device)")
-                    _finding, new = self._report(watch, "memcheck", "use-after-free", "error",
-                                                ("freed in use", site, old.ref["site"]), text,
-                                                {"tasks": [old.ref], "range": [lo, hi], "free_site": site})
+                    text = (
+                        f"{block.describe()} was freed at {site} (task {seq}) while "
+                        f"{'a write' if old.write else 'a read'} of bytes [{lo:#x}, {hi:#x}) by\n"
+                        f"  {task_line(old.ref, old.blocks)}\n"
+                        "was not known to be finished: synchronize its stream (or an event recorded "
+                        "after it) before aclrtFree (aclrtFree does not wait for the device)"
+                    )
+                    _finding, new = self._report(
+                        watch,
+                        "memcheck",
+                        "use-after-free",
+                        "error",
+                        ("freed in use", site, old.ref["site"]),
+                        text,
+                        {"tasks": [old.ref], "range": [lo, hi], "free_site": site},
+                    )
                     if new:
-                        client.reject(NpuError(MEMORY_ERROR, f"simnpu memcheck: use-after-free\n{text}"))
+                        client.reject(
+                            NpuError(MEMORY_ERROR, f"simnpu memcheck: use-after-free\n{text}")
+                        )
                     break
 
     def session_closed(self, session) -> None:
@@ -267,22 +304,36 @@ class Observer:
                 return
             if watch.flags & MEMCHECK:
                 for finding in self._leaks(watch):
-                    self.findings.add(("leak", session.id, finding.details["address"]), lambda f=finding: f)
+                    self.findings.add(
+                        ("leak", session.id, finding.details["address"]), lambda f=finding: f
+                    )
                     log_finding(finding)
             if watch.flags & TRACE and not self.flags & TRACE:
                 self.timeline.forget_session(session.id)
             self.memory.forget_session(session)
             self.clocks.forget_session(session)
-            self.tracing = bool(self.flags & TRACE) or any(w.flags & TRACE for w in self.watches.values())
+            self.tracing = bool(self.flags & TRACE) or any(
+                w.flags & TRACE for w in self.watches.values()
+            )
 
-    # ---- requests ---------------------------------------------------------------------------------
+    # ---- requests --------------------------------------------------------------------------------
     def trace_json(self, session=None) -> dict:
         with self.scheduler.lock:
             records = list(self.timeline.records)
         full = len(records) == self.timeline.capacity
-        title = "simnpu daemon" if session is None else f"simnpu client {session.pid} {session.process_name}"
-        return chrome_trace(self.timeline, records, self.started_ns, title, dropped=full,
-                            session_id=None if session is None else session.id)
+        title = (
+            "simnpu daemon"
+            if session is None
+            else f"simnpu client {session.pid} {session.process_name}"
+        )
+        return chrome_trace(
+            self.timeline,
+            records,
+            self.started_ns,
+            title,
+            dropped=full,
+            session_id=None if session is None else session.id,
+        )
 
     def report_json(self, session=None, final: bool = False) -> dict:
         with self.scheduler.lock:
@@ -296,8 +347,12 @@ class Observer:
 
     def describe(self) -> dict:
         counts = self.findings.counts()
-        return {"flags": flags_.describe(self.flags), "observed_sessions": len(self.watches),
-                "trace_records": len(self.timeline), **counts}
+        return {
+            "flags": flags_.describe(self.flags),
+            "observed_sessions": len(self.watches),
+            "trace_records": len(self.timeline),
+            **counts,
+        }
 
     def stop(self) -> None:
         """The daemon stops: write its trace and report files."""
@@ -310,7 +365,9 @@ class Observer:
         if self.report_path and self.flags & CHECKS:
             try:
                 with open(self.report_path, "w", encoding="utf-8") as handle:
-                    handle.write(render(self.report_json(), f"simnpu daemon (pid {self.daemon_pid()})"))
+                    handle.write(
+                        render(self.report_json(), f"simnpu daemon (pid {self.daemon_pid()})")
+                    )
             except OSError as error:
                 log.error("cannot write the check report to %s: %s", self.report_path, error)
 
@@ -320,16 +377,28 @@ class Observer:
 
         return os.getpid()
 
-    # ---- checking a completed task ----------------------------------------------------------------
+    # ---- checking a completed task ---------------------------------------------------------------
     def _check_task(self, task, probe, watch) -> None:
         session = watch.session
         if probe.fault is not None and watch.flags & MEMCHECK and task.failure is not None:
-            kind, why = classify_fault(self.memory, session, getattr(task, "bounds", ()) or (), probe.fault,
-                                       self.daemon.devices)
+            kind, why = classify_fault(
+                self.memory,
+                session,
+                getattr(task, "bounds", ()) or (),
+                probe.fault,
+                self.daemon.devices,
+            )
             ref = self._ref(task, probe)
             text = f"{why}\n  in {task_line(ref, (probe.fault[3], probe.fault[3]))}"
-            self._report(watch, "memcheck", kind, "error", (kind, probe.site), text,
-                         {"tasks": [ref], "address": probe.fault[0], "bytes": probe.fault[1]})
+            self._report(
+                watch,
+                "memcheck",
+                kind,
+                "error",
+                (kind, probe.site),
+                text,
+                {"tasks": [ref], "address": probe.fault[0], "bytes": probe.fault[1]},
+            )
             task.failure.message = f"simnpu memcheck: {kind}: {why}\n{task.failure.message}"
         raced: set = set()  # tasks this one was found racing with (one finding per pair)
         for access in task.accesses():
@@ -349,16 +418,27 @@ class Observer:
         if task.seq < watch.last_free_seq:
             tomb = self.memory.tombstone_of(session, key, lo, hi, task.seq)
             if tomb is not None:
-                if flags & MEMCHECK and not races.ordered_before(probe.agent, probe.epoch, tomb.free_clock):
+                if flags & MEMCHECK and not races.ordered_before(
+                    probe.agent, probe.epoch, tomb.free_clock
+                ):
                     a, b = max(lo, tomb.start), min(hi, tomb.start + tomb.size)
                     ref = self._ref(task, probe)
-                    text = (f"{'write' if write else 'read'} of bytes [{a:#x}, {b:#x}) of {tomb.describe()}\n"
-                            f"  by {task_line(ref, blocks)}\n"
-                            f"  the free (task {tomb.free_seq}) came after this task was submitted but did not "
-                            "wait for it: synchronize before aclrtFree")
-                    self._report(watch, "memcheck", "use-after-free", "error",
-                                 ("use-after-free", probe.site, tomb.free_site), text,
-                                 {"tasks": [ref], "range": [a, b], "free_site": tomb.free_site}, task)
+                    text = (
+                        f"{'write' if write else 'read'} of bytes [{a:#x}, {b:#x}) of {tomb.describe()}\n"
+                        f"  by {task_line(ref, blocks)}\n"
+                        f"  the free (task {tomb.free_seq}) came after this task was submitted but did not "
+                        "wait for it: synchronize before aclrtFree"
+                    )
+                    self._report(
+                        watch,
+                        "memcheck",
+                        "use-after-free",
+                        "error",
+                        ("use-after-free", probe.site, tomb.free_site),
+                        text,
+                        {"tasks": [ref], "range": [a, b], "free_site": tomb.free_site},
+                        task,
+                    )
                 return
         at = lo
         while at < hi:
@@ -371,7 +451,9 @@ class Observer:
                 if gaps:
                     self._uninitialised(task, probe, watch, block, gaps, blocks)
             if mode:  # written, or given to a kernel as "rw": initialised from now on (an "rw"
-                add_range(block.written, at, top)  # store of the value already there is a write too)
+                add_range(
+                    block.written, at, top
+                )  # store of the value already there is a write too)
             self._race(task, probe, watch, raced, block, at, top, write, blocks)
             at = top
 
@@ -379,12 +461,24 @@ class Observer:
         ref = self._ref(task, probe)
         count = sum(b - a for a, b in gaps)
         first = gaps[0]
-        ranges = ", ".join(f"[{a:#x}, {b:#x})" for a, b in gaps[:3]) + (" ..." if len(gaps) > 3 else "")
-        text = (f"read of {count} byte(s) never written since the malloc: {ranges}, offset "
-                f"{first[0] - block.start} of {block.describe()}\n"
-                f"  by {task_line(ref, blocks)}")
-        self._report(watch, "initcheck", "uninitialised read", "error", ("init", probe.site, block.site), text,
-                     {"tasks": [ref], "range": [first[0], gaps[-1][1]], "bytes": count}, task)
+        ranges = ", ".join(f"[{a:#x}, {b:#x})" for a, b in gaps[:3]) + (
+            " ..." if len(gaps) > 3 else ""
+        )
+        text = (
+            f"read of {count} byte(s) never written since the malloc: {ranges}, offset "
+            f"{first[0] - block.start} of {block.describe()}\n"
+            f"  by {task_line(ref, blocks)}"
+        )
+        self._report(
+            watch,
+            "initcheck",
+            "uninitialised read",
+            "error",
+            ("init", probe.site, block.site),
+            text,
+            {"tasks": [ref], "range": [first[0], gaps[-1][1]], "bytes": count},
+            task,
+        )
 
     def _race(self, task, probe, watch, raced, block, lo, hi, write, blocks) -> None:
         flags = watch.flags
@@ -394,28 +488,42 @@ class Observer:
                     raced.add(id(old.ref))
                     self._report_race(task, probe, watch, block, old, lo, hi, write, blocks)
         ref = self._ref(task, probe)
-        races.remember(block.history, races.Access(lo, hi, write, probe.agent, probe.epoch, ref, blocks,
-                                                   watch.session), probe.clock)
+        races.remember(
+            block.history,
+            races.Access(lo, hi, write, probe.agent, probe.epoch, ref, blocks, watch.session),
+            probe.clock,
+        )
 
     def _report_race(self, task, probe, watch, block, old, lo, hi, write, blocks) -> None:
         a, b = max(lo, old.lo), min(hi, old.hi)
         ref = self._ref(task, probe)
         pair = f"{'write' if old.write else 'read'}-{'write' if write else 'read'}"
-        where = (block.describe() if block.space == "dev" else "pinned host memory (offsets)")
+        where = block.describe() if block.space == "dev" else "pinned host memory (offsets)"
         across = old.session is not watch.session
-        text = (f"data race ({pair}) on {b - a} byte(s) [{a:#x}, {b:#x}) of {where}\n"
-                f"  {'write' if old.write else 'read '} by {task_line(old.ref, old.blocks)}\n"
-                f"  {'write' if write else 'read '} by {task_line(ref, blocks)}\n"
-                + ("  the two tasks belong to different clients, and neither client's host synchronized "
-                   "with its task before the other was submitted"
-                   if across else
-                   "  nothing orders them: record an event after the first task and make the second's "
-                   "stream wait for it (aclrtRecordEvent + aclrtStreamWaitEvent), or synchronize in between"))
+        text = (
+            f"data race ({pair}) on {b - a} byte(s) [{a:#x}, {b:#x}) of {where}\n"
+            f"  {'write' if old.write else 'read '} by {task_line(old.ref, old.blocks)}\n"
+            f"  {'write' if write else 'read '} by {task_line(ref, blocks)}\n"
+            + (
+                "  the two tasks belong to different clients, and neither client's host synchronized "
+                "with its task before the other was submitted"
+                if across
+                else "  nothing orders them: record an event after the first task and make the second's "
+                "stream wait for it (aclrtRecordEvent + aclrtStreamWaitEvent), or synchronize in between"
+            )
+        )
         strict = bool(watch.flags & STRICT)
         key = ("race", old.ref["site"], old.ref["what"], probe.site, ref["what"])
-        finding, new = self._report(watch, "racecheck", "data race", "error" if strict else "warning", key,
-                                    text, {"tasks": [old.ref, ref], "range": [a, b], "bytes": b - a,
-                                           "cross_client": across}, task if strict else None)
+        finding, new = self._report(
+            watch,
+            "racecheck",
+            "data race",
+            "error" if strict else "warning",
+            key,
+            text,
+            {"tasks": [old.ref, ref], "range": [a, b], "bytes": b - a, "cross_client": across},
+            task if strict else None,
+        )
         other = self.watches.get(old.session) if across else None
         if new and other is not None:  # the other client's report shows it too
             other.findings.add(key, lambda: finding)
@@ -423,16 +531,27 @@ class Observer:
     def _leaks(self, watch) -> list:
         out = []
         for block in self.memory.live_of(watch.session):
-            text = (f"{block.size} bytes at {block.start:#x} allocated at {block.site} (call {block.seq}) "
-                    "were never freed")
-            out.append(Finding("memcheck", "leak", "warning", text,
-                               {"address": block.start, "bytes": block.size, "malloc_site": block.site},
-                               watch.session))
+            text = (
+                f"{block.size} bytes at {block.start:#x} allocated at {block.site} (call {block.seq}) "
+                "were never freed"
+            )
+            out.append(
+                Finding(
+                    "memcheck",
+                    "leak",
+                    "warning",
+                    text,
+                    {"address": block.start, "bytes": block.size, "malloc_site": block.site},
+                    watch.session,
+                )
+            )
         return out
 
     def _report(self, watch, check, kind, severity, key, text, details, task=None) -> tuple:
         session = watch.session
-        finding, new = watch.findings.add(key, lambda: Finding(check, kind, severity, text, details, session))
+        finding, new = watch.findings.add(
+            key, lambda: Finding(check, kind, severity, text, details, session)
+        )
         if new:
             self.findings.add((session.id,) + key, lambda: finding)
             log_finding(finding)
@@ -444,9 +563,15 @@ class Observer:
         ref = probe.ref
         if ref is None:
             session = task.stream.owner
-            ref = probe.ref = {"task": task.seq, "what": _what(task), "stream": stream_label(task.stream),
-                               "pid": session.pid, "process": session.process_name, "site": probe.site,
-                               "client": session.id}
+            ref = probe.ref = {
+                "task": task.seq,
+                "what": _what(task),
+                "stream": stream_label(task.stream),
+                "pid": session.pid,
+                "process": session.process_name,
+                "site": probe.site,
+                "client": session.id,
+            }
         return ref
 
 
@@ -460,7 +585,9 @@ def install(daemon) -> None:
     config = daemon.config
     bits = config.checks | (TRACE if config.trace_path else 0)
     if bits:
-        daemon.observer = Observer(daemon, bits, config.trace_path, config.check_report, config.trace_buffer)
+        daemon.observer = Observer(
+            daemon, bits, config.trace_path, config.check_report, config.trace_buffer
+        )
         daemon.scheduler.observer = daemon.observer
         log.info("observing every client: %s", flags_.describe(bits))
 
@@ -475,12 +602,13 @@ def query(daemon, what: str) -> object:
     """The Query RPC's "trace" and "check_report" views."""
     observer = daemon.observer
     if observer is None:
-        return {"error": "this daemon records no timeline and checks nothing (start it with "
-                         "`simnpu serve --trace FILE` or `--check all`, or set SIMNPU_TRACE / "
-                         "SIMNPU_CHECK in a client)"}
+        return {
+            "error": "this daemon records no timeline and checks nothing (start it with "
+            "`simnpu serve --trace FILE` or `--check all`, or set SIMNPU_TRACE / "
+            "SIMNPU_CHECK in a client)"
+        }
     if what == "trace":
         return observer.trace_json()
     report = observer.report_json()
     report["text"] = render(report, f"simnpu daemon (pid {observer.daemon_pid()})")
     return report
-

@@ -54,8 +54,10 @@ class Limits:
         if limit < 0:
             raise invalid(f"a memory limit cannot be negative ({limit})")
         if limit and self.default is not None and limit > self.default:
-            raise invalid(f"a memory limit of {limit} bytes is above the daemon's default of "
-                          f"{self.default} bytes; a client can only lower its limit")
+            raise invalid(
+                f"a memory limit of {limit} bytes is above the daemon's default of "
+                f"{self.default} bytes; a client can only lower its limit"
+            )
         devices = range(len(self._chosen)) if device is None else [device]
         for index in devices:
             self._chosen[index] = limit or None

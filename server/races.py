@@ -35,7 +35,6 @@ from __future__ import annotations
 
 import itertools
 
-
 HISTORY_CAP = 256  # accesses remembered per allocation (oldest dropped first)
 
 
@@ -128,7 +127,13 @@ class Access:
 
     def __init__(self, lo, hi, write, agent, epoch, ref, blocks, session):
         self.lo, self.hi, self.write = lo, hi, write
-        self.agent, self.epoch, self.ref, self.blocks, self.session = agent, epoch, ref, blocks, session
+        self.agent, self.epoch, self.ref, self.blocks, self.session = (
+            agent,
+            epoch,
+            ref,
+            blocks,
+            session,
+        )
 
 
 def check(history: list, lo: int, hi: int, write: bool, probe) -> list:
@@ -151,11 +156,13 @@ def remember(history: list, access: Access, clock: dict) -> None:
     kept = []
     for old in history:
         covered = lo <= old.lo and old.hi <= hi
-        if covered and ((old.agent == access.agent and old.write == access.write)
-                        or (access.write and clock.get(old.agent, 0) >= old.epoch)):
+        if covered and (
+            (old.agent == access.agent and old.write == access.write)
+            or (access.write and clock.get(old.agent, 0) >= old.epoch)
+        ):
             continue
         kept.append(old)
     kept.append(access)
     if len(kept) > HISTORY_CAP:
-        del kept[:len(kept) - HISTORY_CAP]
+        del kept[: len(kept) - HISTORY_CAP]
     history[:] = kept

@@ -67,8 +67,10 @@ class Jobs:
             for job, waiting in self.waiting.items():
                 live = [a for a in waiting if not a.session.closed]
                 if live:
-                    view[job] = {"world_size": live[0].world_size,
-                                 "waiting": [a.session.pid for a in live]}
+                    view[job] = {
+                        "world_size": live[0].world_size,
+                        "waiting": [a.session.pid for a in live],
+                    }
 
         self.scheduler.call(read)
         return view
@@ -110,8 +112,12 @@ class Jobs:
         for rank, arrival in enumerate(ranks):
             if arrival.waiter is not None:
                 arrival.waiter.finished = True  # its timer is dropped when it comes due
-            arrival.session.respond(arrival.request_id, pb.HcclRendezvousReply(
-                rank=rank, world_size=len(ranks), formation=formation, job=job, root_info=info))
+            arrival.session.respond(
+                arrival.request_id,
+                pb.HcclRendezvousReply(
+                    rank=rank, world_size=len(ranks), formation=formation, job=job, root_info=info
+                ),
+            )
         log.info(
             "job %r (formation %d): %d ranks, pids %s",
             job,

@@ -33,7 +33,7 @@ from simnpu.server.collectives import Collectives
 from simnpu.server.executor import LOST, Executor, Unit, UnitKind
 from simnpu.server.objects import Failure, Owner, Stream, Waiter
 from simnpu.server.tasks import DeviceWork, Task, TaskState
-from simnpu.server.work import Accesses, ForgetSegment, Ready, Result, WriteSignal
+from simnpu.server.work import Accesses, ForgetSegment, Ready, WriteSignal
 
 if TYPE_CHECKING:
     from simnpu.server.device import Device
@@ -77,7 +77,9 @@ class Scheduler:
                 try:
                     function(*args)
                 except Exception:
-                    log.exception("scheduler operation %s failed", getattr(function, "__name__", function))
+                    log.exception(
+                        "scheduler operation %s failed", getattr(function, "__name__", function)
+                    )
             self._pump()
 
     def call(self, function: Callable, *args: Any) -> None:
@@ -168,8 +170,10 @@ class Scheduler:
             stream.clock = max(stream.clock, task.timestamp)
         if task.failure is not None:
             self._fail(stream, task.failure)
-        self._release(task)
-        self._recheck(stream)
+        if task.waiters:
+            self._release(task)
+        if stream.watchers:
+            self._recheck(stream)
         if stream.tasks:
             self._dirty.append(stream)
         else:
@@ -202,7 +206,9 @@ class Scheduler:
     def _cancel_run(self, stream: Stream) -> None:
         """Tell the core running a run of single-block launches of `stream` to skip those
         behind the head that it has not started yet; they complete without running."""
-        queued = {t for t in itertools.islice(stream.tasks, 1, None) if t.state == TaskState.DISPATCHED}
+        queued = {
+            t for t in itertools.islice(stream.tasks, 1, None) if t.state == TaskState.DISPATCHED
+        }
         if not queued:
             return
         for unit in self.devices[stream.device].units[UnitKind.AI_CORE]:
@@ -272,17 +278,21 @@ class Scheduler:
         `last_seq`, when that is the stream's tail and nothing needs the scheduler's
         judgement (a failure to report, STOP mode)."""
         signal = stream.signal
-        if (signal is None or stream.tasks[-1].seq != last_seq
-                or stream.context.failure_mode != codes.ACL_CONTINUE_ON_FAILURE or _failure_pending(stream)):
+        if (
+            signal is None
+            or stream.tasks[-1].seq != last_seq
+            or stream.context.failure_mode != codes.ACL_CONTINUE_ON_FAILURE
+            or _failure_pending(stream)
+        ):
             return
         signal.lend()
-        items.append(WriteSignal(signal.area.name, signal.slot, last_seq))
+        items.append(WriteSignal.pack(signal.area.name, signal.slot, last_seq))
         unit.lent = signal
 
     def send(self, unit: Unit, items: list) -> None:
         """Hand `unit` a batch, with its operator-timeout deadline."""
         if unit.forget:
-            items = [ForgetSegment(name) for name in unit.forget] + items
+            items = [ForgetSegment.pack(name) for name in unit.forget] + items
             unit.forget = []
         work = next(iter(unit.inflight.values()))
         timeout = work.stream.owner.op_timeout_s or self.op_timeout_s
@@ -306,7 +316,8 @@ class Scheduler:
         elif kind is Accesses and self.observer is not None:
             self.observer.accessed(unit, report)
 
-    def _results(self, unit: Unit, results: list[Result]) -> None:
+    def _results(self, unit: Unit, results: list) -> None:
+        """A batch's results: Results, or the plain tuples of them a pipe carries."""
         if self.observer is not None and self.observer.tracing:
             self.observer.ran(unit, results)  # the timeline: what ran where, when
         unit.deadline = None
@@ -314,10 +325,9 @@ class Scheduler:
             unit.lent.take_back()
             unit.lent = None
         inflight = unit.inflight
-        for result in results:
-            work = inflight.pop(result.token)
-            unit.busy_ns += result.end_ns - result.start_ns
-            work.piece_done(self, result)
+        for token, code, start_ns, end_ns, message in results:
+            unit.busy_ns += end_ns - start_ns
+            inflight.pop(token).piece_done(self, code, end_ns, message)
 
     def _lost(self, unit: Unit, code: int, how: str | None) -> None:
         """A unit died or timed out (`how` says which; None: find out): fail what it was
@@ -331,8 +341,13 @@ class Scheduler:
             lent.take_back()
         now = time.monotonic_ns()
         for work in works:
-            work.piece_done(self, Result(0, code, now, now, f"{unit.name} {how} while running {work.what} "
-                                                             f"(task {work.seq}); the worker was replaced"))
+            work.piece_done(
+                self,
+                code,
+                now,
+                f"{unit.name} {how} while running {work.what} (task {work.seq}); "
+                "the worker was replaced",
+            )
 
     def rejected(self, owner: Owner, seq: int) -> None:
         """Asynchronous call `seq` of `owner` was rejected (in submission order). Its stream
@@ -343,7 +358,9 @@ class Scheduler:
                 stream.signal.publish(seq, True)
 
     # ---- waiting ------------------------------------------------------------------------------
-    def watch(self, waiter: Waiter, streams: Sequence[Stream] = (), tasks: Sequence[Task] = ()) -> None:
+    def watch(
+        self, waiter: Waiter, streams: Sequence[Stream] = (), tasks: Sequence[Task] = ()
+    ) -> None:
         """Settle `waiter` once `waiter.ready()` holds (checked as the streams/tasks progress)
         or its deadline passes."""
         if waiter.ready():
@@ -390,7 +407,11 @@ class Scheduler:
             self.collectives.expire(now)
         for unit in self.executor.units:
             if unit.deadline is not None and unit.deadline <= now and unit.inflight:
-                self._lost(unit, codes.ACL_ERROR_RT_AICORE_TIMEOUT, "exceeded the operator execution timeout")
+                self._lost(
+                    unit,
+                    codes.ACL_ERROR_RT_AICORE_TIMEOUT,
+                    "exceeded the operator execution timeout",
+                )
         if self._dirty:
             self._pump()
 
@@ -416,8 +437,11 @@ def pick_stream(priorities: list[int]) -> int:
 
 def _failure_pending(stream: Stream) -> bool:
     """Would a synchronize of `stream` report a failure now?"""
-    return (stream.failure is not None or stream.context.failure is not None
-            or stream.owner.rejected is not None)
+    return (
+        stream.failure is not None
+        or stream.context.failure is not None
+        or stream.owner.rejected is not None
+    )
 
 
 def _drained(stream: Stream, seq: int) -> None:
@@ -428,4 +452,8 @@ def _drained(stream: Stream, seq: int) -> None:
 
 def _lost_code(unit: Unit) -> int:
     """The ACL code of tasks lost with their unit: an AI-core exception, or a DMA error."""
-    return codes.ACL_ERROR_RT_AICORE_EXCEPTION if unit.kind is UnitKind.AI_CORE else codes.ACL_ERROR_RT_SYS_DMA
+    return (
+        codes.ACL_ERROR_RT_AICORE_EXCEPTION
+        if unit.kind is UnitKind.AI_CORE
+        else codes.ACL_ERROR_RT_SYS_DMA
+    )

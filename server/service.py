@@ -11,6 +11,7 @@ import logging
 import threading
 
 import grpc
+
 from simnpu.proto import bulk, npu_pb2, service
 from simnpu.server.session import CLOSED
 
@@ -22,14 +23,21 @@ class NpuServicer:
         self.daemon = daemon
 
     def handlers(self) -> grpc.GenericRpcHandler:
-        return grpc.method_handlers_generic_handler(service.SERVICE, {
-            "Session": grpc.stream_stream_rpc_method_handler(
-                self.Session, request_deserializer=bulk.parse_client,
-                response_serializer=bulk.serialize),
-            "Query": grpc.unary_unary_rpc_method_handler(
-                self.Query, request_deserializer=npu_pb2.QueryRequest.FromString,
-                response_serializer=npu_pb2.QueryReply.SerializeToString),
-        })
+        return grpc.method_handlers_generic_handler(
+            service.SERVICE,
+            {
+                "Session": grpc.stream_stream_rpc_method_handler(
+                    self.Session,
+                    request_deserializer=bulk.parse_client,
+                    response_serializer=bulk.serialize,
+                ),
+                "Query": grpc.unary_unary_rpc_method_handler(
+                    self.Query,
+                    request_deserializer=npu_pb2.QueryRequest.FromString,
+                    response_serializer=npu_pb2.QueryReply.SerializeToString,
+                ),
+            },
+        )
 
     def _authorize(self, context) -> None:
         """TCP peers must present the shared token; Unix-socket peers rely on file permissions."""
@@ -38,17 +46,25 @@ class NpuServicer:
         presented = dict(context.invocation_metadata()).get(service.TOKEN_METADATA_KEY, "")
         expected = self.daemon.config.token or ""
         if not expected or not hmac.compare_digest(presented.encode(), expected.encode()):
-            context.abort(grpc.StatusCode.UNAUTHENTICATED,
-                          "simnpu: missing or wrong token (set SIMNPU_TOKEN to the daemon's token)")
+            context.abort(
+                grpc.StatusCode.UNAUTHENTICATED,
+                "simnpu: missing or wrong token (set SIMNPU_TOKEN to the daemon's token)",
+            )
 
     def Session(self, request_iterator, context):
         self._authorize(context)
         session = self.daemon.open_session(context.peer())
         if session is None:
-            context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED,
-                          f"simnpu: the daemon serves at most {self.daemon.config.max_sessions} sessions")
-        reader = threading.Thread(target=self._read, args=(session, request_iterator),
-                                  name=f"simnpu-session-{session.id}", daemon=True)
+            context.abort(
+                grpc.StatusCode.RESOURCE_EXHAUSTED,
+                f"simnpu: the daemon serves at most {self.daemon.config.max_sessions} sessions",
+            )
+        reader = threading.Thread(
+            target=self._read,
+            args=(session, request_iterator),
+            name=f"simnpu-session-{session.id}",
+            daemon=True,
+        )
         reader.start()
         outbox = session.outbox
         item = outbox.get()
@@ -83,4 +99,6 @@ class NpuServicer:
 
     def Query(self, request, context):
         self._authorize(context)
-        return npu_pb2.QueryReply(json=json.dumps(self.daemon.describe(request.what, request.device)))
+        return npu_pb2.QueryReply(
+            json=json.dumps(self.daemon.describe(request.what, request.device))
+        )

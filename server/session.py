@@ -25,6 +25,7 @@ from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from google.protobuf.message import DecodeError, Message
+
 from simnpu.proto import codes, commands, messages, npu_pb2
 from simnpu.proto.errors import NpuError, bad_handle, invalid
 from simnpu.server.client_memory import ClientMemory
@@ -103,7 +104,7 @@ class Handles:
         self._objects.clear()
 
 
-# ---- the session ----------------------------------------------------------------------------------
+# ---- the session ---------------------------------------------------------------------------------
 class Session:
     def __init__(self, daemon: Daemon, session_id: int, peer: str):
         self.daemon = daemon
@@ -114,7 +115,9 @@ class Session:
         self.outbox: queue.SimpleQueue = queue.SimpleQueue()  # replies, notices, CLOSED
         self.seq = 0  # the sequence number of the call being handled
         self.handles = Handles(daemon.builtin_binary)
-        self.memory = ClientMemory(self.owner, daemon.devices, daemon.ipc, daemon.config.memory_limit)
+        self.memory = ClientMemory(
+            self.owner, daemon.devices, daemon.ipc, daemon.config.memory_limit
+        )
         self.immediate: dict[int, Stream] = {}  # device -> hidden stream of synchronous copies
         self.staging: Region | None = None  # the pageable copies' staging area (at HELLO)
         self.bulk: memoryview | None = None  # the bulk bytes of the message being handled
@@ -146,13 +149,17 @@ class Session:
         return self.owner.streams() + list(self.immediate.values())
 
     # ---- messages ---------------------------------------------------------------------------
-    def handle_message(self, message: npu_pb2.ClientMessage, bulk: memoryview | None = None) -> None:
+    def handle_message(
+        self, message: npu_pb2.ClientMessage, bulk: memoryview | None = None
+    ) -> None:
         """Execute one ClientMessage's items in order (reader thread); `bulk` is its bulk
         bytes, which an inline MemcpyRequest of it takes. With the ring in use the items are
         only requests too big for it, which the ring thread takes in its order."""
         if self.fast_path.takes_stream_items(message.items):
             return
-        if message.site_seqs and self.daemon.observer is not None:  # an observed client's call sites
+        if (
+            message.site_seqs and self.daemon.observer is not None
+        ):  # an observed client's call sites
             self.daemon.observer.sites(self.owner, self.seq, message.site_seqs, message.sites)
         self.bulk = bulk
         for item in message.items:
@@ -199,12 +206,18 @@ class Session:
             return
         except Exception as error:  # a bug of ours: the client gets a code, the daemon lives
             log.exception("%r: request %s failed", self, case)
-            self.respond(request.id, code=codes.ACL_ERROR_RT_INTERNAL_ERROR, message=f"internal error: {error!r}")
+            self.respond(
+                request.id,
+                code=codes.ACL_ERROR_RT_INTERNAL_ERROR,
+                message=f"internal error: {error!r}",
+            )
             return
         if result is not LATER:
             self.respond(request.id, result)
 
-    def handle_ring(self, pieces: list, next_stream_item: Callable[[], npu_pb2.Item | None]) -> None:
+    def handle_ring(
+        self, pieces: list, next_stream_item: Callable[[], npu_pb2.Item | None]
+    ) -> None:
         """Run what the client wrote in its submission ring, in order (the ring thread of
         server/fast_path.py); `next_stream_item()` is the next request that went by the gRPC
         stream instead (None: the session ended). A malformed record ends the session:
@@ -263,8 +276,14 @@ class Session:
             batch, self._batch = self._batch, []
             self.scheduler.post(batch)
 
-    def respond(self, request_id: int, body: Message | None = None, code: int = 0, message: str = "",
-                task_seq: int = 0) -> None:
+    def respond(
+        self,
+        request_id: int,
+        body: Message | None = None,
+        code: int = 0,
+        message: str = "",
+        task_seq: int = 0,
+    ) -> None:
         """Send the reply to request `request_id` (any thread; nothing if it is 0)."""
         if request_id:
             reply = messages.reply(request_id, body, code, message, task_seq)
@@ -276,7 +295,9 @@ class Session:
         if failure is None:
             self.respond(request_id)
         else:
-            self.respond(request_id, code=failure.code, message=failure.message, task_seq=failure.seq)
+            self.respond(
+                request_id, code=failure.code, message=failure.message, task_seq=failure.seq
+            )
 
     def reject(self, error: NpuError) -> None:
         """The asynchronous call being handled was refused: reported at the next synchronize."""
@@ -303,8 +324,10 @@ class Session:
 
     def device(self, index: int) -> Device:
         if not 0 <= index < len(self.daemon.devices):
-            raise NpuError(codes.ACL_ERROR_RT_INVALID_DEVICEID,
-                           f"device {index} does not exist (this daemon simulates {len(self.daemon.devices)})")
+            raise NpuError(
+                codes.ACL_ERROR_RT_INVALID_DEVICEID,
+                f"device {index} does not exist (this daemon simulates {len(self.daemon.devices)})",
+            )
         return self.daemon.devices[index]
 
     def context(self, handle: int) -> Context:
@@ -324,8 +347,10 @@ class Session:
             raise invalid(f"{address:#x} is not inside a device allocation of this process")
         start, size = found
         if address + count > start + size:
-            raise invalid(f"{count} bytes at {address:#x} run past the end of its allocation "
-                          f"[{start:#x}, +{size})")
+            raise invalid(
+                f"{count} bytes at {address:#x} run past the end of its allocation "
+                f"[{start:#x}, +{size})"
+            )
         return self.memory.span(address)
 
     def immediate_stream(self, device: int) -> Stream:
@@ -350,8 +375,12 @@ class Session:
     # ---- the end -------------------------------------------------------------------------------
     def abandon(self, why: str) -> None:
         """End the session from the daemon's side (the client broke the protocol)."""
-        self.outbox.put(npu_pb2.Notice(kind=npu_pb2.Notice.KIND_DEVICE_GONE,
-                                       message=f"the daemon ended this session: {why}"))
+        self.outbox.put(
+            npu_pb2.Notice(
+                kind=npu_pb2.Notice.KIND_DEVICE_GONE,
+                message=f"the daemon ended this session: {why}",
+            )
+        )
         self.outbox.put(CLOSED)
 
     def close(self, on_closed: Callable[[Session], None]) -> None:

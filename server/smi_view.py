@@ -22,10 +22,15 @@ def device(daemon, d) -> dict:
     restarts = sum(w.restarts for w in workers)
     health = "Alarm" if restarting else ("Warning" if restarts else "OK")
     return {
-        "index": d.index, "name": CHIP_NAME, "health": health, "bus_id": f"0000:{d.index:02X}:00.0",
-        "memory_total": d.capacity, "memory_free": d.allocator.free_bytes,
+        "index": d.index,
+        "name": CHIP_NAME,
+        "health": health,
+        "bus_id": f"0000:{d.index:02X}:00.0",
+        "memory_total": d.capacity,
+        "memory_free": d.allocator.free_bytes,
         "memory_used": d.capacity - d.allocator.free_bytes,
-        "ai_cores": len(cores), "copy_engines": len(engines),
+        "ai_cores": len(cores),
+        "copy_engines": len(engines),
         "ai_core_utilisation": scheduler.utilisation(d) if scheduler else 0.0,
         "ai_core_busy_ns": sum(w.busy_ns for w in cores),
         "ai_cores_running": sum(1 for w in cores if w.inflight),
@@ -47,7 +52,9 @@ def process(session) -> dict:
         entry = per_device.setdefault(str(context.device), {"memory": 0, "streams": 0})
         entry["streams"] += len(context.streams)
     return {
-        "session": session.id, "pid": session.pid, "name": session.process_name,
+        "session": session.id,
+        "pid": session.pid,
+        "name": session.process_name,
         "memory": sum(e["memory"] for e in per_device.values()),
         "streams": sum(e["streams"] for e in per_device.values()),
         "devices": per_device,

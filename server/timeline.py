@@ -77,7 +77,9 @@ class Timeline:
         if record is not None:
             link = (self.stream_key(record.stream), record.seq)
         failure = task.failure
-        failed = f"{failure.code}: {failure.message.splitlines()[0]}" if failure is not None else None
+        failed = (
+            f"{failure.code}: {failure.message.splitlines()[0]}" if failure is not None else None
+        )
         self.records.append(("d", id(task), end, label, failed, link))
 
     def forget_session(self, session_id: int) -> None:
@@ -103,8 +105,14 @@ class Timeline:
         self.streams = {k: v for k, v in self.streams.items() if k[0] != session_id}
 
 
-def chrome_trace(timeline: Timeline, records: list, started_ns: int, title: str, dropped: bool = False,
-                 session_id: int | None = None) -> dict:
+def chrome_trace(
+    timeline: Timeline,
+    records: list,
+    started_ns: int,
+    title: str,
+    dropped: bool = False,
+    session_id: int | None = None,
+) -> dict:
     """The trace of `records` (of one session's tasks if `session_id` is given)."""
     generator = title
     entries: list = []  # per traced task: [key, seq, kind, name, n, submit, site, first, last, end, label, failed, link]
@@ -117,7 +125,21 @@ def chrome_trace(timeline: Timeline, records: list, started_ns: int, title: str,
             if session_id is not None and key[0] != session_id:
                 live.pop(ident, None)
                 continue
-            entry: list | None = [key, seq, kind, name, n, submit, site, None, None, None, None, None, None]
+            entry: list | None = [
+                key,
+                seq,
+                kind,
+                name,
+                n,
+                submit,
+                site,
+                None,
+                None,
+                None,
+                None,
+                None,
+                None,
+            ]
             live[ident] = entry
             entries.append(entry)
         elif tag == "r":
@@ -151,21 +173,34 @@ def chrome_trace(timeline: Timeline, records: list, started_ns: int, title: str,
         if pid not in named:
             named.add(pid)
             events.append({"ph": "M", "name": "process_name", "pid": pid, "args": {"name": name}})
-            events.append({"ph": "M", "name": "process_sort_index", "pid": pid, "args": {"sort_index": pid}})
+            events.append(
+                {"ph": "M", "name": "process_sort_index", "pid": pid, "args": {"sort_index": pid}}
+            )
 
     def thread(pid: int, tid: int, name: str) -> None:
         if (pid, tid) not in named:
             named.add((pid, tid))
-            events.append({"ph": "M", "name": "thread_name", "pid": pid, "tid": tid, "args": {"name": name}})
-            events.append({"ph": "M", "name": "thread_sort_index", "pid": pid, "tid": tid,
-                           "args": {"sort_index": tid}})
+            events.append(
+                {"ph": "M", "name": "thread_name", "pid": pid, "tid": tid, "args": {"name": name}}
+            )
+            events.append(
+                {
+                    "ph": "M",
+                    "name": "thread_sort_index",
+                    "pid": pid,
+                    "tid": tid,
+                    "args": {"sort_index": tid},
+                }
+            )
 
     tracks: dict = {}
 
     def track_of(key: tuple) -> tuple:
         track = tracks.get(key)
         if track is None:
-            sid, pid, process_name, label = timeline.streams.get(key, (key[0], 0, "?", f"stream {key[1]}"))
+            sid, pid, process_name, label = timeline.streams.get(
+                key, (key[0], 0, "?", f"stream {key[1]}")
+            )
             pid = pid or DEVICE_PID_BASE // 2 + sid
             process(pid, f"client {pid} {process_name} (session {sid})")
             tid = key[1] & 0xFFFFFFFF or (1 << 30) + key[2]
@@ -187,8 +222,13 @@ def chrome_trace(timeline: Timeline, records: list, started_ns: int, title: str,
             start = min(max(submit, last_end.get(key, 0)), end)
         last_end[key] = end
         pid, tid = track_of(key)
-        args = {"task": seq, "client": key[0], "stream": key[1], "submitted_us": us(submit),
-                "queued_us": max(0, start - submit) / 1000}
+        args = {
+            "task": seq,
+            "client": key[0],
+            "stream": key[1],
+            "submitted_us": us(submit),
+            "queued_us": max(0, start - submit) / 1000,
+        }
         if site:
             args["site"] = site
         if failed:
@@ -199,8 +239,18 @@ def chrome_trace(timeline: Timeline, records: list, started_ns: int, title: str,
         elif kind in ("copy", "memset"):
             args["bytes"] = n
         ts, dur = us(start), max(end - start, 1) / 1000
-        events.append({"name": slice_name, "cat": cat, "ph": "X", "ts": ts, "dur": dur, "pid": pid, "tid": tid,
-                       "args": args})
+        events.append(
+            {
+                "name": slice_name,
+                "cat": cat,
+                "ph": "X",
+                "ts": ts,
+                "dur": dur,
+                "pid": pid,
+                "tid": tid,
+                "args": args,
+            }
+        )
         slice_at[(key, seq)] = (pid, tid, ts, dur)
         if link is not None:
             flows.append((link, (pid, tid, ts, dur)))
@@ -209,10 +259,29 @@ def chrome_trace(timeline: Timeline, records: list, started_ns: int, title: str,
         source = slice_at.get(link)
         if source is None:
             continue
-        events.append({"ph": "s", "id": number, "name": "event", "cat": "event", "pid": source[0],
-                       "tid": source[1], "ts": source[2] + source[3] / 2})
-        events.append({"ph": "f", "bp": "e", "id": number, "name": "event", "cat": "event",
-                       "pid": where[0], "tid": where[1], "ts": where[2] + where[3] / 2})
+        events.append(
+            {
+                "ph": "s",
+                "id": number,
+                "name": "event",
+                "cat": "event",
+                "pid": source[0],
+                "tid": source[1],
+                "ts": source[2] + source[3] / 2,
+            }
+        )
+        events.append(
+            {
+                "ph": "f",
+                "bp": "e",
+                "id": number,
+                "name": "event",
+                "cat": "event",
+                "pid": where[0],
+                "tid": where[1],
+                "ts": where[2] + where[3] / 2,
+            }
+        )
 
     cores: dict = {}
     for entry, core, start, end, blocks in runs:
@@ -228,13 +297,34 @@ def chrome_trace(timeline: Timeline, records: list, started_ns: int, title: str,
         slice_name = _title(kind, name, n, entry[10])[0]
         if kind == "kernel":
             first, stop = blocks if blocks is not None else (0, n)
-            slice_name = (f"{slice_name} [blocks {first}-{stop - 1}]" if stop - first > 1
-                          else f"{slice_name} [block {first}]")
-        events.append({"name": slice_name, "cat": "core", "ph": "X", "ts": us(start), "dur": max(end - start, 1) / 1000,
-                       "pid": track[0], "tid": track[1], "args": {"task": seq, "client": key[0]}})
-    return {"traceEvents": events, "displayTimeUnit": "ns",
-            "otherData": {"generator": generator, "clock": "CLOCK_MONOTONIC", "origin_ns": started_ns,
-                          "tasks": len(slice_at), "buffer_overflowed": dropped}}
+            slice_name = (
+                f"{slice_name} [blocks {first}-{stop - 1}]"
+                if stop - first > 1
+                else f"{slice_name} [block {first}]"
+            )
+        events.append(
+            {
+                "name": slice_name,
+                "cat": "core",
+                "ph": "X",
+                "ts": us(start),
+                "dur": max(end - start, 1) / 1000,
+                "pid": track[0],
+                "tid": track[1],
+                "args": {"task": seq, "client": key[0]},
+            }
+        )
+    return {
+        "traceEvents": events,
+        "displayTimeUnit": "ns",
+        "otherData": {
+            "generator": generator,
+            "clock": "CLOCK_MONOTONIC",
+            "origin_ns": started_ns,
+            "tasks": len(slice_at),
+            "buffer_overflowed": dropped,
+        },
+    }
 
 
 def _title(kind: str, name, n: int, label) -> tuple[str, str]:

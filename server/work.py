@@ -1,20 +1,24 @@
 """The protocol between the scheduler and its units (AI cores, copy engines): the items of
-a batch, and what a unit reports back. Everything here pickles: it crosses a pipe to the
-worker processes (server/workers.py).
+a batch, and what a unit reports back.
 
 A batch is a list of items that the unit runs in order. Items with a `token` report one
-`Result` each; the others (LoadModule, ForgetSegment, WriteSignal) report nothing. While a
+result each; the others (LoadModule, ForgetSegment, WriteSignal) report nothing. While a
 batch runs the scheduler may send `Cancel`: kernels of the batch not started yet are
 skipped (reported done, without running). A unit reports `Ready` once it can take work,
 and `Accesses` of a checked kernel before the batch's results.
 
-Times are CLOCK_MONOTONIC nanoseconds, which the daemon and its workers share: the
-device's clock.
+Items and results are the hot path to the units, so they travel as the command records of
+simnpu.proto.commands do: each kind is a named tuple of its fields with `pack(*fields)`,
+the plain tuple that crosses the pipe (its TAG first), and `unpack(packed)`. Pickle would
+spend about 3 µs each way on every named tuple's class, as much as the rest of a
+one-kernel batch costs. Everything here pickles: it crosses a pipe to the worker processes
+(server/workers.py). Times are CLOCK_MONOTONIC nanoseconds, which the daemon and its
+workers share: the device's clock.
 """
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple
+from typing import Any, ClassVar, NamedTuple
 
 
 class Span(NamedTuple):
@@ -29,33 +33,62 @@ class Span(NamedTuple):
         return Span(self.segment, self.offset + delta, self.device)
 
 
-# ---- scheduler -> unit ------------------------------------------------------------------------
-class LoadModule(NamedTuple):
-    """Execute a kernel module once on this unit and keep it (before its first launch)."""
+class _Item:
+    """pack / unpack of a work item kind (mixed into its named tuple)."""
 
+    __slots__ = ()
+    TAG: ClassVar[int]
+
+    @classmethod
+    def pack(cls, *fields: Any) -> tuple:
+        """The item as it travels: its TAG, then its fields in order."""
+        return (cls.TAG, *fields)
+
+    @classmethod
+    def unpack(cls, packed: tuple) -> Any:
+        return tuple.__new__(cls, packed[1:])
+
+
+# ---- scheduler -> unit ------------------------------------------------------------------------
+class _LoadModuleFields(NamedTuple):
     binary: int  # daemon-wide binary id
     source: str
     filename: str
 
 
-class ForgetSegment(NamedTuple):
-    """A host segment was unlinked: drop the unit's mapping of it."""
+class LoadModule(_LoadModuleFields, _Item):
+    """Execute a kernel module once on this unit and keep it (before its first launch)."""
 
+    __slots__ = ()
+    TAG = 0
+
+
+class _ForgetSegmentFields(NamedTuple):
     name: str
 
 
-class WriteSignal(NamedTuple):
-    """Write a stream's completion signal and wake its waiters -- only if every item of the
-    batch before this one succeeded and ran (docs/fast-path.md)."""
+class ForgetSegment(_ForgetSegmentFields, _Item):
+    """A host segment was unlinked: drop the unit's mapping of it."""
 
+    __slots__ = ()
+    TAG = 1
+
+
+class _WriteSignalFields(NamedTuple):
     segment: str  # the owner's notify area
     slot: int
     seq: int
 
 
-class RunKernel(NamedTuple):
-    """Blocks [first, last) of a launch of `name` from binary `binary`."""
+class WriteSignal(_WriteSignalFields, _Item):
+    """Write a stream's completion signal and wake its waiters -- only if every item of the
+    batch before this one succeeded and ran (docs/fast-path.md)."""
 
+    __slots__ = ()
+    TAG = 2
+
+
+class _RunKernelFields(NamedTuple):
     token: int
     binary: int
     name: str
@@ -66,29 +99,80 @@ class RunKernel(NamedTuple):
     bounds: tuple  # (start, size) of the allocations it may touch (CheckedBounds: record them)
 
 
-class CopyBytes(NamedTuple):
+class RunKernel(_RunKernelFields, _Item):
+    """Blocks [first, last) of a launch of `name` from binary `binary`."""
+
+    __slots__ = ()
+    TAG = 3
+
+
+class _CopyBytesFields(NamedTuple):
     token: int
     dst: Span
     src: Span
     count: int
 
 
-class FillBytes(NamedTuple):
+class CopyBytes(_CopyBytesFields, _Item):
+    __slots__ = ()
+    TAG = 4
+
+    @classmethod
+    def pack(cls, token: int, dst: Span, src: Span, count: int) -> tuple:
+        return (cls.TAG, token, tuple(dst), tuple(src), count)
+
+    @classmethod
+    def unpack(cls, packed: tuple) -> CopyBytes:
+        return cls(packed[1], Span(*packed[2]), Span(*packed[3]), packed[4])
+
+
+class _FillBytesFields(NamedTuple):
     token: int
     dst: Span
     value: int
     count: int
 
 
-class ReducePiece(NamedTuple):
-    """A share of a matched HCCL collective's data movement (server/reduce.py)."""
+class FillBytes(_FillBytesFields, _Item):
+    __slots__ = ()
+    TAG = 5
 
+    @classmethod
+    def pack(cls, token: int, dst: Span, value: int, count: int) -> tuple:
+        return (cls.TAG, token, tuple(dst), value, count)
+
+    @classmethod
+    def unpack(cls, packed: tuple) -> FillBytes:
+        return cls(packed[1], Span(*packed[2]), packed[3], packed[4])
+
+
+class _ReducePieceFields(NamedTuple):
     token: int
     dtype: str
     op: int
-    groups: list
+    groups: list  # server/reduce.py's plan
     snapshot: bool
     piece: list
+
+
+class ReducePiece(_ReducePieceFields, _Item):
+    """A share of a matched HCCL collective's data movement (server/reduce.py)."""
+
+    __slots__ = ()
+    TAG = 6
+
+
+ITEMS: tuple[type, ...] = (
+    LoadModule,
+    ForgetSegment,
+    WriteSignal,
+    RunKernel,
+    CopyBytes,
+    FillBytes,
+    ReducePiece,
+)
+"""Every item kind, by TAG."""
+assert all(kind.TAG == tag for tag, kind in enumerate(ITEMS))  # type: ignore[attr-defined]
 
 
 class Cancel(NamedTuple):
@@ -99,11 +183,19 @@ class Cancel(NamedTuple):
 
 # ---- unit -> scheduler --------------------------------------------------------------------------
 class Result(NamedTuple):
+    """What a unit reports of an item with a token: a batch's results are a list of them."""
+
     token: int
     code: int  # an ACL code; 0: success
     start_ns: int
     end_ns: int
     message: str
+
+
+def pack_results(results: list[Result]) -> list[tuple]:
+    """A batch's results as they travel: plain tuples, their fields in order (the scheduler
+    takes either)."""
+    return [tuple(result) for result in results]
 
 
 class Ready(NamedTuple):

@@ -30,14 +30,17 @@ from typing import Any
 
 import numpy as np
 import posix_ipc
+
 from simnpu.proto import codes
 from simnpu.proto.kernel_abi import canonical_type
 from simnpu.server import access_log, reduce
 from simnpu.server.executor import LOST, Unit
 from simnpu.server.work import (
+    ITEMS,
     Cancel,
     CopyBytes,
     FillBytes,
+    ForgetSegment,
     LoadModule,
     Ready,
     ReducePiece,
@@ -45,15 +48,24 @@ from simnpu.server.work import (
     RunKernel,
     Span,
     WriteSignal,
+    pack_results,
 )
 from simnpu.shm.addresses import split_device_address
 from simnpu.shm.notify import NotifyArea
 from simnpu.shm.region import Region, unlink_daemon_segments
 
 _NUMPY_OF_CANONICAL = {
-    "i8": "int8", "i16": "int16", "i32": "int32", "i64": "int64",
-    "u8": "uint8", "u16": "uint16", "u32": "uint32", "u64": "uint64",
-    "f16": "float16", "f32": "float32", "f64": "float64",
+    "i8": "int8",
+    "i16": "int16",
+    "i32": "int32",
+    "i64": "int64",
+    "u8": "uint8",
+    "u16": "uint16",
+    "u32": "uint32",
+    "u64": "uint64",
+    "f16": "float16",
+    "f32": "float32",
+    "f64": "float64",
 }
 
 
@@ -91,7 +103,8 @@ class KernelContext:
                 if ptr + nbytes > start + size:
                     raise MemoryFault(
                         f"view of {nbytes} bytes at {ptr:#x} runs {ptr + nbytes - start - size} bytes "
-                        f"past the end of its allocation [{start:#x}, +{size})")
+                        f"past the end of its allocation [{start:#x}, +{size})"
+                    )
                 device, offset = split_device_address(ptr)
                 view = np.frombuffer(self._maps[device], dt, count, offset)
                 if access == "r":
@@ -114,8 +127,13 @@ class WorkRunner:
     device); host segments are mapped by name on first use. `report` sends a report of a
     checked kernel (Accesses) at once, before the batch's results."""
 
-    def __init__(self, core_id: int, device_maps: list, device_segments: list[str],
-                 report: Callable[[object], None]):
+    def __init__(
+        self,
+        core_id: int,
+        device_maps: list,
+        device_segments: list[str],
+        report: Callable[[object], None],
+    ):
         self.core_id = core_id
         self.maps = device_maps  # what kernels' views and reductions read and write
         self.report = report
@@ -124,35 +142,38 @@ class WorkRunner:
         self._host: dict[str, Region] = {}
         self._signals: dict[str, NotifyArea] = {}
 
-    def run(self, batch: list, cancelled: Callable[[], set[int]]) -> list[Result]:
-        """Run `batch` in order; `cancelled()` gives the tokens cancelled so far (asked only
-        before a kernel that is not the batch's first: the head of a run never is)."""
+    def run(self, batch: list[tuple], cancelled: Callable[[], set[int]]) -> list[Result]:
+        """Run `batch` (packed items, server/work.py) in order; `cancelled()` gives the tokens
+        cancelled so far (asked only before a kernel that is not the batch's first: the head
+        of a run never is)."""
         results: list[Result] = []
         clean = True  # every item so far succeeded and ran: a WriteSignal may be written
-        for index, item in enumerate(batch):
-            kind = item.__class__
+        for index, packed in enumerate(batch):
+            kind = ITEMS[packed[0]]
             if kind is RunKernel:
-                if index and item.token in cancelled():
+                if index and packed[1] in cancelled():
                     now = time.monotonic_ns()
-                    results.append(Result(item.token, 0, now, now, ""))
+                    results.append(Result(packed[1], 0, now, now, ""))
                     clean = False
                     continue
-                result = self.run_kernel(item)
+                result = self.run_kernel(*packed[1:])
             elif kind is CopyBytes:
-                result = self._timed(item.token, self.copy, item.dst, item.src, item.count)
+                copy = CopyBytes.unpack(packed)
+                result = self._timed(copy.token, self.copy, copy.dst, copy.src, copy.count)
             elif kind is FillBytes:
-                result = self._timed(item.token, self.fill, item.dst, item.value, item.count)
+                fill = FillBytes.unpack(packed)
+                result = self._timed(fill.token, self.fill, fill.dst, fill.value, fill.count)
             elif kind is ReducePiece:
-                result = reduce.execute(self._segments, item)
+                result = reduce.execute(self._segments, ReducePiece.unpack(packed))
             elif kind is WriteSignal:
                 if clean:
-                    self.write_signal(item)
+                    self.write_signal(*packed[1:])
                 continue
             elif kind is LoadModule:
-                self.load(item)
+                self.load(LoadModule.unpack(packed))
                 continue
             else:  # ForgetSegment
-                self.forget(item.name)
+                self.forget(ForgetSegment.unpack(packed).name)
                 continue
             results.append(result)
             if result.code:
@@ -169,34 +190,70 @@ class WorkRunner:
             module.__dict__["__simnpu_load_error__"] = _describe(exc)
         self.modules[item.binary] = module
 
-    def run_kernel(self, item: RunKernel) -> Result:
-        token, name, first, last, block_num, bounds = (item.token, item.name, item.first, item.last,
-                                                       item.num_blocks, item.bounds)
+    def run_kernel(
+        self,
+        token: int,
+        binary: int,
+        name: str,
+        args: tuple,
+        first: int,
+        last: int,
+        num_blocks: int,
+        bounds: tuple,
+    ) -> Result:
+        """A RunKernel item (its fields, in order)."""
         start = time.monotonic_ns()
-        module = self.modules[item.binary]
+        module = self.modules[binary]
         load_error = module.__dict__.get("__simnpu_load_error__")
         if load_error:
-            return Result(token, codes.ACL_ERROR_RT_AICORE_EXCEPTION, start, time.monotonic_ns(),
-                          f"kernel module failed to load on AI core {self.core_id}:\n{load_error}")
+            return Result(
+                token,
+                codes.ACL_ERROR_RT_AICORE_EXCEPTION,
+                start,
+                time.monotonic_ns(),
+                f"kernel module failed to load on AI core {self.core_id}:\n{load_error}",
+            )
         function = getattr(module, name)
         block = first
         try:
             if bounds.__class__ is not tuple:  # a checked launch: record what it touches
-                block, error = access_log.run_checked(self, KernelContext, MemoryFault, token, function,
-                                                      item.args, first, last, block_num, bounds)
+                block, error = access_log.run_checked(
+                    self,
+                    KernelContext,
+                    MemoryFault,
+                    token,
+                    function,
+                    args,
+                    first,
+                    last,
+                    num_blocks,
+                    bounds,
+                )
                 if error is not None:
                     raise error
             else:
                 for block in range(first, last):
-                    function(KernelContext(block, block_num, self.core_id, bounds, self.maps), *item.args)
+                    function(
+                        KernelContext(block, num_blocks, self.core_id, bounds, self.maps), *args
+                    )
         except MemoryFault as fault:
-            return Result(token, codes.ACL_ERROR_RT_DEVICE_MEM_ERROR, start, time.monotonic_ns(),
-                          f"memory fault in kernel {name} block {block}/{block_num} on AI core "
-                          f"{self.core_id}: {fault}\n{_describe(fault)}")
+            return Result(
+                token,
+                codes.ACL_ERROR_RT_DEVICE_MEM_ERROR,
+                start,
+                time.monotonic_ns(),
+                f"memory fault in kernel {name} block {block}/{num_blocks} on AI core "
+                f"{self.core_id}: {fault}\n{_describe(fault)}",
+            )
         except BaseException as exc:
-            return Result(token, codes.ACL_ERROR_RT_AICORE_EXCEPTION, start, time.monotonic_ns(),
-                          f"kernel {name} raised in block {block}/{block_num} on AI core {self.core_id}:\n"
-                          f"{_describe(exc)}")
+            return Result(
+                token,
+                codes.ACL_ERROR_RT_AICORE_EXCEPTION,
+                start,
+                time.monotonic_ns(),
+                f"kernel {name} raised in block {block}/{num_blocks} on AI core {self.core_id}:\n"
+                f"{_describe(exc)}",
+            )
         return Result(token, 0, start, time.monotonic_ns(), "")
 
     # ---- copies -----------------------------------------------------------------------------
@@ -205,8 +262,13 @@ class WorkRunner:
         try:
             action(*args)
         except Exception as exc:  # a segment vanished, a bad offset: fail the task, not the engine
-            return Result(token, codes.ACL_ERROR_RT_DEVICE_MEM_ERROR, start, time.monotonic_ns(),
-                          f"copy engine {self.core_id}: {exc}")
+            return Result(
+                token,
+                codes.ACL_ERROR_RT_DEVICE_MEM_ERROR,
+                start,
+                time.monotonic_ns(),
+                f"copy engine {self.core_id}: {exc}",
+            )
         return Result(token, 0, start, time.monotonic_ns(), "")
 
     def memory(self, span: Span, count: int) -> memoryview:
@@ -215,9 +277,11 @@ class WorkRunner:
         if memory is None:
             memory = self.host_segment(span.segment).map
         if span.offset < 0 or span.offset + count > len(memory):
-            raise IndexError(f"range [{span.offset}, +{count}) outside the {len(memory)} bytes of "
-                             f"{'device' if span.device >= 0 else 'host'} memory")
-        return memoryview(memory)[span.offset:span.offset + count]
+            raise IndexError(
+                f"range [{span.offset}, +{count}) outside the {len(memory)} bytes of "
+                f"{'device' if span.device >= 0 else 'host'} memory"
+            )
+        return memoryview(memory)[span.offset : span.offset + count]
 
     def copy(self, dst: Span, src: Span, count: int) -> None:
         with self.memory(dst, count) as target, self.memory(src, count) as source:
@@ -234,15 +298,16 @@ class WorkRunner:
             region = self._host[name] = Region.attach(name, populate=True)
         return region
 
-    def write_signal(self, item: WriteSignal) -> None:
-        """Write a stream's completion signal and wake its client (docs/fast-path.md)."""
-        area = self._signals.get(item.segment)
+    def write_signal(self, segment: str, slot: int, seq: int) -> None:
+        """A WriteSignal item (its fields): write a stream's completion signal and wake its
+        client (docs/fast-path.md)."""
+        area = self._signals.get(segment)
         if area is None:
             try:
-                area = self._signals[item.segment] = NotifyArea(self.host_segment(item.segment).map)
+                area = self._signals[segment] = NotifyArea(self.host_segment(segment).map)
             except posix_ipc.ExistentialError:  # the session ended meanwhile: nobody waits
                 return
-        area.set_done(item.slot, item.seq, False)
+        area.set_done(slot, seq, False)
 
     def forget(self, name: str) -> None:
         area = self._signals.pop(name, None)
@@ -256,7 +321,9 @@ class WorkRunner:
 def _describe(exc: BaseException) -> str:
     """The kernel's own traceback, without the worker's frames."""
     frames = traceback.extract_tb(exc.__traceback__)
-    own = [f for f in frames if not f.filename.endswith(("server/workers.py", "server/access_log.py"))]
+    own = [
+        f for f in frames if not f.filename.endswith(("server/workers.py", "server/access_log.py"))
+    ]
     lines = traceback.format_list(own) + traceback.format_exception_only(type(exc), exc)
     return "Traceback (most recent call last):\n" + "".join(lines)
 
@@ -265,7 +332,9 @@ def main(core_id: int, device_segments: list[str], conn) -> None:
     """Entry point of a spawned worker process."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the daemon decides when workers stop
     daemon_pid = os.getppid()
-    regions = [Region.attach(name, populate=True) for name in device_segments]  # device memory is resident
+    regions = [
+        Region.attach(name, populate=True) for name in device_segments
+    ]  # device memory is resident
     runner = WorkRunner(core_id, [region.map for region in regions], device_segments, conn.send)
     incoming = select.poll()  # one poll object: Connection.poll() builds a selector per call
     incoming.register(conn.fileno(), select.POLLIN)
@@ -295,10 +364,10 @@ def main(core_id: int, device_segments: list[str], conn) -> None:
         if isinstance(batch, Cancel):  # it came after its batch was done
             continue
         cancelled.clear()
-        conn.send(runner.run(batch, take_cancellations))
+        conn.send(pack_results(runner.run(batch, take_cancellations)))
 
 
-# ---- the daemon's executor ------------------------------------------------------------------------
+# ---- the daemon's executor -----------------------------------------------------------------------
 _SPAWN = multiprocessing.get_context("spawn")
 START_TIMEOUT_S = 60.0
 
@@ -309,8 +378,11 @@ class _Process:
     def __init__(self, unit: Unit, segments: list[str]):
         parent, child = _SPAWN.Pipe()
         self.process: BaseProcess = _SPAWN.Process(
-            target=main, args=(unit.core_id, segments, child),
-            name=f"simnpu-{unit.kind.value.replace(' ', '-')}-{unit.device}.{unit.index}", daemon=True)
+            target=main,
+            args=(unit.core_id, segments, child),
+            name=f"simnpu-{unit.kind.value.replace(' ', '-')}-{unit.device}.{unit.index}",
+            daemon=True,
+        )
         self.process.start()
         child.close()
         self.conn: Connection = parent
@@ -377,9 +449,11 @@ class ProcessExecutor:
                 continue
             generation, process = unit.generation, self._processes[unit]
             try:
-                reports.append((unit, generation, process.conn.recv()))
+                report = process.conn.recv()
             except (EOFError, OSError):
                 reports.append((unit, generation, LOST))
+                continue
+            reports.append((unit, generation, report))
         return reports
 
     def _rebuild_poller(self) -> None:

@@ -362,8 +362,13 @@ class DeviceAllocator:
         """Live blocks in address order."""
         live = self._live
         return [
-            {"offset": a.offset, "size": a.size, "reserved": a.reserved, "owner": a.owner,
-             "huge": a.huge}
+            {
+                "offset": a.offset,
+                "size": a.size,
+                "reserved": a.reserved,
+                "owner": a.owner,
+                "huge": a.huge,
+            }
             for a in (live[off] for off in sorted(live))
         ]
 

@@ -107,7 +107,7 @@ class FreeSet:
             return
         for b in self._bins_from(first):
             keys = self.bins[b]
-            yield from (keys[bisect_left(keys, key):] if b == first else keys)
+            yield from (keys[bisect_left(keys, key) :] if b == first else keys)
 
     def last(self) -> int | None:
         """The largest key, or None."""

@@ -31,8 +31,15 @@ if AVAILABLE:
     _libc = ctypes.CDLL(None, use_errno=True)
     _syscall = _libc.syscall
     _syscall.restype = ctypes.c_long
-    _syscall.argtypes = [ctypes.c_long, ctypes.c_void_p, ctypes.c_int, ctypes.c_int,
-                         ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int]
+    _syscall.argtypes = [
+        ctypes.c_long,
+        ctypes.c_void_p,
+        ctypes.c_int,
+        ctypes.c_int,
+        ctypes.c_void_p,
+        ctypes.c_void_p,
+        ctypes.c_int,
+    ]
 
 
 def wait(address: int, expected: int, timeout_s: float) -> None:
@@ -43,7 +50,18 @@ def wait(address: int, expected: int, timeout_s: float) -> None:
     """
     whole = int(timeout_s)
     timeout = _Timespec(whole, int((timeout_s - whole) * 1e9))
-    if _syscall(_SYS_FUTEX, address, _FUTEX_WAIT, expected & 0xFFFFFFFF, ctypes.addressof(timeout), None, 0) < 0:
+    if (
+        _syscall(
+            _SYS_FUTEX,
+            address,
+            _FUTEX_WAIT,
+            expected & 0xFFFFFFFF,
+            ctypes.addressof(timeout),
+            None,
+            0,
+        )
+        < 0
+    ):
         code = ctypes.get_errno()
         if code not in (errno.EAGAIN, errno.ETIMEDOUT, errno.EINTR):
             raise OSError(code, f"futex wait: {os.strerror(code)}")

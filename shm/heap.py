@@ -27,5 +27,6 @@ def keep_freed_memory() -> bool:
     except (OSError, AttributeError):
         return False
     mallopt.argtypes = (ctypes.c_int, ctypes.c_int)
-    return (bool(mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD))
-            and bool(mallopt(_M_TRIM_THRESHOLD, TRIM_THRESHOLD)))
+    return bool(mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD)) and bool(
+        mallopt(_M_TRIM_THRESHOLD, TRIM_THRESHOLD)
+    )

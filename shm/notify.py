@@ -17,11 +17,11 @@ from simnpu.shm import futex
 
 MAILBOX_SLOTS = 16
 SLOT_BYTES = 4096
-SLOT_HEADER = 16                 # u64 request id, u32 length, u32 unused
+SLOT_HEADER = 16  # u64 request id, u32 length, u32 unused
 SLOT_CAPACITY = SLOT_BYTES - SLOT_HEADER
 STREAM_SLOTS = 4096
-OVERFLOW = 0xFFFFFFFF            # length of a reply too big for a slot: it went by the stream
-DIRTY = 1 << 63                  # in a stream word: a failure is waiting to be reported
+OVERFLOW = 0xFFFFFFFF  # length of a reply too big for a slot: it went by the stream
+DIRTY = 1 << 63  # in a stream word: a failure is waiting to be reported
 
 _DOORBELL = 0
 _MAILBOX = 64
@@ -42,7 +42,9 @@ class NotifyArea:
         self._doorbell = ctypes.c_uint32.from_buffer(buffer, _DOORBELL)
         self._words = (ctypes.c_uint64 * STREAM_SLOTS).from_buffer(buffer, _STREAMS)
         self._ids = [ctypes.c_uint64.from_buffer(buffer, _slot(i)) for i in range(MAILBOX_SLOTS)]
-        self._lengths = [ctypes.c_uint32.from_buffer(buffer, _slot(i) + 8) for i in range(MAILBOX_SLOTS)]
+        self._lengths = [
+            ctypes.c_uint32.from_buffer(buffer, _slot(i) + 8) for i in range(MAILBOX_SLOTS)
+        ]
 
     def release(self) -> None:
         """Drop the views into the buffer, so that its mapping can be closed."""
@@ -65,7 +67,7 @@ class NotifyArea:
         fits = len(payload) <= SLOT_CAPACITY
         if fits:
             start = _slot(slot) + SLOT_HEADER
-            self.buffer[start:start + len(payload)] = payload
+            self.buffer[start : start + len(payload)] = payload
         self._lengths[slot].value = len(payload) if fits else OVERFLOW
         self._ids[slot].value = request_id  # last: the client looks for it
         self._doorbell.value = (self._doorbell.value + 1) & 0xFFFFFFFF
@@ -90,7 +92,7 @@ class NotifyArea:
         if length == OVERFLOW:
             return OVERFLOW
         start = _slot(slot) + SLOT_HEADER
-        return bytes(self.buffer[start:start + min(length, SLOT_CAPACITY)])
+        return bytes(self.buffer[start : start + min(length, SLOT_CAPACITY)])
 
     def wake_doorbell(self) -> None:
         """Wake the doorbell's sleepers without ringing it (they re-check their own state)."""
@@ -141,7 +143,9 @@ class StreamSignal:
         if self.lent:
             self._pending = (seq, dirty)
             return
-        if self.area.word(self.slot) != (seq | DIRTY if dirty else seq):  # (a unit wrote it already)
+        if self.area.word(self.slot) != (
+            seq | DIRTY if dirty else seq
+        ):  # (a unit wrote it already)
             self.area.set_done(self.slot, seq, dirty)
 
     def lend(self) -> None:

@@ -24,7 +24,9 @@ def segment_name(*parts: object) -> str:
 class Region:
     """One mapped shared-memory segment. Use create() or attach()."""
 
-    def __init__(self, name: str, memory: posix_ipc.SharedMemory, owner: bool, populate: bool = False):
+    def __init__(
+        self, name: str, memory: posix_ipc.SharedMemory, owner: bool, populate: bool = False
+    ):
         self.name = name
         self.owner = owner
         self.size = memory.size

@@ -19,7 +19,7 @@ from simnpu.proto.commands import RING_END
 from simnpu.shm import futex
 
 CAPACITY = 4 << 20
-MAX_RECORD = CAPACITY // 8       # bigger requests go by the gRPC stream instead
+MAX_RECORD = CAPACITY // 8  # bigger requests go by the gRPC stream instead
 _HEAD, _TAIL, _SLEEPING, _WAITING = 0, 64, 128, 192  # one cache line each
 _DATA = 256
 SIZE = _DATA + CAPACITY
@@ -49,7 +49,7 @@ class SubmissionRing:
         self._sleeping = ctypes.c_uint32.from_buffer(buffer, _SLEEPING)
         self._waiting = ctypes.c_uint32.from_buffer(buffer, _WAITING)
         self._consumed = 0  # the daemon's own tail: what the client writes is never trusted
-        self._written = 0   # the client's own head
+        self._written = 0  # the client's own head
         self._room_until = CAPACITY  # the client may write up to here without reading tail
 
     def release(self) -> None:
@@ -78,9 +78,9 @@ class SubmissionRing:
                 self._wait_for_room(end)
         if skip:
             if skip >= 2:
-                self.buffer[_DATA + position:_DATA + position + 2] = _END
+                self.buffer[_DATA + position : _DATA + position + 2] = _END
             position = 0
-        self.buffer[_DATA + position:_DATA + position + size] = record
+        self.buffer[_DATA + position : _DATA + position + size] = record
         self._written = self._head.value = end
         asleep = self._sleeping.value
         if wake and asleep:
@@ -116,9 +116,12 @@ class SubmissionRing:
             raise RingCorrupt(f"head {head} and tail {tail} are {head - tail} bytes apart")
         start = tail % CAPACITY
         if head // CAPACITY == tail // CAPACITY:
-            pieces = [self.buffer[_DATA + start:_DATA + head % CAPACITY]]
+            pieces = [self.buffer[_DATA + start : _DATA + head % CAPACITY]]
         else:  # the first piece ends at RING_END or the end of the data
-            pieces = [self.buffer[_DATA + start:_DATA + CAPACITY], self.buffer[_DATA:_DATA + head % CAPACITY]]
+            pieces = [
+                self.buffer[_DATA + start : _DATA + CAPACITY],
+                self.buffer[_DATA : _DATA + head % CAPACITY],
+            ]
         self._consumed = self._tail.value = head
         if self._waiting.value:
             futex.wake(self._tail_address)

@@ -61,9 +61,22 @@ class DaemonProcess:
         self.log_path = os.path.join(directory, "daemon.log")
         self.log = open(self.log_path, "wb")
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "simnpu.server", "--listen", self.address, "--memory", "256MiB",
-             "--log-level", os.environ.get("SIMNPU_TEST_LOG_LEVEL", "WARNING"), *flags],
-            stdout=self.log, stderr=subprocess.STDOUT, env={**os.environ, **(env or {})})
+            [
+                sys.executable,
+                "-m",
+                "simnpu.server",
+                "--listen",
+                self.address,
+                "--memory",
+                "256MiB",
+                "--log-level",
+                os.environ.get("SIMNPU_TEST_LOG_LEVEL", "WARNING"),
+                *flags,
+            ],
+            stdout=self.log,
+            stderr=subprocess.STDOUT,
+            env={**os.environ, **(env or {})},
+        )
         self.pid = self.process.pid
         _started.append(self)
         self.workers: list[int] = []
@@ -73,7 +86,9 @@ class DaemonProcess:
         deadline = time.monotonic() + timeout
         while not autostart.reachable(self.address):
             if self.process.poll() is not None:
-                raise RuntimeError(f"daemon exited with {self.process.returncode}:\n{self.output()}")
+                raise RuntimeError(
+                    f"daemon exited with {self.process.returncode}:\n{self.output()}"
+                )
             if time.monotonic() > deadline:
                 self.stop()
                 raise RuntimeError(f"daemon did not come up:\n{self.output()}")
@@ -102,7 +117,9 @@ class DaemonProcess:
         deadline = time.monotonic() + 10
         while any(alive(pid) for pid in self.workers) and time.monotonic() < deadline:
             time.sleep(0.05)
-        assert not [pid for pid in self.workers if alive(pid)], "worker processes outlived the daemon"
+        assert not [pid for pid in self.workers if alive(pid)], (
+            "worker processes outlived the daemon"
+        )
         assert not self.segments(), f"daemon left shared memory behind: {self.segments()}"
         return self.process.returncode
 
@@ -213,17 +230,28 @@ def round_trip(rt, value: float = 1.0, blocks: int = 2, n: int = 4096) -> None:
             rt.free(ptr)
 
 
-def run_client(address: str, code: str, timeout: float = 120, env=None) -> subprocess.CompletedProcess:
+def run_client(
+    address: str, code: str, timeout: float = 120, env=None
+) -> subprocess.CompletedProcess:
     """Run `code` in a new Python process whose SIMNPU_ADDRESS is `address`."""
-    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True,
-                          timeout=timeout, env={**os.environ, "SIMNPU_ADDRESS": address, **(env or {})})
+    return subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**os.environ, "SIMNPU_ADDRESS": address, **(env or {})},
+    )
 
 
 def start_client(address: str, code: str, env=None) -> subprocess.Popen:
     """Like run_client, without waiting."""
-    return subprocess.Popen([sys.executable, "-c", textwrap.dedent(code)], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True,
-                            env={**os.environ, "SIMNPU_ADDRESS": address, **(env or {})})
+    return subprocess.Popen(
+        [sys.executable, "-c", textwrap.dedent(code)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "SIMNPU_ADDRESS": address, **(env or {})},
+    )
 
 
 @pytest.fixture(autouse=True)
@@ -234,8 +262,11 @@ def no_leaked_segments():
     ours = {p.pid for p in _started}
     deadline = time.monotonic() + 5
     while True:
-        orphans = [name for name in simnpu_segments()
-                   if int(name.split("-")[1]) in ours and not alive(int(name.split("-")[1]))]
+        orphans = [
+            name
+            for name in simnpu_segments()
+            if int(name.split("-")[1]) in ours and not alive(int(name.split("-")[1]))
+        ]
         if not orphans or time.monotonic() > deadline:
             break
         time.sleep(0.05)
@@ -250,5 +281,7 @@ def pytest_sessionfinish(session, exitstatus):
         os.kill(pid, signal.SIGKILL)
     segments = [n for n in simnpu_segments() if int(n.split("-")[1]) in {p.pid for p in _started}]
     if leftovers or workers or segments:
-        print(f"\nLEAK: daemons {leftovers}, workers {workers}, segments {segments}", file=sys.stderr)
+        print(
+            f"\nLEAK: daemons {leftovers}, workers {workers}, segments {segments}", file=sys.stderr
+        )
         session.exitstatus = 1

@@ -54,11 +54,18 @@ def init(config_path=None):
     checked to exist and parse; its dump and profiling settings are not simulated.
     Returns ACL_ERROR_REPEAT_INITIALIZE (100002) when already initialized. Blocks."""
     if config_path is not None and not isinstance(config_path, str):
-        raise TypeError(f"acl.init args parse failed: argument 1 must be str, not {type(config_path).__name__}")
+        raise TypeError(
+            f"acl.init args parse failed: argument 1 must be str, not {type(config_path).__name__}"
+        )
     with _api._lock:
         if _api.state.initialized:
-            return _api.failed(_NpuError(_codes.ACL_ERROR_REPEAT_INITIALIZE,
-                                         "acl.init was already called (acl.finalize ends the session)"), "acl.init")
+            return _api.failed(
+                _NpuError(
+                    _codes.ACL_ERROR_REPEAT_INITIALIZE,
+                    "acl.init was already called (acl.finalize ends the session)",
+                ),
+                "acl.init",
+            )
         try:
             if config_path:
                 _check_config(config_path)
@@ -75,12 +82,16 @@ def _check_config(path: str) -> None:
         with open(path, encoding="utf-8") as handle:
             text = handle.read()
     except (OSError, UnicodeDecodeError) as error:
-        raise _NpuError(_codes.ACL_ERROR_INVALID_FILE, f"cannot read config file {path}: {error}") from None
+        raise _NpuError(
+            _codes.ACL_ERROR_INVALID_FILE, f"cannot read config file {path}: {error}"
+        ) from None
     if text.strip():
         try:
             _json.loads(text)
         except ValueError as error:
-            raise _NpuError(_codes.ACL_ERROR_PARSE_FILE, f"config file {path} is not JSON: {error}") from None
+            raise _NpuError(
+                _codes.ACL_ERROR_PARSE_FILE, f"config file {path} is not JSON: {error}"
+            ) from None
 
 
 def finalize():
@@ -88,8 +99,10 @@ def finalize():
     streams, events). Returns ACL_ERROR_REPEAT_FINALIZE (100037) the second time. Blocks."""
     with _api._lock:
         if _api.state.finalized:
-            return _api.failed(_NpuError(_codes.ACL_ERROR_REPEAT_FINALIZE, "acl.finalize was already called"),
-                               "acl.finalize")
+            return _api.failed(
+                _NpuError(_codes.ACL_ERROR_REPEAT_FINALIZE, "acl.finalize was already called"),
+                "acl.finalize",
+            )
         _api.end_session()
         _api.state.initialized = False
         _api.state.finalized = True
@@ -105,7 +118,9 @@ def get_recent_err_msg():
 def float_to_float16(value):
     """aclFloatToFloat16: the IEEE half-precision bits (an int) of `value`."""
     if not isinstance(value, (int, float)):
-        raise TypeError(f"acl.float_to_float16 args parse failed: must be float, not {type(value).__name__}")
+        raise TypeError(
+            f"acl.float_to_float16 args parse failed: must be float, not {type(value).__name__}"
+        )
     try:
         return _struct.unpack("<H", _struct.pack("<e", value))[0]
     except OverflowError:
@@ -115,14 +130,27 @@ def float_to_float16(value):
 def float16_to_float(value):
     """aclFloat16ToFloat: the float whose IEEE half-precision bits are `value`."""
     if not isinstance(value, int):
-        raise TypeError(f"acl.float16_to_float args parse failed: must be int, not {type(value).__name__}")
+        raise TypeError(
+            f"acl.float16_to_float args parse failed: must be int, not {type(value).__name__}"
+        )
     return _struct.unpack("<e", _struct.pack("<H", value & 0xFFFF))[0]
 
 
 _TYPE_SIZES = {
-    _codes.ACL_FLOAT: 4, _codes.ACL_FLOAT16: 2, _codes.ACL_INT8: 1, _codes.ACL_INT32: 4, _codes.ACL_UINT8: 1,
-    _codes.ACL_INT16: 2, _codes.ACL_UINT16: 2, _codes.ACL_UINT32: 4, _codes.ACL_INT64: 8, _codes.ACL_UINT64: 8,
-    _codes.ACL_DOUBLE: 8, _codes.ACL_BOOL: 1, _codes.ACL_COMPLEX64: 8, _codes.ACL_COMPLEX128: 16,
+    _codes.ACL_FLOAT: 4,
+    _codes.ACL_FLOAT16: 2,
+    _codes.ACL_INT8: 1,
+    _codes.ACL_INT32: 4,
+    _codes.ACL_UINT8: 1,
+    _codes.ACL_INT16: 2,
+    _codes.ACL_UINT16: 2,
+    _codes.ACL_UINT32: 4,
+    _codes.ACL_INT64: 8,
+    _codes.ACL_UINT64: 8,
+    _codes.ACL_DOUBLE: 8,
+    _codes.ACL_BOOL: 1,
+    _codes.ACL_COMPLEX64: 8,
+    _codes.ACL_COMPLEX128: 16,
     _codes.ACL_BF16: 2,
 }
 
@@ -130,20 +158,31 @@ _TYPE_SIZES = {
 def data_type_size(data_type):
     """aclDataTypeSize: bytes per element of an aclDataType (0 for ACL_STRING and unknown types)."""
     if not isinstance(data_type, int):
-        raise TypeError(f"acl.data_type_size args parse failed: must be int, not {type(data_type).__name__}")
+        raise TypeError(
+            f"acl.data_type_size args parse failed: must be int, not {type(data_type).__name__}"
+        )
     return _TYPE_SIZES.get(data_type, 0)
 
 
 def get_soc_name():
     """aclrtGetSocName: None -- the simulated NPU is no Ascend SoC (see get_recent_err_msg)."""
-    _api.failed(_NpuError(_codes.ACL_ERROR_RT_FEATURE_NOT_SUPPORT,
-                          "aclrtGetSocName: the simulated NPU has no Ascend SoC name"), "acl.get_soc_name")
+    _api.failed(
+        _NpuError(
+            _codes.ACL_ERROR_RT_FEATURE_NOT_SUPPORT,
+            "aclrtGetSocName: the simulated NPU has no Ascend SoC name",
+        ),
+        "acl.get_soc_name",
+    )
 
 
 def get_version():
     """aclrtGetVersion: `major, minor, patch, ret` -- not supported (simnpu is not a CANN release)."""
-    code = _api.failed(_NpuError(_codes.ACL_ERROR_RT_FEATURE_NOT_SUPPORT,
-                                 "aclrtGetVersion: simnpu is not a CANN release"), "acl.get_version")
+    code = _api.failed(
+        _NpuError(
+            _codes.ACL_ERROR_RT_FEATURE_NOT_SUPPORT, "aclrtGetVersion: simnpu is not a CANN release"
+        ),
+        "acl.get_version",
+    )
     return 0, 0, 0, code
 
 

@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-from simnpu.proto import codes
-
 from simnpu.client.facade import api
 from simnpu.client.facade import on_demand as _on_demand
+from simnpu.proto import codes
 
 
 @api("k", (0,))
@@ -23,8 +22,10 @@ def dvpp_free(rt, dev_ptr):
 def _not_provided(name: str):
     if name.startswith("__"):
         raise AttributeError(name)
-    raise AttributeError(f"acl.media.{name} is not provided by simnpu: DVPP media processing (image and "
-                         "video codecs, VPC) is not simulated; only dvpp_malloc and dvpp_free are")
+    raise AttributeError(
+        f"acl.media.{name} is not provided by simnpu: DVPP media processing (image and "
+        "video codecs, VPC) is not simulated; only dvpp_malloc and dvpp_free are"
+    )
 
 
 __getattr__, __dir__ = _on_demand(globals(), missing=_not_provided)

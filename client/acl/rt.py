@@ -15,15 +15,14 @@ import ctypes
 import os
 import struct
 
+from simnpu.client import last_error as _last_error
+from simnpu.client.facade import api, not_supported, raw
+from simnpu.client.facade import on_demand as _on_demand
 from simnpu.proto import codes
 from simnpu.proto.errors import NotSupportedError as _NotSupported
 from simnpu.proto.errors import NpuError as _NpuError
 from simnpu.proto.errors import invalid as _invalid
 from simnpu.shm.addresses import DEVICE_BASE
-
-from simnpu.client import last_error as _last_error
-from simnpu.client.facade import api, not_supported, raw
-from simnpu.client.facade import on_demand as _on_demand
 
 from . import rt_memory as _memory
 
@@ -31,11 +30,16 @@ _FLOAT = struct.Struct("<f")
 _HOST_ARGS: dict = {}  # argument-struct size -> ctypes array type
 
 _U32 = 0xFFFFFFFF
-_DEVICE_KINDS = frozenset({
-    codes.ACL_MEMCPY_HOST_TO_DEVICE, codes.ACL_MEMCPY_DEVICE_TO_HOST, codes.ACL_MEMCPY_DEVICE_TO_DEVICE,
-    codes.ACL_MEMCPY_HOST_TO_BUF_TO_DEVICE, codes.ACL_MEMCPY_INNER_DEVICE_TO_DEVICE,
-    codes.ACL_MEMCPY_INTER_DEVICE_TO_DEVICE,
-})
+_DEVICE_KINDS = frozenset(
+    {
+        codes.ACL_MEMCPY_HOST_TO_DEVICE,
+        codes.ACL_MEMCPY_DEVICE_TO_HOST,
+        codes.ACL_MEMCPY_DEVICE_TO_DEVICE,
+        codes.ACL_MEMCPY_HOST_TO_BUF_TO_DEVICE,
+        codes.ACL_MEMCPY_INNER_DEVICE_TO_DEVICE,
+        codes.ACL_MEMCPY_INTER_DEVICE_TO_DEVICE,
+    }
+)
 
 
 # ---- devices and contexts --------------------------------------------------------------------
@@ -220,8 +224,11 @@ def query_event_status(rt, event):
 def query_event(rt, event):
     """aclrtQueryEvent (deprecated): `ACL_EVENT_STATUS_COMPLETE (0) or _NOT_READY (1), ret`."""
     recorded = rt.query_event_status(event)
-    return (codes.ACL_EVENT_STATUS_COMPLETE if recorded == codes.ACL_EVENT_RECORDED_STATUS_COMPLETE
-            else codes.ACL_EVENT_STATUS_NOT_READY)
+    return (
+        codes.ACL_EVENT_STATUS_COMPLETE
+        if recorded == codes.ACL_EVENT_RECORDED_STATUS_COMPLETE
+        else codes.ACL_EVENT_STATUS_NOT_READY
+    )
 
 
 @api("k")
@@ -329,7 +336,9 @@ def binary_load_from_file(rt, path, options=None):
         with open(path, "rb") as handle:
             data = handle.read()
     except OSError as error:
-        raise _NpuError(codes.ACL_ERROR_RT_FILE_OPEN, f"cannot read kernel module {path}: {error}") from None
+        raise _NpuError(
+            codes.ACL_ERROR_RT_FILE_OPEN, f"cannot read kernel module {path}: {error}"
+        ) from None
     return rt.binary_load(_source(data, path), os.fspath(path))
 
 
@@ -340,17 +349,23 @@ def binary_load_from_data(rt, data, options=None):
     if isinstance(data, str):
         return rt.binary_load(data, "<binary_load_from_data>")
     if not isinstance(data, (bytes, bytearray, memoryview)):
-        raise TypeError(f"acl.rt.binary_load_from_data: data must be bytes or str, not {type(data).__name__}")
-    return rt.binary_load(_source(bytes(data), "<binary_load_from_data>"), "<binary_load_from_data>")
+        raise TypeError(
+            f"acl.rt.binary_load_from_data: data must be bytes or str, not {type(data).__name__}"
+        )
+    return rt.binary_load(
+        _source(bytes(data), "<binary_load_from_data>"), "<binary_load_from_data>"
+    )
 
 
 def _source(data: bytes, where) -> str:
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError:
-        raise _NpuError(codes.ACL_ERROR_INVALID_FILE,
-                       f"{where} is not a simnpu kernel module: kernels are Python source with @kernel "
-                       "functions (a compiled Ascend C binary cannot run on the simulated NPU)") from None
+        raise _NpuError(
+            codes.ACL_ERROR_INVALID_FILE,
+            f"{where} is not a simnpu kernel module: kernels are Python source with @kernel "
+            "functions (a compiled Ascend C binary cannot run on the simulated NPU)",
+        ) from None
 
 
 @api("k")
@@ -372,13 +387,30 @@ def launch_kernel(rt, func, num_blocks, args_ptr, args_size, stream):
 
 
 @api("kIkOkkOk", nonnull=("host_args_ptr",))
-def launch_kernel_with_host_args(rt, func, num_blocks, stream, cfg, host_args_ptr, args_size,
-                                 place_holders=None, place_holder_num=0):
+def launch_kernel_with_host_args(
+    rt,
+    func,
+    num_blocks,
+    stream,
+    cfg,
+    host_args_ptr,
+    args_size,
+    place_holders=None,
+    place_holder_num=0,
+):
     """aclrtLaunchKernelWithHostArgs (async): the packed argument struct lies in host memory
     at host_args_ptr (copied before the call returns). `cfg` may be None, 0 or []."""
     struct_type = _HOST_ARGS.get(args_size)
-    if cfg or place_holders or place_holder_num or host_args_ptr >= DEVICE_BASE or struct_type is None:
-        struct_type = _host_args_type(cfg, place_holders, place_holder_num, host_args_ptr, args_size)
+    if (
+        cfg
+        or place_holders
+        or place_holder_num
+        or host_args_ptr >= DEVICE_BASE
+        or struct_type is None
+    ):
+        struct_type = _host_args_type(
+            cfg, place_holders, place_holder_num, host_args_ptr, args_size
+        )
     _launch(rt, func, num_blocks, struct_type.from_address(host_args_ptr).raw, stream)
 
 
@@ -398,8 +430,10 @@ def _host_args_type(cfg, place_holders, place_holder_num, host_args_ptr, args_si
     if place_holders or place_holder_num:
         raise _NotSupported("aclrtLaunchKernelWithHostArgs place holders")
     if host_args_ptr >= DEVICE_BASE:
-        raise _invalid(f"host_args_ptr {host_args_ptr:#x} is a device address: launch_kernel takes "
-                       "arguments in device memory, launch_kernel_with_host_args in host memory")
+        raise _invalid(
+            f"host_args_ptr {host_args_ptr:#x} is a device address: launch_kernel takes "
+            "arguments in device memory, launch_kernel_with_host_args in host memory"
+        )
     if args_size < 0:
         raise _invalid(f"args_size {args_size} is negative")
     struct_type = ctypes.c_char * args_size
@@ -414,7 +448,7 @@ def set_op_execute_time_out(rt, timeout):
     rt.set_op_execute_timeout(timeout * 1000)
 
 
-# ---- host callbacks and host functions ------------------------------------------------------------
+# ---- host callbacks and host functions -----------------------------------------------------------
 @api("Kk")
 def subscribe_report(rt, thread_id, stream):
     """aclrtSubscribeReport: thread `thread_id` runs the stream's callbacks in process_report."""
@@ -432,8 +466,10 @@ def launch_callback(rt, fn, user_data, block_type, stream):
     """aclrtLaunchCallback (async): fn(user_data) runs on the subscribed thread when the
     stream reaches it; ACL_CALLBACK_BLOCK holds the stream until it returns."""
     if block_type not in (codes.ACL_CALLBACK_NO_BLOCK, codes.ACL_CALLBACK_BLOCK):
-        raise _NpuError(codes.ACL_ERROR_INVALID_PARAM, f"block_type {block_type}: use ACL_CALLBACK_BLOCK or "
-                       "ACL_CALLBACK_NO_BLOCK")
+        raise _NpuError(
+            codes.ACL_ERROR_INVALID_PARAM,
+            f"block_type {block_type}: use ACL_CALLBACK_BLOCK or ACL_CALLBACK_NO_BLOCK",
+        )
     rt.launch_callback(fn, user_data, block_type, stream)
 
 
@@ -443,8 +479,10 @@ def process_report(rt, timeout):
     507012 when none arrives in time, 107012 while no stream is subscribed to this thread
     (at once). Blocks."""
     if timeout < -1 or timeout == 0:
-        raise _NpuError(codes.ACL_ERROR_INVALID_PARAM, f"timeout {timeout}: -1 waits forever, a positive "
-                       "value waits that many milliseconds")
+        raise _NpuError(
+            codes.ACL_ERROR_INVALID_PARAM,
+            f"timeout {timeout}: -1 waits forever, a positive value waits that many milliseconds",
+        )
     rt.process_report(timeout)
 
 
@@ -455,22 +493,32 @@ def launch_host_func(rt, stream, fn, args):
     rt.launch_host_func(stream, fn, args)
 
 
-# ---- errors ---------------------------------------------------------------------------------------
+# ---- errors --------------------------------------------------------------------------------------
 def get_last_error(level=codes.ACL_RT_THREAD_LEVEL):
     """aclrtGetLastError: the last error code an acl call returned in this thread, cleared."""
-    return _last_error.code(clear=True) if level == codes.ACL_RT_THREAD_LEVEL else codes.ACL_ERROR_INVALID_PARAM
+    return (
+        _last_error.code(clear=True)
+        if level == codes.ACL_RT_THREAD_LEVEL
+        else codes.ACL_ERROR_INVALID_PARAM
+    )
 
 
 def peek_at_last_error(level=codes.ACL_RT_THREAD_LEVEL):
     """aclrtPeekAtLastError: the same, not cleared."""
-    return _last_error.code(clear=False) if level == codes.ACL_RT_THREAD_LEVEL else codes.ACL_ERROR_INVALID_PARAM
+    return (
+        _last_error.code(clear=False)
+        if level == codes.ACL_RT_THREAD_LEVEL
+        else codes.ACL_ERROR_INVALID_PARAM
+    )
 
 
-# ---- what simnpu does not simulate ------------------------------------------------------------------
+# ---- what simnpu does not simulate ---------------------------------------------------------------
 # name: (C call, values returned before ret (None: ret only), why)
 _VMM = "virtual memory management (reserve/map physical memory) is not simulated"
-_IPC = ("sharing VMM handles, events or notifies between processes is not simulated "
-        "(device memory is: acl.rt.ipc_mem_*)")
+_IPC = (
+    "sharing VMM handles, events or notifies between processes is not simulated "
+    "(device memory is: acl.rt.ipc_mem_*)"
+)
 _NOTIFY = "notifies are not simulated (use events)"
 _ARGS = "the kernel-arguments builder is not simulated (pack the argument struct yourself)"
 _ALLOC = "user allocators for streams are not simulated"
@@ -493,25 +541,61 @@ _UNSUPPORTED = {
     "kernel_args_para_update": ("aclrtKernelArgsParaUpdate", None, _ARGS),
     "kernel_args_finalize": ("aclrtKernelArgsFinalize", None, _ARGS),
     "launch_kernel_with_config": ("aclrtLaunchKernelWithConfig", None, _ARGS),
-    "set_device_sat_mode": ("aclrtSetDeviceSatMode", None, "float overflow modes are not simulated"),
-    "get_device_sat_mode": ("aclrtGetDeviceSatMode", (0,), "float overflow modes are not simulated"),
+    "set_device_sat_mode": (
+        "aclrtSetDeviceSatMode",
+        None,
+        "float overflow modes are not simulated",
+    ),
+    "get_device_sat_mode": (
+        "aclrtGetDeviceSatMode",
+        (0,),
+        "float overflow modes are not simulated",
+    ),
     "set_ts_device": ("aclrtSetTsDevice", None, "task schedulers cannot be chosen"),
     "get_overflow_status": ("aclrtGetOverflowStatus", None, "overflow detection is not simulated"),
-    "reset_overflow_status": ("aclrtResetOverflowStatus", None, "overflow detection is not simulated"),
-    "set_stream_overflow_switch": ("aclrtSetStreamOverflowSwitch", None, "overflow detection is not simulated"),
-    "get_stream_overflow_switch": ("aclrtGetStreamOverflowSwitch", (0,), "overflow detection is not simulated"),
+    "reset_overflow_status": (
+        "aclrtResetOverflowStatus",
+        None,
+        "overflow detection is not simulated",
+    ),
+    "set_stream_overflow_switch": (
+        "aclrtSetStreamOverflowSwitch",
+        None,
+        "overflow detection is not simulated",
+    ),
+    "get_stream_overflow_switch": (
+        "aclrtGetStreamOverflowSwitch",
+        (0,),
+        "overflow detection is not simulated",
+    ),
     "malloc_cached": ("aclrtMallocCached", (0,), "cacheable device memory is not simulated"),
     "mem_flush": ("aclrtMemFlush", None, "cacheable device memory is not simulated"),
     "mem_invalidate": ("aclrtMemInvalidate", None, "cacheable device memory is not simulated"),
     "malloc_with_cfg": ("aclrtMallocWithCfg", (0,), "allocation attributes are not simulated"),
-    "malloc_for_task_scheduler": ("aclrtMallocForTaskScheduler", (0,), "allocation attributes are not simulated"),
-    "malloc_host_with_cfg": ("aclrtMallocHostWithCfg", (0,), "allocation attributes are not simulated"),
+    "malloc_for_task_scheduler": (
+        "aclrtMallocForTaskScheduler",
+        (0,),
+        "allocation attributes are not simulated",
+    ),
+    "malloc_host_with_cfg": (
+        "aclrtMallocHostWithCfg",
+        (0,),
+        "allocation attributes are not simulated",
+    ),
     "memcpy2d": ("aclrtMemcpy2d", None, "pitched copies are not simulated"),
     "memcpy2d_async": ("aclrtMemcpy2dAsync", None, "pitched copies are not simulated"),
-    "memcpy_async_with_condition": ("aclrtMemcpyAsyncWithCondition", None, "conditional copies are not simulated"),
+    "memcpy_async_with_condition": (
+        "aclrtMemcpyAsyncWithCondition",
+        None,
+        "conditional copies are not simulated",
+    ),
     "get_memcpy_desc_size": ("aclrtGetMemcpyDescSize", (0,), "copy descriptors are not simulated"),
     "set_memcpy_desc": ("aclrtSetMemcpyDesc", (0,), "copy descriptors are not simulated"),
-    "memcpy_async_with_desc": ("aclrtMemcpyAsyncWithDesc", None, "copy descriptors are not simulated"),
+    "memcpy_async_with_desc": (
+        "aclrtMemcpyAsyncWithDesc",
+        None,
+        "copy descriptors are not simulated",
+    ),
     "reduce_async": ("aclrtReduceAsync", None, "reducing copies are not simulated"),
     "cmo_async": ("aclrtCmoAsync", None, "cache maintenance operations are not simulated"),
     "value_write": ("aclrtValueWrite", None, "stream memory operations are not simulated"),
@@ -526,39 +610,110 @@ _UNSUPPORTED = {
     "mem_export_to_shareable_handle": ("aclrtMemExportToShareableHandle", (0,), _IPC),
     "mem_import_from_shareable_handle": ("aclrtMemImportFromShareableHandle", (0,), _IPC),
     "mem_set_pid_to_shareable_handle": ("aclrtMemSetPidToShareableHandle", None, _IPC),
-    "pointer_get_attributes": ("aclrtPointerGetAttributes", ({},), "pointer attributes are not reported"),
-    "host_register": ("aclrtHostRegister", (0,), "registering pageable host memory is not simulated"),
-    "host_unregister": ("aclrtHostUnregister", None, "registering pageable host memory is not simulated"),
-    "host_register_v2": ("aclrtHostRegisterV2", None, "registering pageable host memory is not simulated"),
-    "host_get_device_pointer": ("aclrtHostGetDevicePointer", (0,),
-                                "registering pageable host memory is not simulated"),
-    "device_can_access_peer": ("aclrtDeviceCanAccessPeer", (0,), "peer access between devices is not simulated"),
-    "device_enable_peer_access": ("aclrtDeviceEnablePeerAccess", None,
-                                  "peer access between devices is not simulated"),
-    "device_disable_peer_access": ("aclrtDeviceDisablePeerAccess", None,
-                                   "peer access between devices is not simulated"),
-    "device_peer_access_status": ("aclrtDevicePeerAccessStatus", (0,), "peer access between devices is not simulated"),
-    "stream_abort": ("aclrtStreamAbort", None,
-                     "aborting running tasks is not simulated (destroy_stream_force drops queued ones)"),
+    "pointer_get_attributes": (
+        "aclrtPointerGetAttributes",
+        ({},),
+        "pointer attributes are not reported",
+    ),
+    "host_register": (
+        "aclrtHostRegister",
+        (0,),
+        "registering pageable host memory is not simulated",
+    ),
+    "host_unregister": (
+        "aclrtHostUnregister",
+        None,
+        "registering pageable host memory is not simulated",
+    ),
+    "host_register_v2": (
+        "aclrtHostRegisterV2",
+        None,
+        "registering pageable host memory is not simulated",
+    ),
+    "host_get_device_pointer": (
+        "aclrtHostGetDevicePointer",
+        (0,),
+        "registering pageable host memory is not simulated",
+    ),
+    "device_can_access_peer": (
+        "aclrtDeviceCanAccessPeer",
+        (0,),
+        "peer access between devices is not simulated",
+    ),
+    "device_enable_peer_access": (
+        "aclrtDeviceEnablePeerAccess",
+        None,
+        "peer access between devices is not simulated",
+    ),
+    "device_disable_peer_access": (
+        "aclrtDeviceDisablePeerAccess",
+        None,
+        "peer access between devices is not simulated",
+    ),
+    "device_peer_access_status": (
+        "aclrtDevicePeerAccessStatus",
+        (0,),
+        "peer access between devices is not simulated",
+    ),
+    "stream_abort": (
+        "aclrtStreamAbort",
+        None,
+        "aborting running tasks is not simulated (destroy_stream_force drops queued ones)",
+    ),
     "device_task_abort": ("aclrtDeviceTaskAbort", None, "aborting running tasks is not simulated"),
     "stream_get_id": ("aclrtStreamGetId", (0,), "streams have no hardware id"),
-    "get_stream_available_num": ("aclrtGetStreamAvailableNum", (0,),
-                                 "the stream limit is device-wide and the daemon does not report what is left"),
-    "set_stream_attribute": ("aclrtSetStreamAttribute", None,
-                             "stream attributes are not simulated (use set_stream_failure_mode)"),
-    "get_stream_attribute": ("aclrtGetStreamAttribute", ({},), "stream attributes are not simulated"),
+    "get_stream_available_num": (
+        "aclrtGetStreamAvailableNum",
+        (0,),
+        "the stream limit is device-wide and the daemon does not report what is left",
+    ),
+    "set_stream_attribute": (
+        "aclrtSetStreamAttribute",
+        None,
+        "stream attributes are not simulated (use set_stream_failure_mode)",
+    ),
+    "get_stream_attribute": (
+        "aclrtGetStreamAttribute",
+        ({},),
+        "stream attributes are not simulated",
+    ),
     "get_thread_last_task_id": ("aclrtGetThreadLastTaskId", (0,), "task ids are not reported"),
-    "query_event_wait_status": ("aclrtQueryEventWaitStatus", (codes.ACL_EVENT_WAIT_STATUS_RESERVED,),
-                                "the daemon does not report whether an event's waiters have passed"),
-    "event_get_timestamp": ("aclrtEventGetTimestamp", (0,),
-                            "absolute event timestamps are not reported (event_elapsed_time works)"),
+    "query_event_wait_status": (
+        "aclrtQueryEventWaitStatus",
+        (codes.ACL_EVENT_WAIT_STATUS_RESERVED,),
+        "the daemon does not report whether an event's waiters have passed",
+    ),
+    "event_get_timestamp": (
+        "aclrtEventGetTimestamp",
+        (0,),
+        "absolute event timestamps are not reported (event_elapsed_time works)",
+    ),
     "get_event_id": ("aclrtGetEventId", (0,), "events have no hardware id"),
-    "get_event_avail_num": ("aclrtGetEventAvailNum", (0,),
-                            "the event limit is device-wide and the daemon does not report what is left"),
-    "set_op_wait_timeout": ("aclrtSetOpWaitTimeout", None, "wait tasks have no device-side timeout"),
-    "set_op_execute_timeout_v2": ("aclrtSetOpExecuteTimeOutV2", (0,), "use set_op_execute_time_out (seconds)"),
-    "get_op_timeout_interval": ("aclrtGetOpTimeOutInterval", (0,), "the timeout interval is not reported"),
-    "get_op_execute_timeout": ("aclrtGetOpExecuteTimeout", (0,), "the operator timeout is not reported"),
+    "get_event_avail_num": (
+        "aclrtGetEventAvailNum",
+        (0,),
+        "the event limit is device-wide and the daemon does not report what is left",
+    ),
+    "set_op_wait_timeout": (
+        "aclrtSetOpWaitTimeout",
+        None,
+        "wait tasks have no device-side timeout",
+    ),
+    "set_op_execute_timeout_v2": (
+        "aclrtSetOpExecuteTimeOutV2",
+        (0,),
+        "use set_op_execute_time_out (seconds)",
+    ),
+    "get_op_timeout_interval": (
+        "aclrtGetOpTimeOutInterval",
+        (0,),
+        "the timeout interval is not reported",
+    ),
+    "get_op_execute_timeout": (
+        "aclrtGetOpExecuteTimeout",
+        (0,),
+        "the operator timeout is not reported",
+    ),
     "set_exception_info_callback": ("aclrtSetExceptionInfoCallback", None, _EXC),
     "get_device_utilization_rate": ("aclrtGetDeviceUtilizationRate", ({},), _CAPS),
     "query_device_status": ("aclrtQueryDeviceStatus", (0,), _CAPS),
@@ -568,26 +723,80 @@ _UNSUPPORTED = {
     "get_devices_topo": ("aclrtGetDevicesTopo", (0,), _CAPS),
     "get_device_res_limit": ("aclrtGetDeviceResLimit", (0,), "resource limits are not simulated"),
     "set_device_res_limit": ("aclrtSetDeviceResLimit", None, "resource limits are not simulated"),
-    "reset_device_res_limit": ("aclrtResetDeviceResLimit", None, "resource limits are not simulated"),
+    "reset_device_res_limit": (
+        "aclrtResetDeviceResLimit",
+        None,
+        "resource limits are not simulated",
+    ),
     "get_stream_res_limit": ("aclrtGetStreamResLimit", (0,), "resource limits are not simulated"),
     "set_stream_res_limit": ("aclrtSetStreamResLimit", None, "resource limits are not simulated"),
-    "reset_stream_res_limit": ("aclrtResetStreamResLimit", None, "resource limits are not simulated"),
-    "use_stream_res_in_current_thread": ("aclrtUseStreamResInCurrentThread", None,
-                                         "resource limits are not simulated"),
-    "unuse_stream_res_in_current_thread": ("aclrtUnuseStreamResInCurrentThread", None,
-                                           "resource limits are not simulated"),
-    "get_res_in_current_thread": ("aclrtGetResInCurrentThread", (0,), "resource limits are not simulated"),
+    "reset_stream_res_limit": (
+        "aclrtResetStreamResLimit",
+        None,
+        "resource limits are not simulated",
+    ),
+    "use_stream_res_in_current_thread": (
+        "aclrtUseStreamResInCurrentThread",
+        None,
+        "resource limits are not simulated",
+    ),
+    "unuse_stream_res_in_current_thread": (
+        "aclrtUnuseStreamResInCurrentThread",
+        None,
+        "resource limits are not simulated",
+    ),
+    "get_res_in_current_thread": (
+        "aclrtGetResInCurrentThread",
+        (0,),
+        "resource limits are not simulated",
+    ),
     "device_set_limit": ("aclrtDeviceSetLimit", None, "device limits are not simulated"),
     "device_get_limit": ("aclrtDeviceGetLimit", (0,), "device limits are not simulated"),
-    "ctx_set_sys_param_opt": ("aclrtCtxSetSysParamOpt", None, "system parameter options are not simulated"),
-    "ctx_get_sys_param_opt": ("aclrtCtxGetSysParamOpt", (0,), "system parameter options are not simulated"),
-    "set_sys_param_opt": ("aclrtSetSysParamOpt", None, "system parameter options are not simulated"),
-    "get_sys_param_opt": ("aclrtGetSysParamOpt", (0,), "system parameter options are not simulated"),
-    "get_primary_ctx_state": ("aclrtGetPrimaryCtxState", (0, 0), "primary context state is not reported"),
-    "get_logic_dev_id_by_user_dev_id": ("aclrtGetLogicDevIdByUserDevId", (0,), "device id mapping is not simulated"),
-    "get_user_dev_id_by_logic_dev_id": ("aclrtGetUserDevIdByLogicDevId", (0,), "device id mapping is not simulated"),
-    "get_logic_dev_id_by_phy_dev_id": ("aclrtGetLogicDevIdByPhyDevId", (0,), "device id mapping is not simulated"),
-    "get_phy_dev_id_by_logic_dev_id": ("aclrtGetPhyDevIdByLogicDevId", (0,), "device id mapping is not simulated"),
+    "ctx_set_sys_param_opt": (
+        "aclrtCtxSetSysParamOpt",
+        None,
+        "system parameter options are not simulated",
+    ),
+    "ctx_get_sys_param_opt": (
+        "aclrtCtxGetSysParamOpt",
+        (0,),
+        "system parameter options are not simulated",
+    ),
+    "set_sys_param_opt": (
+        "aclrtSetSysParamOpt",
+        None,
+        "system parameter options are not simulated",
+    ),
+    "get_sys_param_opt": (
+        "aclrtGetSysParamOpt",
+        (0,),
+        "system parameter options are not simulated",
+    ),
+    "get_primary_ctx_state": (
+        "aclrtGetPrimaryCtxState",
+        (0, 0),
+        "primary context state is not reported",
+    ),
+    "get_logic_dev_id_by_user_dev_id": (
+        "aclrtGetLogicDevIdByUserDevId",
+        (0,),
+        "device id mapping is not simulated",
+    ),
+    "get_user_dev_id_by_logic_dev_id": (
+        "aclrtGetUserDevIdByLogicDevId",
+        (0,),
+        "device id mapping is not simulated",
+    ),
+    "get_logic_dev_id_by_phy_dev_id": (
+        "aclrtGetLogicDevIdByPhyDevId",
+        (0,),
+        "device id mapping is not simulated",
+    ),
+    "get_phy_dev_id_by_logic_dev_id": (
+        "aclrtGetPhyDevIdByLogicDevId",
+        (0,),
+        "device id mapping is not simulated",
+    ),
     "create_notify": ("aclrtCreateNotify", (0,), _NOTIFY),
     "destroy_notify": ("aclrtDestroyNotify", None, _NOTIFY),
     "record_notify": ("aclrtRecordNotify", None, _NOTIFY),
@@ -601,9 +810,16 @@ _UNSUPPORTED = {
     "allocator_set_obj_to_desc": ("aclrtAllocatorSetObjToDesc", None, _ALLOC),
     "allocator_set_alloc_func_to_desc": ("aclrtAllocatorSetAllocFuncToDesc", None, _ALLOC),
     "allocator_set_free_func_to_desc": ("aclrtAllocatorSetFreeFuncToDesc", None, _ALLOC),
-    "allocator_set_alloc_advise_func_to_desc": ("aclrtAllocatorSetAllocAdviseFuncToDesc", None, _ALLOC),
-    "allocator_set_get_addr_from_block_func_to_desc": ("aclrtAllocatorSetGetAddrFromBlockFuncToDesc", None,
-                                                       _ALLOC),
+    "allocator_set_alloc_advise_func_to_desc": (
+        "aclrtAllocatorSetAllocAdviseFuncToDesc",
+        None,
+        _ALLOC,
+    ),
+    "allocator_set_get_addr_from_block_func_to_desc": (
+        "aclrtAllocatorSetGetAddrFromBlockFuncToDesc",
+        None,
+        _ALLOC,
+    ),
     "allocator_register": ("aclrtAllocatorRegister", None, _ALLOC),
     "allocator_unregister": ("aclrtAllocatorUnregister", None, _ALLOC),
 }

@@ -7,10 +7,9 @@ Semantics in docs/memory.md.
 
 from __future__ import annotations
 
-from simnpu.proto.errors import invalid
-
 from simnpu.client.facade import api
 from simnpu.client.facade import on_demand as _on_demand
+from simnpu.proto.errors import invalid
 
 __all__ = [
     "device_get_bare_tgid",

@@ -55,13 +55,19 @@ def numpy_to_ptr(array):
     """The address of `array`'s data (deprecated in pyACL: use bytes_to_ptr)."""
     import numpy
 
-    warnings.warn("acl.util.numpy_to_ptr will be deprecated. Please use acl.util.bytes_to_ptr instead.",
-                  Warning, stacklevel=2)
+    warnings.warn(
+        "acl.util.numpy_to_ptr will be deprecated. Please use acl.util.bytes_to_ptr instead.",
+        Warning,
+        stacklevel=2,
+    )
     if not isinstance(array, numpy.ndarray):
         raise ValueError("acl.util.numpy_to_ptr: needs an ndarray as argument")  # noqa: TRY004 - as pyACL
     if not array.flags.c_contiguous:
-        warnings.warn("The input ndarray is discontiguous. Please use acl.util.bytes_to_ptr instead.",
-                      Warning, stacklevel=2)
+        warnings.warn(
+            "The input ndarray is discontiguous. Please use acl.util.bytes_to_ptr instead.",
+            Warning,
+            stacklevel=2,
+        )
     return array.__array_interface__["data"][0]
 
 
@@ -70,11 +76,19 @@ def numpy_contiguous_to_ptr(array):
     (keep it alive while the pointer is used)."""
     import numpy
 
-    warnings.warn("acl.util.numpy_contiguous_to_ptr will be deprecated. Please use acl.util.bytes_to_ptr "
-                  "instead.", Warning, stacklevel=2)
+    warnings.warn(
+        "acl.util.numpy_contiguous_to_ptr will be deprecated. Please use acl.util.bytes_to_ptr "
+        "instead.",
+        Warning,
+        stacklevel=2,
+    )
     if not isinstance(array, numpy.ndarray):
         raise ValueError("acl.util.numpy_contiguous_to_ptr: needs an ndarray as argument")  # noqa: TRY004
-    contiguous = array if array.flags.c_contiguous and array.flags.aligned else numpy.ascontiguousarray(array)
+    contiguous = (
+        array
+        if array.flags.c_contiguous and array.flags.aligned
+        else numpy.ascontiguousarray(array)
+    )
     return contiguous.__array_interface__["data"][0], contiguous
 
 
@@ -84,8 +98,11 @@ def ptr_to_numpy(ptr, shape, npy_type):
     4 uint16, 5 int32, 6 uint32, 7/9 int64, 8/10 uint64, 11 float32, 12 float64, 23 float16."""
     import numpy
 
-    warnings.warn("acl.util.ptr_to_numpy will be deprecated. Please use acl.util.ptr_to_bytes instead.",
-                  Warning, stacklevel=2)
+    warnings.warn(
+        "acl.util.ptr_to_numpy will be deprecated. Please use acl.util.ptr_to_bytes instead.",
+        Warning,
+        stacklevel=2,
+    )
     _check_int(ptr, 1, "ptr_to_numpy")
     if not isinstance(shape, (tuple, list)):
         raise ValueError("acl.util.ptr_to_numpy: shape is empty (pass a tuple of ints)")  # noqa: TRY004
@@ -132,8 +149,9 @@ def start_thread(function, args):
     if not callable(function):
         raise TypeError("acl.util.start_thread: parameter must be callable")
     failures: list = []
-    thread = threading.Thread(target=_run, args=(function, args, failures), name="acl.util.thread",
-                              daemon=True)
+    thread = threading.Thread(
+        target=_run, args=(function, args, failures), name="acl.util.thread", daemon=True
+    )
     thread.start()
     with _threads_lock:
         _threads[thread.ident] = (thread, failures)
@@ -166,11 +184,15 @@ def stop_thread(thread_id):
 # ---- checks ------------------------------------------------------------------------------------
 def _check_int(value, position: int, name: str) -> None:
     if not isinstance(value, int):
-        raise TypeError(f"acl.util.{name} args parse failed: argument {position} must be int, "
-                        f"not {type(value).__name__}")
+        raise TypeError(
+            f"acl.util.{name} args parse failed: argument {position} must be int, "
+            f"not {type(value).__name__}"
+        )
 
 
 def _check_host(ptr: int, name: str) -> None:
     if ptr >= DEVICE_BASE:
-        raise ValueError(f"acl.util.{name}: {ptr:#x} is a device pointer, which the host cannot read: "
-                         "copy it to host memory first (acl.rt.memcpy, ACL_MEMCPY_DEVICE_TO_HOST)")
+        raise ValueError(
+            f"acl.util.{name}: {ptr:#x} is a device pointer, which the host cannot read: "
+            "copy it to host memory first (acl.rt.memcpy, ACL_MEMCPY_DEVICE_TO_HOST)"
+        )

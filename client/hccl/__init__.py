@@ -130,62 +130,116 @@ def rendezvous(rt, job, world_size):
 @_hccl("OOOOOOO")
 def all_reduce(rt, send, recv, count, data_type, op, comm, stream):
     """HcclAllReduce."""
-    _layer().collective(_ht.HCCL_CMD_ALLREDUCE, comm, stream, send=send, recv=recv, count=count,
-                        dtype=data_type, op=op)
+    _layer().collective(
+        _ht.HCCL_CMD_ALLREDUCE,
+        comm,
+        stream,
+        send=send,
+        recv=recv,
+        count=count,
+        dtype=data_type,
+        op=op,
+    )
 
 
 @_hccl("OOOOOO")
 def broadcast(rt, buf, count, data_type, root, comm, stream):
     """HcclBroadcast (in place: the root's buf to every rank's buf)."""
-    _layer().collective(_ht.HCCL_CMD_BROADCAST, comm, stream, send=buf, count=count, dtype=data_type, root=root)
+    _layer().collective(
+        _ht.HCCL_CMD_BROADCAST, comm, stream, send=buf, count=count, dtype=data_type, root=root
+    )
 
 
 @_hccl("OOOOOO")
 def all_gather(rt, send, recv, send_count, data_type, comm, stream):
     """HcclAllGather: recv holds send_count x n_ranks elements, rank order."""
-    _layer().collective(_ht.HCCL_CMD_ALLGATHER, comm, stream, send=send, recv=recv, count=send_count,
-                        dtype=data_type)
+    _layer().collective(
+        _ht.HCCL_CMD_ALLGATHER,
+        comm,
+        stream,
+        send=send,
+        recv=recv,
+        count=send_count,
+        dtype=data_type,
+    )
 
 
 @_hccl("OOOOOOO")
 def reduce_scatter(rt, send, recv, recv_count, data_type, op, comm, stream):
     """HcclReduceScatter: send holds recv_count x n_ranks elements."""
-    _layer().collective(_ht.HCCL_CMD_REDUCE_SCATTER, comm, stream, send=send, recv=recv, count=recv_count,
-                        dtype=data_type, op=op)
+    _layer().collective(
+        _ht.HCCL_CMD_REDUCE_SCATTER,
+        comm,
+        stream,
+        send=send,
+        recv=recv,
+        count=recv_count,
+        dtype=data_type,
+        op=op,
+    )
 
 
 @_hccl("OOOOOOOO")
 def reduce(rt, send, recv, count, data_type, op, root, comm, stream):
     """HcclReduce: the result lands in the root's recv."""
-    _layer().collective(_ht.HCCL_CMD_REDUCE, comm, stream, send=send, recv=recv, count=count, dtype=data_type,
-                        op=op, root=root)
+    _layer().collective(
+        _ht.HCCL_CMD_REDUCE,
+        comm,
+        stream,
+        send=send,
+        recv=recv,
+        count=count,
+        dtype=data_type,
+        op=op,
+        root=root,
+    )
 
 
 @_hccl("OOOOOOO")
 def scatter(rt, send, recv, recv_count, data_type, root, comm, stream):
     """HcclScatter: block r of the root's send to rank r's recv."""
-    _layer().collective(_ht.HCCL_CMD_SCATTER, comm, stream, send=send, recv=recv, count=recv_count,
-                        dtype=data_type, root=root)
+    _layer().collective(
+        _ht.HCCL_CMD_SCATTER,
+        comm,
+        stream,
+        send=send,
+        recv=recv,
+        count=recv_count,
+        dtype=data_type,
+        root=root,
+    )
 
 
 @_hccl("OOOOOOOO")
 def alltoall(rt, send, send_count, send_type, recv, recv_count, recv_type, comm, stream):
     """HcclAlltoAll: block j of rank i's send lands in block i of rank j's recv."""
-    _layer().collective(_ht.HCCL_CMD_ALLTOALL, comm, stream, send=send, recv=recv, count=send_count,
-                        dtype=send_type, recv_count=recv_count, recv_dtype=recv_type)
+    _layer().collective(
+        _ht.HCCL_CMD_ALLTOALL,
+        comm,
+        stream,
+        send=send,
+        recv=recv,
+        count=send_count,
+        dtype=send_type,
+        recv_count=recv_count,
+        recv_dtype=recv_type,
+    )
 
 
 @_hccl("OOOOOO")
 def send(rt, buf, count, data_type, dest_rank, comm, stream):
     """HcclSend: pairs with dest_rank's recv (the j-th send to it with its j-th recv)."""
-    _layer().collective(_ht.HCCL_CMD_SEND, comm, stream, send=buf, count=count, dtype=data_type, root=dest_rank)
+    _layer().collective(
+        _ht.HCCL_CMD_SEND, comm, stream, send=buf, count=count, dtype=data_type, root=dest_rank
+    )
 
 
 @_hccl("OOOOOO")
 def recv(rt, buf, count, data_type, src_rank, comm, stream):
     """HcclRecv."""
-    _layer().collective(_ht.HCCL_CMD_RECEIVE, comm, stream, recv=buf, count=count, dtype=data_type,
-                        root=src_rank)
+    _layer().collective(
+        _ht.HCCL_CMD_RECEIVE, comm, stream, recv=buf, count=count, dtype=data_type, root=src_rank
+    )
 
 
 @_hccl("OO")

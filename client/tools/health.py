@@ -33,20 +33,27 @@ def check(address: str | None = None, what: str = service.SERVICE, timeout: floa
     with grpc.insecure_channel(address) as channel:
         stub = health_pb2_grpc.HealthStub(channel)
         try:
-            reply = stub.Check(health_pb2.HealthCheckRequest(service=what), timeout=timeout,
-                               metadata=metadata)
+            reply = stub.Check(
+                health_pb2.HealthCheckRequest(service=what), timeout=timeout, metadata=metadata
+            )
         except grpc.RpcError as error:
             return f"UNREACHABLE: {error.code().name}: {error.details()}"
     return health_pb2.HealthCheckResponse.ServingStatus.Name(reply.status)
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="simnpu health",
-                                     description="exit 0 if the simnpu daemon is serving")
-    parser.add_argument("--address", help="the daemon's gRPC address (default $SIMNPU_ADDRESS, "
-                                          "else the per-user Unix socket)")
-    parser.add_argument("--service", default=service.SERVICE,
-                        help=f"the service name to check (default {service.SERVICE}; '' = the server)")
+    parser = argparse.ArgumentParser(
+        prog="simnpu health", description="exit 0 if the simnpu daemon is serving"
+    )
+    parser.add_argument(
+        "--address",
+        help="the daemon's gRPC address (default $SIMNPU_ADDRESS, else the per-user Unix socket)",
+    )
+    parser.add_argument(
+        "--service",
+        default=service.SERVICE,
+        help=f"the service name to check (default {service.SERVICE}; '' = the server)",
+    )
     parser.add_argument("--timeout", type=float, default=5.0, metavar="SECONDS")
     parser.add_argument("-q", "--quiet", action="store_true", help="print nothing")
     args = parser.parse_args(argv)

@@ -24,8 +24,10 @@ def _bytes(n) -> str:
 
 def format_stats(stats: dict) -> str:
     width = max(map(len, stats))
-    lines = [f"{key:<{width}}  {_bytes(value) if 'bytes' in key or key in _BYTE_KEYS else value}"
-             for key, value in stats.items()]
+    lines = [
+        f"{key:<{width}}  {_bytes(value) if 'bytes' in key or key in _BYTE_KEYS else value}"
+        for key, value in stats.items()
+    ]
     return "\n".join(lines)
 
 
@@ -43,8 +45,16 @@ def format_snapshot(blocks: list) -> str:
             shared = f"{len(ipc['keys'])} key(s), {len(ipc['importers'])} importer(s)"
             if ipc.get("held_after_free"):
                 shared += ", freed by owner"
-        rows.append((f"{b['address']:#x}", str(b["size"]), str(b["reserved"]),
-                     "yes" if b["huge"] else "", b["owner"], shared))
+        rows.append(
+            (
+                f"{b['address']:#x}",
+                str(b["size"]),
+                str(b["reserved"]),
+                "yes" if b["huge"] else "",
+                b["owner"],
+                shared,
+            )
+        )
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     total = sum(b["reserved"] for b in blocks)
     out = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in rows]
@@ -57,12 +67,16 @@ def main(argv=None) -> int:
     commands = parser.add_subparsers(dest="command", required=True)
     memory = commands.add_parser("memory", help="device memory of a running daemon")
     views = memory.add_subparsers(dest="view", required=True)
-    for name, text in (("stats", "pool statistics (torch.cuda.memory_stats key names)"),
-                       ("snapshot", "live blocks with owner process and size")):
+    for name, text in (
+        ("stats", "pool statistics (torch.cuda.memory_stats key names)"),
+        ("snapshot", "live blocks with owner process and size"),
+    ):
         view = views.add_parser(name, help=text)
         view.add_argument("--device", type=int, default=0)
         view.add_argument("--json", action="store_true", help="print JSON")
-        view.add_argument("--address", help="the daemon (default: $SIMNPU_ADDRESS or the per-user socket)")
+        view.add_argument(
+            "--address", help="the daemon (default: $SIMNPU_ADDRESS or the per-user socket)"
+        )
     args = parser.parse_args(argv)
     try:
         answer = query(f"memory_{args.view}", args.device, args.address)

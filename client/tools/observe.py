@@ -37,7 +37,12 @@ def _length(intervals: list) -> float:
 
 def _at_least(tracks: list, count: int) -> float:
     """Time during which at least `count` of the tracks' (merged) intervals overlap."""
-    edges = sorted((t, delta) for merged in tracks for start, end in merged for t, delta in ((start, 1), (end, -1)))
+    edges = sorted(
+        (t, delta)
+        for merged in tracks
+        for start, end in merged
+        for t, delta in ((start, 1), (end, -1))
+    )
     total, active, last = 0.0, 0, None
     for t, delta in edges:
         if active >= count and last is not None:
@@ -79,19 +84,35 @@ def summarize(trace: dict, gaps: int = 5) -> dict:
             counts[e.get("cat", "?")] = counts.get(e.get("cat", "?"), 0) + 1
         first = min(e["ts"] for e in events)
         last = max(e["ts"] + e["dur"] for e in events)
-        streams.append({"stream": name, "tasks": len(events), "busy_us": _length(merged),
-                        "active_us": last - first, "kinds": counts})
+        streams.append(
+            {
+                "stream": name,
+                "tasks": len(events),
+                "busy_us": _length(merged),
+                "active_us": last - first,
+                "kinds": counts,
+            }
+        )
         for before, after in itertools.pairwise(busy_events):
             start, end = before["ts"] + before["dur"], after["ts"]
             if end - start <= 0:
                 continue
             during: list = []  # the waits of this stream that overlap the gap (sorted by start)
             index = bisect.bisect_left(wait_starts, end) - 1
-            while index >= 0 and waits[index]["ts"] + waits[index]["dur"] > start and len(during) < 3:
+            while (
+                index >= 0 and waits[index]["ts"] + waits[index]["dur"] > start and len(during) < 3
+            ):
                 during.append(waits[index])
                 index -= 1
-            gap_list.append({"gap_us": end - start, "stream": name, "after": _label(before),
-                             "before": _label(after), "waiting": [_label(w) for w in reversed(during)]})
+            gap_list.append(
+                {
+                    "gap_us": end - start,
+                    "stream": name,
+                    "after": _label(before),
+                    "before": _label(after),
+                    "waiting": [_label(w) for w in reversed(during)],
+                }
+            )
     busy_any = _union([interval for merged in everything for interval in merged])
     busy_total = _length(busy_any)
     overlap = _at_least(everything, 2)
@@ -99,8 +120,13 @@ def summarize(trace: dict, gaps: int = 5) -> dict:
     core_rows = []
     for key, events in sorted(cores.items()):
         merged = _union([(e["ts"], e["ts"] + e["dur"]) for e in events])
-        core_rows.append({"track": f"{processes.get(key[0], key[0])} / {threads.get(key, key[1])}",
-                          "pieces": len(events), "busy_us": _length(merged)})
+        core_rows.append(
+            {
+                "track": f"{processes.get(key[0], key[0])} / {threads.get(key, key[1])}",
+                "pieces": len(events),
+                "busy_us": _length(merged),
+            }
+        )
     gap_list.sort(key=lambda g: -g["gap_us"])
     return {
         "title": trace.get("otherData", {}).get("generator", ""),
@@ -129,8 +155,12 @@ def _ms(us: float) -> str:
 def format_summary(summary: dict, path: str) -> str:
     streams = summary["streams"]
     span = summary["span_us"]
-    lines = [(f"{path}: {summary['title']}, {sum(s['tasks'] for s in streams)} tasks on {len(streams)} "
-              f"stream(s), device work spans {_ms(span)} ms")]
+    lines = [
+        (
+            f"{path}: {summary['title']}, {sum(s['tasks'] for s in streams)} tasks on {len(streams)} "
+            f"stream(s), device work spans {_ms(span)} ms"
+        )
+    ]
     if summary["buffer_overflowed"]:
         lines.append("(the daemon's timeline buffer overflowed: the oldest tasks are missing)")
     width = max([len(s["stream"]) for s in streams] + [6])
@@ -138,27 +168,37 @@ def format_summary(summary: dict, path: str) -> str:
     for s in streams:
         share = s["busy_us"] / span if span else 0.0
         kinds = ", ".join(f"{n} {k}" for k, n in sorted(s["kinds"].items()))
-        lines.append(f"{s['stream']:<{width}}  {s['tasks']:>6}  {_ms(s['busy_us']):>10}  {share:>6.0%}  {kinds}")
+        lines.append(
+            f"{s['stream']:<{width}}  {s['tasks']:>6}  {_ms(s['busy_us']):>10}  {share:>6.0%}  {kinds}"
+        )
     if summary["cores"]:
         lines.append("")
         cwidth = max(len(c["track"]) for c in summary["cores"])
         for c in summary["cores"]:
             share = c["busy_us"] / span if span else 0.0
-            lines.append(f"{c['track']:<{cwidth}}  {c['pieces']:>6} pieces  {_ms(c['busy_us']):>10} ms busy  "
-                         f"{share:>4.0%}")
+            lines.append(
+                f"{c['track']:<{cwidth}}  {c['pieces']:>6} pieces  {_ms(c['busy_us']):>10} ms busy  "
+                f"{share:>4.0%}"
+            )
     lines.append("")
     busy = summary["busy_any_us"]
-    lines.append(f"some stream busy: {_ms(busy)} ms ({busy / span if span else 0:.0%} of the span); "
-                 f"2+ streams busy at once: {_ms(summary['overlap_us'])} ms "
-                 f"({summary['overlap_fraction']:.0%} of the busy time)")
-    lines.append(f"overlap achieved: streams' busy time adds up to {summary['parallelism']:.2f}x the time "
-                 "anything was busy (1.00x: no overlap)")
+    lines.append(
+        f"some stream busy: {_ms(busy)} ms ({busy / span if span else 0:.0%} of the span); "
+        f"2+ streams busy at once: {_ms(summary['overlap_us'])} ms "
+        f"({summary['overlap_fraction']:.0%} of the busy time)"
+    )
+    lines.append(
+        f"overlap achieved: streams' busy time adds up to {summary['parallelism']:.2f}x the time "
+        "anything was busy (1.00x: no overlap)"
+    )
     if summary["longest_gaps"]:
         lines.append("longest gaps (a stream idle between two of its tasks):")
         for g in summary["longest_gaps"]:
             waiting = f"; waiting: {', '.join(g['waiting'])}" if g["waiting"] else ""
-            lines.append(f"  {_ms(g['gap_us']):>10} ms  {g['stream']}: after {g['after']}, before "
-                         f"{g['before']}{waiting}")
+            lines.append(
+                f"  {_ms(g['gap_us']):>10} ms  {g['stream']}: after {g['after']}, before "
+                f"{g['before']}{waiting}"
+            )
     return "\n".join(lines)
 
 
@@ -167,7 +207,9 @@ def main(argv=None) -> int:
     commands = parser.add_subparsers(dest="command", required=True)
     trace = commands.add_parser("trace", help="timelines (Chrome/Perfetto trace JSON)")
     views = trace.add_subparsers(dest="view", required=True)
-    summary = views.add_parser("summary", help="per-stream busy time, overlap achieved, longest gaps")
+    summary = views.add_parser(
+        "summary", help="per-stream busy time, overlap achieved, longest gaps"
+    )
     summary.add_argument("file")
     summary.add_argument("--gaps", type=int, default=5, help="how many of the longest gaps to list")
     summary.add_argument("--json", action="store_true")
@@ -176,7 +218,9 @@ def main(argv=None) -> int:
     save.add_argument("--address")
     check = commands.add_parser("check", help="checker findings")
     check_views = check.add_subparsers(dest="view", required=True)
-    report = check_views.add_parser("report", help="a running daemon's findings (simnpu serve --check)")
+    report = check_views.add_parser(
+        "report", help="a running daemon's findings (simnpu serve --check)"
+    )
     report.add_argument("--json", action="store_true")
     report.add_argument("--address")
     args = parser.parse_args(argv)

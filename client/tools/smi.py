@@ -66,8 +66,12 @@ def render(view: dict, address: str) -> str:
     inner = sum(_WIDTHS) + len(_WIDTHS) - 1
     title = f" simnpu-smi {VERSION}".ljust(40) + f"Daemon: pid {view['pid']}  {address}"
     out = [_line(), "|" + title.ljust(inner) + "|", _line()]
-    out.append(_row(("NPU     Name", "Health", "AICore(%)    Memory-Usage(MB)        Streams  Processes")))
-    out.append(_row(("Chip    Device", "Bus-Id", "AI cores     Copy engines            Worker restarts")))
+    out.append(
+        _row(("NPU     Name", "Health", "AICore(%)    Memory-Usage(MB)        Streams  Processes"))
+    )
+    out.append(
+        _row(("Chip    Device", "Bus-Id", "AI cores     Copy engines            Worker restarts"))
+    )
     out.append(_line("="))
     processes = view["processes"]
     for device in view["devices"]:
@@ -75,14 +79,32 @@ def render(view: dict, address: str) -> str:
         using = [p for p in processes if str(index) in p.get("devices", {})]
         streams = sum(p["devices"][str(index)]["streams"] for p in using)
         memory = f"{_mib(device['memory_used']):<6}/ {_mib(device['memory_total'])}"
-        out.append(_row((f"{index:<8}{device['name']}", device["health"],
-                         f"{device.get('ai_core_percent', 0.0):<13}{memory:<24}{streams:<9}{len(using)}")))
-        out.append(_row((f"{0:<8}{index}", device["bus_id"],
-                         f"{device['ai_cores']:<13}{device['copy_engines']:<24}{device['worker_restarts']}")))
+        out.append(
+            _row(
+                (
+                    f"{index:<8}{device['name']}",
+                    device["health"],
+                    f"{device.get('ai_core_percent', 0.0):<13}{memory:<24}{streams:<9}{len(using)}",
+                )
+            )
+        )
+        out.append(
+            _row(
+                (
+                    f"{0:<8}{index}",
+                    device["bus_id"],
+                    f"{device['ai_cores']:<13}{device['copy_engines']:<24}{device['worker_restarts']}",
+                )
+            )
+        )
         out.append(_line("="))
     out.append("")
     out.append(_line())
-    out.append(_row(("NPU     Chip", "Process id", "Process name             Process memory(MB)   Streams")))
+    out.append(
+        _row(
+            ("NPU     Chip", "Process id", "Process name             Process memory(MB)   Streams")
+        )
+    )
     out.append(_line("="))
     for device in view["devices"]:
         index = device["index"]
@@ -92,25 +114,45 @@ def render(view: dict, address: str) -> str:
         for process in sorted(using, key=lambda p: p["pid"]):
             entry = process["devices"][str(index)]
             name = str(process["name"])[:24]
-            out.append(_row((f"{index:<8}0", str(process["pid"]),
-                             f"{name:<25}{_mib(entry['memory']):<21}{entry['streams']}")))
+            out.append(
+                _row(
+                    (
+                        f"{index:<8}0",
+                        str(process["pid"]),
+                        f"{name:<25}{_mib(entry['memory']):<21}{entry['streams']}",
+                    )
+                )
+            )
         out.append(_line("="))
     observe = view.get("observe")
     if observe:
-        out.append(f"observing: {observe['flags']} for every client; {observe['observed_sessions']} observed "
-                   f"session(s) now, {observe['trace_records']} timeline records, {observe['errors']} "
-                   f"error(s) and {observe['warnings']} warning(s) found")
+        out.append(
+            f"observing: {observe['flags']} for every client; {observe['observed_sessions']} observed "
+            f"session(s) now, {observe['trace_records']} timeline records, {observe['errors']} "
+            f"error(s) and {observe['warnings']} warning(s) found"
+        )
     return "\n".join(out)
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="simnpu smi", description="devices, memory, AI-core use and "
-                                     "processes of a running simnpu daemon (like npu-smi info)")
+    parser = argparse.ArgumentParser(
+        prog="simnpu smi",
+        description="devices, memory, AI-core use and "
+        "processes of a running simnpu daemon (like npu-smi info)",
+    )
     parser.add_argument("--json", action="store_true", help="print JSON (for scripts)")
-    parser.add_argument("--watch", nargs="?", type=float, const=2.0, metavar="SECONDS",
-                        help="refresh every SECONDS (default 2), like watch; Ctrl-C stops")
+    parser.add_argument(
+        "--watch",
+        nargs="?",
+        type=float,
+        const=2.0,
+        metavar="SECONDS",
+        help="refresh every SECONDS (default 2), like watch; Ctrl-C stops",
+    )
     parser.add_argument("--count", type=int, help="with --watch: stop after this many refreshes")
-    parser.add_argument("--address", help="the daemon (default: $SIMNPU_ADDRESS or the per-user socket)")
+    parser.add_argument(
+        "--address", help="the daemon (default: $SIMNPU_ADDRESS or the per-user socket)"
+    )
     args = parser.parse_args(argv)
     address = args.address or config.address()
     try:
@@ -124,7 +166,9 @@ def main(argv=None) -> int:
             if not args.json and sys.stdout.isatty():
                 sys.stdout.write("\033[H\033[2J")
             if not args.json:
-                print(f"Every {args.watch:g}s: simnpu smi    {time.strftime('%a %b %d %H:%M:%S %Y')}\n")
+                print(
+                    f"Every {args.watch:g}s: simnpu smi    {time.strftime('%a %b %d %H:%M:%S %Y')}\n"
+                )
             _print(view, address, args.json)
             sys.stdout.flush()
             shown += 1

@@ -13,8 +13,8 @@ from simnpu.proto import npu_pb2 as pb
 from simnpu.proto.errors import NpuError, invalid
 from simnpu.server.collectives import Call
 from simnpu.server.communicators import MAX_RANKS, HcclFailure, Member, member_of
-from simnpu.server.session import HandleKind
 from simnpu.server.handlers.registry import LATER, handles
+from simnpu.server.session import HandleKind
 from simnpu.server.tasks import CollectiveTask
 from simnpu.server.work import Span
 
@@ -45,7 +45,11 @@ def _hccl(handler: Callable) -> Callable:
 def get_root_info(session: Session, request: pb.HcclGetRootInfoRequest, reply_to: int) -> None:
     """HcclGetRootInfo: a new communicator id, with this process's HCCL_EXEC_TIMEOUT."""
     session.device(request.device)
-    timeout_s = ht.DEFAULT_EXEC_TIMEOUT_S if request.exec_timeout_ms < 0 else request.exec_timeout_ms / 1000.0
+    timeout_s = (
+        ht.DEFAULT_EXEC_TIMEOUT_S
+        if request.exec_timeout_ms < 0
+        else request.exec_timeout_ms / 1000.0
+    )
     communicators = session.scheduler.collectives.communicators
 
     def issue() -> None:
@@ -94,7 +98,9 @@ def comm_destroy(session: Session, request: pb.HcclCommDestroyRequest, reply_to:
 
 @handles(pb.HcclCommAsyncErrorRequest)
 @_hccl
-def comm_async_error(session: Session, request: pb.HcclCommAsyncErrorRequest, reply_to: int) -> None:
+def comm_async_error(
+    session: Session, request: pb.HcclCommAsyncErrorRequest, reply_to: int
+) -> None:
     """HcclGetCommAsyncError: the HcclResult of this rank's first failed collective."""
     member = member_of(session, request.comm)
 
@@ -105,7 +111,7 @@ def comm_async_error(session: Session, request: pb.HcclCommAsyncErrorRequest, re
     session.post(answer)
 
 
-# ---- the collectives ------------------------------------------------------------------------------
+# ---- the collectives -----------------------------------------------------------------------------
 def _buffer_bytes(kind: int, size: int, n: int, is_root: bool) -> tuple[int, int]:
     """(bytes the rank's call reads of its send buffer, writes of its recv buffer)."""
     return {
@@ -127,8 +133,10 @@ def _buffer(session: Session, member: Member, address: int, nbytes: int, what: s
         return Span(session.daemon.devices[member.device].region.name, 0, member.device)
     span = session.device_range(address, nbytes)
     if span.device != member.device:
-        raise invalid(f"the {what} buffer {address:#x} is on device {span.device} but rank "
-                      f"{member.rank} of the communicator is on device {member.device}")
+        raise invalid(
+            f"the {what} buffer {address:#x} is on device {span.device} but rank "
+            f"{member.rank} of the communicator is on device {member.device}"
+        )
     return span
 
 
@@ -138,14 +146,24 @@ def collective(session: Session, record: commands.Collective) -> None:
     member = member_of(session, record.comm)
     stream = session.stream(record.stream)
     if stream.device != member.device:
-        raise invalid(f"the stream is on device {stream.device} but rank {member.rank} of the "
-                      f"communicator is on device {member.device}")
-    kind, count, dtype, n, rank = record.kind, record.count, record.dtype, member.n_ranks, member.rank
+        raise invalid(
+            f"the stream is on device {stream.device} but rank {member.rank} of the "
+            f"communicator is on device {member.device}"
+        )
+    kind, count, dtype, n, rank = (
+        record.kind,
+        record.count,
+        record.dtype,
+        member.n_ranks,
+        member.rank,
+    )
     if kind not in ht.COLLECTIVE_NAMES:
         raise invalid(f"unknown collective {kind}")
     if kind != ht.HCCL_CMD_BARRIER and dtype not in ht.ITEM_SIZES:
-        raise NpuError(codes.ACL_ERROR_RT_FEATURE_NOT_SUPPORT,
-                       f"HCCL data type {dtype} is not supported by the simulated NPU")
+        raise NpuError(
+            codes.ACL_ERROR_RT_FEATURE_NOT_SUPPORT,
+            f"HCCL data type {dtype} is not supported by the simulated NPU",
+        )
     if kind in ht.REDUCING and record.op not in ht.REDUCE_OP_NAMES:
         raise invalid(f"unknown reduce op {record.op}")
     if kind in ht.ROOTED + ht.POINT_TO_POINT and not 0 <= record.root < n:
@@ -154,11 +172,24 @@ def collective(session: Session, record: commands.Collective) -> None:
         raise invalid(f"rank {rank} cannot send to or receive from itself")
     if kind == ht.HCCL_CMD_ALLTOALL and (record.recv_count, record.recv_dtype) != (count, dtype):
         raise invalid("alltoall needs recv_count == send_count and recv_type == send_type")
-    send_bytes, recv_bytes = _buffer_bytes(kind, ht.ITEM_SIZES.get(dtype, 0) * count, n, rank == record.root)
+    send_bytes, recv_bytes = _buffer_bytes(
+        kind, ht.ITEM_SIZES.get(dtype, 0) * count, n, rank == record.root
+    )
     send = _buffer(session, member, record.send, send_bytes, "send")
     recv = _buffer(session, member, record.recv, recv_bytes, "recv")
-    call = Call(kind, count, dtype, record.op, record.root, send, recv, record.recv_count, record.recv_dtype,
-                send_bytes, recv_bytes)
+    call = Call(
+        kind,
+        count,
+        dtype,
+        record.op,
+        record.root,
+        send,
+        recv,
+        record.recv_count,
+        record.recv_dtype,
+        send_bytes,
+        recv_bytes,
+    )
     if kind == ht.HCCL_CMD_SEND:
         index = member.sends.get(record.root, 0)
         member.sends[record.root] = index + 1

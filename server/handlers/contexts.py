@@ -5,24 +5,33 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from simnpu.proto import npu_pb2 as pb
-from simnpu.server.session import HandleKind
 from simnpu.server.handlers.registry import LATER, handles
-from simnpu.server.handlers.streams import add_stream, deadline, forget_stream, signal_slot, wait_streams
+from simnpu.server.handlers.streams import (
+    add_stream,
+    deadline,
+    forget_stream,
+    signal_slot,
+    wait_streams,
+)
 from simnpu.server.objects import Context, Event, Waiter
+from simnpu.server.session import HandleKind
 
 if TYPE_CHECKING:
     from simnpu.server.session import Session
 
 
 @handles(pb.CreateContextRequest)
-def create_context(session: Session, request: pb.CreateContextRequest, reply_to: int) -> pb.CreateContextReply:
+def create_context(
+    session: Session, request: pb.CreateContextRequest, reply_to: int
+) -> pb.CreateContextReply:
     device = session.device(request.device)
     context = Context(0, device.index, session.owner)
     context.handle = session.handles.add(context, HandleKind.CONTEXT)
     session.contexts.append(context)
     stream = add_stream(session, context, 0, 0)
-    return pb.CreateContextReply(context=context.handle, default_stream=stream.handle,
-                                 signal_slot=signal_slot(stream))
+    return pb.CreateContextReply(
+        context=context.handle, default_stream=stream.handle, signal_slot=signal_slot(stream)
+    )
 
 
 @handles(pb.DestroyContextRequest)
@@ -57,7 +66,9 @@ def destroy_context(session: Session, request: pb.DestroyContextRequest, reply_t
 
 
 @handles(pb.SynchronizeDeviceRequest)
-def synchronize_device(session: Session, request: pb.SynchronizeDeviceRequest, reply_to: int) -> object:
+def synchronize_device(
+    session: Session, request: pb.SynchronizeDeviceRequest, reply_to: int
+) -> object:
     """aclrtSynchronizeDevice(WithTimeout): every stream of this client on the device."""
     device = session.device(request.device)
     streams = [s for c in session.contexts if c.device == device.index for s in c.streams]

@@ -16,6 +16,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 import numpy as np
+
 from simnpu.proto import bulk as wire
 from simnpu.proto import commands
 from simnpu.proto import npu_pb2 as pb
@@ -48,11 +49,15 @@ def resolve(session: Session, location: Location, count: int) -> Span:
     else:
         raise invalid(f"unknown memory space {space}")
     if offset < 0 or offset + count > size:
-        raise invalid(f"{count} bytes at offset {offset} exceed the host buffer of {region.size} bytes")
+        raise invalid(
+            f"{count} bytes at offset {offset} exceed the host buffer of {region.size} bytes"
+        )
     return Span(region.name, offset)
 
 
-def _answer_when_done(session: Session, reply_to: int, task: Task, read_back: tuple[int, int] | None) -> None:
+def _answer_when_done(
+    session: Session, reply_to: int, task: Task, read_back: tuple[int, int] | None
+) -> None:
     """Queue `task` and answer `reply_to` once it ran (with the bytes of the staging slot
     `read_back` = (offset, count) as the reply's bulk, for an in-stream chunk to the host)."""
     stream = task.stream
@@ -74,7 +79,9 @@ def _answer_when_done(session: Session, reply_to: int, task: Task, read_back: tu
     session.post(begin)
 
 
-def _stream(session: Session, request: pb.MemcpyRequest | pb.MemsetRequest, device_side: Span) -> Stream:
+def _stream(
+    session: Session, request: pb.MemcpyRequest | pb.MemsetRequest, device_side: Span
+) -> Stream:
     """The request's stream, or the hidden stream of synchronous copies on its device."""
     if request.HasField("stream"):
         return session.stream(request.stream)
@@ -85,14 +92,19 @@ def _stream(session: Session, request: pb.MemcpyRequest | pb.MemsetRequest, devi
 def memcpy(session: Session, request: pb.MemcpyRequest, reply_to: int) -> object:
     count = request.count
     dst, src = resolve(session, request.dst, count), resolve(session, request.src, count)
-    if commands.SPACE_STAGING in (request.dst.space, request.src.space):  # a chunk of a pageable copy
+    if commands.SPACE_STAGING in (
+        request.dst.space,
+        request.src.space,
+    ):  # a chunk of a pageable copy
         return _staged(session, reply_to, request, dst, src)
     stream = _stream(session, request, dst if dst.device >= 0 else src)
     _answer_when_done(session, reply_to, CopyTask(session.seq, stream, dst, src, count), None)
     return LATER
 
 
-def _staged(session: Session, reply_to: int, request: pb.MemcpyRequest, dst: Span, src: Span) -> object:
+def _staged(
+    session: Session, reply_to: int, request: pb.MemcpyRequest, dst: Span, src: Span
+) -> object:
     """A chunk with the staging area on one side; `inline`: its bytes travel in the stream.
     Never blocks."""
     count, inline = request.count, request.inline
@@ -108,8 +120,13 @@ def _staged(session: Session, reply_to: int, request: pb.MemcpyRequest, dst: Spa
     if not request.HasField("stream") and device.device >= 0 and session.daemon.observer is None:
         memory = session.daemon.devices[device.device].region.map
         if to_device:
-            _copy(memory, device.offset, staging if data is None else data, src.offset if data is None else 0,
-                  count)
+            _copy(
+                memory,
+                device.offset,
+                staging if data is None else data,
+                src.offset if data is None else 0,
+                count,
+            )
         elif inline:
             if reply_to:
                 session.outbox.put(_reply_with(reply_to, memory, device.offset, count))
@@ -121,7 +138,9 @@ def _staged(session: Session, reply_to: int, request: pb.MemcpyRequest, dst: Spa
         _copy(staging, src.offset, data, 0, count)
     read_back = (dst.offset, count) if inline and not to_device else None
     stream = _stream(session, request, device)
-    _answer_when_done(session, reply_to, CopyTask(session.seq, stream, dst, src, count, staged=True), read_back)
+    _answer_when_done(
+        session, reply_to, CopyTask(session.seq, stream, dst, src, count, staged=True), read_back
+    )
     return LATER
 
 
@@ -130,8 +149,12 @@ def memset(session: Session, request: pb.MemsetRequest, reply_to: int) -> object
     """aclrtMemset (no stream), or a memset that answers once it ran."""
     dst = resolve(session, request.dst, request.count)
     stream = _stream(session, request, dst)
-    _answer_when_done(session, reply_to, MemsetTask(session.seq, stream, dst, request.value & 0xFF, request.count),
-                      None)
+    _answer_when_done(
+        session,
+        reply_to,
+        MemsetTask(session.seq, stream, dst, request.value & 0xFF, request.count),
+        None,
+    )
     return LATER
 
 
@@ -139,7 +162,10 @@ def memset(session: Session, request: pb.MemsetRequest, reply_to: int) -> object
 def copy_command(session: Session, record: commands.Copy) -> None:
     """aclrtMemcpyAsync between device memory and device or pinned memory (async)."""
     stream = session.stream(record.stream)
-    dst, src = resolve(session, record.dst, record.count), resolve(session, record.src, record.count)
+    dst, src = (
+        resolve(session, record.dst, record.count),
+        resolve(session, record.src, record.count),
+    )
     session.submit(CopyTask(session.seq, stream, dst, src, record.count))
 
 
@@ -154,12 +180,14 @@ def memset_command(session: Session, record: commands.Memset) -> None:
 def _copy(target, target_offset: int, source, source_offset: int, count: int) -> None:
     """Bytes [source_offset, +count) of buffer `source` to `target` at `target_offset`
     (numpy copies without holding the GIL)."""
-    np.copyto(np.frombuffer(target, np.uint8, count, target_offset),
-              np.frombuffer(source, np.uint8, count, source_offset))
+    np.copyto(
+        np.frombuffer(target, np.uint8, count, target_offset),
+        np.frombuffer(source, np.uint8, count, source_offset),
+    )
 
 
 def _reply_with(request_id: int, memory, offset: int, count: int) -> bytes:
     """The encoded reply to `request_id` carrying bytes [offset, +count) of `memory` as its
     bulk (read now)."""
-    with memoryview(memory) as whole, whole[offset:offset + count] as part:
+    with memoryview(memory) as whole, whole[offset : offset + count] as part:
         return wire.server_message(pb.Reply(id=request_id), part)

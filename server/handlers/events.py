@@ -7,10 +7,10 @@ from typing import TYPE_CHECKING
 
 from simnpu.proto import codes, commands
 from simnpu.proto import npu_pb2 as pb
-from simnpu.server.session import HandleKind
 from simnpu.server.handlers.registry import LATER, handles
 from simnpu.server.handlers.streams import deadline
 from simnpu.server.objects import Event, Waiter
+from simnpu.server.session import HandleKind
 from simnpu.server.tasks import RecordTask, ResetTask, TaskState, WaitTask
 
 if TYPE_CHECKING:
@@ -18,7 +18,9 @@ if TYPE_CHECKING:
 
 
 @handles(pb.CreateEventRequest)
-def create_event(session: Session, request: pb.CreateEventRequest, reply_to: int) -> pb.CreateEventReply:
+def create_event(
+    session: Session, request: pb.CreateEventRequest, reply_to: int
+) -> pb.CreateEventReply:
     context = session.context(request.context)
     session.daemon.count_event(context.device, +1)
     event = Event(0, context, request.flags)
@@ -43,8 +45,11 @@ def query_event(session: Session, request: pb.QueryEventRequest, reply_to: int) 
         done = record is not None and record.state == TaskState.DONE
         if done and session.scheduler.observer is not None:
             session.scheduler.observer.host_synced(session.owner, record=record)
-        status = (codes.ACL_EVENT_RECORDED_STATUS_COMPLETE if done
-                  else codes.ACL_EVENT_RECORDED_STATUS_NOT_READY)
+        status = (
+            codes.ACL_EVENT_RECORDED_STATUS_COMPLETE
+            if done
+            else codes.ACL_EVENT_RECORDED_STATUS_NOT_READY
+        )
         session.respond(reply_to, pb.QueryEventReply(status=status))
 
     session.post(answer)
@@ -52,7 +57,9 @@ def query_event(session: Session, request: pb.QueryEventRequest, reply_to: int) 
 
 
 @handles(pb.SynchronizeEventRequest)
-def synchronize_event(session: Session, request: pb.SynchronizeEventRequest, reply_to: int) -> object:
+def synchronize_event(
+    session: Session, request: pb.SynchronizeEventRequest, reply_to: int
+) -> object:
     """aclrtSynchronizeEvent(WithTimeout): the event's latest record; 507047 at the deadline.
     It reports a stopped context's failure (ACL_STOP_ON_FAILURE) and no other."""
     event = session.event(request.event)
@@ -66,8 +73,11 @@ def synchronize_event(session: Session, request: pb.SynchronizeEventRequest, rep
 
         def finish(timed_out: bool) -> None:
             if timed_out:
-                session.respond(reply_to, code=codes.ACL_ERROR_RT_EVENT_SYNC_TIMEOUT,
-                                message="event synchronize timed out")
+                session.respond(
+                    reply_to,
+                    code=codes.ACL_ERROR_RT_EVENT_SYNC_TIMEOUT,
+                    message="event synchronize timed out",
+                )
             else:
                 session.respond_failure(reply_to, event.context.failure)
 
@@ -79,28 +89,47 @@ def synchronize_event(session: Session, request: pb.SynchronizeEventRequest, rep
 
 
 @handles(pb.EventElapsedTimeRequest)
-def event_elapsed_time(session: Session, request: pb.EventElapsedTimeRequest, reply_to: int) -> object:
+def event_elapsed_time(
+    session: Session, request: pb.EventElapsedTimeRequest, reply_to: int
+) -> object:
     start, end = session.event(request.start), session.event(request.end)
 
     def answer() -> None:
         first, last = start.latest_record, end.latest_record
-        if first is None or last is None:  # CANN: EVENT_RECORDER_NULL, reported as ACL_ERROR_RT_INTERNAL_ERROR
-            session.respond(reply_to, code=codes.ACL_ERROR_RT_INTERNAL_ERROR,
-                            message="both events must have been recorded (event recorder null)")
+        if (
+            first is None or last is None
+        ):  # CANN: EVENT_RECORDER_NULL, reported as ACL_ERROR_RT_INTERNAL_ERROR
+            session.respond(
+                reply_to,
+                code=codes.ACL_ERROR_RT_INTERNAL_ERROR,
+                message="both events must have been recorded (event recorder null)",
+            )
         elif first.state != TaskState.DONE or last.state != TaskState.DONE:
-            session.respond(reply_to, code=codes.ACL_ERROR_RT_EVENT_NOT_COMPLETE,
-                            message="an event has not completed yet: synchronize it first")
+            session.respond(
+                reply_to,
+                code=codes.ACL_ERROR_RT_EVENT_NOT_COMPLETE,
+                message="an event has not completed yet: synchronize it first",
+            )
         elif last.timestamp < first.timestamp:
-            session.respond(reply_to, code=codes.ACL_ERROR_RT_EVENT_TIMESTAMP_REVERSAL,
-                            message="the end event completed before the start event")
+            session.respond(
+                reply_to,
+                code=codes.ACL_ERROR_RT_EVENT_TIMESTAMP_REVERSAL,
+                message="the end event completed before the start event",
+            )
         else:
-            session.respond(reply_to, pb.EventElapsedTimeReply(nanoseconds=last.timestamp - first.timestamp))
+            session.respond(
+                reply_to, pb.EventElapsedTimeReply(nanoseconds=last.timestamp - first.timestamp)
+            )
 
     session.post(answer)
     return LATER
 
 
-_TASKS = {commands.RecordEvent: RecordTask, commands.ResetEvent: ResetTask, commands.WaitEvent: WaitTask}
+_TASKS = {
+    commands.RecordEvent: RecordTask,
+    commands.ResetEvent: ResetTask,
+    commands.WaitEvent: WaitTask,
+}
 
 
 @handles(commands.RecordEvent, commands.ResetEvent, commands.WaitEvent)

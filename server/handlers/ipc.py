@@ -14,7 +14,9 @@ if TYPE_CHECKING:
 
 
 @handles(pb.IpcMemExportRequest)
-def export(session: Session, request: pb.IpcMemExportRequest, reply_to: int) -> pb.IpcMemExportReply:
+def export(
+    session: Session, request: pb.IpcMemExportRequest, reply_to: int
+) -> pb.IpcMemExportReply:
     """aclrtIpcMemGetExportKey of [address, +size) inside one of the client's own blocks."""
     address = request.address
     if not is_device_address(address):
@@ -25,11 +27,18 @@ def export(session: Session, request: pb.IpcMemExportRequest, reply_to: int) -> 
     memory = session.memory
     allocation = memory.allocation_at(address)
     if allocation is None or allocation.owner is not session.owner:
-        raise invalid(f"{address:#x} is not inside a device allocation of this process"
-                      + (" (imported memory cannot be exported again)" if memory.imported_range(address) else ""))
+        raise invalid(
+            f"{address:#x} is not inside a device allocation of this process"
+            + (
+                " (imported memory cannot be exported again)"
+                if memory.imported_range(address)
+                else ""
+            )
+        )
     start = address - (split_device_address(address)[1] - allocation.offset)
-    key = session.daemon.ipc.export(session.owner, address, request.size, request.flags,
-                                    (start, allocation.size), device)
+    key = session.daemon.ipc.export(
+        session.owner, address, request.size, request.flags, (start, allocation.size), device
+    )
     return pb.IpcMemExportReply(key=key)
 
 
@@ -39,7 +48,9 @@ def set_import_pid(session: Session, request: pb.IpcMemSetImportPidRequest, repl
 
 
 @handles(pb.IpcMemImportRequest)
-def import_(session: Session, request: pb.IpcMemImportRequest, reply_to: int) -> pb.IpcMemImportReply:
+def import_(
+    session: Session, request: pb.IpcMemImportRequest, reply_to: int
+) -> pb.IpcMemImportReply:
     export = session.daemon.ipc.import_(session.owner, request.key, request.flags)
     session.memory.imported[export.key] = (export.address, export.size, export.device)
     return pb.IpcMemImportReply(address=export.address, size=export.size, device=export.device)

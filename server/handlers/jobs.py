@@ -27,8 +27,14 @@ def rendezvous(session: Session, request: pb.HcclRendezvousRequest, reply_to: in
     if problem is not None:
         session.respond(reply_to, code=ht.HCCL_E_PARA, message=problem)
         return LATER
-    exec_timeout_s = ht.DEFAULT_EXEC_TIMEOUT_S if request.exec_timeout_ms < 0 else request.exec_timeout_ms / 1000.0
-    timeout_s = ht.DEFAULT_CONNECT_TIMEOUT_S if request.timeout_ms <= 0 else request.timeout_ms / 1000.0
+    exec_timeout_s = (
+        ht.DEFAULT_EXEC_TIMEOUT_S
+        if request.exec_timeout_ms < 0
+        else request.exec_timeout_ms / 1000.0
+    )
+    timeout_s = (
+        ht.DEFAULT_CONNECT_TIMEOUT_S if request.timeout_ms <= 0 else request.timeout_ms / 1000.0
+    )
     arrival = Arrival(session, reply_to, world_size, exec_timeout_s)
     session.post(session.daemon.jobs.arrive, job, arrival, timeout_s)
     return LATER

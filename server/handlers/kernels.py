@@ -8,9 +8,9 @@ from simnpu.proto import codes, commands
 from simnpu.proto import npu_pb2 as pb
 from simnpu.proto.errors import NpuError, invalid
 from simnpu.proto.kernel_abi import discover_kernels
-from simnpu.server.session import HandleKind
 from simnpu.server.handlers.registry import handles
 from simnpu.server.resources import Binary, Function
+from simnpu.server.session import HandleKind
 from simnpu.server.tasks import KernelTask
 
 if TYPE_CHECKING:
@@ -19,13 +19,17 @@ if TYPE_CHECKING:
 
 
 @handles(pb.BinaryLoadRequest)
-def binary_load(session: Session, request: pb.BinaryLoadRequest, reply_to: int) -> pb.BinaryLoadReply:
+def binary_load(
+    session: Session, request: pb.BinaryLoadRequest, reply_to: int
+) -> pb.BinaryLoadReply:
     """aclrtBinaryLoadFromFile / FromData: the kernels are found in the source, none of it runs here."""
     filename = request.filename or "<kernel module>"
     try:
         kernels = discover_kernels(request.source, filename)
     except (SyntaxError, ValueError) as error:
-        raise NpuError(codes.ACL_ERROR_INVALID_FILE, f"cannot load kernel module {filename}: {error}") from None
+        raise NpuError(
+            codes.ACL_ERROR_INVALID_FILE, f"cannot load kernel module {filename}: {error}"
+        ) from None
     binary = Binary(session.daemon.next_binary_id(), request.source, filename, kernels)
     return pb.BinaryLoadReply(binary=session.handles.add(binary, HandleKind.BINARY))
 
@@ -42,14 +46,18 @@ def binary_unload(session: Session, request: pb.BinaryUnloadRequest, reply_to: i
 
 
 @handles(pb.GetFunctionRequest)
-def get_function(session: Session, request: pb.GetFunctionRequest, reply_to: int) -> pb.GetFunctionReply:
+def get_function(
+    session: Session, request: pb.GetFunctionRequest, reply_to: int
+) -> pb.GetFunctionReply:
     """aclrtBinaryGetFunction."""
     binary = session.handles.get(request.binary, Binary, "binary")
     signature = binary.kernels.get(request.name)
     if signature is None:
-        raise NpuError(codes.ACL_ERROR_RT_KERNEL_LOOKUP,
-                       f"no kernel named {request.name!r} in {binary.filename} "
-                       f"(it has: {', '.join(sorted(binary.kernels)) or 'none'})")
+        raise NpuError(
+            codes.ACL_ERROR_RT_KERNEL_LOOKUP,
+            f"no kernel named {request.name!r} in {binary.filename} "
+            f"(it has: {', '.join(sorted(binary.kernels)) or 'none'})",
+        )
     handle = session.handles.add(Function(binary, request.name, signature), HandleKind.FUNCTION)
     return pb.GetFunctionReply(function=handle, signature=signature.to_wire())
 
@@ -79,8 +87,16 @@ def launch(session: Session, record: commands.Launch) -> None:
     function = session.handles.get(record.function, Function, "function")
     values = function.signature.unpack(record.args)
     stream = _stream(session, record)
-    session.submit(KernelTask(session.seq, stream, function, record.num_blocks, values,
-                              _bounds(session, function, values)))
+    session.submit(
+        KernelTask(
+            session.seq,
+            stream,
+            function,
+            record.num_blocks,
+            values,
+            _bounds(session, function, values),
+        )
+    )
 
 
 @handles(commands.LaunchDeviceArgs)
@@ -95,7 +111,11 @@ def launch_device_args(session: Session, record: commands.LaunchDeviceArgs) -> N
 
     def read_args() -> tuple[tuple, tuple]:
         session.device_range(address, size)  # still this client's
-        values = function.signature.unpack(bytes(device.region.map[span.offset:span.offset + size]))
+        values = function.signature.unpack(
+            bytes(device.region.map[span.offset : span.offset + size])
+        )
         return values, _bounds(session, function, values)
 
-    session.submit(KernelTask(session.seq, stream, function, record.num_blocks, None, read_args=read_args))
+    session.submit(
+        KernelTask(session.seq, stream, function, record.num_blocks, None, read_args=read_args)
+    )

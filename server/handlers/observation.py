@@ -19,6 +19,7 @@ from simnpu.server.observe import Observer
 
 if TYPE_CHECKING:
     from google.protobuf.message import Message
+
     from simnpu.server.session import Session
 
 DRAIN_WAIT_S = 5.0  # how long a trace/report request waits for the session's queued work
@@ -27,12 +28,16 @@ DRAIN_WAIT_S = 5.0  # how long a trace/report request waits for the session's qu
 @handles(pb.ObserveRequest)
 def observe(session: Session, request: pb.ObserveRequest, reply_to: int) -> pb.ObserveReply:
     if request.flags & ~(bits.TRACE | bits.CHECKS | bits.STRICT):
-        raise NpuError(codes.ACL_ERROR_RT_PARAM_INVALID, f"unknown observe flags {request.flags:#x}")
+        raise NpuError(
+            codes.ACL_ERROR_RT_PARAM_INVALID, f"unknown observe flags {request.flags:#x}"
+        )
     observer = Observer.ensure(session.daemon)
     return pb.ObserveReply(flags=observer.watch(session.owner, request.flags).flags)
 
 
-def _after_drain(session: Session, reply_to: int, answer: Callable[[Observer | None], Message]) -> None:
+def _after_drain(
+    session: Session, reply_to: int, answer: Callable[[Observer | None], Message]
+) -> None:
     """Answer with `answer(observer)` once the session's queued work has run (or a while)."""
     observer = session.daemon.observer
     if observer is None:
@@ -41,9 +46,11 @@ def _after_drain(session: Session, reply_to: int, answer: Callable[[Observer | N
     streams = session.streams()
 
     def begin() -> None:
-        waiter = Waiter(lambda: all(not s.tasks for s in streams),
-                        lambda timed_out: session.respond(reply_to, answer(observer)),
-                        time.monotonic() + DRAIN_WAIT_S)
+        waiter = Waiter(
+            lambda: all(not s.tasks for s in streams),
+            lambda timed_out: session.respond(reply_to, answer(observer)),
+            time.monotonic() + DRAIN_WAIT_S,
+        )
         session.scheduler.watch(waiter, streams=streams)
 
     session.post(begin)
@@ -62,7 +69,11 @@ def trace(session: Session, request: pb.ObserveTraceRequest, reply_to: int) -> o
 @handles(pb.ObserveReportRequest)
 def report(session: Session, request: pb.ObserveReportRequest, reply_to: int) -> object:
     def answer(observer: Observer | None) -> pb.ObserveReportReply:
-        document = observer.report_json(session.owner, request.final) if observer else Findings().as_json("off")
+        document = (
+            observer.report_json(session.owner, request.final)
+            if observer
+            else Findings().as_json("off")
+        )
         return pb.ObserveReportReply(json=json.dumps(document))
 
     _after_drain(session, reply_to, answer)

@@ -7,10 +7,10 @@ from typing import TYPE_CHECKING
 from simnpu.proto import codes
 from simnpu.proto import npu_pb2 as pb
 from simnpu.proto.errors import NpuError, NpuMemoryError, invalid
-from simnpu.server.session import HandleKind
 from simnpu.server.handlers.registry import handles
 from simnpu.server.mem_pools import SETTABLE, MemPool
 from simnpu.server.objects import Waiter
+from simnpu.server.session import HandleKind
 
 if TYPE_CHECKING:
     from simnpu.server.session import Session
@@ -32,7 +32,9 @@ def _release(session: Session, pool: MemPool, address: int) -> None:
 
 
 @handles(pb.MemPoolCreateRequest)
-def create(session: Session, request: pb.MemPoolCreateRequest, reply_to: int) -> pb.MemPoolCreateReply:
+def create(
+    session: Session, request: pb.MemPoolCreateRequest, reply_to: int
+) -> pb.MemPoolCreateReply:
     device = session.device(request.device)
     if request.max_size < 0:
         raise invalid(f"a pool's maxSize cannot be negative ({request.max_size})")
@@ -53,7 +55,9 @@ def destroy(session: Session, request: pb.MemPoolDestroyRequest, reply_to: int) 
 
 
 @handles(pb.MemPoolMallocRequest)
-def malloc_async(session: Session, request: pb.MemPoolMallocRequest, reply_to: int) -> pb.MemPoolMallocReply:
+def malloc_async(
+    session: Session, request: pb.MemPoolMallocRequest, reply_to: int
+) -> pb.MemPoolMallocReply:
     """aclrtMemPoolMallocAsync: carved at once (new memory has no pending users)."""
     pool = _pool(session, request.pool)
     size = request.size
@@ -67,8 +71,10 @@ def malloc_async(session: Session, request: pb.MemPoolMallocRequest, reply_to: i
     if pool.max_size and pool.used + reserved > pool.max_size:
         del memory.allocations[address]
         device.free(address)
-        raise NpuMemoryError(f"memory pool {pool.handle:#x} is full: asked {size} bytes "
-                             f"({reserved} reserved), {pool.used} of its maxSize {pool.max_size} in use")
+        raise NpuMemoryError(
+            f"memory pool {pool.handle:#x} is full: asked {size} bytes "
+            f"({reserved} reserved), {pool.used} of its maxSize {pool.max_size} in use"
+        )
     pool.blocks[address] = reserved
     pool.used += reserved
     pool.used_high = max(pool.used_high, pool.used)
@@ -83,22 +89,31 @@ def free_async(session: Session, request: pb.MemPoolFreeRequest, reply_to: int) 
     stream = session.stream(request.stream)
     pool = session.memory.pool_blocks.pop(address, None)
     if pool is None:
-        raise invalid(f"{address:#x} was not allocated by aclrtMemPoolMallocAsync in this process "
-                      "(or was freed already)")
+        raise invalid(
+            f"{address:#x} was not allocated by aclrtMemPoolMallocAsync in this process "
+            "(or was freed already)"
+        )
 
     def begin() -> None:  # under the scheduler: after everything queued on the stream so far
         if not stream.tasks:
             _release(session, pool, address)
             return
         last = stream.tasks[-1].seq
-        session.scheduler.watch(Waiter(lambda: stream.drained_upto(last),
-                                       lambda timed_out: _release(session, pool, address)), streams=[stream])
+        session.scheduler.watch(
+            Waiter(
+                lambda: stream.drained_upto(last),
+                lambda timed_out: _release(session, pool, address),
+            ),
+            streams=[stream],
+        )
 
     session.post(begin)
 
 
 @handles(pb.MemPoolGetAttrRequest)
-def get_attr(session: Session, request: pb.MemPoolGetAttrRequest, reply_to: int) -> pb.MemPoolGetAttrReply:
+def get_attr(
+    session: Session, request: pb.MemPoolGetAttrRequest, reply_to: int
+) -> pb.MemPoolGetAttrReply:
     pool, attr = _pool(session, request.pool), request.attr
     read_only = pool.read_only()
     if attr in read_only:
@@ -109,11 +124,16 @@ def get_attr(session: Session, request: pb.MemPoolGetAttrRequest, reply_to: int)
 
 
 @handles(pb.MemPoolSetAttrRequest)
-def set_attr(session: Session, request: pb.MemPoolSetAttrRequest, reply_to: int) -> pb.MemPoolSetAttrReply:
+def set_attr(
+    session: Session, request: pb.MemPoolSetAttrRequest, reply_to: int
+) -> pb.MemPoolSetAttrReply:
     """The release threshold and reuse flags (stored: simnpu's pools do not cache), or a
     high-water attribute reset to 0."""
     pool, attr, value = _pool(session, request.pool), request.attr, request.value
-    if attr in (codes.ACL_RT_MEM_POOL_ATTR_RESERVED_MEM_HIGH, codes.ACL_RT_MEM_POOL_ATTR_USED_MEM_HIGH):
+    if attr in (
+        codes.ACL_RT_MEM_POOL_ATTR_RESERVED_MEM_HIGH,
+        codes.ACL_RT_MEM_POOL_ATTR_USED_MEM_HIGH,
+    ):
         if value != 0:
             raise invalid("a high-water attribute can only be reset to 0")
         pool.used_high = pool.used

@@ -27,16 +27,24 @@ def hello(session: Session, request: pb.HelloRequest, reply_to: int) -> pb.Hello
         session.memory.limits.set(None, request.memory_limit)
     config = session.daemon.config
     if session.staging is None:
-        session.staging = Region.create(segment_name(f"s{session.id}", "staging"),
-                                        config.staging_bytes + PROBE_BYTES)
+        session.staging = Region.create(
+            segment_name(f"s{session.id}", "staging"), config.staging_bytes + PROBE_BYTES
+        )
     probe = os.urandom(PROBE_BYTES)
-    session.staging.map[config.staging_bytes:config.staging_bytes + PROBE_BYTES] = probe
+    session.staging.map[config.staging_bytes : config.staging_bytes + PROBE_BYTES] = probe
     notify, ring = session.fast_path.create()
-    return pb.HelloReply(session=session.id, devices=len(session.daemon.devices),
-                         staging_bytes=config.staging_bytes, ai_cores=config.ai_cores,
-                         copy_engines=config.copy_engines, observe_flags=observe.hello_flags(session),
-                         staging_segment=session.staging.name, notify_segment=notify, ring_segment=ring,
-                         probe=probe)
+    return pb.HelloReply(
+        session=session.id,
+        devices=len(session.daemon.devices),
+        staging_bytes=config.staging_bytes,
+        ai_cores=config.ai_cores,
+        copy_engines=config.copy_engines,
+        observe_flags=observe.hello_flags(session),
+        staging_segment=session.staging.name,
+        notify_segment=notify,
+        ring_segment=ring,
+        probe=probe,
+    )
 
 
 @handles(pb.UseRingRequest)
@@ -47,7 +55,9 @@ def use_ring(session: Session, request: pb.UseRingRequest, reply_to: int) -> Non
 
 
 @handles(pb.SetOpExecuteTimeoutRequest)
-def set_op_execute_timeout(session: Session, request: pb.SetOpExecuteTimeoutRequest, reply_to: int) -> None:
+def set_op_execute_timeout(
+    session: Session, request: pb.SetOpExecuteTimeoutRequest, reply_to: int
+) -> None:
     """aclrtSetOpExecuteTimeOut(WithMs): 0 restores the daemon's default."""
     if request.milliseconds < 0:
         raise invalid("the operator execution timeout cannot be negative")

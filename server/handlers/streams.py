@@ -9,9 +9,9 @@ from typing import TYPE_CHECKING
 from simnpu.proto import codes
 from simnpu.proto import npu_pb2 as pb
 from simnpu.proto.errors import NpuError, invalid
-from simnpu.server.session import HandleKind
 from simnpu.server.handlers.registry import LATER, handles
 from simnpu.server.objects import Context, Stream, Waiter
+from simnpu.server.session import HandleKind
 
 if TYPE_CHECKING:
     from simnpu.server.session import Session
@@ -47,7 +47,9 @@ def deadline(timeout_ms: int) -> float | None:
     return None if timeout_ms == -1 else time.monotonic() + timeout_ms / 1000.0
 
 
-def wait_streams(session: Session, reply_to: int, streams: list[Stream], until: float | None) -> None:
+def wait_streams(
+    session: Session, reply_to: int, streams: list[Stream], until: float | None
+) -> None:
     """Answer `reply_to` when `streams` have run all they had when this runs (under the
     scheduler), with the failure a synchronize reports; 507046 at the deadline."""
     targets = [(s, s.tasks[-1].seq) for s in streams if s.tasks]
@@ -57,7 +59,11 @@ def wait_streams(session: Session, reply_to: int, streams: list[Stream], until: 
 
     def finish(timed_out: bool) -> None:
         if timed_out:
-            session.respond(reply_to, code=codes.ACL_ERROR_RT_STREAM_SYNC_TIMEOUT, message="synchronize timed out")
+            session.respond(
+                reply_to,
+                code=codes.ACL_ERROR_RT_STREAM_SYNC_TIMEOUT,
+                message="synchronize timed out",
+            )
         else:
             session.respond_failure(reply_to, session.take_failure(streams))
 
@@ -66,10 +72,14 @@ def wait_streams(session: Session, reply_to: int, streams: list[Stream], until: 
 
 
 @handles(pb.CreateStreamRequest)
-def create_stream(session: Session, request: pb.CreateStreamRequest, reply_to: int) -> pb.CreateStreamReply:
+def create_stream(
+    session: Session, request: pb.CreateStreamRequest, reply_to: int
+) -> pb.CreateStreamReply:
     """aclrtCreateStreamWithConfig: priority clamped to 0 (highest) .. 7."""
     context = session.context(request.context)
-    priority = min(max(request.priority, codes.STREAM_PRIORITY_GREATEST), codes.STREAM_PRIORITY_LEAST)
+    priority = min(
+        max(request.priority, codes.STREAM_PRIORITY_GREATEST), codes.STREAM_PRIORITY_LEAST
+    )
     stream = add_stream(session, context, priority, request.flags)
     return pb.CreateStreamReply(stream=stream.handle, signal_slot=signal_slot(stream))
 
@@ -89,7 +99,9 @@ def destroy_stream(session: Session, request: pb.DestroyStreamRequest, reply_to:
             scheduler.drop_pending(stream)
         elif scheduler.observer is not None:  # the host waits for its tasks
             scheduler.observer.host_synced(session.owner, [stream])
-        scheduler.watch(Waiter(lambda: not stream.tasks, lambda timed_out: finish()), streams=[stream])
+        scheduler.watch(
+            Waiter(lambda: not stream.tasks, lambda timed_out: finish()), streams=[stream]
+        )
 
     def finish() -> None:
         stream.context.streams.remove(stream)
@@ -101,7 +113,9 @@ def destroy_stream(session: Session, request: pb.DestroyStreamRequest, reply_to:
 
 
 @handles(pb.SynchronizeStreamRequest)
-def synchronize_stream(session: Session, request: pb.SynchronizeStreamRequest, reply_to: int) -> object:
+def synchronize_stream(
+    session: Session, request: pb.SynchronizeStreamRequest, reply_to: int
+) -> object:
     stream = session.stream(request.stream)
     session.post(wait_streams, session, reply_to, [stream], deadline(request.timeout_ms))
     return LATER
@@ -130,14 +144,18 @@ def query_stream(session: Session, request: pb.QueryStreamRequest, reply_to: int
 
 
 @handles(pb.SetStreamFailureModeRequest)
-def set_stream_failure_mode(session: Session, request: pb.SetStreamFailureModeRequest, reply_to: int) -> object:
+def set_stream_failure_mode(
+    session: Session, request: pb.SetStreamFailureModeRequest, reply_to: int
+) -> object:
     stream, mode = session.stream(request.stream), request.mode
     if mode not in (codes.ACL_CONTINUE_ON_FAILURE, codes.ACL_STOP_ON_FAILURE):
         raise invalid(f"unknown failure mode {mode}")
     context = stream.context
     if context.failure_mode == codes.ACL_STOP_ON_FAILURE and mode == codes.ACL_CONTINUE_ON_FAILURE:
-        raise NpuError(codes.ACL_ERROR_RT_FEATURE_NOT_SUPPORT,
-                       "a context in ACL_STOP_ON_FAILURE cannot go back to ACL_CONTINUE_ON_FAILURE")
+        raise NpuError(
+            codes.ACL_ERROR_RT_FEATURE_NOT_SUPPORT,
+            "a context in ACL_STOP_ON_FAILURE cannot go back to ACL_CONTINUE_ON_FAILURE",
+        )
 
     def apply() -> None:
         context.failure_mode = mode

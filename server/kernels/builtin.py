@@ -9,6 +9,7 @@ softmax compute in float32 and round once at the end.
 """
 
 import numpy as np
+
 from simnpu import kernel
 
 _ACC = np.float32  # what f16 matmul, reduce_sum and softmax compute in (matmul: BLAS sgemm)

@@ -10,5 +10,16 @@ from simnpu.server.tasks.host_callback import HostCallbackTask
 from simnpu.server.tasks.kernel import KernelTask
 from simnpu.server.tasks.memset import MemsetTask
 
-__all__ = ["CollectiveTask", "CopyTask", "DeviceWork", "HostCallbackTask", "KernelTask", "MemsetTask",
-           "RecordTask", "ResetTask", "Task", "TaskState", "WaitTask"]
+__all__ = [
+    "CollectiveTask",
+    "CopyTask",
+    "DeviceWork",
+    "HostCallbackTask",
+    "KernelTask",
+    "MemsetTask",
+    "RecordTask",
+    "ResetTask",
+    "Task",
+    "TaskState",
+    "WaitTask",
+]

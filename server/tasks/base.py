@@ -21,11 +21,10 @@ if TYPE_CHECKING:
     from simnpu.server.executor import Unit
     from simnpu.server.objects import Stream
     from simnpu.server.scheduler import Scheduler
-    from simnpu.server.work import Result
 
 
 class TaskState(enum.IntEnum):
-    PENDING = 0     # queued on its stream
+    PENDING = 0  # queued on its stream
     DISPATCHED = 1  # handed to units, or waiting for something outside its stream
     DONE = 2
 
@@ -45,7 +44,9 @@ class Task:
         self.failure: Failure | None = None
         self.timestamp = 0  # when it ended (device clock); records: when the stream reached them
         self.waiters: list = []  # Waiters and streams to re-check when it completes
-        self.probe: object = None  # observed sessions: timeline and checking state (server/observe.py)
+        self.probe: object = (
+            None  # observed sessions: timeline and checking state (server/observe.py)
+        )
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.seq}>"
@@ -95,38 +96,37 @@ class Task:
 
 class DeviceWork(Task):
     """A task that runs on units of its kind, handed out in pieces (blocks of a launch, byte
-    ranges of a copy); it completes when the last piece reported."""
+    ranges of a copy); it completes when the last piece reported. Its kind's __init__ sets
+    `handed`, `out` and `total`."""
 
-    __slots__ = ("handed", "out")
+    __slots__ = ("handed", "out", "total")
     unit_kind: ClassVar[UnitKind]
     moves_clock = True
     timed = True
-
-    def __init__(self, seq: int, stream: Stream):
-        super().__init__(seq, stream)
-        self.handed = 0  # pieces handed out so far (kernels: blocks)
-        self.out = 0     # pieces out and not reported yet
+    handed: int  # pieces handed out so far (kernels: blocks)
+    out: int  # pieces out and not reported yet
+    total: int  # pieces in all (a copy's are decided at its first hand-out)
 
     def start(self, scheduler: Scheduler) -> bool:
         scheduler.make_ready(self.stream, self.unit_kind)
         return False
 
-    def hand_out(self, scheduler: Scheduler, unit: Unit, units: int) -> tuple[list, Task | None, bool]:
-        """The items of the next piece for `unit` (one of `units` of its kind): (items, the
-        last task whose whole work these items hold or None, whether nothing is left)."""
+    def hand_out(
+        self, scheduler: Scheduler, unit: Unit, units: int
+    ) -> tuple[list, Task | None, bool]:
+        """The (packed) items of the next piece for `unit` (one of `units` of its kind):
+        (items, the last task whose whole work these items hold or None, whether nothing is
+        left to hand out)."""
         raise NotImplementedError
 
-    def remaining(self) -> bool:
-        """Pieces not handed out yet."""
-        raise NotImplementedError
-
-    def piece_done(self, scheduler: Scheduler, result: Result) -> None:
+    def piece_done(self, scheduler: Scheduler, code: int, end_ns: int, message: str) -> None:
         """A unit reported a piece (or was lost with it)."""
-        if result.code:
-            self.fail(result.code, result.message)
-        self.timestamp = max(self.timestamp, result.end_ns)
+        if code and self.failure is None:
+            self.failure = Failure(code, message, self.seq)
+        if end_ns > self.timestamp:
+            self.timestamp = end_ns
         self.out -= 1
-        if not self.out and not self.remaining():
+        if not self.out and self.handed >= self.total:
             scheduler.complete(self)
 
     @property

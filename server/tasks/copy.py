@@ -41,37 +41,39 @@ def copy_pieces(count: int, engines: int, synchronous: bool) -> int:
 
 def piece_range(count: int, pieces: int, index: int) -> tuple[int, int]:
     """[start, end) of piece `index` of `pieces`, on 64-byte boundaries."""
+
     def edge(i: int) -> int:
         return count if i == pieces else (count * i // pieces) & ~63
+
     return edge(index), edge(index + 1)
 
 
 class ByteRangeWork(DeviceWork):
     """Work over `count` bytes, cut into pieces for copy engines when it starts."""
 
-    __slots__ = ("count", "pieces")
+    __slots__ = ("count",)
     unit_kind = UnitKind.COPY_ENGINE
 
     def __init__(self, seq: int, stream: Stream, count: int):
-        super().__init__(seq, stream)
+        Task.__init__(self, seq, stream)
+        self.handed = self.out = 0
+        self.total = 0  # how many engines share it (decided at its first hand-out)
         self.count = count
-        self.pieces = 0  # how many engines share it (decided at its first hand-out)
 
-    def remaining(self) -> bool:
-        return self.handed < self.pieces
-
-    def hand_out(self, scheduler: Scheduler, unit: Unit, units: int) -> tuple[list, Task | None, bool]:
-        if not self.pieces:  # the hidden stream of synchronous copies has priority -1
-            self.pieces = copy_pieces(self.count, units, self.stream.priority < 0)
-        start, end = piece_range(self.count, self.pieces, self.handed)
+    def hand_out(
+        self, scheduler: Scheduler, unit: Unit, units: int
+    ) -> tuple[list, Task | None, bool]:
+        if not self.total:  # the hidden stream of synchronous copies has priority -1
+            self.total = copy_pieces(self.count, units, self.stream.priority < 0)
+        start, end = piece_range(self.count, self.total, self.handed)
         self.handed += 1
         self.state = TaskState.DISPATCHED
         self.out += 1
         item = self.piece(scheduler.hand(unit, self), start, end)
-        return [item], (self if self.pieces == 1 else None), self.handed == self.pieces
+        return [item], (self if self.total == 1 else None), self.handed == self.total
 
-    def piece(self, token: int, start: int, end: int) -> object:
-        """The work item for bytes [start, end)."""
+    def piece(self, token: int, start: int, end: int) -> tuple:
+        """The (packed) work item for bytes [start, end)."""
         raise NotImplementedError
 
 
@@ -79,14 +81,16 @@ class CopyTask(ByteRangeWork):
     __slots__ = ("dst", "src", "staged")
     kind = "copy"
 
-    def __init__(self, seq: int, stream: Stream, dst: Span, src: Span, count: int, staged: bool = False):
+    def __init__(
+        self, seq: int, stream: Stream, dst: Span, src: Span, count: int, staged: bool = False
+    ):
         super().__init__(seq, stream, count)
         self.dst = dst
         self.src = src
         self.staged = staged  # a chunk of a pageable copy, through the client's staging area
 
-    def piece(self, token: int, start: int, end: int) -> CopyBytes:
-        return CopyBytes(token, self.dst.at(start), self.src.at(start), end - start)
+    def piece(self, token: int, start: int, end: int) -> tuple:
+        return CopyBytes.pack(token, self.dst.at(start), self.src.at(start), end - start)
 
     @property
     def direction(self) -> str:
@@ -104,8 +108,11 @@ class CopyTask(ByteRangeWork):
         return self.staged or super().blocks_host
 
     def accesses(self) -> list[tuple]:
-        return [span_access(span, self.count, write) for span, write in ((self.src, False), (self.dst, True))
-                if not (self.staged and span.device < 0)]  # the staging area is the client's own
+        return [
+            span_access(span, self.count, write)
+            for span, write in ((self.src, False), (self.dst, True))
+            if not (self.staged and span.device < 0)
+        ]  # the staging area is the client's own
 
 
 def span_access(span: Span, count: int, write: bool) -> tuple:

@@ -65,8 +65,11 @@ class WaitTask(Task):
     def describe(self) -> tuple[str, str, dict]:
         if self.record is None:
             return "wait event (never recorded)", "event", {}
-        return (f"wait event (record task {self.record.seq})", "event",
-                {"record_task": self.record.seq, "record_stream": self.record.stream.handle})
+        return (
+            f"wait event (record task {self.record.seq})",
+            "event",
+            {"record_task": self.record.seq, "record_stream": self.record.stream.handle},
+        )
 
 
 class ResetTask(Task):

@@ -60,15 +60,24 @@ def run_length(num_blocks_of_following: list[int], limit: int = MAX_RUN) -> int:
     return count
 
 
-
 class KernelTask(DeviceWork):
     __slots__ = ("args", "bounds", "checked", "function", "num_blocks", "read_args")
     kind = "kernel"
     unit_kind = UnitKind.AI_CORE
 
-    def __init__(self, seq: int, stream: Stream, function: Function, num_blocks: int, args: tuple | None,
-                 bounds: tuple = (), read_args: ArgsReader | None = None):
-        super().__init__(seq, stream)
+    def __init__(
+        self,
+        seq: int,
+        stream: Stream,
+        function: Function,
+        num_blocks: int,
+        args: tuple | None,
+        bounds: tuple = (),
+        read_args: ArgsReader | None = None,
+    ):
+        Task.__init__(self, seq, stream)
+        self.handed = self.out = 0
+        self.total = num_blocks
         self.function = function
         self.num_blocks = num_blocks
         self.args = args  # the parameter values; None until read_args has read them
@@ -85,15 +94,17 @@ class KernelTask(DeviceWork):
             try:
                 self.args, self.bounds = self.read_args()
             except NpuError as error:
-                self.fail(error.code, f"launch arguments of kernel {self.function.name}: {error.message}")
+                self.fail(
+                    error.code, f"launch arguments of kernel {self.function.name}: {error.message}"
+                )
                 return True
             self.read_args = None
-        return super().start(scheduler)
+        scheduler.make_ready(self.stream, self.unit_kind)
+        return False
 
-    def remaining(self) -> bool:
-        return self.handed < self.num_blocks
-
-    def hand_out(self, scheduler: Scheduler, unit: Unit, units: int) -> tuple[list, Task | None, bool]:
+    def hand_out(
+        self, scheduler: Scheduler, unit: Unit, units: int
+    ) -> tuple[list, Task | None, bool]:
         n = self.num_blocks
         first = self.handed
         last = min(n, first + block_chunk(n - first, units))
@@ -106,10 +117,12 @@ class KernelTask(DeviceWork):
             final = self._add_run(scheduler, unit, items)
         return items, (final if first == 0 else None), True
 
-    def _add_item(self, scheduler: Scheduler, unit: Unit, first: int, last: int, items: list) -> None:
+    def _add_item(
+        self, scheduler: Scheduler, unit: Unit, first: int, last: int, items: list
+    ) -> None:
         binary = self.function.binary
         if binary.id not in unit.loaded:
-            items.append(LoadModule(binary.id, binary.source, binary.filename))
+            items.append(LoadModule.pack(binary.id, binary.source, binary.filename))
             unit.loaded.add(binary.id)
         token = scheduler.hand(unit, self)
         observer = scheduler.observer
@@ -119,8 +132,18 @@ class KernelTask(DeviceWork):
         self.handed = last
         self.out += 1
         bounds = CheckedBounds(self.bounds) if self.checked else self.bounds
-        items.append(RunKernel(token, binary.id, self.function.name, self.args, first, last, self.num_blocks,
-                               bounds))
+        items.append(
+            RunKernel.pack(
+                token,
+                binary.id,
+                self.function.name,
+                self.args,
+                first,
+                last,
+                self.num_blocks,
+                bounds,
+            )
+        )
 
     def _add_run(self, scheduler: Scheduler, unit: Unit, items: list) -> KernelTask:
         """Add the single-block launches queued behind this one to the unit's items; the
@@ -128,7 +151,11 @@ class KernelTask(DeviceWork):
         following: list[KernelTask] = []
         blocks: list[int] = []
         for task in itertools.islice(self.stream.tasks, 1, MAX_RUN):
-            if not isinstance(task, KernelTask) or task.state != TaskState.PENDING or task.args is None:
+            if (
+                not isinstance(task, KernelTask)
+                or task.state != TaskState.PENDING
+                or task.args is None
+            ):
                 break  # arguments in device memory are read only once the tasks before have run
             following.append(task)
             blocks.append(task.num_blocks)

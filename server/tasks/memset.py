@@ -21,11 +21,15 @@ class MemsetTask(ByteRangeWork):
         self.dst = dst
         self.value = value  # the byte
 
-    def piece(self, token: int, start: int, end: int) -> FillBytes:
-        return FillBytes(token, self.dst.at(start), self.value, end - start)
+    def piece(self, token: int, start: int, end: int) -> tuple:
+        return FillBytes.pack(token, self.dst.at(start), self.value, end - start)
 
     def describe(self) -> tuple[str, str, dict]:
-        return f"memset {size_text(self.count)}", "memset", {"bytes": self.count, "value": self.value}
+        return (
+            f"memset {size_text(self.count)}",
+            "memset",
+            {"bytes": self.count, "value": self.value},
+        )
 
     def timeline_entry(self) -> tuple[str | None, int]:
         return None, self.count

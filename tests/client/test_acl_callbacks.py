@@ -29,12 +29,26 @@ def test_callbacks_run_on_the_subscribed_thread_in_stream_order(acl):
     gate = threading.Event()
     assert acl.rt.launch_host_func(stream, lambda _: gate.wait(30), None) == 0
     assert acl.rt.memset_async(ptr, 64, 9, 64, stream) == 0
-    assert acl.rt.launch_callback(lambda data: ran.append((data, threading.get_ident())), ["first"],
-                                  acl.ACL_CALLBACK_BLOCK, stream) == 0
-    assert acl.rt.launch_callback(lambda data: ran.append((data, threading.get_ident())), ["second"],
-                                  acl.ACL_CALLBACK_NO_BLOCK, stream) == 0
+    assert (
+        acl.rt.launch_callback(
+            lambda data: ran.append((data, threading.get_ident())),
+            ["first"],
+            acl.ACL_CALLBACK_BLOCK,
+            stream,
+        )
+        == 0
+    )
+    assert (
+        acl.rt.launch_callback(
+            lambda data: ran.append((data, threading.get_ident())),
+            ["second"],
+            acl.ACL_CALLBACK_NO_BLOCK,
+            stream,
+        )
+        == 0
+    )
     time.sleep(0.2)
-    assert ran == []                                 # the stream has not reached them
+    assert ran == []  # the stream has not reached them
     gate.set()
     assert acl.rt.synchronize_stream(stream) == 0
     deadline = time.monotonic() + 10
@@ -43,23 +57,34 @@ def test_callbacks_run_on_the_subscribed_thread_in_stream_order(acl):
     assert ran == [(["first"], thread_id), (["second"], thread_id)]
     assert acl.rt.unsubscribe_report(thread_id, stream) == 0
     assert acl.rt.unsubscribe_report(thread_id, stream) == acl.ACL_ERROR_STREAM_NOT_SUBSCRIBE
-    assert acl.rt.launch_callback(print, [], acl.ACL_CALLBACK_BLOCK, stream) == acl.ACL_ERROR_RT_STREAM_NO_CB_REG
-    assert acl.get_recent_err_msg().startswith("acl.rt.launch_callback: ACL_ERROR_RT_STREAM_NO_CB_REG (107015)")
+    assert (
+        acl.rt.launch_callback(print, [], acl.ACL_CALLBACK_BLOCK, stream)
+        == acl.ACL_ERROR_RT_STREAM_NO_CB_REG
+    )
+    assert acl.get_recent_err_msg().startswith(
+        "acl.rt.launch_callback: ACL_ERROR_RT_STREAM_NO_CB_REG (107015)"
+    )
     stop.set()
     assert acl.util.stop_thread(thread_id) == 0
     assert codes_seen[0] == ("set_context", 0)
-    assert set(codes_seen[1:]) <= {0, acl.ACL_ERROR_RT_REPORT_TIMEOUT, acl.ACL_ERROR_RT_THREAD_SUBSCRIBE}
-    assert acl.ACL_ERROR_RT_REPORT_TIMEOUT in codes_seen          # 507012 once nothing was left
+    assert set(codes_seen[1:]) <= {
+        0,
+        acl.ACL_ERROR_RT_REPORT_TIMEOUT,
+        acl.ACL_ERROR_RT_THREAD_SUBSCRIBE,
+    }
+    assert acl.ACL_ERROR_RT_REPORT_TIMEOUT in codes_seen  # 507012 once nothing was left
     assert acl.rt.free(ptr) == 0
     assert acl.rt.destroy_stream(stream) == 0
 
 
 def test_process_report_codes(acl):
-    assert acl.rt.process_report(50) == acl.ACL_ERROR_RT_THREAD_SUBSCRIBE == 107012   # nothing subscribed
-    assert acl.rt.process_report(0) == acl.ACL_ERROR_INVALID_PARAM                     # ACL rejects 0
+    assert (
+        acl.rt.process_report(50) == acl.ACL_ERROR_RT_THREAD_SUBSCRIBE == 107012
+    )  # nothing subscribed
+    assert acl.rt.process_report(0) == acl.ACL_ERROR_INVALID_PARAM  # ACL rejects 0
     assert acl.rt.process_report(-2) == acl.ACL_ERROR_INVALID_PARAM
     me = threading.get_ident()
-    assert acl.rt.subscribe_report(me, 0) == 0                  # the default stream, on this thread
+    assert acl.rt.subscribe_report(me, 0) == 0  # the default stream, on this thread
     assert acl.rt.subscribe_report(me, 0) == acl.ACL_ERROR_REPEAT_SUBSCRIBE
     begin = time.monotonic()
     assert acl.rt.process_report(100) == acl.ACL_ERROR_RT_REPORT_TIMEOUT == 507012
@@ -94,7 +119,9 @@ def test_start_thread_and_stop_thread(acl):
     thread_id, ret = acl.util.start_thread(got.append, [1, 2])
     assert ret == 0
     assert acl.util.stop_thread(thread_id) == 0 and got == [[1, 2]]
-    thread_id, ret = acl.util.start_thread(lambda: got.append("no args"), None)   # None: called without one
+    thread_id, ret = acl.util.start_thread(
+        lambda: got.append("no args"), None
+    )  # None: called without one
     assert acl.util.stop_thread(thread_id) == 0 and got[-1] == "no args"
 
     def boom(args):
@@ -104,6 +131,6 @@ def test_start_thread_and_stop_thread(acl):
     assert ret == 0
     with pytest.raises(RuntimeError, match="exception=KeyError"):
         acl.util.stop_thread(thread_id)
-    assert acl.util.stop_thread(thread_id) == errno.ESRCH                          # joined already
+    assert acl.util.stop_thread(thread_id) == errno.ESRCH  # joined already
     with pytest.raises(TypeError):
         acl.util.start_thread("not callable", [])

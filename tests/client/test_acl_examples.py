@@ -31,11 +31,20 @@ def test_example_runs(daemon, name, mode):
     env = {**os.environ, "SIMNPU_ADDRESS": daemon.address}
     if mode == "in-stream":
         env["SIMNPU_NO_SHM"] = "1"
-    result = subprocess.run([sys.executable, str(EXAMPLES / name)], check=False, capture_output=True, text=True,
-                            timeout=240, env=env, cwd=EXAMPLES.parent)
+    result = subprocess.run(
+        [sys.executable, str(EXAMPLES / name)],
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=240,
+        env=env,
+        cwd=EXAMPLES.parent,
+    )
     assert result.returncode == 0, f"{name} failed:\n{result.stdout}\n{result.stderr}"
     assert "Traceback" not in result.stderr, result.stderr
     if name == "acl_sync_pitfall.py" and mode == "in-stream":
-        assert "needs pinned memory shared with the daemon" in result.stdout  # says why it cannot run
+        assert (
+            "needs pinned memory shared with the daemon" in result.stdout
+        )  # says why it cannot run
     else:
         assert LESSONS.get(name, "") in result.stdout

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 from conftest import run_client
+
 from simnpu.proto import codes
 
 MiB = 1 << 20
@@ -34,8 +35,9 @@ def test_ipc_through_acl_in_two_processes(daemon, acl):
     assert refused.stdout.split("\n")[1] == f"0 {codes.ACL_ERROR_RT_NO_PERMISSION}", refused.stderr
     # A second importer process, whitelisted by a pid list that cannot name it in advance:
     # validation off for this key instead.
-    open_key, ret = acl.rt.ipc_mem_get_export_key(ptr, 4096,
-                                                  codes.ACL_RT_IPC_MEM_EXPORT_FLAG_DISABLE_PID_VALIDATION)
+    open_key, ret = acl.rt.ipc_mem_get_export_key(
+        ptr, 4096, codes.ACL_RT_IPC_MEM_EXPORT_FLAG_DISABLE_PID_VALIDATION
+    )
     assert ret == 0
     allowed = run_client(daemon.address, importer.replace(repr(key), repr(open_key)))
     lines = allowed.stdout.split("\n")
@@ -48,12 +50,19 @@ def test_ipc_through_acl_in_two_processes(daemon, acl):
 
 
 def test_ipc_errors_come_back_as_codes(acl):
-    assert acl.rt.ipc_mem_import_by_key("simnpu-ipc-none", 0) == (0, codes.ACL_ERROR_RT_PARAM_INVALID)
+    assert acl.rt.ipc_mem_import_by_key("simnpu-ipc-none", 0) == (
+        0,
+        codes.ACL_ERROR_RT_PARAM_INVALID,
+    )
     assert acl.rt.ipc_mem_close("simnpu-ipc-none") == codes.ACL_ERROR_RT_PARAM_INVALID
     assert acl.rt.ipc_mem_get_export_key(0, 16, 0) == ("", codes.ACL_ERROR_INVALID_PARAM)
     ptr, _ = acl.rt.malloc(64, 0)
-    assert acl.rt.ipc_mem_get_export_key(ptr, 4096, 0)[1] == codes.ACL_ERROR_RT_PARAM_INVALID  # too long
-    assert acl.rt.ipc_mem_get_export_key(ptr, 64, 7)[1] == codes.ACL_ERROR_RT_PARAM_INVALID  # bad flags
+    assert (
+        acl.rt.ipc_mem_get_export_key(ptr, 4096, 0)[1] == codes.ACL_ERROR_RT_PARAM_INVALID
+    )  # too long
+    assert (
+        acl.rt.ipc_mem_get_export_key(ptr, 64, 7)[1] == codes.ACL_ERROR_RT_PARAM_INVALID
+    )  # bad flags
     with pytest.raises(TypeError):
         acl.rt.ipc_mem_set_import_pid("k", "not pids")
     with pytest.raises(TypeError):
@@ -68,8 +77,14 @@ def test_mem_pool_through_acl(acl):
     ptr, ret = acl.rt.mem_pool_malloc_async(2 * MiB, pool, stream)
     assert ret == 0 and ptr
     assert acl.rt.memset_async(ptr, 2 * MiB, 1, 2 * MiB, stream) == 0
-    assert acl.rt.mem_pool_get_attr(pool, codes.ACL_RT_MEM_POOL_ATTR_USED_MEM_CURRENT) == (4 * MiB, 0)
-    assert acl.rt.mem_pool_malloc_async(1 * MiB, pool, stream) == (0, codes.ACL_ERROR_RT_MEMORY_ALLOCATION)
+    assert acl.rt.mem_pool_get_attr(pool, codes.ACL_RT_MEM_POOL_ATTR_USED_MEM_CURRENT) == (
+        4 * MiB,
+        0,
+    )
+    assert acl.rt.mem_pool_malloc_async(1 * MiB, pool, stream) == (
+        0,
+        codes.ACL_ERROR_RT_MEMORY_ALLOCATION,
+    )
     assert acl.rt.free(ptr) == codes.ACL_ERROR_RT_PARAM_INVALID  # pool memory: free_async only
     assert acl.rt.mem_pool_free_async(ptr, stream) == 0
     assert acl.rt.synchronize_stream(stream) == 0

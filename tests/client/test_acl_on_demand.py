@@ -15,7 +15,10 @@ def output(result) -> dict:
 
 
 def test_calls_are_generated_on_first_lookup_with_their_bodies_signatures(daemon):
-    found = output(run_client(daemon.address, """
+    found = output(
+        run_client(
+            daemon.address,
+            """
         import inspect, json
         import acl, acl.media, acl.rt, acl.rt_memory
 
@@ -40,7 +43,9 @@ def test_calls_are_generated_on_first_lookup_with_their_bodies_signatures(daemon
             "star_calls": sorted(n for n in star if hasattr(star[n], "body")) == sorted(
                 n for n in dir(acl.rt) if hasattr(getattr(acl.rt, n), "body")),
         }))
-    """))
+    """,
+        )
+    )
     assert found["before"] is False and found["after"] is True and found["same"] is True
     assert found["module"] == "acl.rt" and found["memory_is_rt"] is True
     assert found["names"] > 60 and found["mismatched"] == []
@@ -48,7 +53,10 @@ def test_calls_are_generated_on_first_lookup_with_their_bodies_signatures(daemon
 
 
 def test_a_first_call_imports_only_what_it_needs(daemon):
-    found = output(run_client(daemon.address, """
+    found = output(
+        run_client(
+            daemon.address,
+            """
         import json, sys
         import acl
 
@@ -66,8 +74,12 @@ def test_a_first_call_imports_only_what_it_needs(daemon):
             "kernel": kernel.__module__, "Stream": npu.Stream.__module__, "dir": "Stream" in dir(npu),
             "util_in_dir": "util" in dir(acl), "finalize": [acl.rt.reset_device(0), acl.finalize()],
         }))
-    """))
+    """,
+        )
+    )
     assert found["ret"] == 0 and found["loaded"] == []
     assert found["function"] == 0 and found["ptr"] is True
-    assert found["kernel"] == "simnpu.proto.kernel_abi" and found["Stream"] == "simnpu.client.stream"
+    assert (
+        found["kernel"] == "simnpu.proto.kernel_abi" and found["Stream"] == "simnpu.client.stream"
+    )
     assert found["dir"] is True and found["util_in_dir"] is True and found["finalize"] == [0, 0]

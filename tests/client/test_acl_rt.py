@@ -19,7 +19,7 @@ def host_view(ptr, nbytes, dtype=np.uint8):
     return np.frombuffer((ctypes.c_char * nbytes).from_address(ptr), dtype)
 
 
-# ---- shapes ---------------------------------------------------------------------------------------
+# ---- shapes --------------------------------------------------------------------------------------
 def test_return_shapes(acl):
     assert acl.rt.get_device() == (0, 0)
     assert acl.rt.get_device_count() == (1, 0)
@@ -47,8 +47,12 @@ def test_return_shapes(acl):
     assert ret == 0 and total == TOTAL and 0 < free < total
     host, ret = acl.rt.malloc_host(4096)
     assert ret == 0 and isinstance(host, int) and host
-    for call in (acl.rt.free(ptr), acl.rt.free_host(host), acl.rt.destroy_event(event),
-                 acl.rt.destroy_stream(stream)):
+    for call in (
+        acl.rt.free(ptr),
+        acl.rt.free_host(host),
+        acl.rt.destroy_event(event),
+        acl.rt.destroy_stream(stream),
+    ):
         assert call == 0
     assert acl.get_recent_err_msg() is None
 
@@ -56,26 +60,32 @@ def test_return_shapes(acl):
 def test_mem_info_attributes_all_report_device_memory(acl):
     ptr, ret = acl.rt.malloc(8 * MiB, 0)
     assert ret == 0
-    for attr in (acl.ACL_DDR_MEM, acl.ACL_HBM_MEM, acl.ACL_DDR_MEM_HUGE, acl.ACL_DDR_MEM_NORMAL,
-                 acl.ACL_HBM_MEM_HUGE, acl.ACL_HBM_MEM_NORMAL):
+    for attr in (
+        acl.ACL_DDR_MEM,
+        acl.ACL_HBM_MEM,
+        acl.ACL_DDR_MEM_HUGE,
+        acl.ACL_DDR_MEM_NORMAL,
+        acl.ACL_HBM_MEM_HUGE,
+        acl.ACL_HBM_MEM_NORMAL,
+    ):
         free, total, ret = acl.rt.get_mem_info(attr)
         assert (ret, total) == (0, TOTAL) and free <= TOTAL - 8 * MiB
     assert acl.rt.get_mem_info(99) == (0, 0, acl.ACL_ERROR_RT_PARAM_INVALID)
     assert acl.rt.free(ptr) == 0
 
 
-# ---- devices, contexts, streams ----------------------------------------------------------------------
+# ---- devices, contexts, streams ------------------------------------------------------------------
 def test_devices_and_contexts(acl):
     assert acl.rt.set_device(5) == acl.ACL_ERROR_RT_INVALID_DEVICEID == 107001
     assert "device 5" in acl.get_recent_err_msg()
-    assert acl.rt.set_device(0) == 0            # a second reference
+    assert acl.rt.set_device(0) == 0  # a second reference
     assert acl.rt.reset_device(0) == 0
     context, ret = acl.rt.create_context(0)
     assert ret == 0 and acl.rt.get_context() == (context, 0)
     seen = {}
 
     def other_thread():
-        seen["before"] = acl.rt.create_stream()   # a new thread has no context
+        seen["before"] = acl.rt.create_stream()  # a new thread has no context
         seen["set"] = acl.rt.set_context(context)
         seen["after"] = acl.rt.get_context()
 
@@ -89,7 +99,7 @@ def test_devices_and_contexts(acl):
     assert acl.rt.set_context(context) == acl.ACL_ERROR_RT_INVALID_HANDLE
     assert acl.rt.get_context() == (0, acl.ACL_ERROR_RT_CONTEXT_NULL)  # it was current
     assert acl.rt.set_device(0) == 0
-    assert acl.rt.reset_device_force(0) == 0    # both references at once
+    assert acl.rt.reset_device_force(0) == 0  # both references at once
     assert acl.rt.reset_device(0) == acl.ACL_ERROR_RT_PARAM_INVALID
     assert acl.rt.get_device() == (0, acl.ACL_ERROR_RT_CONTEXT_NULL)
     assert acl.rt.set_device(0) == 0
@@ -133,12 +143,12 @@ def test_bad_pointers_and_counts(acl):
     host = bytes(4096)
     hp = acl.util.bytes_to_ptr(host)
     h2d, d2h = acl.ACL_MEMCPY_HOST_TO_DEVICE, acl.ACL_MEMCPY_DEVICE_TO_HOST
-    assert acl.rt.memcpy(ptr, 1024, hp, 2048, h2d) == 107000          # count > destMax
-    assert acl.rt.memcpy(ptr, 4096, hp, 2048, h2d) == 107000          # past the allocation
-    assert acl.rt.memcpy(ptr + 4096, 16, hp, 16, h2d) == 107000       # not an allocation
-    assert acl.rt.memcpy(hp, 16, ptr, 16, h2d) == 107000              # kind contradicts a device pointer
+    assert acl.rt.memcpy(ptr, 1024, hp, 2048, h2d) == 107000  # count > destMax
+    assert acl.rt.memcpy(ptr, 4096, hp, 2048, h2d) == 107000  # past the allocation
+    assert acl.rt.memcpy(ptr + 4096, 16, hp, 16, h2d) == 107000  # not an allocation
+    assert acl.rt.memcpy(hp, 16, ptr, 16, h2d) == 107000  # kind contradicts a device pointer
     assert acl.rt.memcpy(ptr, 16, 0, 16, h2d) == acl.ACL_ERROR_INVALID_PARAM == 100000
-    assert acl.rt.memcpy(ptr, 16, hp, 16, 42) == 107000               # unknown kind
+    assert acl.rt.memcpy(ptr, 16, hp, 16, 42) == 107000  # unknown kind
     assert acl.rt.memset(ptr, 1024, 0, 2048) == 107000
     assert acl.rt.memset_async(ptr + 512, 1024, 0, 1024, 0) == 107000
     assert acl.rt.memcpy_async(ptr, 16, hp, 16, h2d, 0x777) == 107017
@@ -146,9 +156,9 @@ def test_bad_pointers_and_counts(acl):
     assert acl.rt.malloc_host(0) == (0, 100000)
     assert acl.rt.free(ptr + 64) == 107000
     assert acl.rt.free(ptr) == 0
-    assert acl.rt.free(ptr) == 107000                                 # double free
-    assert acl.rt.free_host(hp) == 107000                             # not pinned memory
-    assert acl.rt.memcpy(hp, 16, ptr, 16, d2h) == 107000              # freed
+    assert acl.rt.free(ptr) == 107000  # double free
+    assert acl.rt.free_host(hp) == 107000  # not pinned memory
+    assert acl.rt.memcpy(hp, 16, ptr, 16, d2h) == 107000  # freed
     assert acl.rt.malloc(1 << 40, 0) == (0, acl.ACL_ERROR_RT_MEMORY_ALLOCATION)
     assert "out of device memory" in acl.get_recent_err_msg()
 
@@ -173,8 +183,12 @@ def test_copies_round_trip(acl):
     assert acl.rt.memset_async(b + 1000, n - 1000, 0xCD, 24, stream) == 0
     assert acl.rt.synchronize_stream(stream) == 0
     assert acl.rt.memcpy(acl.util.bytes_to_ptr(out), n, b, 2048, acl.ACL_MEMCPY_DEVICE_TO_HOST) == 0
-    assert out[:1000] == b"\xab" * 1000 and out[1000:1024] == b"\xcd" * 24 and out[1024:2048] == source[1024:2048]
-    assert acl.rt.memset(pinned, n, 7, 16) == 0                       # host memory: filled at once
+    assert (
+        out[:1000] == b"\xab" * 1000
+        and out[1000:1024] == b"\xcd" * 24
+        and out[1024:2048] == source[1024:2048]
+    )
+    assert acl.rt.memset(pinned, n, 7, 16) == 0  # host memory: filled at once
     assert bytes(host_view(pinned, 16)) == b"\x07" * 16
     for ptr in (a, b):
         assert acl.rt.free(ptr) == 0
@@ -185,13 +199,21 @@ def test_copies_round_trip(acl):
 def test_host_to_host_memcpy_is_made_whatever_the_kind(acl):
     pinned, _ = acl.rt.malloc_host(64)
     assert acl.rt.memset(pinned, 64, 7, 64) == 0
-    for kind in (acl.ACL_MEMCPY_HOST_TO_HOST, acl.ACL_MEMCPY_DEVICE_TO_HOST, acl.ACL_MEMCPY_HOST_TO_DEVICE):
+    for kind in (
+        acl.ACL_MEMCPY_HOST_TO_HOST,
+        acl.ACL_MEMCPY_DEVICE_TO_HOST,
+        acl.ACL_MEMCPY_HOST_TO_DEVICE,
+    ):
         out = bytes(64)
         assert acl.rt.memcpy(acl.util.bytes_to_ptr(out), 64, pinned, 64, kind) == 0
         assert out == b"\x07" * 64
     out = bytes(64)
-    assert acl.rt.memcpy_async(acl.util.bytes_to_ptr(out), 64, pinned, 64, acl.ACL_MEMCPY_HOST_TO_HOST, 0) \
+    assert (
+        acl.rt.memcpy_async(
+            acl.util.bytes_to_ptr(out), 64, pinned, 64, acl.ACL_MEMCPY_HOST_TO_HOST, 0
+        )
         == acl.ACL_ERROR_RT_FEATURE_NOT_SUPPORT
+    )
     assert acl.rt.free_host(pinned) == 0
 
 
@@ -207,8 +229,16 @@ def test_events_order_two_streams(acl):
     assert acl.rt.record_event(event, first) == 0
     assert acl.rt.stream_wait_event(second, event) == 0
     assert acl.rt.memcpy_async(pinned, 64, ptr, 64, acl.ACL_MEMCPY_DEVICE_TO_HOST, second) == 0
-    assert acl.rt.synchronize_stream_with_timeout(second, 100) == acl.ACL_ERROR_RT_STREAM_SYNC_TIMEOUT == 507046
-    assert acl.rt.synchronize_event_with_timeout(event, 50) == acl.ACL_ERROR_RT_EVENT_SYNC_TIMEOUT == 507047
+    assert (
+        acl.rt.synchronize_stream_with_timeout(second, 100)
+        == acl.ACL_ERROR_RT_STREAM_SYNC_TIMEOUT
+        == 507046
+    )
+    assert (
+        acl.rt.synchronize_event_with_timeout(event, 50)
+        == acl.ACL_ERROR_RT_EVENT_SYNC_TIMEOUT
+        == 507047
+    )
     assert acl.rt.synchronize_device_with_timeout(50) == 507046
     assert acl.rt.query_event(event) == (acl.ACL_EVENT_STATUS_NOT_READY, 0)
     assert acl.rt.event_elapsed_time(event, event)[1] == acl.ACL_ERROR_RT_EVENT_NOT_COMPLETE
@@ -218,12 +248,17 @@ def test_events_order_two_streams(acl):
     assert acl.rt.reset_event(event, first) == 0
     assert acl.rt.synchronize_device() == 0
     assert acl.rt.set_stream_failure_mode(first, acl.ACL_STOP_ON_FAILURE) == 0
-    for call in (acl.rt.destroy_event(event), acl.rt.free(ptr), acl.rt.free_host(pinned),
-                 acl.rt.destroy_stream(first), acl.rt.destroy_stream(second)):
+    for call in (
+        acl.rt.destroy_event(event),
+        acl.rt.free(ptr),
+        acl.rt.free_host(pinned),
+        acl.rt.destroy_stream(first),
+        acl.rt.destroy_stream(second),
+    ):
         assert call == 0
 
 
-# ---- errors ---------------------------------------------------------------------------------------
+# ---- errors --------------------------------------------------------------------------------------
 def test_error_messages_and_last_error_are_per_thread(acl):
     assert acl.rt.destroy_stream(0x999) == 107017
     seen = {}
@@ -245,24 +280,32 @@ def test_error_messages_and_last_error_are_per_thread(acl):
     assert acl.rt.get_last_error() == 0
     message = acl.get_recent_err_msg()
     assert message.startswith("acl.rt.destroy_stream: ACL_ERROR_RT_INVALID_HANDLE (107017)")
-    assert acl.get_recent_err_msg() is None                           # returned once, then cleared
-    assert acl.rt.set_device(0) == 0                                  # success keeps the last error
+    assert acl.get_recent_err_msg() is None  # returned once, then cleared
+    assert acl.rt.set_device(0) == 0  # success keeps the last error
     assert acl.rt.get_last_error() == 0
 
 
 def test_wrong_argument_types_raise_type_error(acl):
-    for call in (lambda: acl.rt.malloc(1.5, 0), lambda: acl.rt.malloc("8", 0),
-                 lambda: acl.rt.malloc(np.int64(8), 0),            # "k" takes Python ints only
-                 lambda: acl.rt.set_device("0"), lambda: acl.rt.set_device(0.0),
-                 lambda: acl.rt.create_stream_with_config(1.0, 0),
-                 lambda: acl.rt.memcpy(None, 4, 1, 4, 1), lambda: acl.rt.synchronize_stream(None),
-                 lambda: acl.rt.binary_get_function(1, 5), lambda: acl.rt.record_event(1),
-                 lambda: acl.rt.launch_callback("not callable", [], 1, 0),
-                 lambda: acl.rt.launch_host_func(0, None, None)):
+    for call in (
+        lambda: acl.rt.malloc(1.5, 0),
+        lambda: acl.rt.malloc("8", 0),
+        lambda: acl.rt.malloc(np.int64(8), 0),  # "k" takes Python ints only
+        lambda: acl.rt.set_device("0"),
+        lambda: acl.rt.set_device(0.0),
+        lambda: acl.rt.create_stream_with_config(1.0, 0),
+        lambda: acl.rt.memcpy(None, 4, 1, 4, 1),
+        lambda: acl.rt.synchronize_stream(None),
+        lambda: acl.rt.binary_get_function(1, 5),
+        lambda: acl.rt.record_event(1),
+        lambda: acl.rt.launch_callback("not callable", [], 1, 0),
+        lambda: acl.rt.launch_host_func(0, None, None),
+    ):
         with pytest.raises(TypeError):
             call()
-    assert acl.rt.set_device(np.int32(0)) == 0                        # "i" takes anything with __index__
-    assert acl.rt.reset_device(True) == acl.ACL_ERROR_RT_INVALID_DEVICEID  # bool is an int: device 1
+    assert acl.rt.set_device(np.int32(0)) == 0  # "i" takes anything with __index__
+    assert (
+        acl.rt.reset_device(True) == acl.ACL_ERROR_RT_INVALID_DEVICEID
+    )  # bool is an int: device 1
 
 
 def test_unsupported_calls_return_207000_in_pyacl_shape(acl):
@@ -271,9 +314,13 @@ def test_unsupported_calls_return_207000_in_pyacl_shape(acl):
     assert len(rt.UNSUPPORTED) > 50
     for name in rt.UNSUPPORTED:
         result = getattr(rt, name)(1, 2, 3)
-        code = result if isinstance(result, int) else result[-1] if isinstance(result, tuple) else None
-        if name in ("create_binary", "allocator_create_desc") or name.endswith("_from_exception_info"):
-            assert result in (0, 0xFFFFFFFF), name                     # no aclError: just the value
+        code = (
+            result if isinstance(result, int) else result[-1] if isinstance(result, tuple) else None
+        )
+        if name in ("create_binary", "allocator_create_desc") or name.endswith(
+            "_from_exception_info"
+        ):
+            assert result in (0, 0xFFFFFFFF), name  # no aclError: just the value
         else:
             assert code == acl.ACL_ERROR_RT_FEATURE_NOT_SUPPORT, name
         message = acl.get_recent_err_msg()
@@ -306,9 +353,16 @@ def test_argument_struct_layout_matches_c(acl):
     ptr, _ = acl.rt.malloc(64, 0)
     args = struct.pack("<QfI", ptr, 2.5, 16)
     assert len(args) == 16
-    assert acl.rt.launch_kernel_with_host_args(fill, 1, 0, None, acl.util.bytes_to_ptr(args), len(args)) == 0
+    assert (
+        acl.rt.launch_kernel_with_host_args(
+            fill, 1, 0, None, acl.util.bytes_to_ptr(args), len(args)
+        )
+        == 0
+    )
     assert acl.rt.synchronize_stream(0) == 0
     out = bytes(64)
-    assert acl.rt.memcpy(acl.util.bytes_to_ptr(out), 64, ptr, 64, acl.ACL_MEMCPY_DEVICE_TO_HOST) == 0
+    assert (
+        acl.rt.memcpy(acl.util.bytes_to_ptr(out), 64, ptr, 64, acl.ACL_MEMCPY_DEVICE_TO_HOST) == 0
+    )
     assert np.array_equal(np.frombuffer(out, np.float32), np.full(16, 2.5, np.float32))
     assert acl.rt.free(ptr) == 0

@@ -14,10 +14,20 @@ def test_bytes_to_ptr_is_the_bytes_data_and_a_memcpy_destination(acl):
     data = bytes(range(256)) * 64
     assert ctypes.string_at(acl.util.bytes_to_ptr(data), 16) == data[:16]
     dev, _ = acl.rt.malloc(len(data), 0)
-    assert acl.rt.memcpy(dev, len(data), acl.util.bytes_to_ptr(data), len(data), acl.ACL_MEMCPY_HOST_TO_DEVICE) == 0
+    assert (
+        acl.rt.memcpy(
+            dev, len(data), acl.util.bytes_to_ptr(data), len(data), acl.ACL_MEMCPY_HOST_TO_DEVICE
+        )
+        == 0
+    )
     back = bytes(len(data))
-    assert acl.rt.memcpy(acl.util.bytes_to_ptr(back), len(back), dev, len(data), acl.ACL_MEMCPY_DEVICE_TO_HOST) == 0
-    assert back == data                               # written in place, as pyACL programs expect
+    assert (
+        acl.rt.memcpy(
+            acl.util.bytes_to_ptr(back), len(back), dev, len(data), acl.ACL_MEMCPY_DEVICE_TO_HOST
+        )
+        == 0
+    )
+    assert back == data  # written in place, as pyACL programs expect
     assert np.array_equal(np.frombuffer(back, np.uint8), np.frombuffer(data, np.uint8))
     assert acl.util.ptr_to_bytes(acl.util.bytes_to_ptr(back), 100) == data[:100]
     assert acl.rt.free(dev) == 0
@@ -28,12 +38,12 @@ def test_pinned_memory_round_trip_through_util(acl):
     source = np.arange(256, dtype=np.float32)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        view = acl.util.ptr_to_numpy(pinned, (16, 16), 11)          # NPY_FLOAT32, no copy
+        view = acl.util.ptr_to_numpy(pinned, (16, 16), 11)  # NPY_FLOAT32, no copy
         assert view.dtype == np.float32 and view.shape == (16, 16)
         view[:] = source.reshape(16, 16)
         assert acl.util.ptr_to_bytes(pinned, 1024) == source.tobytes()
         assert acl.util.ptr_to_numpy(pinned, (4,), 23).dtype == np.float16
-        assert acl.util.ptr_to_numpy(0, (3,), 5).shape == (3,)     # NULL: new memory, as pyACL
+        assert acl.util.ptr_to_numpy(0, (3,), 5).shape == (3,)  # NULL: new memory, as pyACL
     del view
     assert acl.rt.free_host(pinned) == 0
 

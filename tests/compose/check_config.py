@@ -23,13 +23,17 @@ def problems(config: dict) -> list[str]:
     if not npu.get("init"):
         found.append(f"{SERVER}: init is not true")
     if int(npu.get("shm_size") or 0) < 1 << 30:
-        found.append(f"{SERVER}: shm_size {npu.get('shm_size')!r} is under 1 GiB (4 devices x 256 MiB)")
+        found.append(
+            f"{SERVER}: shm_size {npu.get('shm_size')!r} is under 1 GiB (4 devices x 256 MiB)"
+        )
     if "healthcheck" not in npu or npu["healthcheck"].get("disable"):
         found.append(f"{SERVER}: no healthcheck")
     for port in npu.get("ports", []):
         if port.get("host_ip") != "127.0.0.1":
-            found.append(f"{SERVER}: port {port.get('target')} is published on "
-                         f"{port.get('host_ip') or 'every interface'}, not 127.0.0.1")
+            found.append(
+                f"{SERVER}: port {port.get('target')} is published on "
+                f"{port.get('host_ip') or 'every interface'}, not 127.0.0.1"
+            )
     environment = npu.get("environment") or {}
     if "SIMNPU_TOKEN" in environment and environment["SIMNPU_TOKEN"] not in ("", None):
         found.append(f"{SERVER}: a fixed SIMNPU_TOKEN is written in the file")

@@ -64,8 +64,11 @@ def next_line() -> str:
 
 
 def found(report: dict, check: str | None = None, kind: str | None = None) -> list[dict]:
-    return [f for f in report["findings"]
-            if (check is None or f["check"] == check) and (kind is None or f["kind"] == kind)]
+    return [
+        f
+        for f in report["findings"]
+        if (check is None or f["check"] == check) and (kind is None or f["kind"] == kind)
+    ]
 
 
 def sites(finding: dict) -> list[str]:

@@ -28,6 +28,7 @@ import pytest
 from conftest import round_trip, run_client
 from google.protobuf import message_factory
 from google.protobuf.message import Message
+
 from simnpu.client.runtime import Runtime
 from simnpu.proto import bulk as wire
 from simnpu.proto import codes, commands, messages, npu_pb2, service
@@ -203,7 +204,7 @@ def host_array(n: int = N, value: int = 1) -> np.ndarray:
     return np.full(n, value, np.uint8)
 
 
-# ---- stale, unknown and foreign handles -------------------------------------------------------------
+# ---- stale, unknown and foreign handles ----------------------------------------------------------
 def test_destroyed_stream_is_rejected_at_once_by_every_call(rt):
     stream = rt.create_stream()
     rt.destroy_stream(stream)
@@ -462,7 +463,7 @@ def test_handles_are_checked_before_anything_is_sent(rt):
     rt.free(ptr)
 
 
-# ---- pointers and sizes ----------------------------------------------------------------------------
+# ---- pointers and sizes --------------------------------------------------------------------------
 def test_pointers_outside_any_allocation(rt):
     ptr = rt.malloc(N)
     data = host_array()
@@ -646,7 +647,7 @@ def test_unknown_memory_spaces_and_host_ranges_at_the_daemon(rt, bystander):
     rt.free(ptr)
 
 
-# ---- freeing ----------------------------------------------------------------------------------------
+# ---- freeing -------------------------------------------------------------------------------------
 def test_double_free_and_interior_pointers(rt):
     ptr = rt.malloc(N)
     with raises_at_once(rt, PARAM):
@@ -718,7 +719,7 @@ def test_a_kernel_given_another_clients_memory_faults_alone(rt, bystander):
     bystander.check()
 
 
-# ---- allocation -----------------------------------------------------------------------------------
+# ---- allocation ----------------------------------------------------------------------------------
 def test_malloc_beyond_capacity(rt):
     free_before, total = rt.get_mem_info()
     assert total == 256 * MiB
@@ -824,7 +825,7 @@ def test_kernel_module_that_does_not_compile(rt):
         assert caught.value.code == codes.ACL_ERROR_INVALID_FILE
 
 
-# ---- devices, contexts, timeouts -------------------------------------------------------------------
+# ---- devices, contexts, timeouts -----------------------------------------------------------------
 def test_invalid_device_id(rt):
     for device in (1, 7, -1, 1 << 40):
         for call in (rt.set_device, rt.create_context, rt.reset_device):

@@ -13,6 +13,7 @@ import time
 import numpy as np
 import pytest
 from conftest import GATE as SHARED_GATE
+
 from simnpu.proto import codes
 from simnpu.proto.errors import NpuError
 
@@ -22,17 +23,24 @@ OFFSET = 67  # copies start this far inside their allocations (and host buffers)
 GUARD = 0xA5  # what surrounds every copied range; must survive the copy
 LIMIT_S = 20.0
 
-H2D, D2H, D2D, H2H = (codes.ACL_MEMCPY_HOST_TO_DEVICE, codes.ACL_MEMCPY_DEVICE_TO_HOST,
-                      codes.ACL_MEMCPY_DEVICE_TO_DEVICE, codes.ACL_MEMCPY_HOST_TO_HOST)
+H2D, D2H, D2D, H2H = (
+    codes.ACL_MEMCPY_HOST_TO_DEVICE,
+    codes.ACL_MEMCPY_DEVICE_TO_HOST,
+    codes.ACL_MEMCPY_DEVICE_TO_DEVICE,
+    codes.ACL_MEMCPY_HOST_TO_HOST,
+)
 DEFAULT = codes.ACL_MEMCPY_DEFAULT
 
-GATE = SHARED_GATE + '''
+GATE = (
+    SHARED_GATE
+    + """
 
 @kernel("ptr", "u32", "u8", "f64")
 def slow_fill_bytes(ctx, x, n, value, seconds):
     time.sleep(seconds)
     ctx.gm(x, "uint8", n)[:] = value
-'''
+"""
+)
 
 
 @pytest.fixture
@@ -74,10 +82,13 @@ class HostBuffer:
 
     @property
     def data(self) -> np.ndarray:
-        return self.whole[OFFSET:OFFSET + self.size]
+        return self.whole[OFFSET : OFFSET + self.size]
 
     def guards_intact(self) -> bool:
-        return bool((self.whole[:OFFSET] == GUARD).all() and (self.whole[OFFSET + self.size:] == GUARD).all())
+        return bool(
+            (self.whole[:OFFSET] == GUARD).all()
+            and (self.whole[OFFSET + self.size :] == GUARD).all()
+        )
 
     def free(self) -> None:
         del self.whole
@@ -102,9 +113,10 @@ class DeviceRange:
 
     def check(self, expected: np.ndarray) -> None:
         whole = self.read_all()
-        assert (whole[:OFFSET] == GUARD).all() and (whole[OFFSET + self.size:] == GUARD).all(), \
+        assert (whole[:OFFSET] == GUARD).all() and (whole[OFFSET + self.size :] == GUARD).all(), (
             "a copy wrote outside its range"
-        np.testing.assert_array_equal(whole[OFFSET:OFFSET + self.size], expected)
+        )
+        np.testing.assert_array_equal(whole[OFFSET : OFFSET + self.size], expected)
 
     def free(self) -> None:
         self.rt.free(self.base)
@@ -114,7 +126,7 @@ def random_bytes(size: int, seed: int = 0) -> np.ndarray:
     return np.random.default_rng(seed + size).integers(0, 256, size, dtype=np.uint8)
 
 
-# ---- the four kinds and DEFAULT, every size, pinned and pageable, sync and async ------------------
+# ---- the four kinds and DEFAULT, every size, pinned and pageable, sync and async -----------------
 
 
 @pytest.mark.parametrize("size", SIZES, ids=["1B", "4097B", "3MiB+5", "20MiB"])
@@ -164,7 +176,7 @@ def test_default_kind_takes_the_direction_from_the_addresses(rt, size, host, mod
     data = random_bytes(size, seed=1)
     source, target = HostBuffer(rt, host, size), HostBuffer(rt, host, size)
     first, second = DeviceRange(rt, size), DeviceRange(rt, size)
-    assert first.address >= 2 ** 47 and source.address < 2 ** 47
+    assert first.address >= 2**47 and source.address < 2**47
     source.data[:] = data
     stream = rt.create_stream() if mode == "async" else None
     for dst, src in ((first, source), (second, first), (target, second)):
@@ -188,8 +200,12 @@ def test_default_kind_takes_the_direction_from_the_addresses(rt, size, host, mod
 def test_kind_must_match_the_pointers(rt):
     host = np.zeros(64, np.uint8)
     device = rt.malloc(64)
-    for dst, src, kind in ((device, host.ctypes.data, D2H), (host.ctypes.data, device, H2D),
-                           (device, host.ctypes.data, D2D), (host.ctypes.data, device, H2H)):
+    for dst, src, kind in (
+        (device, host.ctypes.data, D2H),
+        (host.ctypes.data, device, H2D),
+        (device, host.ctypes.data, D2D),
+        (host.ctypes.data, device, H2H),
+    ):
         with pytest.raises(NpuError) as info:
             rt.memcpy(dst, 64, src, 64, kind)
         assert info.value.code == codes.ACL_ERROR_RT_PARAM_INVALID
@@ -207,7 +223,9 @@ def test_async_pinned_copies_are_stream_ordered_with_kernels(npu, rt):
     values[:] = np.linspace(-4, 4, n, dtype=np.float32)
     x, y = npu.DeviceBuffer(4 * n), npu.DeviceBuffer(4 * n)
     relu, add = npu.builtin("relu_f32"), npu.builtin("add_f32")
-    for _ in range(3):  # copy -> kernels -> copy back, several times, never synchronizing in between
+    for _ in range(
+        3
+    ):  # copy -> kernels -> copy back, several times, never synchronizing in between
         rt.memcpy_async(x.ptr, x.nbytes, pinned.ptr, pinned.nbytes, H2D, stream.handle)
         relu.launch(5, x, y, n, stream=stream)
         add.launch(2, y, y, x, n, stream=stream)
@@ -269,7 +287,9 @@ def test_memset_device(npu, rt, size):
     rt.memset(target.address, size + OFFSET, 0x3C, size)
     target.check(np.full(size, 0x3C, np.uint8))
     stream = npu.Stream()
-    rt.memset_async(target.address, size + OFFSET, 0x1FF, size, stream.handle)  # only the low byte counts
+    rt.memset_async(
+        target.address, size + OFFSET, 0x1FF, size, stream.handle
+    )  # only the low byte counts
     stream.synchronize()
     target.check(np.full(size, 0xFF, np.uint8))
     target.free()
@@ -308,7 +328,7 @@ def test_memset_async_of_pinned_memory_is_stream_ordered(npu, rt):
     pinned.free()
 
 
-# ---- memory info and edge cases -------------------------------------------------------------------
+# ---- memory info and edge cases ------------------------------------------------------------------
 
 
 def test_mem_info_follows_malloc_and_free(rt):

@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 from conftest import round_trip, run_client, simnpu_segments
 from grpc_health.v1 import health_pb2, health_pb2_grpc
+
 from simnpu.client import autostart
 from simnpu.client.runtime import Runtime
 from simnpu.client.tools.query import query
@@ -94,7 +95,7 @@ def run_daemon(*flags, env=None, timeout: float = 60) -> subprocess.CompletedPro
     return subprocess.CompletedProcess(process.args, process.returncode, out, err)
 
 
-# ---- stopping --------------------------------------------------------------------------------------
+# ---- stopping ------------------------------------------------------------------------------------
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
 def test_signal_stops_the_daemon_cleanly_and_clients_are_told(start_daemon, sig):
     daemon = start_daemon()
@@ -170,7 +171,7 @@ except NpuError as error:
     assert out.strip() == str(codes.ACL_ERROR_RT_DRV_INTERNAL_ERROR), err
 
 
-# ---- the socket ----------------------------------------------------------------------------------------
+# ---- the socket ----------------------------------------------------------------------------------
 def test_socket_is_owner_only_in_a_private_directory(start_daemon, tmp_path):
     path = tmp_path / "deep" / "run" / "npu.sock"
     daemon = start_daemon(address=f"unix://{path}")
@@ -224,7 +225,7 @@ def test_bad_flags_are_refused(tmp_path):
     assert not [n for n in os.listdir(tmp_path) if n.endswith(".sock")]
 
 
-# ---- several devices -------------------------------------------------------------------------------
+# ---- several devices -----------------------------------------------------------------------------
 def test_two_devices(start_daemon):
     daemon = start_daemon("--devices", "2")
     rt = Runtime(daemon.address)
@@ -252,7 +253,7 @@ def test_two_devices(start_daemon):
     assert len(daemon.segments()) == 2
 
 
-# ---- TCP and the token -----------------------------------------------------------------------------
+# ---- TCP and the token ---------------------------------------------------------------------------
 def test_tcp_without_a_token_refuses_to_start(monkeypatch):
     monkeypatch.delenv("SIMNPU_TOKEN", raising=False)
     result = run_daemon("--listen", f"127.0.0.1:{free_port()}")
@@ -313,7 +314,7 @@ def test_in_stream_copies_over_tcp_with_the_token(start_daemon, monkeypatch):
     rt.close()
 
 
-# ---- the health service ---------------------------------------------------------------------------
+# ---- the health service --------------------------------------------------------------------------
 def test_health_service_reports_serving(daemon):
     with grpc.insecure_channel(daemon.address) as channel:
         stub = health_pb2_grpc.HealthStub(channel)
@@ -325,7 +326,7 @@ def test_health_service_reports_serving(daemon):
         assert caught.value.code() == grpc.StatusCode.NOT_FOUND
 
 
-# ---- supervision of workers -----------------------------------------------------------------------
+# ---- supervision of workers ----------------------------------------------------------------------
 CRASHERS = {
     "os._exit": "from simnpu import kernel\nimport os\n@kernel()\ndef crash(ctx):\n    os._exit(1)\n",
     "SIGKILL": "from simnpu import kernel\nimport os\n@kernel()\ndef crash(ctx):\n    os.kill(os.getpid(), 9)\n",

@@ -12,6 +12,7 @@ import time
 import numpy as np
 import pytest
 from conftest import GATE, runtime_of
+
 from simnpu.client.runtime import Runtime
 from simnpu.proto import codes, commands
 from simnpu.proto import observe as observe_bits
@@ -23,7 +24,9 @@ pytestmark = pytest.mark.skipif(not futex.AVAILABLE, reason="futexes are not ava
 H2D = codes.ACL_MEMCPY_HOST_TO_DEVICE
 D2H = codes.ACL_MEMCPY_DEVICE_TO_HOST
 
-KERNELS = GATE + '''
+KERNELS = (
+    GATE
+    + '''
 
 @kernel("u32")
 def fail(ctx, length):
@@ -36,6 +39,7 @@ def count_up(ctx, cell, unused):
     """cell[0] += 1."""
     ctx.gm(cell, "int64", 1)[0] += 1
 '''
+)
 
 
 @pytest.fixture
@@ -48,7 +52,9 @@ class Kernels:
     def __init__(self, rt):
         self.rt = rt
         binary = rt.binary_load(KERNELS, "notify_kernels.py")
-        self.functions = {name: rt.get_function(binary, name) for name in ("gate", "fail", "count_up")}
+        self.functions = {
+            name: rt.get_function(binary, name) for name in ("gate", "fail", "count_up")
+        }
         self.empty = rt.get_function(commands.BUILTIN_BINARY, "empty")
 
     def launch(self, name, stream, *args, blocks=1):
@@ -150,7 +156,9 @@ def closed_gate(rt, kernels, stream) -> int:
 def test_a_rejected_call_behind_running_work_waits_for_that_work(rt, kernels):
     stream = rt.create_stream()
     flag = closed_gate(rt, kernels, stream)
-    rt.connection.send_command(commands.Launch.pack(1, stream, (5 << 40) | 999_999, b""), "test", stream)
+    rt.connection.send_command(
+        commands.Launch.pack(1, stream, (5 << 40) | 999_999, b""), "test", stream
+    )
     opening = threading.Event()  # set just before the gate opens
     threading.Timer(0.3, lambda: (opening.set(), write_int(rt, flag, 1))).start()
     with pytest.raises(NpuError) as raised:
@@ -309,7 +317,9 @@ def test_a_request_too_big_for_the_ring_keeps_its_place_in_the_order(rt, kernels
 
 
 def corrupt_head(victim: Runtime) -> None:
-    victim.fast_path.ring_region.map[0:8] = (1 << 62).to_bytes(8, "little")  # a head no writer can have
+    victim.fast_path.ring_region.map[0:8] = (1 << 62).to_bytes(
+        8, "little"
+    )  # a head no writer can have
     victim.connection.ring.wake_consumer()
 
 
@@ -317,8 +327,9 @@ def garbage_record(victim: Runtime) -> None:
     victim.connection.ring.put(b"\xff\xff" + bytes(64))
 
 
-@pytest.mark.parametrize("corrupt, what", [(corrupt_head, "bytes apart"),
-                                           (garbage_record, "unknown command op 65535")])
+@pytest.mark.parametrize(
+    "corrupt, what", [(corrupt_head, "bytes apart"), (garbage_record, "unknown command op 65535")]
+)
 def test_a_corrupt_ring_ends_only_that_session(daemon, rt, corrupt, what):
     from conftest import round_trip
 

@@ -15,6 +15,7 @@ import signal
 import pytest
 from conftest import DaemonProcess
 from hccl_ranks import assert_all_ok, run_ranks
+
 from simnpu.proto import codes
 from simnpu.proto import hccl_types as ht
 

@@ -11,6 +11,7 @@ import os
 import numpy as np
 import pytest
 from conftest import GATE, start_client
+
 from simnpu.proto import codes
 from simnpu.proto.errors import NpuError
 
@@ -45,8 +46,9 @@ class Buffers:
 
     def get(self, buffer, dtype, count) -> np.ndarray:
         data = buffer.to_numpy(dtype)
-        assert (data[count:count + TAIL] == np.asarray(SENTINEL, dtype)).all(), \
+        assert (data[count : count + TAIL] == np.asarray(SENTINEL, dtype)).all(), (
             "a kernel wrote past the elements it was given"
+        )
         return data[:count]
 
     def free(self) -> None:
@@ -62,10 +64,12 @@ def buffers(npu, rt):
 
 
 def close(actual, expected, dtype):
-    np.testing.assert_allclose(actual.astype(np.float64), expected.astype(np.float64), **TOLERANCE[dtype])
+    np.testing.assert_allclose(
+        actual.astype(np.float64), expected.astype(np.float64), **TOLERANCE[dtype]
+    )
 
 
-# ---- built-in kernels -----------------------------------------------------------------------------
+# ---- built-in kernels ----------------------------------------------------------------------------
 
 DTYPES = {"f32": np.float32, "f16": np.float16}
 ELEMENTWISE = 1001  # not a multiple of any block count
@@ -107,7 +111,9 @@ def test_fill(npu, buffers, suffix, blocks):
     x = buffers.empty(dtype, ELEMENTWISE)
     npu.builtin(f"fill_{suffix}").launch(blocks, x, -2.5, ELEMENTWISE)
     npu.current_stream().synchronize()
-    np.testing.assert_array_equal(buffers.get(x, dtype, ELEMENTWISE), np.full(ELEMENTWISE, -2.5, dtype))
+    np.testing.assert_array_equal(
+        buffers.get(x, dtype, ELEMENTWISE), np.full(ELEMENTWISE, -2.5, dtype)
+    )
 
 
 @pytest.mark.parametrize("blocks", BLOCKS)
@@ -228,13 +234,17 @@ def test_only_kernel_functions_can_be_looked_up(npu, rt):
     assert info.value.code == codes.ACL_ERROR_RT_KERNEL_LOOKUP
 
 
-@pytest.mark.parametrize("source", [
-    'from simnpu import kernel\nT = "ptr"\n\n@kernel(T, "u32")\ndef k(ctx, x, n):\n    pass\n',
-    'from simnpu import kernel\n\n@kernel("ptr", "u" + "32")\ndef k(ctx, x, n):\n    pass\n',
-    'from simnpu import kernel\n\n@kernel("ptr", "complex64")\ndef k(ctx, x):\n    pass\n',
-    'from simnpu import kernel\n\n@kernel("ptr")\ndef k(ctx, x, n):\n    pass\n',
-    'from simnpu import kernel\n\n@kernel("ptr")\ndef k(ctx, x:\n',
-], ids=["variable", "expression", "unknown-type", "arity", "syntax"])
+@pytest.mark.parametrize(
+    "source",
+    [
+        'from simnpu import kernel\nT = "ptr"\n\n@kernel(T, "u32")\ndef k(ctx, x, n):\n    pass\n',
+        'from simnpu import kernel\n\n@kernel("ptr", "u" + "32")\ndef k(ctx, x, n):\n    pass\n',
+        'from simnpu import kernel\n\n@kernel("ptr", "complex64")\ndef k(ctx, x):\n    pass\n',
+        'from simnpu import kernel\n\n@kernel("ptr")\ndef k(ctx, x, n):\n    pass\n',
+        'from simnpu import kernel\n\n@kernel("ptr")\ndef k(ctx, x:\n',
+    ],
+    ids=["variable", "expression", "unknown-type", "arity", "syntax"],
+)
 def test_bad_kernel_modules_do_not_load(npu, rt, tmp_path, source):
     with pytest.raises(NpuError) as info:
         npu.Module.from_source(source, "bad.py")
@@ -340,7 +350,9 @@ def test_kernel_sees_only_memory_it_was_given(npu, rt, faults):
 
 def test_kernel_cannot_touch_another_clients_memory(npu, rt, faults, daemon, tmp_path):
     done = tmp_path / "done"
-    other = start_client(daemon.address, f"""
+    other = start_client(
+        daemon.address,
+        f"""
         import os, time
         import numpy as np
         import simnpu.client as npu
@@ -351,7 +363,8 @@ def test_kernel_cannot_touch_another_clients_memory(npu, rt, faults, daemon, tmp
             while not os.path.exists({str(done)!r}) and time.monotonic() < deadline:
                 time.sleep(0.01)
             print(int((buffer.to_numpy() == 5).all()), flush=True)
-    """)
+    """,
+    )
     try:
         address = int(other.stdout.readline())
         x = npu.DeviceBuffer(64)
@@ -397,16 +410,37 @@ def echo(ctx, a, out, b, c, d, e, f, g, h, i, j):
         raw[index] = int(value) if float(value).is_integer() and abs(value) < 2 ** 63 else -1
 '''
 
-ECHO_VALUES = (0xAB, None, 0xBEEF, -1.25e300, -128, 1.5, -(2 ** 62) - 7, 0xDEADBEEF, 3.25, -12345, 2 ** 64 - 1)
+ECHO_VALUES = (
+    0xAB,
+    None,
+    0xBEEF,
+    -1.25e300,
+    -128,
+    1.5,
+    -(2**62) - 7,
+    0xDEADBEEF,
+    3.25,
+    -12345,
+    2**64 - 1,
+)
 
 
 class EchoArgs(ctypes.Structure):
     """The C struct aclrtLaunchKernel's args buffer holds for `echo`."""
 
-    _fields_ = [("a", ctypes.c_uint8), ("out", ctypes.c_uint64), ("b", ctypes.c_uint16),
-                ("c", ctypes.c_double), ("d", ctypes.c_int8), ("e", ctypes.c_uint16),
-                ("f", ctypes.c_int64), ("g", ctypes.c_uint32), ("h", ctypes.c_float),
-                ("i", ctypes.c_int16), ("j", ctypes.c_uint64)]
+    _fields_ = [
+        ("a", ctypes.c_uint8),
+        ("out", ctypes.c_uint64),
+        ("b", ctypes.c_uint16),
+        ("c", ctypes.c_double),
+        ("d", ctypes.c_int8),
+        ("e", ctypes.c_uint16),
+        ("f", ctypes.c_int64),
+        ("g", ctypes.c_uint32),
+        ("h", ctypes.c_float),
+        ("i", ctypes.c_int16),
+        ("j", ctypes.c_uint64),
+    ]
 
 
 def echo_struct(out_ptr: int) -> bytes:
@@ -427,11 +461,11 @@ def check_echo(out) -> None:
     assert got[3] == -1.25e300
     assert raw[4] == -128
     assert got[5] == 1.5
-    assert raw[6] == -(2 ** 62) - 7
+    assert raw[6] == -(2**62) - 7
     assert raw[7] == 0xDEADBEEF
     assert got[8] == 3.25
     assert raw[9] == -12345
-    assert got[10] == float(2 ** 64 - 1)
+    assert got[10] == float(2**64 - 1)
 
 
 @pytest.fixture
@@ -469,7 +503,8 @@ def test_device_arguments_are_read_in_stream_order(npu, rt, echo):
     A slow kernel first makes sure nothing on the stream has run at submission."""
     nap = npu.Module.from_source(
         "import time\nfrom simnpu import kernel\n\n@kernel('f64')\ndef nap(ctx, s):\n    time.sleep(s)\n",
-        "nap.py").function("nap")
+        "nap.py",
+    ).function("nap")
     stream = npu.Stream()
     out = npu.DeviceBuffer(8 * 22)
     args = npu.DeviceBuffer(ctypes.sizeof(EchoArgs))
@@ -477,8 +512,14 @@ def test_device_arguments_are_read_in_stream_order(npu, rt, echo):
     pinned = npu.PinnedBuffer(args.nbytes)
     pinned.array()[:] = np.frombuffer(echo_struct(out.ptr), np.uint8)
     nap.launch(1, 0.2, stream=stream)
-    rt.memcpy_async(args.ptr, args.nbytes, pinned.ptr, pinned.nbytes, codes.ACL_MEMCPY_HOST_TO_DEVICE,
-                    stream.handle)
+    rt.memcpy_async(
+        args.ptr,
+        args.nbytes,
+        pinned.ptr,
+        pinned.nbytes,
+        codes.ACL_MEMCPY_HOST_TO_DEVICE,
+        stream.handle,
+    )
     rt.launch_kernel_devargs(echo.handle, 1, args.ptr, args.nbytes, stream.handle)
     stream.synchronize()
     check_echo(out)
@@ -505,7 +546,7 @@ def test_device_arguments_freed_before_the_launch_runs(npu, rt, echo):
     assert out.to_numpy(np.float32)[0] == 4.0  # the launch after it ran
 
 
-# ---- unloading ------------------------------------------------------------------------------------
+# ---- unloading -----------------------------------------------------------------------------------
 
 
 def test_unload_invalidates_the_binary_and_its_functions(npu, rt):

@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 from conftest import run_client, start_client
 from observe_helpers import found, kernels, next_line, sites
+
 from simnpu.client import observe
 from simnpu.proto import codes
 
@@ -35,7 +36,7 @@ def errors() -> list[dict]:
     return [f for f in observe.report()["findings"] if f["severity"] == "error"]
 
 
-# ---- out of bounds --------------------------------------------------------------------------------
+# ---- out of bounds -------------------------------------------------------------------------------
 def test_a_kernel_past_the_end_of_its_buffer_is_reported_with_kernel_block_and_sites(checked):
     npu, k = checked
     stream = npu.Stream()
@@ -47,12 +48,16 @@ def test_a_kernel_past_the_end_of_its_buffer_is_reported_with_kernel_block_and_s
     with pytest.raises(npu.NpuError) as failure:
         stream.synchronize()
     assert failure.value.code == MEM_ERROR
-    assert "simnpu memcheck: out-of-bounds" in str(failure.value) and launch_site in str(failure.value)
+    assert "simnpu memcheck: out-of-bounds" in str(failure.value) and launch_site in str(
+        failure.value
+    )
     [error] = errors()
     assert error["kind"] == "out-of-bounds" and sites(error) == [launch_site]
     assert error["address"] == x.ptr and error["bytes"] == (N + 10) * 4
     assert "runs 40 bytes past the end of the 1024-byte allocation" in error["text"]
-    assert f"allocated at {malloc_site}" in error["text"] and "kernel double block 0" in error["text"]
+    assert (
+        f"allocated at {malloc_site}" in error["text"] and "kernel double block 0" in error["text"]
+    )
     x.free()
     y.free()
 
@@ -69,7 +74,7 @@ def test_the_same_kernel_within_bounds_reports_nothing(checked):
     assert observe.report(final=True)["findings"] == []
 
 
-# ---- use after free ----------------------------------------------------------------------------------
+# ---- use after free ------------------------------------------------------------------------------
 def test_a_kernel_given_a_freed_pointer_is_a_use_after_free(checked):
     npu, k = checked
     stream = npu.Stream()
@@ -85,7 +90,9 @@ def test_a_kernel_given_a_freed_pointer_is_a_use_after_free(checked):
     assert failure.value.code == MEM_ERROR
     [error] = errors()
     assert error["kind"] == "use-after-free"
-    assert f"allocated at {malloc_site}" in error["text"] and f"freed at {free_site}" in error["text"]
+    assert (
+        f"allocated at {malloc_site}" in error["text"] and f"freed at {free_site}" in error["text"]
+    )
     x.free()
 
 
@@ -143,7 +150,7 @@ def test_freeing_after_synchronizing_reports_nothing(checked):
     assert observe.report(final=True)["findings"] == []
 
 
-# ---- another client's memory ----------------------------------------------------------------------
+# ---- another client's memory ---------------------------------------------------------------------
 def test_a_kernel_touching_another_clients_memory_is_named_as_such(daemon):
     from simnpu.client.runtime import Runtime
     from simnpu.proto import commands
@@ -171,7 +178,7 @@ def test_a_kernel_touching_another_clients_memory_is_named_as_such(daemon):
         intruder.close()
 
 
-# ---- initcheck ----------------------------------------------------------------------------------------
+# ---- initcheck -----------------------------------------------------------------------------------
 def test_copying_back_memory_nothing_wrote_is_an_uninitialised_read(checked):
     npu, _ = checked
     malloc_site = next_line()
@@ -218,7 +225,7 @@ def test_reads_of_written_memory_report_nothing(checked):
     assert observe.report(final=True)["findings"] == []
 
 
-# ---- leaks, through the environment variables -----------------------------------------------------
+# ---- leaks, through the environment variables ----------------------------------------------------
 LEAKY = """
 import simnpu.client as npu
 npu.connect()
@@ -235,8 +242,9 @@ npu.shutdown()
 def test_leaks_at_the_end_of_a_session_go_to_the_report_file(daemon, tmp_path, leak):
     report = tmp_path / "check.txt"
     code = LEAKY.format(extra="" if leak else "kept.free()")
-    result = run_client(daemon.address, code, env={"SIMNPU_CHECK": "memcheck",
-                                                   "SIMNPU_CHECK_REPORT": str(report)})
+    result = run_client(
+        daemon.address, code, env={"SIMNPU_CHECK": "memcheck", "SIMNPU_CHECK_REPORT": str(report)}
+    )
     assert result.returncode == 0, result.stderr
     text = report.read_text()
     assert text.startswith("simnpu check report: client ") and "checks: memcheck" in text
@@ -251,7 +259,9 @@ def test_leaks_at_the_end_of_a_session_go_to_the_report_file(daemon, tmp_path, l
 def test_a_daemon_checking_everyone_reports_a_killed_clients_leak(start_daemon, tmp_path):
     report = tmp_path / "daemon-report.txt"
     process = start_daemon("--check", "memcheck", "--check-report", str(report))
-    client = start_client(process.address, """
+    client = start_client(
+        process.address,
+        """
         import sys
         import simnpu.client as npu
         npu.connect()
@@ -259,7 +269,8 @@ def test_a_daemon_checking_everyone_reports_a_killed_clients_leak(start_daemon, 
             kept = npu.DeviceBuffer(4096)
             print("ready", flush=True)
             sys.stdin.read()
-    """)
+    """,
+    )
     try:
         assert client.stdout.readline().strip() == "ready"
     finally:

@@ -14,6 +14,7 @@ import time
 import numpy as np
 import pytest
 from conftest import run_client
+
 from simnpu.proto import codes
 
 MiB = 1 << 20
@@ -26,9 +27,13 @@ class Peer:
 
     def __init__(self, address: str, code: str, env=None):
         self.process = subprocess.Popen(
-            [sys.executable, "-c", textwrap.dedent(code)], stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-            env={**os.environ, "SIMNPU_ADDRESS": address, **(env or {})})
+            [sys.executable, "-c", textwrap.dedent(code)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env={**os.environ, "SIMNPU_ADDRESS": address, **(env or {})},
+        )
 
     def send(self, line) -> None:
         try:
@@ -41,7 +46,9 @@ class Peer:
         line = self.process.stdout.readline()
         if not line:
             self.process.wait(30)
-            raise AssertionError(f"peer ended ({self.process.returncode}):\n{self.process.stderr.read()}")
+            raise AssertionError(
+                f"peer ended ({self.process.returncode}):\n{self.process.stderr.read()}"
+            )
         return line.strip()
 
     def finish(self) -> str:
@@ -88,14 +95,24 @@ def test_stats_and_snapshot_follow_malloc_and_free(npu):
     b = npu.DeviceBuffer(3 * MiB)  # HUGE_FIRST over 1 MiB: two 2 MiB granules
     stats = device.memory_stats()
     assert stats["allocation.all.current"] == before["allocation.all.current"] + 2
-    assert stats["allocated_bytes.all.current"] == before["allocated_bytes.all.current"] + 1088 + 4 * MiB
+    assert (
+        stats["allocated_bytes.all.current"]
+        == before["allocated_bytes.all.current"] + 1088 + 4 * MiB
+    )
     assert stats["allocated_bytes.huge.current"] == before["allocated_bytes.huge.current"] + 4 * MiB
-    assert stats["requested_bytes.all.current"] == before["requested_bytes.all.current"] + 1000 + 3 * MiB
+    assert (
+        stats["requested_bytes.all.current"]
+        == before["requested_bytes.all.current"] + 1000 + 3 * MiB
+    )
     assert 0 < stats["largest_free_block"] <= stats["free_bytes"]
     mine = [blk for blk in device.memory_snapshot() if blk["pid"] == os.getpid()]
     assert {(blk["address"], blk["size"], blk["reserved"], blk["huge"]) for blk in mine} == {
-        (a.ptr, 1000, 1088, False), (b.ptr, 3 * MiB, 4 * MiB, True)}
-    assert all(blk["owner"].startswith(f"session {blk['session']} (pid {os.getpid()} ") for blk in mine)
+        (a.ptr, 1000, 1088, False),
+        (b.ptr, 3 * MiB, 4 * MiB, True),
+    }
+    assert all(
+        blk["owner"].startswith(f"session {blk['session']} (pid {os.getpid()} ") for blk in mine
+    )
     a.free()
     b.free()  # returns before the daemon frees; the next call is ordered after it
     after = device.memory_stats()
@@ -122,11 +139,14 @@ def test_free_checks_run_on_the_client(npu):
 
 
 def test_out_of_memory_report_names_the_request_the_users_and_the_largest_block(daemon, npu):
-    holder = peer(daemon.address, """
+    holder = peer(
+        daemon.address,
+        """
         big = npu.DeviceBuffer(200 << 20)
         say(rt.device_get_bare_tgid())
         wait()
-    """)
+    """,
+    )
     try:
         holder_pid = int(holder.read())
         npu.Device(0)
@@ -151,7 +171,9 @@ def test_out_of_memory_report_names_the_request_the_users_and_the_largest_block(
 
 def test_limits_default_lowered_by_env_and_api_and_never_raised(start_daemon):
     npud = start_daemon("--memory-limit", "32MiB")
-    result = run_client(npud.address, """
+    result = run_client(
+        npud.address,
+        """
         import simnpu.client as npu
         from simnpu.client.device import runtime
         from simnpu.proto import codes
@@ -180,33 +202,48 @@ def test_limits_default_lowered_by_env_and_api_and_never_raised(start_daemon):
         dev.set_memory_limit(0)  # back to the default
         assert rt.get_mem_info() == (16 << 20, 32 << 20)
         print("ok")
-    """)
+    """,
+    )
     assert result.returncode == 0 and result.stdout.strip() == "ok", result.stderr
-    lowered = run_client(npud.address, """
+    lowered = run_client(
+        npud.address,
+        """
         from simnpu.client.device import runtime
         import simnpu.client as npu
         npu.Device(0)
         print(runtime().get_mem_info())
-    """, env={"SIMNPU_MEMORY_LIMIT": "8MiB"})
+    """,
+        env={"SIMNPU_MEMORY_LIMIT": "8MiB"},
+    )
     assert lowered.returncode == 0, lowered.stderr
     assert lowered.stdout.strip() == f"({8 * MiB}, {8 * MiB})"
-    refused = run_client(npud.address, """
+    refused = run_client(
+        npud.address,
+        """
         import simnpu.client as npu
         try:
             npu.Device(0)
         except npu.NpuError as error:
             print(error.code)
-    """, env={"SIMNPU_MEMORY_LIMIT": "64MiB"})
+    """,
+        env={"SIMNPU_MEMORY_LIMIT": "64MiB"},
+    )
     assert refused.stdout.strip() == str(codes.ACL_ERROR_RT_PARAM_INVALID), refused.stderr
 
 
 def test_each_client_has_its_own_limit(start_daemon):
     npud = start_daemon("--memory-limit", "25%")  # of 256 MiB
-    holders = [peer(npud.address, """
+    holders = [
+        peer(
+            npud.address,
+            """
         buffers = [npu.DeviceBuffer((60 << 20) - 64, 2)]
         say(rt.get_mem_info()[1])
         wait()
-    """) for _ in range(2)]
+    """,
+        )
+        for _ in range(2)
+    ]
     try:
         assert [h.read() for h in holders] == [str(64 * MiB)] * 2  # 120 MiB held in all
         for h in holders:
@@ -272,8 +309,12 @@ def test_import_needs_the_whitelist_unless_validation_is_off(daemon, npu):
     rt = npu.runtime()
     ptr = rt.malloc(4096)
     strict = rt.ipc_mem_get_export_key(ptr, 4096, codes.ACL_RT_IPC_MEM_EXPORT_FLAG_DEFAULT)
-    open_key = rt.ipc_mem_get_export_key(ptr, 1024, codes.ACL_RT_IPC_MEM_EXPORT_FLAG_DISABLE_PID_VALIDATION)
-    result = run_client(daemon.address, f"""
+    open_key = rt.ipc_mem_get_export_key(
+        ptr, 1024, codes.ACL_RT_IPC_MEM_EXPORT_FLAG_DISABLE_PID_VALIDATION
+    )
+    result = run_client(
+        daemon.address,
+        f"""
         import simnpu.client as npu
         from simnpu.client.device import runtime
         npu.Device(0)
@@ -293,18 +334,24 @@ def test_import_needs_the_whitelist_unless_validation_is_off(daemon, npu):
         except npu.NpuError as error:
             print("unknown", error.code)
         rt.ipc_mem_close({open_key!r})
-    """)
+    """,
+    )
     assert result.returncode == 0, result.stderr
     assert result.stdout.split("\n")[:4] == [
-        str(codes.ACL_ERROR_RT_NO_PERMISSION), "True 1024", f"free {codes.ACL_ERROR_RT_PARAM_INVALID}",
-        f"unknown {codes.ACL_ERROR_RT_PARAM_INVALID}"]
+        str(codes.ACL_ERROR_RT_NO_PERMISSION),
+        "True 1024",
+        f"free {codes.ACL_ERROR_RT_PARAM_INVALID}",
+        f"unknown {codes.ACL_ERROR_RT_PARAM_INVALID}",
+    ]
     rt.ipc_mem_close(strict)
     rt.ipc_mem_close(open_key)
     rt.free(ptr)
 
 
 def _holding_importer(address):
-    return peer(address, """
+    return peer(
+        address,
+        """
         say(rt.device_get_bare_tgid())
         shared = npu.DeviceBuffer.ipc_import(wait())
         say("imported")
@@ -313,7 +360,8 @@ def _holding_importer(address):
         shared.free()
         say("closed")
         wait()
-    """)
+    """,
+    )
 
 
 def _block_at(device, address):
@@ -336,7 +384,9 @@ def test_exporter_free_while_imported_keeps_the_memory_until_the_last_close(daem
         [block] = _block_at(device, ptr)
         assert block["ipc"]["held_after_free"] and block["pid"] == os.getpid()
         assert device.memory_stats()["ipc.held_blocks"] == 1
-        late = run_client(daemon.address, f"""
+        late = run_client(
+            daemon.address,
+            f"""
             import simnpu.client as npu
             from simnpu.client.device import runtime
             npu.Device(0)
@@ -344,7 +394,8 @@ def test_exporter_free_while_imported_keeps_the_memory_until_the_last_close(daem
                 runtime().ipc_mem_import_by_key({key!r})
             except npu.NpuError as error:
                 print(error.code)
-        """)
+        """,
+        )
         assert late.stdout.strip() == str(codes.ACL_ERROR_RT_PARAM_INVALID), late.stderr
         importer.send("check")
         assert importer.read() == "1"  # still the exporter's bytes, not reused
@@ -359,13 +410,16 @@ def test_exporter_free_while_imported_keeps_the_memory_until_the_last_close(daem
 
 def test_exporter_killed_while_imported(daemon, npu):
     device = npu.Device(0)
-    exporter = peer(daemon.address, """
+    exporter = peer(
+        daemon.address,
+        """
         buf = npu.DeviceBuffer(1 << 20, 2)
         buf.fill(5)
         say(buf.ptr)
         say(buf.ipc_export(pids=[int(wait())]))
         wait()
-    """)
+    """,
+    )
     importer = _holding_importer(daemon.address)
     try:
         address = int(exporter.read())
@@ -389,12 +443,18 @@ def test_exporter_killed_while_imported(daemon, npu):
         importer.kill()
 
 
-# ---- the command-line tool ------------------------------------------------------------------------
+# ---- the command-line tool -----------------------------------------------------------------------
 
 
 def _simnpu(*args, address):
-    return subprocess.run([sys.executable, "-m", "simnpu", *args], capture_output=True, text=True, check=False,
-                          timeout=60, env={**os.environ, "SIMNPU_ADDRESS": address})
+    return subprocess.run(
+        [sys.executable, "-m", "simnpu", *args],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=60,
+        env={**os.environ, "SIMNPU_ADDRESS": address},
+    )
 
 
 def test_memory_stats_and_snapshot_on_the_command_line(daemon, npu):
@@ -427,10 +487,20 @@ def test_memory_tool_without_a_daemon(tmp_path):
 
 
 def test_the_tools_do_not_load_the_daemon():
-    probe = subprocess.run([sys.executable, "-c", (
-        "import sys, simnpu.cli, simnpu.client.tools.memory\n"
-        "print(sorted(m for m in sys.modules if m.startswith('simnpu.server')))")],
-        capture_output=True, text=True, timeout=60, check=False)
+    probe = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            (
+                "import sys, simnpu.cli, simnpu.client.tools.memory\n"
+                "print(sorted(m for m in sys.modules if m.startswith('simnpu.server')))"
+            ),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
     assert probe.returncode == 0, probe.stderr
     assert probe.stdout.strip() == "[]"
 

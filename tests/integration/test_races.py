@@ -15,6 +15,7 @@ import threading
 import numpy as np
 import pytest
 from observe_helpers import found, kernels, next_line, sites
+
 from simnpu.client import observe
 from simnpu.proto import codes
 
@@ -59,7 +60,11 @@ def test_copy_and_kernel_on_two_streams_without_an_event_race(checked):
     assert race["range"] == [x.ptr, x.ptr + N * 4] and race["bytes"] == N * 4
     whats = sorted(task["what"] for task in race["tasks"])
     assert whats[0] == "kernel double" and whats[1].startswith("memcpy H2D")
-    assert "write" in race["text"] and "read" in race["text"] and "aclrtStreamWaitEvent" in race["text"]
+    assert (
+        "write" in race["text"]
+        and "read" in race["text"]
+        and "aclrtStreamWaitEvent" in race["text"]
+    )
     for buffer in (x, y, host):
         buffer.free()
 
@@ -213,7 +218,9 @@ def test_two_clients_sharing_memory_race_unless_one_synchronizes_first(daemon):
             rt.set_device(0)
         block = one.malloc(4096)
         one.memset(block, 4096, 0, 4096)
-        key = one.ipc_mem_get_export_key(block, 4096, codes.ACL_RT_IPC_MEM_EXPORT_FLAG_DISABLE_PID_VALIDATION)
+        key = one.ipc_mem_get_export_key(
+            block, 4096, codes.ACL_RT_IPC_MEM_EXPORT_FLAG_DISABLE_PID_VALIDATION
+        )
         shared = two.ipc_mem_import_by_key(key)
         # unsynchronized: both write; both writes reach the daemon before either host
         # synchronizes (a request answers only after the commands before it were taken)
@@ -246,14 +253,24 @@ def test_two_clients_sharing_memory_race_unless_one_synchronizes_first(daemon):
 
 # ---- the tutorial's own examples, checked -------------------------------------------------------
 @pytest.mark.slow
-@pytest.mark.parametrize("example, clean", [("acl_two_streams.py", True), ("acl_sync_pitfall.py", False)])
+@pytest.mark.parametrize(
+    "example, clean", [("acl_two_streams.py", True), ("acl_sync_pitfall.py", False)]
+)
 def test_examples_under_the_checkers(daemon, tmp_path, example, clean):
     report = tmp_path / "report.txt"
     result = subprocess.run(
-        [sys.executable, os.path.join(ROOT, "examples", example)], capture_output=True, text=True, timeout=240,
+        [sys.executable, os.path.join(ROOT, "examples", example)],
+        capture_output=True,
+        text=True,
+        timeout=240,
         check=False,
-        env={**os.environ, "SIMNPU_ADDRESS": daemon.address, "SIMNPU_CHECK": "all",
-             "SIMNPU_CHECK_REPORT": str(report)})
+        env={
+            **os.environ,
+            "SIMNPU_ADDRESS": daemon.address,
+            "SIMNPU_CHECK": "all",
+            "SIMNPU_CHECK_REPORT": str(report),
+        },
+    )
     assert result.returncode == 0, result.stderr
     text = report.read_text()
     if clean:  # events order every copy and kernel: nothing to report

@@ -15,9 +15,10 @@ import subprocess
 import sys
 import time
 
-import hccl
 import pytest
 from conftest import DaemonProcess, run_client
+
+import hccl
 
 pytestmark = pytest.mark.multiprocess
 
@@ -61,9 +62,13 @@ def daemon2(tmp_path_factory):
 
 def spawn(daemon, *argv, env=None) -> subprocess.Popen:
     """`python *argv` as a client of `daemon` (argv: "-c", CODE, args... or a script)."""
-    return subprocess.Popen([sys.executable, *map(str, argv)], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True,
-                            env={**os.environ, "SIMNPU_ADDRESS": daemon.address, **(env or {})})
+    return subprocess.Popen(
+        [sys.executable, *map(str, argv)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "SIMNPU_ADDRESS": daemon.address, **(env or {})},
+    )
 
 
 def finish(process, timeout=90):
@@ -119,7 +124,8 @@ def test_other_jobs_do_not_mix(daemon2):
         assert sorted(r["rank"] for r in mine) == [0, 1]
         assert len({r["root"] for r in mine}) == 1
     assert {r["root"] for r in results if r["job"] == "a"} != {
-        r["root"] for r in results if r["job"] == "b"}
+        r["root"] for r in results if r["job"] == "b"
+    }
 
 
 def test_a_process_that_dies_while_waiting_gives_up_its_place(daemon2):
@@ -153,17 +159,22 @@ def test_a_different_world_size_is_refused_naming_who_waits(daemon2):
 
 @pytest.mark.parametrize("job, size", [("", 2), ("x", 0), ("x" * 300, 2), ("bad\nname", 2)])
 def test_bad_arguments_are_hccl_e_para(daemon2, job, size):  # the last two: checked by the daemon
-    result = run_client(daemon2.address, f"""
+    result = run_client(
+        daemon2.address,
+        f"""
         import hccl
         print(hccl.rendezvous({job!r}, {size}), hccl.get_recent_err_msg())
-    """)
+    """,
+    )
     import hccl
 
     assert f"(0, b'', {hccl.HCCL_E_PARA})" in result.stdout, result.stdout + result.stderr
 
 
 def test_a_world_size_over_the_limit_is_refused_by_the_daemon(daemon2):
-    result = run_client(daemon2.address, """
+    result = run_client(
+        daemon2.address,
+        """
         import simnpu.client as npu
         from simnpu.proto import npu_pb2
         from simnpu.proto.errors import NpuError
@@ -172,13 +183,17 @@ def test_a_world_size_over_the_limit_is_refused_by_the_daemon(daemon2):
                 job="x", world_size=5000, exec_timeout_ms=-1, timeout_ms=1000))
         except NpuError as error:
             print(error.code, error.message)
-    """)
+    """,
+    )
     assert result.stdout.startswith(f"{hccl.HCCL_E_PARA} job 'x': world size 5000"), result.stdout
 
 
 def test_the_example_as_ranks_of_a_job_with_and_without_shared_memory(daemon2):
     env = {"SIMNPU_JOB": "example", "SIMNPU_WORLD_SIZE": "2"}
-    ranks = [spawn(daemon2, EXAMPLE, env=env), spawn(daemon2, EXAMPLE, env={**env, "SIMNPU_NO_SHM": "1"})]
+    ranks = [
+        spawn(daemon2, EXAMPLE, env=env),
+        spawn(daemon2, EXAMPLE, env={**env, "SIMNPU_NO_SHM": "1"}),
+    ]
     outputs = [finish(p, timeout=120) for p in ranks]
     assert "uses_shared_memory=True" in outputs[0] and "uses_shared_memory=False" in outputs[1]
     for out in outputs:

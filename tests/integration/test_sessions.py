@@ -11,7 +11,16 @@ import time
 
 import numpy as np
 import pytest
-from conftest import alive, children_of, round_trip, run_client, runtime_of, simnpu_segments, start_client
+from conftest import (
+    alive,
+    children_of,
+    round_trip,
+    run_client,
+    runtime_of,
+    simnpu_segments,
+    start_client,
+)
+
 from simnpu.client.runtime import Runtime
 from simnpu.client.tools.query import query
 from simnpu.proto import codes, commands
@@ -201,7 +210,7 @@ def test_close_right_after_asynchronous_calls_returns_at_once(daemon, observer):
         assert_all_freed(daemon, observer, rt.session_id)
 
 
-# ---- many clients at once -------------------------------------------------------------------------
+# ---- many clients at once ------------------------------------------------------------------------
 WORKER = """
     import numpy as np
     import simnpu.client as npu
@@ -253,7 +262,7 @@ def test_several_clients_at_once_each_get_their_own_results(daemon, observer):
     )
 
 
-# ---- the last-error slot --------------------------------------------------------------------------
+# ---- the last-error slot -------------------------------------------------------------------------
 def test_get_last_error_clears_and_peek_does_not(daemon):
     rt = Runtime(daemon.address)
     try:
@@ -418,11 +427,19 @@ def test_traced_sessions_copy_pageable_chunks_as_tasks(start_daemon, monkeypatch
     assert copy_everything(in_stream, size) == copy_everything(shared, size) == expected
     for rt in (in_stream, shared):
         trace = rt.observer.trace()
-        tracks = {(e["pid"], e["tid"]): e["args"]["name"] for e in trace["traceEvents"]
-                  if e["ph"] == "M" and e["name"] == "thread_name"}
-        chunks = [e["name"] for e in trace["traceEvents"] if e["ph"] == "X" and e["cat"] == "copy"
-                  and tracks[(e["pid"], e["tid"])] == "synchronous copies (device 0)"
-                  and e["args"]["bytes"] == rt.copies.slot]
+        tracks = {
+            (e["pid"], e["tid"]): e["args"]["name"]
+            for e in trace["traceEvents"]
+            if e["ph"] == "M" and e["name"] == "thread_name"
+        }
+        chunks = [
+            e["name"]
+            for e in trace["traceEvents"]
+            if e["ph"] == "X"
+            and e["cat"] == "copy"
+            and tracks[(e["pid"], e["tid"])] == "synchronous copies (device 0)"
+            and e["args"]["bytes"] == rt.copies.slot
+        ]
         assert {name.split()[1] for name in chunks} == {"H2D", "D2H"}, chunks
         rt.close()
     untraced.close()
@@ -455,7 +472,7 @@ def test_in_stream_client_in_its_own_process(daemon):
     assert result.stdout.strip() == "ok"
 
 
-# ---- autostart -------------------------------------------------------------------------------------
+# ---- autostart -----------------------------------------------------------------------------------
 AUTOSTARTED = """
     import os, sys, time
     import numpy as np

@@ -13,8 +13,13 @@ from observe_helpers import kernels
 
 
 def smi(address: str, *flags: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "simnpu", "smi", "--address", address, *flags],
-                          capture_output=True, text=True, timeout=60, check=False)
+    return subprocess.run(
+        [sys.executable, "-m", "simnpu", "smi", "--address", address, *flags],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
 
 
 def test_smi_shows_the_device_and_this_process_with_its_memory_and_streams(npu, daemon):
@@ -34,7 +39,9 @@ def test_smi_shows_the_device_and_this_process_with_its_memory_and_streams(npu, 
         view = json.loads(smi(daemon.address, "--json").stdout)
         [me] = [p for p in view["processes"] if p["pid"] == os.getpid()]
         assert me["devices"]["0"] == {"memory": 4 << 20, "streams": 3}
-        assert view["devices"][0]["memory_used"] >= 4 << 20 and view["observe"] is None  # off by default
+        assert (
+            view["devices"][0]["memory_used"] >= 4 << 20 and view["observe"] is None
+        )  # off by default
         block.free()
         for stream in streams:
             stream.destroy()
@@ -44,7 +51,9 @@ def test_ai_core_use_counts_a_core_held_by_a_running_kernel(npu, daemon):
     with npu.Device(0):
         flags = npu.DeviceBuffer.from_array(np.zeros(8, np.int32))
         stream = npu.Stream()
-        kernels(npu)["rendezvous"].launch(1, flags, 0, 1, 30.0, stream=stream)  # holds a core until flag 1
+        kernels(npu)["rendezvous"].launch(
+            1, flags, 0, 1, 30.0, stream=stream
+        )  # holds a core until flag 1
         deadline = time.monotonic() + 30
         while flags.to_numpy(np.int32)[0] == 0:  # until it has started
             assert time.monotonic() < deadline, "the kernel never started"

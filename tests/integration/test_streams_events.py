@@ -16,11 +16,12 @@ import time
 
 import numpy as np
 import pytest
+
 from simnpu.proto import codes
 from simnpu.proto.errors import NpuError
 
 LIMIT_S = 20.0  # how long a waiting kernel spins before it fails its task
-FLAGS = 64      # int32 flags in the shared flag buffer
+FLAGS = 64  # int32 flags in the shared flag buffer
 
 KERNELS = '''
 import time
@@ -158,17 +159,18 @@ def test_tasks_of_one_stream_run_in_order(npu, kit):
     expected = {"x": np.full(n, 1.5, np.float32), "y": np.full(n, 2.0, np.float32)}
     for step in range(6):
         blocks = (1, 2, 5)[step % 3]
-        add.launch(blocks, x, y, z, n, stream=stream)          # z = x + y
-        mul.launch(blocks, z, half, x, n, stream=stream)       # x = z / 2
+        add.launch(blocks, x, y, z, n, stream=stream)  # z = x + y
+        mul.launch(blocks, z, half, x, n, stream=stream)  # x = z / 2
         fill.launch(blocks, y, float(step), n, stream=stream)  # y = step
-        add.launch(blocks, y, x, y, n, stream=stream)          # y = step + x  (in place)
+        add.launch(blocks, y, x, y, n, stream=stream)  # y = step + x  (in place)
         expected["z"] = expected["x"] + expected["y"]
         expected["x"] = expected["z"] * np.float32(0.5)
         expected["y"] = np.float32(step) + expected["x"]
     # Copies on the same stream keep the order too.
-    npu.runtime().memcpy_async(z.ptr, z.nbytes, y.ptr, y.nbytes, codes.ACL_MEMCPY_DEVICE_TO_DEVICE,
-                               stream.handle)
-    mul.launch(5, z, z, x, n, stream=stream)                   # x = y * y
+    npu.runtime().memcpy_async(
+        z.ptr, z.nbytes, y.ptr, y.nbytes, codes.ACL_MEMCPY_DEVICE_TO_DEVICE, stream.handle
+    )
+    mul.launch(5, z, z, x, n, stream=stream)  # x = y * y
     stream.synchronize()
     np.testing.assert_array_equal(f32(x), expected["y"] * expected["y"])
     np.testing.assert_array_equal(f32(y), expected["y"])
@@ -225,8 +227,14 @@ def test_event_wait_orders_two_streams(npu, kit):
     kit.slow_fill.launch(2, data, n, 42.0, 0.2, stream=producer)
     done.record(producer)
     consumer.wait_event(done)
-    npu.runtime().memcpy_async(seen.ptr, seen.nbytes, data.ptr, data.nbytes,
-                               codes.ACL_MEMCPY_DEVICE_TO_DEVICE, consumer.handle)
+    npu.runtime().memcpy_async(
+        seen.ptr,
+        seen.nbytes,
+        data.ptr,
+        data.nbytes,
+        codes.ACL_MEMCPY_DEVICE_TO_DEVICE,
+        consumer.handle,
+    )
     npu.builtin("add_f32").launch(2, seen, seen, seen, n, stream=consumer)
     consumer.synchronize()  # only the consumer: the event alone orders it after the producer
     np.testing.assert_array_equal(f32(seen), np.full(n, 84.0, np.float32))
@@ -374,7 +382,7 @@ def test_continue_on_failure_reports_once_and_keeps_going(npu, kit):
     assert "Traceback" in error.message
     assert "ValueError: deliberate failure in block 3" in error.message
     assert "stream_kernels.py" in error.message  # the kernel's own frame
-    assert site in error.message                   # where the client launched it
+    assert site in error.message  # where the client launched it
     np.testing.assert_array_equal(f32(after), np.full(16, 7.0, np.float32))
     marks = marks.to_numpy(np.int32)
     assert marks[0] == 0 and marks[3] == -1  # block 0 ran; the failing block wrote nothing
@@ -391,10 +399,10 @@ def test_stop_on_failure_stops_every_stream_of_the_context(npu, kit):
     fill = npu.builtin("fill_f32")
     after_failure = npu.Event()
     kit.fail_in_block.launch(1, kit.flags, 1, 0, stream=failing)
-    fill.launch(1, out, 1.0, 1, stream=failing)        # same stream, after the failure
+    fill.launch(1, out, 1.0, 1, stream=failing)  # same stream, after the failure
     after_failure.record(failing)
     other.wait_event(after_failure)
-    fill.launch(1, out, 2.0, 2, stream=other)         # other stream, after the failure
+    fill.launch(1, out, 2.0, 2, stream=other)  # other stream, after the failure
     for stream in (failing, other, failing, other):  # every later synchronize reports it
         with pytest.raises(NpuError) as info:
             stream.synchronize()

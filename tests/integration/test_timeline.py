@@ -15,6 +15,7 @@ import sys
 import numpy as np
 from conftest import run_client
 from observe_helpers import kernels
+
 from simnpu.client import observe
 from simnpu.client.tools.observe import format_summary, summarize
 
@@ -49,14 +50,19 @@ def by_kind(trace: dict) -> dict:
 
 
 def names(trace: dict, what: str) -> dict:
-    return {(e["pid"], e.get("tid")): e["args"]["name"] for e in trace["traceEvents"]
-            if e["ph"] == "M" and e["name"] == what}
+    return {
+        (e["pid"], e.get("tid")): e["args"]["name"]
+        for e in trace["traceEvents"]
+        if e["ph"] == "M" and e["name"] == what
+    }
 
 
 def test_a_clients_trace_has_stream_tracks_core_tracks_and_event_arrows(daemon, tmp_path):
     path = tmp_path / "trace.json"
     here = os.path.dirname(os.path.abspath(__file__))
-    result = run_client(daemon.address, PIPELINE, env={"SIMNPU_TRACE": str(path), "PYTHONPATH": here})
+    result = run_client(
+        daemon.address, PIPELINE, env={"SIMNPU_TRACE": str(path), "PYTHONPATH": here}
+    )
     assert result.returncode == 0, result.stderr
     trace = json.loads(path.read_text())
     events = by_kind(trace)
@@ -70,13 +76,17 @@ def test_a_clients_trace_has_stream_tracks_core_tracks_and_event_arrows(daemon, 
     copies = [e for e in slices if e["cat"] == "copy" and e["name"].startswith("memcpy H2D")]
     waits = [e for e in slices if e["cat"] == "event" and e["name"].startswith("wait event")]
     records = [e for e in slices if e["cat"] == "event" and e["name"].startswith("record event")]
-    assert len(kernels_on_streams) == 3 and len(copies) == 3 and len(waits) == 3 and len(records) == 3
+    assert (
+        len(kernels_on_streams) == 3 and len(copies) == 3 and len(waits) == 3 and len(records) == 3
+    )
     assert {e["args"]["site"] for e in kernels_on_streams} == {"<string>:16"}
     assert all(e["args"]["blocks"] == 2 for e in kernels_on_streams)
     copy_track = {(e["pid"], e["tid"]) for e in copies}
     compute_track = {(e["pid"], e["tid"]) for e in kernels_on_streams}
     assert len(copy_track) == len(compute_track) == 1 and copy_track != compute_track
-    assert threads[copy_track.pop()].startswith("stream ") and threads[compute_track.pop()].startswith("stream ")
+    assert threads[copy_track.pop()].startswith("stream ") and threads[
+        compute_track.pop()
+    ].startswith("stream ")
     # an arrow from each record (copy stream) to the wait bound to it (compute stream)
     starts, ends = events["s"], events["f"]
     assert len(starts) == len(ends) == 3
@@ -116,8 +126,13 @@ def test_overlap_of_two_streams_shows_in_the_summary(npu, tmp_path):
     busy = [s for s in summary["streams"] if s["kinds"].get("kernel")]
     assert len(busy) == 2
     assert summary["overlap_us"] > 0 and summary["parallelism"] > 1.0
-    result = subprocess.run([sys.executable, "-m", "simnpu", "trace", "summary", str(path)], capture_output=True,
-                            text=True, timeout=60, check=False)
+    result = subprocess.run(
+        [sys.executable, "-m", "simnpu", "trace", "summary", str(path)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
     assert result.returncode == 0, result.stderr
     assert "2+ streams busy at once" in result.stdout and "overlap achieved" in result.stdout
     assert result.stdout.count("1 kernel") == 2
@@ -125,20 +140,31 @@ def test_overlap_of_two_streams_shows_in_the_summary(npu, tmp_path):
 
 def test_summary_numbers_of_a_known_trace():
     def x(name, cat, ts, dur, tid, **args):
-        return {"name": name, "cat": cat, "ph": "X", "ts": ts, "dur": dur, "pid": 7, "tid": tid,
-                "args": {"task": args.get("task", 0), **args}}
+        return {
+            "name": name,
+            "cat": cat,
+            "ph": "X",
+            "ts": ts,
+            "dur": dur,
+            "pid": 7,
+            "tid": tid,
+            "args": {"task": args.get("task", 0), **args},
+        }
 
-    trace = {"traceEvents": [
-        {"ph": "M", "name": "process_name", "pid": 7, "args": {"name": "client 7 app"}},
-        {"ph": "M", "name": "thread_name", "pid": 7, "tid": 1, "args": {"name": "stream 1"}},
-        {"ph": "M", "name": "thread_name", "pid": 7, "tid": 2, "args": {"name": "stream 2"}},
-        x("k1", "kernel", 0, 10, 1, task=1, site="app.py:3"),
-        x("wait event (record task 4)", "event", 10, 20, 1, task=2),
-        x("k2", "kernel", 30, 10, 1, task=3, site="app.py:5"),
-        x("memcpy H2D 1 KiB", "copy", 5, 20, 2, task=4),
-        x("record event 1", "event", 25, 0.001, 2, task=5),
-        x("k1 [block 0]", "core", 0, 10, 9),
-    ], "otherData": {"generator": "test"}}
+    trace = {
+        "traceEvents": [
+            {"ph": "M", "name": "process_name", "pid": 7, "args": {"name": "client 7 app"}},
+            {"ph": "M", "name": "thread_name", "pid": 7, "tid": 1, "args": {"name": "stream 1"}},
+            {"ph": "M", "name": "thread_name", "pid": 7, "tid": 2, "args": {"name": "stream 2"}},
+            x("k1", "kernel", 0, 10, 1, task=1, site="app.py:3"),
+            x("wait event (record task 4)", "event", 10, 20, 1, task=2),
+            x("k2", "kernel", 30, 10, 1, task=3, site="app.py:5"),
+            x("memcpy H2D 1 KiB", "copy", 5, 20, 2, task=4),
+            x("record event 1", "event", 25, 0.001, 2, task=5),
+            x("k1 [block 0]", "core", 0, 10, 9),
+        ],
+        "otherData": {"generator": "test"},
+    }
     summary = summarize(trace)
     streams = {s["stream"]: s for s in summary["streams"]}
     assert streams["client 7 app / stream 1"]["busy_us"] == 20
@@ -161,11 +187,21 @@ def test_a_daemon_tracing_everyone_writes_its_trace_at_exit_and_on_demand(start_
     assert result.returncode == 0, result.stderr
     saved = tmp_path / "saved.json"
     simnpu = [sys.executable, "-m", "simnpu"]
-    save = subprocess.run(simnpu + ["trace", "save", str(saved), "--address", process.address],
-                          capture_output=True, text=True, timeout=60, check=False)
+    save = subprocess.run(
+        simnpu + ["trace", "save", str(saved), "--address", process.address],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
     assert save.returncode == 0, save.stderr
-    smi = subprocess.run(simnpu + ["smi", "--address", process.address], capture_output=True, text=True,
-                         timeout=60, check=False)
+    smi = subprocess.run(
+        simnpu + ["smi", "--address", process.address],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
     assert "observing: trace" in smi.stdout
     process.stop()
     for document in (json.loads(saved.read_text()), json.loads(path.read_text())):

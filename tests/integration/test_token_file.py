@@ -25,9 +25,14 @@ def free_port() -> int:
 
 
 def health(*args, env=None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "simnpu", "health", *args], check=False,
-                          capture_output=True, text=True, timeout=60,
-                          env={**os.environ, **(env or {})})
+    return subprocess.run(
+        [sys.executable, "-m", "simnpu", "health", *args],
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, **(env or {})},
+    )
 
 
 def test_a_created_token_file_lets_clients_in_and_survives_a_restart(start_daemon, tmp_path):
@@ -38,11 +43,15 @@ def test_a_created_token_file_lets_clients_in_and_survives_a_restart(start_daemo
     token = token_file.read_text().strip()
     assert len(token) >= 32 and stat.S_IMODE(token_file.stat().st_mode) == 0o600
 
-    allowed = run_client(address, CLIENT, env={"SIMNPU_TOKEN_FILE": str(token_file), "SIMNPU_TOKEN": ""})
+    allowed = run_client(
+        address, CLIENT, env={"SIMNPU_TOKEN_FILE": str(token_file), "SIMNPU_TOKEN": ""}
+    )
     assert "uses_shared_memory True" in allowed.stdout, allowed.stderr
     refused = run_client(address, CLIENT, env={"SIMNPU_TOKEN": "wrong"})
     assert refused.returncode != 0 and "207006" in refused.stderr
-    missing = run_client(address, CLIENT, env={"SIMNPU_TOKEN": "", "SIMNPU_TOKEN_FILE": str(tmp_path / "nope")})
+    missing = run_client(
+        address, CLIENT, env={"SIMNPU_TOKEN": "", "SIMNPU_TOKEN_FILE": str(tmp_path / "nope")}
+    )
     assert missing.returncode != 0 and "SIMNPU_TOKEN_FILE" in missing.stderr
 
     assert daemon.stop() == 0
@@ -53,8 +62,12 @@ def test_a_created_token_file_lets_clients_in_and_survives_a_restart(start_daemo
 def test_without_a_token_a_tcp_listener_is_refused_at_start(tmp_path):
     result = subprocess.run(
         [sys.executable, "-m", "simnpu.server", "--listen", f"127.0.0.1:{free_port()}"],
-        check=False, capture_output=True, text=True, timeout=60,
-        env={**os.environ, "SIMNPU_TOKEN": "", "SIMNPU_TOKEN_FILE": "", "SIMNPU_CREATE_TOKEN": "1"})
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "SIMNPU_TOKEN": "", "SIMNPU_TOKEN_FILE": "", "SIMNPU_CREATE_TOKEN": "1"},
+    )
     assert result.returncode == 2 and "needs a shared token" in result.stderr
 
 

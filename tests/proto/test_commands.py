@@ -4,6 +4,7 @@ after the records before it were yielded."""
 import struct
 
 import pytest
+
 from simnpu.proto import codes, commands
 from simnpu.proto.commands import Location
 from simnpu.proto.errors import NpuError
@@ -63,7 +64,9 @@ CASES = {
         commands.HostDone(2, 99, False),
     ),
     "collective": (
-        commands.Collective.pack(U64, (16 << 40) | 1, 2, DEV.offset, DEV.offset + 64, U64, 7, 4, 11, 3, U32),
+        commands.Collective.pack(
+            U64, (16 << 40) | 1, 2, DEV.offset, DEV.offset + 64, U64, 7, 4, 11, 3, U32
+        ),
         commands.Collective(
             U64, (16 << 40) | 1, 2, DEV.offset, DEV.offset + 64, U64, 7, 4, 11, 3, U32
         ),
@@ -120,7 +123,9 @@ def test_launch_args_are_bytes_not_views_of_the_buffer():
 
 def test_packed_sizes_match_the_layouts():
     assert len(commands.Launch.pack(1, 2, 3, b"abc")) == commands.Launch.LAYOUT.size + 3
-    assert len(commands.LaunchDeviceArgs.pack(1, 2, 3, 4, 5)) == commands.LaunchDeviceArgs.LAYOUT.size
+    assert (
+        len(commands.LaunchDeviceArgs.pack(1, 2, 3, 4, 5)) == commands.LaunchDeviceArgs.LAYOUT.size
+    )
     assert len(commands.Copy.pack(1, DEV, PIN, 5)) == commands.Copy.LAYOUT.size
     assert len(commands.Memset.pack(1, DEV, 0, 5)) == commands.Memset.LAYOUT.size
     assert len(commands.RecordEvent.pack(1, 2)) == commands.RecordEvent.LAYOUT.size
@@ -183,14 +188,24 @@ def test_every_request_body_has_its_call_and_every_reply_body_its_request():
     that returns values, named alike (npu.proto)."""
     from simnpu.proto import npu_pb2
 
-    requests = {f.name: f.message_type.name for f in npu_pb2.Request.DESCRIPTOR.oneofs_by_name["body"].fields}
-    replies = {f.name: f.message_type.name for f in npu_pb2.Reply.DESCRIPTOR.oneofs_by_name["body"].fields}
-    assert len(set(requests.values())) == len(requests) and len(set(replies.values())) == len(replies)
+    requests = {
+        f.name: f.message_type.name
+        for f in npu_pb2.Request.DESCRIPTOR.oneofs_by_name["body"].fields
+    }
+    replies = {
+        f.name: f.message_type.name for f in npu_pb2.Reply.DESCRIPTOR.oneofs_by_name["body"].fields
+    }
+    assert len(set(requests.values())) == len(requests) and len(set(replies.values())) == len(
+        replies
+    )
     assert set(replies) <= set(requests)
     for case, body in requests.items():
-        assert body.endswith("Request") and body[:-len("Request")] in (_camel(case), _camel(case) + "s")
+        assert body.endswith("Request") and body[: -len("Request")] in (
+            _camel(case),
+            _camel(case) + "s",
+        )
     for case, body in replies.items():
-        assert body == requests[case][:-len("Request")] + "Reply"
+        assert body == requests[case][: -len("Request")] + "Reply"
 
 
 def _camel(case: str) -> str:
@@ -201,7 +216,9 @@ def test_required_fields_are_found_nested_too():
     from simnpu.proto import messages, npu_pb2
 
     assert messages.missing(npu_pb2.CreateStreamRequest(context=1)) == ["priority", "flags"]
-    assert messages.missing(npu_pb2.CreateStreamRequest(context=0, priority=0, flags=0)) == []  # 0 is a value
+    assert (
+        messages.missing(npu_pb2.CreateStreamRequest(context=0, priority=0, flags=0)) == []
+    )  # 0 is a value
     partial = npu_pb2.MemcpyRequest(dst=npu_pb2.Location(space=npu_pb2.SPACE_DEVICE), count=4)
     assert messages.missing(partial) == ["dst.offset", "src"]
     assert messages.missing(npu_pb2.UseRingRequest()) == []
@@ -209,16 +226,23 @@ def test_required_fields_are_found_nested_too():
 
 # ---- records only a submission ring carries (docs/fast-path.md) -------------------------------
 def test_ring_records_decode_only_in_ring_mode():
-    ring_only = [commands.RingRequest.pack(b"\x08\x01"), commands.RingStreamItem.RECORD,
-                 commands.RingSite.pack("file.py:12")]
+    ring_only = [
+        commands.RingRequest.pack(b"\x08\x01"),
+        commands.RingStreamItem.RECORD,
+        commands.RingSite.pack("file.py:12"),
+    ]
     for packed in ring_only:
         with pytest.raises(NpuError) as raised:
             decode_all(packed)
         assert raised.value.code == codes.ACL_ERROR_RT_PARAM_INVALID
     launch, expected = CASES["launch"]
     assert list(commands.decode(b"".join([launch, *ring_only, launch]), ring=True)) == [
-        expected, commands.RingRequest(b"\x08\x01"), commands.RingStreamItem(), commands.RingSite("file.py:12"),
-        expected]
+        expected,
+        commands.RingRequest(b"\x08\x01"),
+        commands.RingStreamItem(),
+        commands.RingSite("file.py:12"),
+        expected,
+    ]
 
 
 def test_ring_end_and_a_last_byte_end_a_ring_piece():

@@ -7,6 +7,7 @@ import textwrap
 
 import numpy as np
 import pytest
+
 import simnpu
 from simnpu.proto import codes, kernel_abi
 from simnpu.proto.errors import NpuError

@@ -5,6 +5,7 @@ import itertools
 
 import numpy as np
 import pytest
+
 from simnpu.proto.kernel_abi import discover_kernels, is_kernel, signature_of
 from simnpu.server.kernels import builtin
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+
 from simnpu.proto import codes
 from simnpu.proto.errors import NpuError
 from simnpu.server.ipc_memory import IpcMemory
@@ -15,7 +16,11 @@ def test_parse_limit():
     assert parse_limit("64MiB", 1 << 30) == 64 * MiB
     assert parse_limit("25%", 256 * MiB) == 64 * MiB
     assert parse_limit("1048576", 0) == MiB
-    assert parse_limit("", 1) is None and parse_limit("none", 1) is None and parse_limit("0", 1) is None
+    assert (
+        parse_limit("", 1) is None
+        and parse_limit("none", 1) is None
+        and parse_limit("0", 1) is None
+    )
     for bad in ("abc", "150%", "0%", "-5MiB"):
         with pytest.raises(ValueError):
             parse_limit(bad, 1 << 30)
@@ -42,7 +47,7 @@ def test_mem_info_under_a_limit():
     assert mem_info(None, 5, 100, 1000) == (100, 1000)
     assert mem_info(64, 16, 1000, 4096) == (48, 64)
     assert mem_info(64, 16, 10, 4096) == (10, 64)  # the device has less left than the limit
-    assert mem_info(8, 16, 1000, 4096) == (0, 8)   # holds more than a lowered limit
+    assert mem_info(8, 16, 1000, 4096) == (0, 8)  # holds more than a lowered limit
 
 
 class FakeDevice:

@@ -22,7 +22,11 @@ def test_written_ranges_merge_and_report_what_is_missing():
     assert written == [(10, 40)]
     add_range(written, 5, 12)
     add_range(written, 39, 45)
-    assert written == [(5, 45)] and missing(written, 5, 45) == [] and missing(written, 0, 6) == [(0, 5)]
+    assert (
+        written == [(5, 45)]
+        and missing(written, 5, 45) == []
+        and missing(written, 0, 6) == [(0, 5)]
+    )
 
 
 def test_an_rw_view_wrote_exactly_the_elements_whose_bytes_changed():
@@ -44,7 +48,12 @@ def test_many_scattered_writes_are_merged_across_the_smallest_gaps():
 
 
 def test_access_entries_of_one_mode_merge_when_they_touch():
-    entries = [(0, 8, READ, 0, 0), (8, 16, READ, 1, 1), (0, 8, WRITE, 0, 0), (100, 108, READ_RW, 2, 2)]
+    entries = [
+        (0, 8, READ, 0, 0),
+        (8, 16, READ, 1, 1),
+        (0, 8, WRITE, 0, 0),
+        (100, 108, READ_RW, 2, 2),
+    ]
     assert _merge(entries) == [(0, 16, READ, 0, 1), (0, 8, WRITE, 0, 0), (100, 108, READ_RW, 2, 2)]
 
 
@@ -105,7 +114,11 @@ def test_the_history_finds_conflicts_and_forgets_what_a_later_write_covers():
     s1, s2 = _Stream(session), _Stream(session)
     history: list = []
     reader = _stamp(clocks, _Task(s1), session)
-    races.remember(history, races.Access(0, 64, False, reader.agent, reader.epoch, {}, None, session), reader.clock)
+    races.remember(
+        history,
+        races.Access(0, 64, False, reader.agent, reader.epoch, {}, None, session),
+        reader.clock,
+    )
     other_reader = _stamp(clocks, _Task(s2), session)
     assert races.check(history, 0, 64, False, other_reader) == []  # read-read: no race
     writer = _stamp(clocks, _Task(s2), session)
@@ -114,8 +127,11 @@ def test_the_history_finds_conflicts_and_forgets_what_a_later_write_covers():
     assert races.check(history, 64, 96, True, writer) == []  # no overlap
     clocks.host_syncs_streams(session, [s1])
     ordered_writer = _stamp(clocks, _Task(s2), session)
-    races.remember(history, races.Access(0, 64, True, ordered_writer.agent, ordered_writer.epoch, {}, None,
-                                         session), ordered_writer.clock)
+    races.remember(
+        history,
+        races.Access(0, 64, True, ordered_writer.agent, ordered_writer.epoch, {}, None, session),
+        ordered_writer.clock,
+    )
     assert [a.write for a in history] == [True]  # the read it covers and follows is forgotten
 
 
@@ -130,9 +146,16 @@ class _Count:
     count = 1
 
 
-@pytest.mark.parametrize("text, expected", [
-    ("all", bits.CHECKS), ("memcheck,races", bits.MEMCHECK | bits.RACECHECK),
-    ("initcheck strict", bits.INITCHECK | bits.RACECHECK | bits.STRICT), ("", 0), ("off", 0)])
+@pytest.mark.parametrize(
+    "text, expected",
+    [
+        ("all", bits.CHECKS),
+        ("memcheck,races", bits.MEMCHECK | bits.RACECHECK),
+        ("initcheck strict", bits.INITCHECK | bits.RACECHECK | bits.STRICT),
+        ("", 0),
+        ("off", 0),
+    ],
+)
 def test_check_option_syntax(text, expected):
     assert bits.parse_checks(text) == expected
 

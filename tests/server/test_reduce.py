@@ -4,6 +4,7 @@ and bit-for-bit identical results however the work is cut."""
 import ml_dtypes
 import numpy as np
 import pytest
+
 from simnpu.proto import hccl_types as ht
 from simnpu.server import reduce
 from simnpu.server.work import Span

@@ -8,6 +8,8 @@ import time
 
 import numpy as np
 import pytest
+from thread_executor import Memory, StandInDevice, ThreadExecutor
+
 from simnpu.proto import codes
 from simnpu.proto.kernel_abi import discover_kernels
 from simnpu.server.executor import UnitKind
@@ -17,7 +19,6 @@ from simnpu.server.scheduler import Scheduler
 from simnpu.server.tasks import CopyTask, KernelTask, RecordTask, ResetTask, TaskState, WaitTask
 from simnpu.server.work import RunKernel, Span
 from simnpu.shm.addresses import device_address
-from thread_executor import Memory, StandInDevice, ThreadExecutor
 
 KERNELS = '''
 import time
@@ -118,14 +119,24 @@ class Rig:
         return device_address(0, offset)
 
     def read(self, address: int) -> int:
-        return int(np.frombuffer(self.memory.maps[0], np.int64, 1, address - device_address(0, 0))[0])
+        return int(
+            np.frombuffer(self.memory.maps[0], np.int64, 1, address - device_address(0, 0))[0]
+        )
 
     def kernel(self, stream: Stream, name: str, *args, blocks: int = 1) -> KernelTask:
         signature = self.binary.kernels[name]
         bounds = tuple((value, 8) for kind, value in zip(signature.types, args) if kind == "ptr")
         self.seq += 1
-        return self.submit(KernelTask(self.seq, stream, Function(self.binary, name, signature), blocks,
-                                      tuple(args), bounds))
+        return self.submit(
+            KernelTask(
+                self.seq,
+                stream,
+                Function(self.binary, name, signature),
+                blocks,
+                tuple(args),
+                bounds,
+            )
+        )
 
     def submit(self, task):
         self.scheduler.post([(self.scheduler.submit, (task,))])
@@ -273,8 +284,9 @@ def test_single_block_launches_of_a_stream_go_to_one_core_in_one_batch():
             rig.kernel(stream, "empty")
         np.frombuffer(rig.memory.maps[0], np.int64, 1, flag - device_address(0, 0))[0] = 1
         rig.drain(stream)
-        kernels_per_batch = [sum(isinstance(item, RunKernel) for item in batch)
-                             for _, batch in rig.executor.batches]
+        kernels_per_batch = [
+            sum(item[0] == RunKernel.TAG for item in batch) for _, batch in rig.executor.batches
+        ]
         assert kernels_per_batch == [1, 10]
     finally:
         rig.close()
@@ -284,8 +296,13 @@ def test_a_launch_of_many_blocks_is_shared_out_in_chunks_over_the_cores(rig):
     stream = rig.stream()
     task = rig.kernel(stream, "empty", blocks=64)
     rig.drain(stream)
-    chunks = [(item.first, item.last) for _, batch in rig.executor.batches for item in batch
-              if isinstance(item, RunKernel)]
+    chunks = [
+        (launch.first, launch.last)
+        for _, batch in rig.executor.batches
+        for item in batch
+        if item[0] == RunKernel.TAG
+        for launch in [RunKernel.unpack(item)]
+    ]
     assert task.failure is None and len(chunks) > 1
     assert sorted(chunks)[0][0] == 0 and sum(last - first for first, last in chunks) == 64
     assert len({unit.core_id for unit, _ in rig.executor.batches}) == 2  # both cores took some
@@ -298,7 +315,7 @@ def test_a_copy_runs_on_a_copy_engine(rig):
     rig.task(CopyTask, stream, Span("dev0", target - base, 0), Span("dev0", source - base, 0), 8)
     rig.drain(stream)
     assert rig.read(target) == 99
-    (unit, _), = rig.executor.batches
+    ((unit, _),) = rig.executor.batches
     assert unit.kind is UnitKind.COPY_ENGINE
 
 
@@ -333,3 +350,18 @@ def test_a_kernel_past_the_operator_timeout_fails_and_its_core_is_replaced():
         assert core.generation == 1 and core.restarts == 1
     finally:
         rig.close()
+
+
+def test_the_units_take_run_kernel_and_write_signal_items_field_by_field():
+    """The worker calls run_kernel(*fields) and write_signal(*fields): their parameters are
+    the items' fields, in order (server/work.py)."""
+    import inspect
+
+    from simnpu.server.work import WriteSignal
+    from simnpu.server.workers import WorkRunner
+
+    for method, item in (
+        (WorkRunner.run_kernel, RunKernel),
+        (WorkRunner.write_signal, WriteSignal),
+    ):
+        assert list(inspect.signature(method).parameters)[1:] == list(item._fields), method

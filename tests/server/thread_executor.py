@@ -34,8 +34,12 @@ class StandInDevice:
         self.index = index
         engines = first_core_id + ai_cores
         self.units = {
-            UnitKind.AI_CORE: [Unit(UnitKind.AI_CORE, index, i, first_core_id + i) for i in range(ai_cores)],
-            UnitKind.COPY_ENGINE: [Unit(UnitKind.COPY_ENGINE, index, i, engines + i) for i in range(copy_engines)],
+            UnitKind.AI_CORE: [
+                Unit(UnitKind.AI_CORE, index, i, first_core_id + i) for i in range(ai_cores)
+            ],
+            UnitKind.COPY_ENGINE: [
+                Unit(UnitKind.COPY_ENGINE, index, i, engines + i) for i in range(copy_engines)
+            ],
         }
         self.ready: dict = {kind: [] for kind in UnitKind}
 
@@ -61,14 +65,24 @@ class ThreadExecutor:
         inbox: queue.SimpleQueue = queue.SimpleQueue()
         self._inboxes[unit] = inbox
         generation = unit.generation
-        runner = WorkRunner(unit.core_id, self.memory.maps, self.memory.segments,
-                            lambda report: self._reports.put((unit, generation, report)))
-        thread = threading.Thread(target=self._serve, args=(unit, generation, inbox, runner), daemon=True,
-                                  name=f"unit-{unit.core_id}-{generation}")
+        runner = WorkRunner(
+            unit.core_id,
+            self.memory.maps,
+            self.memory.segments,
+            lambda report: self._reports.put((unit, generation, report)),
+        )
+        thread = threading.Thread(
+            target=self._serve,
+            args=(unit, generation, inbox, runner),
+            daemon=True,
+            name=f"unit-{unit.core_id}-{generation}",
+        )
         self._threads.append(thread)
         thread.start()
 
-    def _serve(self, unit: Unit, generation: int, inbox: queue.SimpleQueue, runner: WorkRunner) -> None:
+    def _serve(
+        self, unit: Unit, generation: int, inbox: queue.SimpleQueue, runner: WorkRunner
+    ) -> None:
         cancelled: set[int] = set()
 
         def take_cancellations() -> set[int]:

@@ -6,6 +6,7 @@ import pickle
 import random
 
 import pytest
+
 from simnpu.proto import codes
 from simnpu.proto.errors import NotSupportedError, NpuError, NpuMemoryError
 from simnpu.shm.allocator import _FREED_MEMORY, Allocation, DeviceAllocator

@@ -4,6 +4,7 @@ import bisect
 import random
 
 import pytest
+
 from simnpu.shm.freeset import FreeSet, bin_of
 
 SHIFT = 31
@@ -23,7 +24,11 @@ def test_matches_a_sorted_list(seed):
     for _ in range(4000):
         op = rng.random()
         if op < 0.5 or not model:
-            size = rng.choice([64, 128, 1 << 20]) if rng.random() < 0.3 else 64 * rng.randrange(1, 40000)
+            size = (
+                rng.choice([64, 128, 1 << 20])
+                if rng.random() < 0.3
+                else 64 * rng.randrange(1, 40000)
+            )
             key = size << SHIFT | 64 * rng.randrange(1 << 20)
             if key in model:
                 continue
@@ -41,7 +46,7 @@ def test_matches_a_sorted_list(seed):
         assert fs.last() == (model[-1] if model else None)
     assert list(fs) == model
     probe = model[len(model) // 3] - 1
-    assert list(fs.irange(probe)) == model[bisect.bisect_left(model, probe):]
+    assert list(fs.irange(probe)) == model[bisect.bisect_left(model, probe) :]
 
 
 def test_empty_and_out_of_range():

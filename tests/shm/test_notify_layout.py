@@ -49,7 +49,10 @@ def test_slots_do_not_overlap(area):
     for slot in range(layout.MAILBOX_SLOTS):
         assert area.take_reply(slot, 100 + slot) == bytes([slot]) * layout.SLOT_CAPACITY
     area.set_done(layout.STREAM_SLOTS - 1, 9, False)
-    assert area.take_reply(layout.MAILBOX_SLOTS - 1, 100 + layout.MAILBOX_SLOTS - 1)[-1] == layout.MAILBOX_SLOTS - 1
+    assert (
+        area.take_reply(layout.MAILBOX_SLOTS - 1, 100 + layout.MAILBOX_SLOTS - 1)[-1]
+        == layout.MAILBOX_SLOTS - 1
+    )
 
 
 def test_stream_words_carry_the_sequence_number_and_the_dirty_bit(area):
@@ -105,8 +108,9 @@ def test_futexes_work_across_processes():
     region = Region.create(segment_name("test-notify", time.monotonic_ns()), layout.SIZE)
     area = NotifyArea(region.map)
     try:
-        process = multiprocessing.get_context("spawn").Process(target=_post_from_another_process,
-                                                               args=(region.name,))
+        process = multiprocessing.get_context("spawn").Process(
+            target=_post_from_another_process, args=(region.name,)
+        )
         process.start()
         deadline = time.monotonic() + 30
         while area.word(3) != 77 and time.monotonic() < deadline:

@@ -7,6 +7,7 @@ import os
 import numpy as np
 import posix_ipc
 import pytest
+
 from simnpu.shm.region import Region, segment_name, unlink_quietly
 
 _names = itertools.count()

@@ -3,8 +3,9 @@ simnpu's tests against the pyACL documentation: a callback thread started with
 acl.util.start_thread loops on process_report; results are handed to it with
 launch_callback after each batch's copies; exit flag, unsubscribe, stop_thread."""
 
-import acl
 import numpy as np
+
+import acl
 
 ACL_SUCCESS = 0
 ACL_MEMCPY_HOST_TO_DEVICE = 1
@@ -56,13 +57,17 @@ class Pipeline(object):
             host_out, ret = acl.rt.malloc_host(SIZE)
             check_ret("acl.rt.malloc_host", ret)
             keep.append((data, host_out))
-            ret = acl.rt.memcpy_async(dev, SIZE, acl.util.bytes_to_ptr(data), SIZE, ACL_MEMCPY_HOST_TO_DEVICE,
-                                      self.stream)
+            ret = acl.rt.memcpy_async(
+                dev, SIZE, acl.util.bytes_to_ptr(data), SIZE, ACL_MEMCPY_HOST_TO_DEVICE, self.stream
+            )
             check_ret("acl.rt.memcpy_async", ret)
-            ret = acl.rt.memcpy_async(host_out, SIZE, dev, SIZE, ACL_MEMCPY_DEVICE_TO_HOST, self.stream)
+            ret = acl.rt.memcpy_async(
+                host_out, SIZE, dev, SIZE, ACL_MEMCPY_DEVICE_TO_HOST, self.stream
+            )
             check_ret("acl.rt.memcpy_async", ret)
-            ret = acl.rt.launch_callback(self._callback_func, [batch, host_out, data], ACL_CALLBACK_BLOCK,
-                                         self.stream)
+            ret = acl.rt.launch_callback(
+                self._callback_func, [batch, host_out, data], ACL_CALLBACK_BLOCK, self.stream
+            )
             check_ret("acl.rt.launch_callback", ret)
         ret = acl.rt.synchronize_stream(self.stream)
         check_ret("acl.rt.synchronize_stream", ret)

@@ -39,8 +39,10 @@ def main():
         check_ret("acl.rt.memset_async", acl.rt.memset_async(src, SIZE, value, SIZE, producer))
     check_ret("acl.rt.record_event", acl.rt.record_event(ready, producer))
     check_ret("acl.rt.stream_wait_event", acl.rt.stream_wait_event(consumer, ready))
-    check_ret("acl.rt.memcpy_async",
-              acl.rt.memcpy_async(dst, SIZE, src, SIZE, ACL_MEMCPY_DEVICE_TO_DEVICE, consumer))
+    check_ret(
+        "acl.rt.memcpy_async",
+        acl.rt.memcpy_async(dst, SIZE, src, SIZE, ACL_MEMCPY_DEVICE_TO_DEVICE, consumer),
+    )
     check_ret("acl.rt.synchronize_event", acl.rt.synchronize_event(ready))
     status, ret = acl.rt.query_event_status(ready)
     check_ret("acl.rt.query_event_status", ret)
@@ -52,7 +54,10 @@ def main():
     check_ret("acl.rt.synchronize_stream", acl.rt.synchronize_stream(consumer))
 
     out = bytes(SIZE)
-    check_ret("acl.rt.memcpy", acl.rt.memcpy(acl.util.bytes_to_ptr(out), SIZE, dst, SIZE, ACL_MEMCPY_DEVICE_TO_HOST))
+    check_ret(
+        "acl.rt.memcpy",
+        acl.rt.memcpy(acl.util.bytes_to_ptr(out), SIZE, dst, SIZE, ACL_MEMCPY_DEVICE_TO_HOST),
+    )
     print("[INFO] consumer copy starts with {}".format(list(out[:4])))
     if out != bytes([8]) * SIZE:
         raise Exception("the consumer copied before the producer finished")

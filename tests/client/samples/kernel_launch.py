@@ -5,8 +5,9 @@ memory and launch it with acl.rt.launch_kernel (aclrtLaunchKernel)."""
 import os
 import struct
 
-import acl
 import numpy as np
+
+import acl
 
 ACL_SUCCESS = 0
 ACL_MEMCPY_HOST_TO_DEVICE = 1
@@ -23,8 +24,12 @@ def check_ret(message, ret):
 def to_device(data):
     ptr, ret = acl.rt.malloc(len(data), 0)
     check_ret("acl.rt.malloc", ret)
-    check_ret("acl.rt.memcpy", acl.rt.memcpy(ptr, len(data), acl.util.bytes_to_ptr(data), len(data),
-                                             ACL_MEMCPY_HOST_TO_DEVICE))
+    check_ret(
+        "acl.rt.memcpy",
+        acl.rt.memcpy(
+            ptr, len(data), acl.util.bytes_to_ptr(data), len(data), ACL_MEMCPY_HOST_TO_DEVICE
+        ),
+    )
     return ptr
 
 
@@ -46,12 +51,16 @@ def main():
     check_ret("acl.rt.malloc", ret)
     args = struct.pack("<QQQI", dev_x, dev_y, dev_z, N)
     dev_args = to_device(args)
-    check_ret("acl.rt.launch_kernel", acl.rt.launch_kernel(func, BLOCKS, dev_args, len(args), stream))
+    check_ret(
+        "acl.rt.launch_kernel", acl.rt.launch_kernel(func, BLOCKS, dev_args, len(args), stream)
+    )
     check_ret("acl.rt.synchronize_stream", acl.rt.synchronize_stream(stream))
 
     out = bytes(N * 4)
-    check_ret("acl.rt.memcpy", acl.rt.memcpy(acl.util.bytes_to_ptr(out), N * 4, dev_z, N * 4,
-                                             ACL_MEMCPY_DEVICE_TO_HOST))
+    check_ret(
+        "acl.rt.memcpy",
+        acl.rt.memcpy(acl.util.bytes_to_ptr(out), N * 4, dev_z, N * 4, ACL_MEMCPY_DEVICE_TO_HOST),
+    )
     z = np.frombuffer(out, np.float32)
     print("[INFO] z[:3] = {} (x + y = {})".format(z[:3], (x + y)[:3]))
     if not np.allclose(z, x + y):

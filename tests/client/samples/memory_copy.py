@@ -2,8 +2,9 @@
 against the pyACL documentation (bare numbers for constants, as the samples use):
 host -> pinned -> device -> device -> pinned, checked byte for byte."""
 
-import acl
 import numpy as np
+
+import acl
 
 ACL_SUCCESS = 0
 ACL_MEM_MALLOC_HUGE_FIRST = 0
@@ -44,7 +45,9 @@ def main():
     dev_b, ret = acl.rt.malloc(SIZE, ACL_MEM_MALLOC_HUGE_FIRST)
     check_ret("acl.rt.malloc", ret)
 
-    ret = acl.rt.memcpy(host_in, SIZE, acl.util.bytes_to_ptr(data_bytes), SIZE, ACL_MEMCPY_HOST_TO_HOST)
+    ret = acl.rt.memcpy(
+        host_in, SIZE, acl.util.bytes_to_ptr(data_bytes), SIZE, ACL_MEMCPY_HOST_TO_HOST
+    )
     check_ret("acl.rt.memcpy", ret)
     ret = acl.rt.memcpy_async(dev_a, SIZE, host_in, SIZE, ACL_MEMCPY_HOST_TO_DEVICE, stream)
     check_ret("acl.rt.memcpy_async", ret)

@@ -1,6 +1,7 @@
 """A simnpu kernel module (the "binary" kernel_launch.py loads with binary_load_from_file)."""
 
 import numpy as np
+
 from simnpu import kernel
 
 
@@ -10,6 +11,8 @@ def vadd(ctx, x, y, z, n):
     start = ctx.block_idx * share
     count = max(0, min(n, start + share) - start)
     if count:
-        np.add(ctx.gm(x + 4 * start, "float32", count, access="r"),
-               ctx.gm(y + 4 * start, "float32", count, access="r"),
-               out=ctx.gm(z + 4 * start, "float32", count))
+        np.add(
+            ctx.gm(x + 4 * start, "float32", count, access="r"),
+            ctx.gm(y + 4 * start, "float32", count, access="r"),
+            out=ctx.gm(z + 4 * start, "float32", count),
+        )

@@ -33,10 +33,10 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
-import numpy as np
+import numpy as np  # noqa: E402
 
-from simnpu.client import autostart
-from simnpu.shm.sizes import parse_size
+from simnpu.client import autostart  # noqa: E402
+from simnpu.shm.sizes import parse_size  # noqa: E402
 
 BUS_FACTOR = {
     "all_reduce": lambda n: 2 * (n - 1) / n,

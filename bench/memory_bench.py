@@ -30,12 +30,12 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
-import baselines
-from alloc_traces import Buddy, FirstFit, dl_trace, replay, trace_summary
-from run import Daemon
+import baselines  # noqa: E402
+from alloc_traces import Buddy, FirstFit, dl_trace, replay, trace_summary  # noqa: E402
+from run import Daemon  # noqa: E402
 
-from simnpu.proto import codes
-from simnpu.shm.allocator import DeviceAllocator
+from simnpu.proto import codes  # noqa: E402
+from simnpu.shm.allocator import DeviceAllocator  # noqa: E402
 
 NORMAL_ONLY = codes.ACL_MEM_MALLOC_NORMAL_ONLY
 HUGE_FIRST = codes.ACL_MEM_MALLOC_HUGE_FIRST

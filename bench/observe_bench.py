@@ -15,7 +15,8 @@ Every round runs every mode once (interleaved, so drift on a busy machine hits t
 each row is the median of its rounds beside the "off" median of the same run. Besides the
 rate, the probe measures the CPU time per task of its timed loop -- the daemon and its
 workers from /proc, the client from process_time -- which, unlike the rate, other processes
-on the machine do not change (writing the trace file at exit is not counted). The target (docs/observability.md) is a timeline costing < 10 %.
+on the machine do not change (writing the trace file at exit is not counted). The target
+(docs/observability.md) is a timeline costing < 10 %.
 """
 
 from __future__ import annotations
@@ -32,9 +33,9 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
-from run import Daemon as _PlainDaemon
+from run import Daemon as _PlainDaemon  # noqa: E402
 
-from simnpu.client import autostart
+from simnpu.client import autostart  # noqa: E402
 
 
 class Daemon(_PlainDaemon):
@@ -144,8 +145,8 @@ def report_table(rows: dict, args) -> list[dict]:
         median("off", "daemon_us") + median("off", "client_us"),
     )
     print(
-        f"device throughput (bench/probes.py device_throughput): {args.streams} stream(s), {args.count} "
-        f"empty kernels per run, {args.rounds} rounds, modes interleaved; medians"
+        f"device throughput (bench/probes.py device_throughput): {args.streams} stream(s), "
+        f"{args.count} empty kernels per run, {args.rounds} rounds, modes interleaved; medians"
     )
     print(
         f"  {'mode':<32} {'task/s':>8} {'vs off':>7} {'best':>8} | {'daemon':>7} {'client':>7} "
@@ -157,8 +158,8 @@ def report_table(rows: dict, args) -> list[dict]:
         daemon_us, client_us = median(name, "daemon_us"), median(name, "client_us")
         cpu = daemon_us + client_us
         print(
-            f"  {name:<32} {rate:>8.0f} {rate / off_rate - 1:>+7.1%} {best:>8.0f} | {daemon_us:>5.1f}us "
-            f"{client_us:>5.1f}us {cpu:>6.1f}us {cpu / off_cpu - 1:>+7.1%}"
+            f"  {name:<32} {rate:>8.0f} {rate / off_rate - 1:>+7.1%} {best:>8.0f} | "
+            f"{daemon_us:>5.1f}us {client_us:>5.1f}us {cpu:>6.1f}us {cpu / off_cpu - 1:>+7.1%}"
         )
         table.append(
             {
@@ -176,11 +177,13 @@ def report_table(rows: dict, args) -> list[dict]:
     worst_rate = max(-r["rate_vs_off"] for r in timeline)
     worst_cpu = max(r["cpu_vs_off"] for r in timeline)
     print(
-        f"\ntimeline cost, worst of client/daemon tracing: throughput {worst_rate:.1%} lower, CPU per task "
-        f"{worst_cpu:+.1%} (target < 10 %: {'met' if max(worst_rate, worst_cpu) < 0.10 else 'MISSED'})"
+        f"\ntimeline cost, worst of client/daemon tracing: throughput {worst_rate:.1%} lower, CPU "
+        f"per task {worst_cpu:+.1%} (target < 10 %: "
+        f"{'met' if max(worst_rate, worst_cpu) < 0.10 else 'MISSED'})"
     )
     print(
-        "(throughput on a shared 2-core machine is noisy; CPU per task is not slowed by other processes)"
+        "(throughput on a shared 2-core machine is noisy; CPU per task is not slowed by other "
+        "processes)"
     )
     return table
 

@@ -149,7 +149,8 @@ def _cpu_ns(pid: int) -> int:
 
 
 def copy_bandwidth(nbytes: str, memory: str):
-    """Best-of-5 GB/s of synchronous H2D and D2H copies of `nbytes` from pinned or pageable memory."""
+    """Best-of-5 GB/s of synchronous H2D and D2H copies of `nbytes` from pinned or pageable
+    memory."""
     nbytes = int(nbytes)
     setup()
     device = value(acl.rt.malloc(nbytes, acl.ACL_MEM_MALLOC_HUGE_FIRST))

@@ -328,7 +328,8 @@ def main() -> None:
         )
     missed = [r["what"] for r in table.rows if not r["met"]]
     print(
-        f"\n{len(table.rows) - len(missed)} of {len(table.rows)} rows meet their target; JSON in {args.json}"
+        f"\n{len(table.rows) - len(missed)} of {len(table.rows)} rows meet their target; JSON in "
+        f"{args.json}"
     )
 
 

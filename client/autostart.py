@@ -76,8 +76,8 @@ def ensure_daemon(address: str) -> None:
             if process.poll() is not None:
                 raise NpuError(
                     codes.ACL_ERROR_RT_NO_DEVICE,
-                    f"the simnpu daemon started at {address} exited with code {process.returncode}; "
-                    f"see {log_path}",
+                    f"the simnpu daemon started at {address} exited with code "
+                    f"{process.returncode}; see {log_path}",
                 )
             if time.monotonic() > deadline:
                 raise NpuError(

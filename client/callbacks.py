@@ -108,8 +108,10 @@ class HostCallbacks:
         self._run(callback, entry)
 
     def _run_host_functions(self) -> None:
+        host_functions = self._host_functions
+        assert host_functions is not None  # the thread starts once the queue is made
         while True:
-            callback, entry = self._host_functions.get()
+            callback, entry = host_functions.get()
             self._run(callback, entry)
 
     def _run(self, callback: int, entry: tuple) -> None:

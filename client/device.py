@@ -85,7 +85,8 @@ class Device:
         return runtime().get_mem_info(codes.ACL_HBM_MEM)
 
     def memory_stats(self) -> dict:
-        """The pool's statistics under torch.cuda.memory_stats key names (docs/memory.md). Blocks."""
+        """The pool's statistics under torch.cuda.memory_stats key names (docs/memory.md).
+        Blocks."""
         return runtime().memory_stats(self.index)
 
     def memory_snapshot(self) -> list[dict]:

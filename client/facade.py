@@ -235,7 +235,8 @@ def api(
             else "        rt = None\n"
         )
         checks = "".join(
-            f"        if not {param}:\n            raise _NpuError(_INVALID_PARAM, '{param} is null')\n"
+            f"        if not {param}:\n"
+            f"            raise _NpuError(_INVALID_PARAM, '{param} is null')\n"
             for param in nonnull
         )
         lines.append("    try:\n" + checks + acquire + f"        {result}\n")

@@ -157,7 +157,9 @@ class PinnedBuffer:
         """A numpy view of the memory (drop it before free())."""
         dtype = np.dtype(dtype)
         count = self.nbytes // dtype.itemsize
-        view = np.frombuffer((ctypes.c_char * self.nbytes).from_address(self.ptr), dtype, count)
+        memory = (ctypes.c_char * self.nbytes).from_address(self.ptr)
+        # a ctypes array exports the buffer protocol; numpy's stubs list only some buffer types
+        view = np.frombuffer(memory, dtype, count)  # type: ignore[call-overload]
         return view if shape is None else view.reshape(shape)
 
     def free(self) -> None:

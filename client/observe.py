@@ -87,7 +87,8 @@ class ClientObserver:
         return trace
 
     def report(self, final: bool = False) -> dict:
-        """This session's findings so far; `final` also lists its live allocations as leaks. Blocks."""
+        """This session's findings so far; `final` also lists its live allocations as leaks.
+        Blocks."""
         return json.loads(self.runtime.connection.call(pb.ObserveReportRequest(final=final)).json)
 
     def finish(self) -> None:
@@ -105,13 +106,16 @@ class ClientObserver:
             if self.report_path and self.asked & bits_.CHECKS:
                 report = self.report(final=True)
                 path = _path(self.report_path)
-                title = f"client {os.getpid()} ({os.path.basename(sys.argv[0] or 'python') or 'python'})"
+                title = (
+                    f"client {os.getpid()} "
+                    f"({os.path.basename(sys.argv[0] or 'python') or 'python'})"
+                )
                 with open(path, "w", encoding="utf-8") as handle:
                     handle.write(render(report, title))
                 if report["findings"]:
                     print(
-                        f"simnpu check: {report['errors']} error(s), {report['warnings']} warning(s); "
-                        f"report in {path}",
+                        f"simnpu check: {report['errors']} error(s), {report['warnings']} "
+                        f"warning(s); report in {path}",
                         file=sys.stderr,
                     )
         except (NpuError, OSError) as error:
@@ -168,7 +172,8 @@ def save_trace(path: str) -> None:
 
 
 def report(final: bool = False) -> dict:
-    """This process's checker findings so far ({"errors", "warnings", "findings": [...]}). Blocks."""
+    """This process's checker findings so far ({"errors", "warnings", "findings": [...]}).
+    Blocks."""
     return _observer().report(final)
 
 

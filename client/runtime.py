@@ -144,7 +144,7 @@ class Runtime(RuntimeMemory):
             self.device_refs[device] = refs - 1
             release = refs == 1
             handle = self.device_contexts.pop(device) if release else None
-        if release:
+        if handle is not None:  # the last reference was released
             self._destroy_context(handle)
 
     @records_errors
@@ -244,7 +244,8 @@ class Runtime(RuntimeMemory):
 
     @records_errors
     def destroy_stream(self, handle: int, force: bool = False) -> None:
-        """aclrtDestroyStream (waits for its tasks) / aclrtDestroyStreamForce (drops queued ones)."""
+        """aclrtDestroyStream (waits for its tasks) / aclrtDestroyStreamForce (drops queued
+        ones)."""
         context = self.stream_context.get(handle)
         if context is None:
             raise bad_handle("stream", handle)
@@ -477,7 +478,8 @@ class Runtime(RuntimeMemory):
             raise invalid("numBlocks must be at least 1")
         if args_size < signature.end:
             raise invalid(
-                f"argument buffer of {args_size} bytes is shorter than the {signature.end} bytes needed"
+                f"argument buffer of {args_size} bytes is shorter than "
+                f"the {signature.end} bytes needed"
             )
         self.device_range(args_ptr, args_size)
         stream = self.stream(stream)

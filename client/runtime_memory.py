@@ -13,6 +13,7 @@ from __future__ import annotations
 import bisect
 import json
 import os
+from typing import TYPE_CHECKING
 
 from simnpu.client.last_error import records_errors
 from simnpu.client.transport import caller_site
@@ -20,6 +21,14 @@ from simnpu.proto import codes
 from simnpu.proto import npu_pb2 as pb
 from simnpu.proto.errors import NotSupportedError, NpuError, invalid
 from simnpu.shm.sizes import parse_size
+
+if TYPE_CHECKING:
+    import threading
+
+    from google.protobuf.message import Message
+
+    from simnpu.client.runtime import ContextInfo
+    from simnpu.client.transport import Connection
 
 _MEM_ATTRS = range(codes.ACL_DDR_MEM, codes.ACL_MEM_P2P_HUGE1G + 1)
 IPC_KEY_LENGTH = 65
@@ -38,6 +47,24 @@ def env_memory_limit() -> int:
 
 
 class RuntimeMemory:
+    # what the mixin uses of Runtime (client/runtime.py), which sets and defines all of it
+    connection: Connection
+    _lock: threading.Lock
+    allocation_starts: list[int]
+    allocations: dict[int, tuple[int, int]]  # address -> (size, device)
+    imported: dict[str, int]  # IPC key -> address (also in allocations)
+    imported_counts: dict[str, int]  # IPC key -> imports not yet closed
+    pools: dict[int, int]  # memory pool -> device
+    pool_blocks: dict[int, int]  # address -> its pool (also in allocations)
+
+    if TYPE_CHECKING:
+
+        def _call(self, body: Message) -> Message: ...
+        def _current(self) -> ContextInfo: ...
+        def _check_device(self, device: int) -> None: ...
+        def stream(self, handle: int) -> int: ...
+        def device_range(self, address: int, count: int) -> None: ...
+
     # ---- free ----------------------------------------------------------------------------------
     @records_errors
     def free(self, address: int) -> None:
@@ -98,13 +125,15 @@ class RuntimeMemory:
 
     @records_errors
     def memory_stats(self, device: int | None = None) -> dict:
-        """The device pool's statistics (torch.cuda.memory_stats key names; docs/memory.md). Blocks."""
+        """The device pool's statistics (torch.cuda.memory_stats key names; docs/memory.md).
+        Blocks."""
         device = self._device_or_current(device)
         return json.loads(self._call(pb.MemoryStatsRequest(device=device)).json)
 
     @records_errors
     def memory_snapshot(self, device: int | None = None) -> list[dict]:
-        """The device's live blocks in address order, each with its owner (every client's). Blocks."""
+        """The device's live blocks in address order, each with its owner (every client's).
+        Blocks."""
         device = self._device_or_current(device)
         return json.loads(self._call(pb.MemorySnapshotRequest(device=device)).json)
 
@@ -151,7 +180,8 @@ class RuntimeMemory:
 
     @records_errors
     def ipc_mem_set_import_pid(self, key: str, pids) -> None:
-        """aclrtIpcMemSetImportPid: whitelist processes (their device_get_bare_tgid) for `key`. Blocks."""
+        """aclrtIpcMemSetImportPid: whitelist processes (their device_get_bare_tgid) for `key`.
+        Blocks."""
         pids = [int(pid) for pid in pids]
         if not key or not pids:
             raise NpuError(
@@ -264,7 +294,8 @@ class RuntimeMemory:
 
     @records_errors
     def mem_pool_get_attr(self, pool: int, attr: int) -> int:
-        """aclrtMemPoolGetAttr (used/reserved current and high-water bytes, and the settable ones). Blocks."""
+        """aclrtMemPoolGetAttr (used/reserved current and high-water bytes, and the settable ones).
+        Blocks."""
         return self._call(pb.MemPoolGetAttrRequest(pool=self._pool(pool), attr=attr)).value
 
     @records_errors

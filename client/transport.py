@@ -20,7 +20,7 @@ import collections
 import sys
 import threading
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from simnpu.client import config
 from simnpu.proto import codes, commands, messages, npu_pb2, service
@@ -35,6 +35,9 @@ from simnpu.proto import bulk as wire  # noqa: E402
 from simnpu.proto.errors import NpuError, error_for  # noqa: E402
 from simnpu.shm import notify as notify_layout  # noqa: E402
 from simnpu.shm import ring as ring_layout  # noqa: E402
+
+if TYPE_CHECKING:
+    from types import FrameType
 
 _SITE_RING = 1 << 16
 _SITE_MASK = _SITE_RING - 1
@@ -54,7 +57,7 @@ def caller_site() -> str:
     On every asynchronous call, so both answers are cached: which code objects are ours,
     and the text of each call site seen, keyed by instruction offset (f_lineno decodes
     the line table each time: ~10 µs in a long module-level script)."""
-    frame = sys._getframe(2)
+    frame: FrameType | None = sys._getframe(2)
     while frame is not None:
         code = frame.f_code
         own = _own_code.get(code)
@@ -283,12 +286,14 @@ class Connection:
         an answer, so the daemon is woken now; else the sender thread wakes it, once for a
         whole burst of launches (and whoever waits next wakes it at once: ring_doorbell)."""
         ring = self.ring
+        assert ring is not None  # the callers put records only while the ring is in use
         try:
             if self.send_sites and site != self._ring_site:  # a loop sends its site once
                 ring.put(commands.RingSite.pack(site or "?"), False)
                 self._ring_site = site
             asleep = ring.put(record, wake)
         except ring_layout.RingClosed:  # full, and the daemon is gone
+            assert self._broken is not None  # the ring closes once the session broke
             raise self._broken from None
         if asleep and not wake and not self._wake.is_set():
             self._wake.set()
@@ -315,6 +320,7 @@ class Connection:
         reply = pending.reply
         if isinstance(reply, NpuError):
             raise reply
+        assert reply is not None  # its event is set: the reply (or the error) is in
         if reply.code:
             raise error_for(reply.code, self.log.describe_failure(reply))
         return reply
@@ -324,6 +330,7 @@ class Connection:
         (then it is pending.reply), or it went by the stream, or the session broke."""
         area, slot = self.notify, pending.slot
         try:
+            assert area is not None  # mailbox slots are handed out once use_notify set the area
             while not pending.event.is_set():
                 seen = area.doorbell()
                 payload = area.take_reply(slot, pending.seq)
@@ -431,6 +438,7 @@ class Connection:
                 pending.reply = reply
                 pending.event.set()
                 if pending.slot >= 0:  # it asked for the mailbox and sleeps on the doorbell
+                    assert self.notify is not None  # slots exist once use_notify set the area
                     self.notify.wake_doorbell()
         for notice in message.notices:
             if notice.kind == npu_pb2.Notice.KIND_HOST_CALLBACK:

@@ -100,8 +100,8 @@ def main():
     assert ret == acl.ACL_ERROR_RT_EVENT_TIMESTAMP_REVERSAL, ret
     print(f"event_elapsed_time(end, start) returns {ret}: {acl.get_recent_err_msg()}")
     print(
-        "every product matches numpy; the events time the kernel alone, the host clock adds the launch "
-        "and the synchronize round trip"
+        "every product matches numpy; the events time the kernel alone, the host clock adds the "
+        "launch and the synchronize round trip"
     )
 
     check(acl.rt.destroy_event(start), "destroy_event")

@@ -60,7 +60,8 @@ def held_copy(stream, dst, src):
 
 
 def timed_copy(stream, dst, src, start, end):
-    """(seconds the call took, milliseconds on the device clock) of an H2D copy on an idle stream."""
+    """(seconds the call took, milliseconds on the device clock) of an H2D copy on an idle
+    stream."""
     check(acl.rt.record_event(start, stream), "record_event")
     begin = time.perf_counter()
     check(
@@ -116,7 +117,8 @@ def main():
         rows.append((label, during_hold, held_s, call_s, device_ms))
 
     print(
-        f"host -> device memcpy_async of {NBYTES >> 20} MiB; the stream is first held for {HOLD_S} s"
+        f"host -> device memcpy_async of {NBYTES >> 20} MiB; "
+        f"the stream is first held for {HOLD_S} s"
     )
     print(
         f"{'source':26s} {'returned':>16s} {'call, held':>11s} {'call, idle':>11s} {'device':>10s}"
@@ -124,7 +126,8 @@ def main():
     for label, during_hold, held_s, call_s, device_ms in rows:
         when = "during the hold" if during_hold else "after the hold"
         print(
-            f"{label:26s} {when:>16s} {held_s * 1000:8.2f} ms {call_s * 1000:8.2f} ms {device_ms:7.2f} ms"
+            f"{label:26s} {when:>16s} {held_s * 1000:8.2f} ms {call_s * 1000:8.2f} ms "
+            f"{device_ms:7.2f} ms"
         )
     assert not rows[1][1], (
         "the copy from pageable memory should return only once its bytes have left"
@@ -132,12 +135,13 @@ def main():
     if shares_memory_with_the_daemon():
         assert rows[0][1], "the copy from pinned memory should return before the stream reaches it"
         print(
-            "the data arrived intact both ways; only the pinned copy let the host go on while it was queued"
+            "the data arrived intact both ways; "
+            "only the pinned copy let the host go on while it was queued"
         )
     else:
         print(
-            "the data arrived intact both ways; this client does not share memory with the daemon, so its "
-            "pinned memory is staged like pageable memory"
+            "the data arrived intact both ways; this client does not share memory with the daemon, "
+            "so its pinned memory is staged like pageable memory"
         )
 
     del pinned_view

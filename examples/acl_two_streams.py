@@ -138,7 +138,8 @@ def main():
     for label, elapsed in results.items():
         print(f"  copy + compute on {label:32s} {elapsed:8.2f} ms (device clock)")
     print(
-        "  the copy of chunk i+1 overlaps the softmax of chunk i only when they are on different streams"
+        "  the copy of chunk i+1 overlaps the softmax of chunk i "
+        "only when they are on different streams"
     )
 
     del inputs, outputs

@@ -58,7 +58,8 @@ def main():
             np.testing.assert_allclose(result, expected[i], rtol=1e-5, atol=1e-7)
         print(f"softmax of {CHUNKS} x {ROWS}x{COLS} float32 chunks, all results match numpy")
         print(
-            f"  copy and compute on two streams, ordered by events: {two_streams_ms:8.2f} ms (device clock)"
+            f"  copy and compute on two streams, ordered by events: {two_streams_ms:8.2f} ms "
+            "(device clock)"
         )
         print(f"  the same work on one stream:                         {one_stream_ms:8.2f} ms")
 

@@ -5,7 +5,8 @@ result back and checks it against numpy; then prints whether its copies went thr
 shared memory or, because the daemon's segments are out of reach, as bytes inside the
 gRPC stream. Both give the same results; only the speed differs.
 
-    SIMNPU_ADDRESS=npu:50151 SIMNPU_TOKEN_FILE=/run/secrets/simnpu_token python examples/remote_client.py
+    SIMNPU_ADDRESS=npu:50151 SIMNPU_TOKEN_FILE=/run/secrets/simnpu_token \
+        python examples/remote_client.py
 
 (docker-compose.yml's `remote` service). A daemon that refuses the client (wrong token)
 makes it exit with status 3 and the ACL code on stderr.
@@ -28,7 +29,8 @@ def main() -> int:
         print(f"refused: {error}", file=sys.stderr)
         return 3
     print(
-        f"connected to {runtime.connection.address}: uses_shared_memory={runtime.uses_shared_memory}",
+        f"connected to {runtime.connection.address}: "
+        f"uses_shared_memory={runtime.uses_shared_memory}",
         flush=True,
     )
     rng = np.random.default_rng(0)

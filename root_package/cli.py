@@ -19,7 +19,8 @@ commands:
   memory stats          device-memory statistics of a running daemon (--device N, --json)
   memory snapshot       its live blocks with their owners (--device N, --json)
   health                exit 0 if the daemon is serving (gRPC health check; --address)
-  smi                   devices, AI-core use, memory and processes, like npu-smi info (--watch, --json)
+  smi                   devices, AI-core use, memory and processes, like npu-smi info \
+(--watch, --json)
   trace summary FILE    per-stream busy time, overlap and longest gaps of a trace (SIMNPU_TRACE)
   trace save FILE       a running daemon's timeline (simnpu serve --trace) as Perfetto JSON
   check report          a running daemon's checker findings (simnpu serve --check)

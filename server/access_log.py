@@ -12,8 +12,9 @@ travel as `CheckedBounds` instead of a plain tuple; the worker then runs the ker
 
 Before the batch's results, the worker reports Accesses(token, entries, fault) with
 entries (lo, hi, mode, first_block, last_block) in absolute device addresses, mode READ,
-WRITE or READ_RW (adjacent entries of the same mode merged), and fault (address, nbytes, access, block) when a view
-was refused (MemoryFault), else None. Nothing here runs unless checking is on.
+WRITE or READ_RW (adjacent entries of the same mode merged), and fault (address, nbytes,
+access, block) when a view was refused (MemoryFault), else None. Nothing here runs unless
+checking is on.
 """
 
 from __future__ import annotations

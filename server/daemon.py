@@ -50,8 +50,8 @@ class Daemon:
         self._events = [0] * config.devices
         self._stopped = threading.Event()
         self._last_activity = time.monotonic()
-        self.server = None
-        self.health = None
+        self.server: grpc.Server | None = None
+        self.health: health.HealthServicer | None = None
         self._socket_paths: list[str] = []  # socket files this daemon created (and removes)
         self.executor: ProcessExecutor | None = None
         self.scheduler: Scheduler | None = None
@@ -96,7 +96,8 @@ class Daemon:
         if self.config.idle_exit_s is not None:
             threading.Thread(target=self._idle_watch, name="simnpu-idle", daemon=True).start()
         log.info(
-            "simnpu daemon %d serving %s: %d device(s) of %d MiB, %d AI cores + %d copy engines each",
+            "simnpu daemon %d serving %s: %d device(s) of %d MiB, "
+            "%d AI cores + %d copy engines each",
             os.getpid(),
             ", ".join(self.config.listen),
             self.config.devices,

@@ -82,15 +82,16 @@ class Findings:
 
 
 def task_line(ref: dict, blocks=None) -> str:
-    """'kernel scale_f32 blocks 0-3 (task 13) on stream 4 of client 1234 (python), submitted at app.py:15'"""
+    """'kernel scale_f32 blocks 0-3 (task 13) on stream 4 of client 1234 (python), submitted at
+    app.py:15'"""
     what = ref["what"]
     if blocks is not None:
         what += (
             f" block {blocks[0]}" if blocks[0] == blocks[1] else f" blocks {blocks[0]}-{blocks[1]}"
         )
     return (
-        f"{what} (task {ref['task']}) on {ref['stream']} of client {ref['pid']} ({ref['process']}), "
-        f"submitted at {ref['site']}"
+        f"{what} (task {ref['task']}) on {ref['stream']} of client {ref['pid']} "
+        f"({ref['process']}), submitted at {ref['site']}"
     )
 
 

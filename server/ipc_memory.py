@@ -180,7 +180,7 @@ class IpcMemory:
             exports = self._by_block.get(block)
             if not exports:
                 return False
-            holders = set()
+            holders: set[object] = set()  # importing clients (Owners)
             for export in exports:
                 self._exports.pop(export.key, None)
                 export.exporter_closed = True

@@ -210,8 +210,8 @@ def classify_fault(memory: MemoryMap, session, bounds, fault, devices=()) -> tup
             return (
                 "out-of-bounds",
                 (
-                    f"the view of {nbytes} bytes at {address:#x} (offset {address - start}) runs {over} "
-                    f"bytes past the end of {where}"
+                    f"the view of {nbytes} bytes at {address:#x} (offset {address - start}) runs "
+                    f"{over} bytes past the end of {where}"
                 ),
             )
     tomb = memory.tombstone_of(session, device, address, address + max(nbytes, 1))
@@ -223,9 +223,9 @@ def classify_fault(memory: MemoryMap, session, bounds, fault, devices=()) -> tup
         return (
             "cross-client access",
             (
-                f"{address:#x} is inside the {live.size}-byte allocation at {start:#x} of {live.owner!r}; "
-                "a kernel may only touch its own client's memory (or memory imported with "
-                "aclrtIpcMemImportByKey)"
+                f"{address:#x} is inside the {live.size}-byte allocation at {start:#x} of "
+                f"{live.owner!r}; a kernel may only touch its own client's memory (or memory "
+                "imported with aclrtIpcMemImportByKey)"
             ),
         )
     block = memory.find(device, address)
@@ -233,8 +233,9 @@ def classify_fault(memory: MemoryMap, session, bounds, fault, devices=()) -> tup
         return (
             "out-of-bounds",
             (
-                f"{address:#x} is inside {block.describe()}, which was not passed to this kernel as an "
-                "argument (a kernel sees only the allocations its pointer arguments point into)"
+                f"{address:#x} is inside {block.describe()}, which was not passed to this kernel "
+                "as an argument "
+                "(a kernel sees only the allocations its pointer arguments point into)"
             ),
         )
     below = memory.nearest_below(device, address)

@@ -23,7 +23,8 @@ if TYPE_CHECKING:
 
 @dataclass(eq=False)
 class Failure:
-    """A task failure as ACL reports it at synchronize: code, message, the task's sequence number."""
+    """A task failure as ACL reports it at synchronize: code, message, the task's sequence
+    number."""
 
     code: int
     message: str

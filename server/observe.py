@@ -278,8 +278,9 @@ class Observer:
                         f"{block.describe()} was freed at {site} (task {seq}) while "
                         f"{'a write' if old.write else 'a read'} of bytes [{lo:#x}, {hi:#x}) by\n"
                         f"  {task_line(old.ref, old.blocks)}\n"
-                        "was not known to be finished: synchronize its stream (or an event recorded "
-                        "after it) before aclrtFree (aclrtFree does not wait for the device)"
+                        "was not known to be finished: synchronize its stream "
+                        "(or an event recorded after it) before aclrtFree "
+                        "(aclrtFree does not wait for the device)"
                     )
                     _finding, new = self._report(
                         watch,
@@ -424,10 +425,11 @@ class Observer:
                     a, b = max(lo, tomb.start), min(hi, tomb.start + tomb.size)
                     ref = self._ref(task, probe)
                     text = (
-                        f"{'write' if write else 'read'} of bytes [{a:#x}, {b:#x}) of {tomb.describe()}\n"
+                        f"{'write' if write else 'read'} of bytes [{a:#x}, {b:#x}) of "
+                        f"{tomb.describe()}\n"
                         f"  by {task_line(ref, blocks)}\n"
-                        f"  the free (task {tomb.free_seq}) came after this task was submitted but did not "
-                        "wait for it: synchronize before aclrtFree"
+                        f"  the free (task {tomb.free_seq}) came after this task was submitted but "
+                        "did not wait for it: synchronize before aclrtFree"
                     )
                     self._report(
                         watch,
@@ -505,11 +507,12 @@ class Observer:
             f"  {'write' if old.write else 'read '} by {task_line(old.ref, old.blocks)}\n"
             f"  {'write' if write else 'read '} by {task_line(ref, blocks)}\n"
             + (
-                "  the two tasks belong to different clients, and neither client's host synchronized "
-                "with its task before the other was submitted"
+                "  the two tasks belong to different clients, and neither client's host "
+                "synchronized with its task before the other was submitted"
                 if across
-                else "  nothing orders them: record an event after the first task and make the second's "
-                "stream wait for it (aclrtRecordEvent + aclrtStreamWaitEvent), or synchronize in between"
+                else "  nothing orders them: record an event after the first task and make the "
+                "second's stream wait for it (aclrtRecordEvent + aclrtStreamWaitEvent), or "
+                "synchronize in between"
             )
         )
         strict = bool(watch.flags & STRICT)
@@ -532,8 +535,8 @@ class Observer:
         out = []
         for block in self.memory.live_of(watch.session):
             text = (
-                f"{block.size} bytes at {block.start:#x} allocated at {block.site} (call {block.seq}) "
-                "were never freed"
+                f"{block.size} bytes at {block.start:#x} allocated at {block.site} (call "
+                f"{block.seq}) were never freed"
             )
             out.append(
                 Finding(

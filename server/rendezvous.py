@@ -87,7 +87,8 @@ class Jobs:
             arrival.session.respond(
                 arrival.request_id,
                 code=ht.HCCL_E_PARA,
-                message=f"job {job!r}: {arrival.describe()} does not match the processes waiting: {others}",
+                message=f"job {job!r}: {arrival.describe()} does not match the processes waiting: "
+                f"{others}",
             )
             return
         waiting.append(arrival)
@@ -137,7 +138,7 @@ class Jobs:
         arrival.session.respond(
             arrival.request_id,
             code=ht.HCCL_E_TIMEOUT,
-            message=f"job {job!r}: rendezvous timed out after {timeout_s:g} s (HCCL_CONNECT_TIMEOUT of "
-            f"{arrival.describe()}): {len(present) + 1} of {arrival.world_size} processes had "
-            "arrived",
+            message=f"job {job!r}: rendezvous timed out after {timeout_s:g} s "
+            f"(HCCL_CONNECT_TIMEOUT of {arrival.describe()}): {len(present) + 1} of "
+            f"{arrival.world_size} processes had arrived",
         )

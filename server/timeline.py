@@ -115,7 +115,9 @@ def chrome_trace(
 ) -> dict:
     """The trace of `records` (of one session's tasks if `session_id` is given)."""
     generator = title
-    entries: list = []  # per traced task: [key, seq, kind, name, n, submit, site, first, last, end, label, failed, link]
+    # per traced task:
+    # [key, seq, kind, name, n, submit, site, first, last, end, label, failed, link]
+    entries: list = []
     live: dict = {}
     runs: list = []
     for record in records:
@@ -342,7 +344,10 @@ def stream_label(stream) -> str:
     if stream.handle == 0:
         return f"synchronous copies (device {stream.device})"
     default = stream.context.streams and stream.context.streams[0] is stream
-    return f"stream {stream.handle & 0xFFFFFFFF}{' (default)' if default else ''} device {stream.device}"
+    return (
+        f"stream {stream.handle & 0xFFFFFFFF}{' (default)' if default else ''} device "
+        f"{stream.device}"
+    )
 
 
 def size_text(n: int) -> str:

@@ -46,7 +46,8 @@ class _Item:
 
     @classmethod
     def unpack(cls, packed: tuple) -> Any:
-        return tuple.__new__(cls, packed[1:])
+        # cls is always a named tuple that mixes this in (mypy sees only _Item): ignore type-var
+        return tuple.__new__(cls, packed[1:])  # type: ignore[type-var]
 
 
 # ---- scheduler -> unit ------------------------------------------------------------------------
@@ -110,7 +111,7 @@ class _CopyBytesFields(NamedTuple):
     token: int
     dst: Span
     src: Span
-    count: int
+    count: int  # type: ignore[assignment]  # the field shadows tuple.count, as named tuples allow
 
 
 class CopyBytes(_CopyBytesFields, _Item):
@@ -130,7 +131,7 @@ class _FillBytesFields(NamedTuple):
     token: int
     dst: Span
     value: int
-    count: int
+    count: int  # type: ignore[assignment]  # the field shadows tuple.count, as named tuples allow
 
 
 class FillBytes(_FillBytesFields, _Item):

@@ -26,7 +26,7 @@ import types
 from collections.abc import Callable, Sequence
 from multiprocessing.connection import Connection
 from multiprocessing.process import BaseProcess
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import posix_ipc
@@ -53,6 +53,9 @@ from simnpu.server.work import (
 from simnpu.shm.addresses import split_device_address
 from simnpu.shm.notify import NotifyArea
 from simnpu.shm.region import Region, unlink_daemon_segments
+
+if TYPE_CHECKING:
+    import mmap
 
 _NUMPY_OF_CANONICAL = {
     "i8": "int8",
@@ -102,8 +105,8 @@ class KernelContext:
             if start <= ptr < start + size or (nbytes == 0 and ptr == start + size):
                 if ptr + nbytes > start + size:
                     raise MemoryFault(
-                        f"view of {nbytes} bytes at {ptr:#x} runs {ptr + nbytes - start - size} bytes "
-                        f"past the end of its allocation [{start:#x}, +{size})"
+                        f"view of {nbytes} bytes at {ptr:#x} runs {ptr + nbytes - start - size} "
+                        f"bytes past the end of its allocation [{start:#x}, +{size})"
                     )
                 device, offset = split_device_address(ptr)
                 view = np.frombuffer(self._maps[device], dt, count, offset)
@@ -138,7 +141,7 @@ class WorkRunner:
         self.maps = device_maps  # what kernels' views and reductions read and write
         self.report = report
         self.modules: dict[int, types.ModuleType] = {}
-        self._segments: dict[str, object] = dict(zip(device_segments, device_maps))
+        self._segments: dict[str, mmap.mmap | bytearray] = dict(zip(device_segments, device_maps))
         self._host: dict[str, Region] = {}
         self._signals: dict[str, NotifyArea] = {}
 
@@ -435,6 +438,7 @@ class ProcessExecutor:
     def wait(self, timeout_s: float) -> list[tuple[Unit, int, Any]]:
         if self._poller is None:
             self._rebuild_poller()
+        assert self._poller is not None  # _rebuild_poller sets it
         by_fd = self._by_fd
         reports = []
         for fd, _ in self._poller.poll(math.ceil(timeout_s * 1000)):

@@ -1,4 +1,5 @@
-"""Device-memory allocator for one simulated device: offsets in one region, metadata kept outside it.
+"""Device-memory allocator for one simulated device: offsets in one region, metadata kept
+outside it.
 
 Mirrors what the driver does behind aclrtMalloc/aclrtFree. It hands out offsets in
 `[0, capacity)` and never touches the memory itself (TLSF-EXT style: no headers in the
@@ -303,7 +304,8 @@ class DeviceAllocator:
         raise NpuMemoryError(self._oom_message(size, policy, mode, owner, limit))
 
     def free(self, offset: int) -> Allocation:
-        """Mirrors aclrtFree(devPtr): `offset` must be the start of a live allocation. Never waits."""
+        """Mirrors aclrtFree(devPtr): `offset` must be the start of a live allocation. Never
+        waits."""
         if offset.__class__ is not int:
             offset = operator.index(offset)
         a = self._live.pop(offset, None)
@@ -347,7 +349,8 @@ class DeviceAllocator:
         return a
 
     def lookup(self, address_offset: int) -> Allocation | None:
-        """The live allocation whose `[offset, offset + reserved)` contains the offset, else None."""
+        """The live allocation whose `[offset, offset + reserved)` contains the offset, else
+        None."""
         return self._containing(operator.index(address_offset))
 
     def used_by(self, owner: Hashable) -> int:
@@ -468,7 +471,8 @@ class DeviceAllocator:
         return None
 
     def _carve(self, size: int, start: int, offset: int, want: int) -> tuple[int, int]:
-        """Take `[offset, offset + want)` out of free block `(size, start)`; return (offset, reserved).
+        """Take `[offset, offset + want)` out of free block `(size, start)`; return
+        (offset, reserved).
 
         The caller has already removed the block's key from `_free`.
         """
@@ -549,7 +553,8 @@ class DeviceAllocator:
         else:
             cause = ""
         return (
-            f"out of device memory: asked {_fmt_bytes(size)} ({reserve}), policy {policy_name(policy)}; "
+            f"out of device memory: asked {_fmt_bytes(size)} ({reserve}), "
+            f"policy {policy_name(policy)}; "
             f"{cause}"
             f"free {_fmt_bytes(self._free_bytes)} of {_fmt_bytes(self._capacity)}, "
             f"largest free block {_fmt_bytes(self._largest())}, {len(self._free)} free blocks; "
@@ -563,13 +568,14 @@ class DeviceAllocator:
         if inside is not None:
             return (
                 f"offset {offset:#x} points inside the allocation at {inside.offset:#x} "
-                f"({inside.reserved} bytes, owner {inside.owner!r}); aclrtFree takes the start address"
+                f"({inside.reserved} bytes, owner {inside.owner!r}); "
+                "aclrtFree takes the start address"
             )
         old = self._freed.get(offset)
         if old is not None:
             return (
-                f"double free: the allocation at {offset:#x} ({old.size} bytes, owner {old.owner!r}) "
-                f"was already freed"
+                f"double free: the allocation at {offset:#x} ({old.size} bytes, owner "
+                f"{old.owner!r}) was already freed"
             )
         return f"offset {offset:#x} is not the start of any allocation (it lies in free memory)"
 

@@ -48,8 +48,9 @@ class NotifyArea:
 
     def release(self) -> None:
         """Drop the views into the buffer, so that its mapping can be closed."""
-        self._doorbell = self._words = None
-        self._ids = self._lengths = []
+        # typed as the live views: after release nothing of the area is used again
+        self._doorbell = self._words = None  # type: ignore[assignment]
+        self._ids, self._lengths = [], []
 
     def new_signal(self) -> StreamSignal | None:
         """A new stream's completion signal (the daemon); None when every slot is taken."""

@@ -61,6 +61,7 @@ class Region:
 
     def address(self) -> int:
         """The address of the mapping in this process (for ctypes / pyACL-style pointers)."""
+        assert self.map is not None, "a segment of 0 bytes has no mapping"
         return ctypes.addressof(ctypes.c_char.from_buffer(self.map))
 
     def close(self) -> None:

@@ -176,7 +176,8 @@ def get_soc_name():
 
 
 def get_version():
-    """aclrtGetVersion: `major, minor, patch, ret` -- not supported (simnpu is not a CANN release)."""
+    """aclrtGetVersion: `major, minor, patch, ret` -- not supported (simnpu is not a CANN
+    release)."""
     code = _api.failed(
         _NpuError(
             _codes.ACL_ERROR_RT_FEATURE_NOT_SUPPORT, "aclrtGetVersion: simnpu is not a CANN release"
@@ -189,7 +190,10 @@ def get_version():
 _NOT_PROVIDED = {
     "mdl": "offline models (.om) cannot run on the simulated NPU",
     "op": "single-operator execution (acl.op) is not simulated: launch kernels with acl.rt",
-    "blas": "acl.blas is not simulated: launch kernels with acl.rt (the built-in library has matmul_f32)",
+    "blas": (
+        "acl.blas is not simulated: launch kernels with acl.rt "
+        "(the built-in library has matmul_f32)"
+    ),
     "prof": "profiling is not simulated",
     "himpi": "HiMPI media processing is not simulated",
     "fv": "feature-vector retrieval is not simulated",

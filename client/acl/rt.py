@@ -524,7 +524,10 @@ _ARGS = "the kernel-arguments builder is not simulated (pack the argument struct
 _ALLOC = "user allocators for streams are not simulated"
 _EXC = "exception-info callbacks are not simulated (errors are returned by synchronize)"
 _CAPS = "the simulated device has no such attribute or capability to report"
-_BINARY = "aclrtCreateBinary objects are not simulated: use binary_load_from_file or binary_load_from_data"
+_BINARY = (
+    "aclrtCreateBinary objects are not simulated: use binary_load_from_file or "
+    "binary_load_from_data"
+)
 _UNSUPPORTED = {
     "get_function_addr": ("aclrtGetFunctionAddr", (0, 0), "kernels have no device code address"),
     "get_function_name": ("aclrtGetFunctionName", ("",), "function names are not kept"),

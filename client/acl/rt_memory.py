@@ -84,7 +84,8 @@ def _props(props) -> tuple[int, int | None]:
 @api("O", (0,))
 def mem_pool_create(rt, props):
     """aclrtMemPoolCreate: `pool, ret`. props: {"max_size": bytes (0 = no cap),
-    "location": {"id": device}} (other aclrtMemPoolProps fields are accepted and ignored). Blocks."""
+    "location": {"id": device}} (other aclrtMemPoolProps fields are accepted and ignored).
+    Blocks."""
     max_size, device = _props(props)
     return rt.mem_pool_create(max_size, device)
 

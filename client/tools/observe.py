@@ -157,8 +157,8 @@ def format_summary(summary: dict, path: str) -> str:
     span = summary["span_us"]
     lines = [
         (
-            f"{path}: {summary['title']}, {sum(s['tasks'] for s in streams)} tasks on {len(streams)} "
-            f"stream(s), device work spans {_ms(span)} ms"
+            f"{path}: {summary['title']}, {sum(s['tasks'] for s in streams)} tasks on "
+            f"{len(streams)} stream(s), device work spans {_ms(span)} ms"
         )
     ]
     if summary["buffer_overflowed"]:
@@ -169,7 +169,8 @@ def format_summary(summary: dict, path: str) -> str:
         share = s["busy_us"] / span if span else 0.0
         kinds = ", ".join(f"{n} {k}" for k, n in sorted(s["kinds"].items()))
         lines.append(
-            f"{s['stream']:<{width}}  {s['tasks']:>6}  {_ms(s['busy_us']):>10}  {share:>6.0%}  {kinds}"
+            f"{s['stream']:<{width}}  {s['tasks']:>6}  {_ms(s['busy_us']):>10}  {share:>6.0%}  "
+            f"{kinds}"
         )
     if summary["cores"]:
         lines.append("")
@@ -177,8 +178,8 @@ def format_summary(summary: dict, path: str) -> str:
         for c in summary["cores"]:
             share = c["busy_us"] / span if span else 0.0
             lines.append(
-                f"{c['track']:<{cwidth}}  {c['pieces']:>6} pieces  {_ms(c['busy_us']):>10} ms busy  "
-                f"{share:>4.0%}"
+                f"{c['track']:<{cwidth}}  {c['pieces']:>6} pieces  {_ms(c['busy_us']):>10} ms "
+                f"busy  {share:>4.0%}"
             )
     lines.append("")
     busy = summary["busy_any_us"]

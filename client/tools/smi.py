@@ -127,9 +127,9 @@ def render(view: dict, address: str) -> str:
     observe = view.get("observe")
     if observe:
         out.append(
-            f"observing: {observe['flags']} for every client; {observe['observed_sessions']} observed "
-            f"session(s) now, {observe['trace_records']} timeline records, {observe['errors']} "
-            f"error(s) and {observe['warnings']} warning(s) found"
+            f"observing: {observe['flags']} for every client; {observe['observed_sessions']} "
+            f"observed session(s) now, {observe['trace_records']} timeline records, "
+            f"{observe['errors']} error(s) and {observe['warnings']} warning(s) found"
         )
     return "\n".join(out)
 
@@ -167,7 +167,8 @@ def main(argv=None) -> int:
                 sys.stdout.write("\033[H\033[2J")
             if not args.json:
                 print(
-                    f"Every {args.watch:g}s: simnpu smi    {time.strftime('%a %b %d %H:%M:%S %Y')}\n"
+                    f"Every {args.watch:g}s: simnpu smi    "
+                    f"{time.strftime('%a %b %d %H:%M:%S %Y')}\n"
                 )
             _print(view, address, args.json)
             sys.stdout.flush()

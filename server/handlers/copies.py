@@ -13,7 +13,7 @@ which follows copies as tasks) is a task of its stream.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeAlias
 
 import numpy as np
 
@@ -30,7 +30,7 @@ from simnpu.server.work import Span
 if TYPE_CHECKING:
     from simnpu.server.session import Session
 
-Location = commands.Location | pb.Location  # a record's, or a request's
+Location: TypeAlias = commands.Location | pb.Location  # a record's, or a request's
 
 
 def resolve(session: Session, location: Location, count: int) -> Span:

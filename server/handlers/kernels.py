@@ -22,7 +22,8 @@ if TYPE_CHECKING:
 def binary_load(
     session: Session, request: pb.BinaryLoadRequest, reply_to: int
 ) -> pb.BinaryLoadReply:
-    """aclrtBinaryLoadFromFile / FromData: the kernels are found in the source, none of it runs here."""
+    """aclrtBinaryLoadFromFile / FromData: the kernels are found in the source, none of it runs
+    here."""
     filename = request.filename or "<kernel module>"
     try:
         kernels = discover_kernels(request.source, filename)

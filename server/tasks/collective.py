@@ -7,8 +7,9 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from simnpu.proto import hccl_types as ht
-from simnpu.server.tasks.base import Task
 from simnpu.server.tasks.copy import span_access
+
+from .base import Task
 
 if TYPE_CHECKING:
     from simnpu.server.collectives import Call

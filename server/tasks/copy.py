@@ -10,10 +10,11 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from simnpu.server.executor import UnitKind
-from simnpu.server.tasks.base import DeviceWork, Task, TaskState
 from simnpu.server.timeline import size_text
 from simnpu.server.work import CopyBytes, Span
 from simnpu.shm.addresses import device_address
+
+from .base import DeviceWork, Task, TaskState
 
 if TYPE_CHECKING:
     from simnpu.server.executor import Unit

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from simnpu.server.tasks.base import Task, TaskState
+from .base import Task, TaskState
 
 if TYPE_CHECKING:
     from simnpu.server.objects import Event, Stream

@@ -7,7 +7,7 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING
 
-from simnpu.server.tasks.base import Task, TaskState
+from .base import Task, TaskState
 
 if TYPE_CHECKING:
     from simnpu.server.objects import Stream

@@ -17,9 +17,10 @@ from simnpu.proto import codes
 from simnpu.proto.errors import NpuError
 from simnpu.server.access_log import CheckedBounds
 from simnpu.server.executor import UnitKind
-from simnpu.server.tasks.base import DeviceWork, Task, TaskState
 from simnpu.server.work import LoadModule, RunKernel
 from simnpu.shm.addresses import split_device_address
+
+from .base import DeviceWork, Task, TaskState
 
 if TYPE_CHECKING:
     from simnpu.server.executor import Unit

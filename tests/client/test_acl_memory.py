@@ -26,7 +26,9 @@ def test_ipc_through_acl_in_two_processes(daemon, acl):
         print(ptr, ret)
         if ret == 0:
             host = ctypes.create_string_buffer(4096)
-            print(acl.rt.memcpy(ctypes.addressof(host), 4096, ptr, 4096, 2), host.raw == b"Z" * 4096)
+            print(
+                acl.rt.memcpy(ctypes.addressof(host), 4096, ptr, 4096, 2), host.raw == b"Z" * 4096
+            )
             print(acl.rt.ipc_mem_close({key!r}))
     """
     refused = run_client(daemon.address, importer)  # not whitelisted yet

@@ -33,7 +33,10 @@ def test_calls_are_generated_on_first_lookup_with_their_bodies_signatures(daemon
                 if hasattr(function, "body"):
                     names += 1
                     body = list(inspect.signature(function.body).parameters)[1:]
-                    if list(inspect.signature(function).parameters) != body or function.__name__ != name:
+                    if (
+                        list(inspect.signature(function).parameters) != body
+                        or function.__name__ != name
+                    ):
                         mismatched.append(f"{module.__name__}.{name}")
         print(json.dumps({
             "before": before, "after": "memcpy" in vars(acl.rt), "same": first is acl.rt.memcpy,
@@ -62,8 +65,8 @@ def test_a_first_call_imports_only_what_it_needs(daemon):
 
         assert acl.init() == 0 and acl.rt.set_device(0) == 0
         stream, ret = acl.rt.create_stream()
-        later = ("numpy", "acl.util", "acl.media", "simnpu.proto.kernel_abi", "simnpu.client.memory",
-                 "simnpu.client.kernels", "simnpu.client.stream")
+        later = ("numpy", "acl.util", "acl.media", "simnpu.proto.kernel_abi",
+                 "simnpu.client.memory", "simnpu.client.kernels", "simnpu.client.stream")
         loaded = [name for name in later if name in sys.modules]
         function, ret_function = acl.rt.binary_get_function(acl.SIMNPU_BUILTIN_BINARY, "add_f32")
         ptr = acl.util.bytes_to_ptr(b"simnpu")
@@ -71,7 +74,8 @@ def test_a_first_call_imports_only_what_it_needs(daemon):
         import simnpu.client as npu
         print(json.dumps({
             "ret": ret, "loaded": loaded, "function": ret_function, "ptr": ptr > 0,
-            "kernel": kernel.__module__, "Stream": npu.Stream.__module__, "dir": "Stream" in dir(npu),
+            "kernel": kernel.__module__, "Stream": npu.Stream.__module__,
+            "dir": "Stream" in dir(npu),
             "util_in_dir": "util" in dir(acl), "finalize": [acl.rt.reset_device(0), acl.finalize()],
         }))
     """,

@@ -68,7 +68,8 @@ def test_config_file_is_checked(daemon, tmp_path):
         import acl
         print(acl.init({str(tmp_path / "absent.json")!r}), acl.init({str(tmp_path / "bad.json")!r}))
         print(acl.init({str(tmp_path / "acl.json")!r}), acl.finalize())
-        print(acl.init({str(tmp_path / "empty.json")!r}), acl.finalize(), acl.init(""), acl.finalize())
+        print(acl.init({str(tmp_path / "empty.json")!r}), acl.finalize(),
+              acl.init(""), acl.finalize())
         try:
             acl.init(5)
         except TypeError as error:
@@ -82,7 +83,8 @@ def test_config_file_is_checked(daemon, tmp_path):
 def test_finalize_and_exit_free_the_session(daemon):
     used = """
         import acl
-        print(acl.init(), acl.rt.set_device(0), acl.rt.malloc(64 << 20, 0)[1], acl.rt.malloc_host(1 << 20)[1])
+        print(acl.init(), acl.rt.set_device(0), acl.rt.malloc(64 << 20, 0)[1],
+              acl.rt.malloc_host(1 << 20)[1])
         {end}
     """
     assert lines(run_client(daemon.address, used.format(end="print(acl.finalize())")))[:2] == [

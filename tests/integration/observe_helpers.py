@@ -1,4 +1,5 @@
-"""Kernels and helpers shared by the observability tests (test_memcheck, test_races, test_timeline)."""
+"""Kernels and helpers shared by the observability tests (test_memcheck, test_races,
+test_timeline)."""
 
 from __future__ import annotations
 

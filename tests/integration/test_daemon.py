@@ -28,7 +28,10 @@ H2D = codes.ACL_MEMCPY_HOST_TO_DEVICE
 D2H = codes.ACL_MEMCPY_DEVICE_TO_HOST
 MiB = 1 << 20
 
-NAP = "from simnpu import kernel\nimport time\n@kernel('f64')\ndef nap(ctx, seconds):\n    time.sleep(seconds)\n"
+NAP = (
+    "from simnpu import kernel\nimport time\n@kernel('f64')\n"
+    "def nap(ctx, seconds):\n    time.sleep(seconds)\n"
+)
 
 
 def client(address: str, token: str | None = None) -> Runtime:
@@ -328,8 +331,13 @@ def test_health_service_reports_serving(daemon):
 
 # ---- supervision of workers ----------------------------------------------------------------------
 CRASHERS = {
-    "os._exit": "from simnpu import kernel\nimport os\n@kernel()\ndef crash(ctx):\n    os._exit(1)\n",
-    "SIGKILL": "from simnpu import kernel\nimport os\n@kernel()\ndef crash(ctx):\n    os.kill(os.getpid(), 9)\n",
+    "os._exit": (
+        "from simnpu import kernel\nimport os\n@kernel()\ndef crash(ctx):\n    os._exit(1)\n"
+    ),
+    "SIGKILL": (
+        "from simnpu import kernel\nimport os\n@kernel()\n"
+        "def crash(ctx):\n    os.kill(os.getpid(), 9)\n"
+    ),
 }
 
 

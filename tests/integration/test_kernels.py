@@ -502,7 +502,8 @@ def test_device_arguments_are_read_in_stream_order(npu, rt, echo):
     stream with no synchronize: the kernel reads them when it runs, after the copy.
     A slow kernel first makes sure nothing on the stream has run at submission."""
     nap = npu.Module.from_source(
-        "import time\nfrom simnpu import kernel\n\n@kernel('f64')\ndef nap(ctx, s):\n    time.sleep(s)\n",
+        "import time\nfrom simnpu import kernel\n\n"
+        "@kernel('f64')\ndef nap(ctx, s):\n    time.sleep(s)\n",
         "nap.py",
     ).function("nap")
     stream = npu.Stream()

@@ -263,7 +263,8 @@ IMPORTER = """
     data = shared.to_numpy(np.float32)
     say(int(data[0]), int(data[-1]), shared.nbytes)
     out = npu.DeviceBuffer(shared.nbytes)
-    npu.builtin("relu_f32").launch(2, shared, out, shared.nbytes // 4)  # a kernel on imported memory
+    # a kernel on imported memory
+    npu.builtin("relu_f32").launch(2, shared, out, shared.nbytes // 4)
     npu.current_stream().synchronize()
     say(int((out.to_numpy(np.float32) == np.maximum(data, 0)).all()))
     shared.copy_from_host(np.full(shared.nbytes // 4, 7, np.float32))

@@ -377,7 +377,8 @@ def copy_everything(rt: Runtime, size: int) -> list[bytes]:
         rt.free_host(ptr)
     expected = [data.tobytes()] * 7 + [b"\xa5" * size, b"\x3c" * size]
     assert results == expected, (
-        f"size {size}: copies {[i for i, (r, e) in enumerate(zip(results, expected)) if r != e]} differ"
+        f"size {size}: "
+        f"copies {[i for i, (r, e) in enumerate(zip(results, expected)) if r != e]} differ"
     )
     return results
 

@@ -43,7 +43,8 @@ class FakeDevice:
         return self.put(np.full(count, np.nan, dtype))
 
     def get(self, address, dtype, count):
-        """The first `count` elements of the buffer at `address` (and asserts its tail is intact)."""
+        """The first `count` elements of the buffer at `address` (and asserts its tail is
+        intact)."""
         data = self.buffers[address].view(dtype)
         assert np.isnan(data[count:]).all(), "a kernel wrote past the elements it was given"
         return data[:count].copy()

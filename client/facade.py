@@ -316,9 +316,9 @@ def not_supported(
 
     def unsupported(*args, **kwargs):
         code = failed(NpuError(codes.ACL_ERROR_RT_FEATURE_NOT_SUPPORT, message), name)
-        if not returns_code:
-            return outputs[0]
-        return code if outputs is None else (*outputs, code)
+        if outputs is None:
+            return code
+        return (*outputs, code) if returns_code else outputs[0]
 
     unsupported.__name__ = unsupported.__qualname__ = name.rpartition(".")[2]
     unsupported.__doc__ = (

@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import threading
 import weakref
+from typing import Any
 
 from google.protobuf.message import Message
 
@@ -81,7 +82,7 @@ class Hccl:
         self.comms: dict[int, CommInfo] = {}
         self._lock = threading.Lock()
 
-    def call(self, body: Message) -> Message:
+    def call(self, body: Message) -> Any:
         """A request's reply body; its failure as an HcclError (a non-HCCL code: HCCL_E_RUNTIME)."""
         try:
             return self.runtime.connection.call(body, caller_site())

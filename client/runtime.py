@@ -15,7 +15,7 @@ import bisect
 import os
 import sys
 import threading
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from google.protobuf.message import Message
 
@@ -101,7 +101,7 @@ class Runtime(RuntimeMemory):
         """False when the daemon's /dev/shm is out of reach and bytes travel in-stream."""
         return self.copies.shared
 
-    def _call(self, body: Message) -> Message:
+    def _call(self, body: Message) -> Any:
         """Send a request and wait for its reply body (the path of every call that answers)."""
         return self.connection.call(body, caller_site())
 
@@ -264,9 +264,10 @@ class Runtime(RuntimeMemory):
         Decided on the stream's completion signal when that can prove it (client/fast_path.py)."""
         stream = self.stream(handle)
         if self.signals is not None and not self.observer.flags:
-            timeout_ms = self.signals.synchronize(stream, timeout_ms)
-            if timeout_ms is None:
+            remaining = self.signals.synchronize(stream, timeout_ms)
+            if remaining is None:
                 return
+            timeout_ms = remaining
         self._call(pb.SynchronizeStreamRequest(stream=stream, timeout_ms=timeout_ms))
 
     @records_errors

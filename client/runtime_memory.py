@@ -13,7 +13,7 @@ from __future__ import annotations
 import bisect
 import json
 import os
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from simnpu.client.last_error import records_errors
 from simnpu.client.transport import caller_site
@@ -59,7 +59,7 @@ class RuntimeMemory:
 
     if TYPE_CHECKING:
 
-        def _call(self, body: Message) -> Message: ...
+        def _call(self, body: Message) -> Any: ...
         def _current(self) -> ContextInfo: ...
         def _check_device(self, device: int) -> None: ...
         def stream(self, handle: int) -> int: ...

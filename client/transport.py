@@ -241,7 +241,8 @@ class Connection:
         """Queue a request; the returned handle is passed to wait(). `bulk` (a buffer, read
         when the message is sent) goes as the message's bulk bytes (proto/bulk.py); only
         in-stream copies have it, and they never have a ring."""
-        case = messages.request_case(body)  # before the lock: a bad body leaves no trace
+        # the body's case before the lock: a bad body leaves no trace
+        case: dict[str, Any] = {messages.request_case(body): body}
         with self._lock:  # under the lock: _fail_all cannot miss a request registered here
             if self._broken is not None:
                 raise self._broken
@@ -249,7 +250,7 @@ class Connection:
             pending = self._replies[seq] = _Pending(
                 seq, self._free_slots.pop() if self._free_slots else -1
             )
-            request = npu_pb2.Request(id=seq, mailbox=pending.slot + 1, **{case: body})
+            request = npu_pb2.Request(id=seq, mailbox=pending.slot + 1, **case)
             if bulk is None:
                 self._queue_request(request, site)
             else:

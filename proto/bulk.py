@@ -35,7 +35,7 @@ def server_message(reply: npu_pb2.Reply, bulk) -> bytes:
 def parse_client(raw: bytes) -> tuple[npu_pb2.ClientMessage, memoryview | None]:
     """A received ClientMessage and its bulk bytes (a view into `raw`), if it has any."""
     bulk, rest = _split(raw, _CLIENT_TAG)
-    message = npu_pb2.ClientMessage.FromString(rest)
+    message = npu_pb2.ClientMessage.FromString(rest)  # type: ignore[arg-type]  # any buffer
     if message.bulk:  # encoded elsewhere in the message (or twice: the last one counts)
         bulk = memoryview(message.bulk)
     return message, bulk
@@ -45,14 +45,14 @@ def parse_server(raw: bytes):
     """A received ServerMessage; with bulk bytes, an object with the same `replies` and
     `notices` whose first reply's `bulk` is a view of them."""
     bulk, rest = _split(raw, _SERVER_TAG)
-    message = npu_pb2.ServerMessage.FromString(rest)
+    message = npu_pb2.ServerMessage.FromString(rest)  # type: ignore[arg-type]  # any buffer
     if message.bulk:
         bulk = memoryview(message.bulk)
     if bulk is None:
         return message
-    replies = list(message.replies)
+    replies: list[npu_pb2.Reply | BulkReply] = list(message.replies)
     if replies:
-        replies[0] = BulkReply(replies[0], bulk)
+        replies[0] = BulkReply(message.replies[0], bulk)
     return _BulkMessage(replies, message.notices)
 
 

@@ -21,7 +21,7 @@ from typing import ClassVar, NamedTuple
 
 from simnpu.proto import codes
 from simnpu.proto.errors import NpuError
-from simnpu.proto.npu_pb2 import SPACE_DEVICE, SPACE_PINNED, SPACE_STAGING
+from simnpu.proto.npu_pb2 import SPACE_DEVICE, SPACE_PINNED, SPACE_STAGING, Space
 
 __all__ = [
     "BUILTIN_BINARY",
@@ -52,7 +52,7 @@ _OP = struct.Struct("<H")
 
 
 class Location(NamedTuple):
-    space: int  # npu.proto's Space
+    space: Space  # npu.proto's Space
     id: int  # SPACE_PINNED: the segment's handle
     offset: int  # SPACE_DEVICE: the device address; else within the segment
 
@@ -119,7 +119,7 @@ class _CopyFields(NamedTuple):
     stream: int
     dst: Location
     src: Location
-    count: int
+    count: int  # type: ignore[assignment]  # the field shadows tuple.count, as named tuples allow
 
 
 class Copy(_CopyFields):
@@ -143,7 +143,7 @@ class _MemsetFields(NamedTuple):
     stream: int
     dst: Location
     value: int
-    count: int
+    count: int  # type: ignore[assignment]  # the field shadows tuple.count, as named tuples allow
 
 
 class Memset(_MemsetFields):
@@ -242,7 +242,7 @@ class _CollectiveFields(NamedTuple):
     kind: int  # HcclCMDType
     send: int
     recv: int
-    count: int
+    count: int  # type: ignore[assignment]  # the field shadows tuple.count, as named tuples allow
     recv_count: int  # alltoall's recvCount; otherwise equal to count
     dtype: int  # HcclDataType
     recv_dtype: int  # alltoall's recvType; otherwise equal to dtype

@@ -10,18 +10,24 @@ once per message type.
 
 from __future__ import annotations
 
+from typing import Any
+
 from google.protobuf.message import Message
 
 from simnpu.proto import npu_pb2
 
-_REQUEST_CASE = {
-    field.message_type.full_name: field.name
-    for field in npu_pb2.Request.DESCRIPTOR.oneofs_by_name["body"].fields
-}
-_REPLY_CASE = {
-    field.message_type.full_name: field.name
-    for field in npu_pb2.Reply.DESCRIPTOR.oneofs_by_name["body"].fields
-}
+
+def _cases(envelope: type[Message]) -> dict[str, str]:
+    """Body message name -> the case of `envelope`'s body oneof that carries it."""
+    cases = {}
+    for field in envelope.DESCRIPTOR.oneofs_by_name["body"].fields:
+        assert field.message_type is not None, "every body case is a message"
+        cases[field.message_type.full_name] = field.name
+    return cases
+
+
+_REQUEST_CASE = _cases(npu_pb2.Request)
+_REPLY_CASE = _cases(npu_pb2.Reply)
 _REPLY_CASES = frozenset(_REPLY_CASE.values())
 _REQUIRED: dict[
     str, tuple[tuple[str, bool], ...]
@@ -30,9 +36,8 @@ _REQUIRED: dict[
 
 def request(request_id: int, mailbox: int, body: Message) -> npu_pb2.Request:
     """The Request carrying `body` (a request body message)."""
-    return npu_pb2.Request(
-        id=request_id, mailbox=mailbox, **{_REQUEST_CASE[body.DESCRIPTOR.full_name]: body}
-    )
+    case: dict[str, Any] = {_REQUEST_CASE[body.DESCRIPTOR.full_name]: body}
+    return npu_pb2.Request(id=request_id, mailbox=mailbox, **case)
 
 
 def reply(
@@ -59,7 +64,7 @@ def request_case(body: Message) -> str:
     return _REQUEST_CASE[body.DESCRIPTOR.full_name]
 
 
-def reply_body(reply: npu_pb2.Reply, request_body: Message) -> Message | None:
+def reply_body(reply: npu_pb2.Reply, request_body: Message) -> Any:
     """The body of `reply` to a request with `request_body`: the reply body of the same
     name, or None for a call that returns no values."""
     case = _REQUEST_CASE[request_body.DESCRIPTOR.full_name]
@@ -74,7 +79,7 @@ def missing(body: Message, prefix: str = "") -> list[str]:
         required = _REQUIRED[name] = tuple(
             (field.name, field.message_type is not None)
             for field in body.DESCRIPTOR.fields
-            if field.GetOptions().Extensions[npu_pb2.required]
+            if field.GetOptions().Extensions[npu_pb2.required]  # type: ignore[index]
         )
     absent = []
     for field, is_message in required:

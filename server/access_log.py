@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from simnpu.server.kernel_context import KernelContext, MemoryFault
 from simnpu.server.work import Accesses
 
 READ, WRITE, READ_RW = 0, 1, 2  # entry modes; READ_RW: a read through an "rw" view (no initcheck)
@@ -38,26 +39,21 @@ class CheckedBounds(tuple):
         return (CheckedBounds, (tuple(self),))
 
 
-def run_checked(
-    runner, kernel_context, fault_type, token, function, args, first, last, block_num, bounds
-):
+def run_checked(runner, token, function, args, first, last, block_num, bounds):
     """Run blocks [first, last) like WorkRunner.run_kernel does, recording accesses; report
     them. Returns (block reached, exception or None)."""
-    recording = recording_context(kernel_context)
     entries: list = []
     fault = None
     block = first
     error = None
     for block in range(first, last):
-        context = recording(block, block_num, runner.core_id, bounds, runner.maps)
+        context = RecordingContext(block, block_num, runner.core_id, bounds, runner.maps)
         try:
             function(context, *args)
         except BaseException as exc:  # noqa: BLE001 - reported by the caller
             error = exc
-            if isinstance(exc, fault_type):
-                fault = getattr(exc, "simnpu_access", None)
-                if fault is not None:
-                    fault = (*fault, block)
+            if isinstance(exc, MemoryFault) and exc.access is not None:
+                fault = (*exc.access, block)
         context.finish(entries, block)
         if error is not None:
             break
@@ -65,43 +61,39 @@ def run_checked(
     return block, error
 
 
-def _recording_class(base):
-    class RecordingContext(base):
-        """A KernelContext that remembers the views it gives out."""
+class RecordingContext(KernelContext):
+    """A KernelContext that remembers the views it gives out."""
 
-        __slots__ = ("_views",)
+    __slots__ = ("_views",)
 
-        def __init__(self, *args):
-            base.__init__(self, *args)
-            self._views = []
+    def __init__(self, *args):
+        super().__init__(*args)
+        self._views: list = []
 
-        def gm(self, ptr, dtype, count, access="rw"):
-            try:
-                view = base.gm(self, ptr, dtype, count, access)
-            except Exception as fault:
-                if type(fault).__name__ == "MemoryFault":
-                    fault.simnpu_access = (int(ptr), int(count) * _itemsize(dtype), access)
-                raise
-            before = view.copy() if access == "rw" and view.nbytes else None
-            self._views.append((int(ptr), view, access, before))
-            return view
+    def gm(self, ptr, dtype, count, access="rw"):
+        try:
+            view = super().gm(ptr, dtype, count, access)
+        except MemoryFault as fault:
+            fault.access = (int(ptr), int(count) * _itemsize(dtype), access)
+            raise
+        before = view.copy() if access == "rw" and view.nbytes else None
+        self._views.append((int(ptr), view, access, before))
+        return view
 
-        def finish(self, entries: list, block: int) -> None:
-            for ptr, view, access, before in self._views:
-                nbytes = view.nbytes
-                if not nbytes:
-                    continue
-                if access == "r":
-                    entries.append((ptr, ptr + nbytes, READ, block, block))
-                elif access == "w":
-                    entries.append((ptr, ptr + nbytes, WRITE, block, block))
-                else:
-                    entries.append((ptr, ptr + nbytes, READ_RW, block, block))
-                    for lo, hi in _changed(before, view):
-                        entries.append((ptr + lo, ptr + hi, WRITE, block, block))
-            self._views = []
-
-    return RecordingContext
+    def finish(self, entries: list, block: int) -> None:
+        for ptr, view, access, before in self._views:
+            nbytes = view.nbytes
+            if not nbytes:
+                continue
+            if access == "r":
+                entries.append((ptr, ptr + nbytes, READ, block, block))
+            elif access == "w":
+                entries.append((ptr, ptr + nbytes, WRITE, block, block))
+            else:
+                entries.append((ptr, ptr + nbytes, READ_RW, block, block))
+                for lo, hi in _changed(before, view):
+                    entries.append((ptr + lo, ptr + hi, WRITE, block, block))
+        self._views = []
 
 
 def _itemsize(dtype) -> int:
@@ -148,13 +140,3 @@ def _merge(entries: list) -> list:
         else:
             merged.append([lo, hi, write, b0, b1])
     return [tuple(e) for e in merged]
-
-
-_recording: dict = {}  # KernelContext class -> its recording subclass (made on first use)
-
-
-def recording_context(base):
-    cls = _recording.get(base)
-    if cls is None:
-        cls = _recording[base] = _recording_class(base)
-    return cls

@@ -187,6 +187,7 @@ class Collectives:
         all have come, or fail it."""
         member, key, call = task.member, task.key, task.call
         comm = member.comm
+        assert comm is not None, "collectives are queued on formed communicators only"
         task.state = TaskState.DISPATCHED
         if comm.broken is not None:
             self._finish(

@@ -86,7 +86,7 @@ class Daemon:
             self.executor = ProcessExecutor(units, [device.region.name for device in self.devices])
             self.executor.start()
             self.scheduler = Scheduler(self.devices, self.executor, self.config.op_timeout_s)
-            observe.install(self)  # --trace / --check
+            observe.install(self, self.scheduler)  # --trace / --check
             self.jobs = Jobs(self.scheduler)
             self.scheduler.start()
             self._start_grpc()
@@ -94,7 +94,12 @@ class Daemon:
             self.stop()
             raise
         if self.config.idle_exit_s is not None:
-            threading.Thread(target=self._idle_watch, name="simnpu-idle", daemon=True).start()
+            threading.Thread(
+                target=self._idle_watch,
+                args=(self.config.idle_exit_s,),
+                name="simnpu-idle",
+                daemon=True,
+            ).start()
         log.info(
             "simnpu daemon %d serving %s: %d device(s) of %d MiB, "
             "%d AI cores + %d copy engines each",
@@ -179,15 +184,12 @@ class Daemon:
         self._stopped.set()
         log.info("simnpu daemon %d stopped", os.getpid())
 
-    def _idle_watch(self) -> None:
+    def _idle_watch(self, idle_exit_s: float) -> None:
         while not self._stopped.wait(0.2):
             with self._lock:
-                idle = (
-                    not self.sessions
-                    and time.monotonic() - self._last_activity > self.config.idle_exit_s
-                )
+                idle = not self.sessions and time.monotonic() - self._last_activity > idle_exit_s
             if idle:
-                log.info("no client for %.1f s: exiting", self.config.idle_exit_s)
+                log.info("no client for %.1f s: exiting", idle_exit_s)
                 self.stop()
 
     # ---- sessions ------------------------------------------------------------------------------

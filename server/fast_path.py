@@ -59,10 +59,8 @@ class FastPath:
                     )
                 except OSError:  # /dev/shm filled up meanwhile: calls go by the stream
                     self.ring_region = None
-        return tuple(
-            region.name if region is not None else ""  # type: ignore[return-value]
-            for region in (self.notify_region, self.ring_region)
-        )
+        notify, ring = self.notify_region, self.ring_region
+        return (notify.name if notify else "", ring.name if ring else "")
 
     def release(self) -> None:
         """The session ends: unlink the segments."""
@@ -73,6 +71,7 @@ class FastPath:
         self.session.owner.signals = None
         if area is not None:
             area.release()
+        if self.notify_region is not None:
             self.session.release_segment(self.notify_region)
             self.notify_region = None
         if self.ring_region is not None:

@@ -46,6 +46,7 @@ from simnpu.shm.addresses import split_device_address
 
 if TYPE_CHECKING:
     from simnpu.server.daemon import Daemon
+    from simnpu.server.scheduler import Scheduler
     from simnpu.server.session import Session
 
 log = logging.getLogger("simnpu.observe")
@@ -104,13 +105,14 @@ class Observer:
     def __init__(
         self,
         daemon: Daemon,
+        scheduler: Scheduler,
         flags: int = 0,
         trace_path: str | None = None,
         report_path: str | None = None,
         capacity: int = DEFAULT_CAPACITY,
     ):
         self.daemon = daemon
-        self.scheduler = daemon.scheduler
+        self.scheduler = scheduler
         self.flags = flags  # what every session gets
         self.trace_path, self.report_path = trace_path, report_path
         self.started_ns = time.monotonic_ns()
@@ -123,12 +125,13 @@ class Observer:
         self.findings = Findings()  # every session's, for the daemon's report
 
     @classmethod
-    def ensure(cls, daemon: Daemon) -> Observer:
+    def ensure(cls, session: Session) -> Observer:
         """The daemon's observer, made and installed in the scheduler on first use."""
-        with daemon.scheduler.lock:
+        daemon, scheduler = session.daemon, session.scheduler
+        with scheduler.lock:
             if daemon.observer is None:
-                daemon.observer = cls(daemon, capacity=daemon.config.trace_buffer)
-                daemon.scheduler.observer = daemon.observer
+                daemon.observer = cls(daemon, scheduler, capacity=daemon.config.trace_buffer)
+                scheduler.observer = daemon.observer
             return daemon.observer
 
     # ---- sessions (reader threads) ---------------------------------------------------------------
@@ -413,8 +416,8 @@ class Observer:
         if space == "seg":
             if not flags & RACECHECK:
                 return
-            block = self.memory.segment(key, 1 << 62)
-            self._race(task, probe, watch, raced, block, lo, hi, write, blocks)
+            segment = self.memory.segment(key, 1 << 62)
+            self._race(task, probe, watch, raced, segment, lo, hi, write, blocks)
             return
         if task.seq < watch.last_free_seq:
             tomb = self.memory.tombstone_of(session, key, lo, hi, task.seq)
@@ -452,10 +455,9 @@ class Observer:
                 gaps = missing(block.written, at, top)
                 if gaps:
                     self._uninitialised(task, probe, watch, block, gaps, blocks)
-            if mode:  # written, or given to a kernel as "rw": initialised from now on (an "rw"
-                add_range(
-                    block.written, at, top
-                )  # store of the value already there is a write too)
+            if mode:  # written, or given to a kernel as "rw": initialised from now on (an
+                # "rw" store of the value already there is a write too)
+                add_range(block.written, at, top)
             self._race(task, probe, watch, raced, block, at, top, write, blocks)
             at = top
 
@@ -583,15 +585,15 @@ def _what(task) -> str:
     return f"kernel {name}" if category == "kernel" else name
 
 
-def install(daemon) -> None:
+def install(daemon: Daemon, scheduler: Scheduler) -> None:
     """At daemon start: observe every client if `--trace` or `--check` asked for it."""
     config = daemon.config
     bits = config.checks | (TRACE if config.trace_path else 0)
     if bits:
         daemon.observer = Observer(
-            daemon, bits, config.trace_path, config.check_report, config.trace_buffer
+            daemon, scheduler, bits, config.trace_path, config.check_report, config.trace_buffer
         )
-        daemon.scheduler.observer = daemon.observer
+        scheduler.observer = daemon.observer
         log.info("observing every client: %s", flags_.describe(bits))
 
 

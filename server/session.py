@@ -41,6 +41,7 @@ from simnpu.shm.ring import RingCorrupt
 if TYPE_CHECKING:
     from simnpu.server.daemon import Daemon
     from simnpu.server.device import Device
+    from simnpu.server.scheduler import Scheduler
 
 log = logging.getLogger("simnpu.session")
 
@@ -108,7 +109,8 @@ class Handles:
 class Session:
     def __init__(self, daemon: Daemon, session_id: int, peer: str):
         self.daemon = daemon
-        self.scheduler = daemon.scheduler
+        assert daemon.scheduler is not None, "sessions open once the daemon runs"
+        self.scheduler: Scheduler = daemon.scheduler
         self.id = session_id
         self.peer = peer
         self.owner = Owner(session_id, self._announce)

@@ -48,8 +48,7 @@ class NotifyArea:
 
     def release(self) -> None:
         """Drop the views into the buffer, so that its mapping can be closed."""
-        # typed as the live views: after release nothing of the area is used again
-        self._doorbell = self._words = None  # type: ignore[assignment]
+        del self._doorbell, self._words  # nothing of the area is used after this
         self._ids, self._lengths = [], []
 
     def new_signal(self) -> StreamSignal | None:

@@ -31,8 +31,12 @@ class Region:
         self.owner = owner
         self.size = memory.size
         flags = mmap.MAP_SHARED | (mmap.MAP_POPULATE if populate else 0)
-        self.map = mmap.mmap(memory.fd, self.size, flags=flags) if self.size else None
-        memory.close_fd()
+        try:
+            if not self.size:
+                raise ValueError(f"shared-memory segment {name} is empty")
+            self.map = mmap.mmap(memory.fd, self.size, flags=flags)
+        finally:
+            memory.close_fd()
         self._closed = False
 
     @classmethod
@@ -61,7 +65,6 @@ class Region:
 
     def address(self) -> int:
         """The address of the mapping in this process (for ctypes / pyACL-style pointers)."""
-        assert self.map is not None, "a segment of 0 bytes has no mapping"
         return ctypes.addressof(ctypes.c_char.from_buffer(self.map))
 
     def close(self) -> None:
@@ -74,8 +77,7 @@ class Region:
         if self.owner:
             unlink_quietly(self.name)  # first: the name goes even if views keep the mapping
             self.owner = False
-        if self.map is not None:
-            self.map.close()
+        self.map.close()
         self._closed = True
 
     def unlink(self) -> None:

@@ -153,9 +153,11 @@ def start_thread(function, args):
         target=_run, args=(function, args, failures), name="acl.util.thread", daemon=True
     )
     thread.start()
+    ident = thread.ident
+    assert ident is not None, "a started thread has an ident"
     with _threads_lock:
-        _threads[thread.ident] = (thread, failures)
-    return thread.ident, 0
+        _threads[ident] = (thread, failures)
+    return ident, 0
 
 
 def _run(function, args, failures) -> None:

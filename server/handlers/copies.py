@@ -13,6 +13,7 @@ which follows copies as tasks) is a task of its stream.
 
 from __future__ import annotations
 
+from mmap import mmap
 from typing import TYPE_CHECKING, TypeAlias
 
 import numpy as np
@@ -56,10 +57,11 @@ def resolve(session: Session, location: Location, count: int) -> Span:
 
 
 def _answer_when_done(
-    session: Session, reply_to: int, task: Task, read_back: tuple[int, int] | None
+    session: Session, reply_to: int, task: Task, read_back: tuple[mmap, int, int] | None
 ) -> None:
     """Queue `task` and answer `reply_to` once it ran (with the bytes of the staging slot
-    `read_back` = (offset, count) as the reply's bulk, for an in-stream chunk to the host)."""
+    `read_back` = (staging, offset, count) as the reply's bulk, for an in-stream chunk to the
+    host)."""
     stream = task.stream
 
     def finish(timed_out: bool) -> None:
@@ -68,7 +70,7 @@ def _answer_when_done(
         if task.failure is not None:
             session.respond_failure(reply_to, task.failure)
         elif read_back is not None and reply_to:
-            session.outbox.put(_reply_with(reply_to, session.staging.map, *read_back))
+            session.outbox.put(_reply_with(reply_to, *read_back))
         else:
             session.respond(reply_to)
 
@@ -109,6 +111,7 @@ def _staged(
     Never blocks."""
     count, inline = request.count, request.inline
     to_device = request.src.space == commands.SPACE_STAGING
+    assert session.staging is not None, "resolve() found the staging side"
     staging = session.staging.map
     data = None
     if to_device and inline:  # the message's bulk bytes are the chunk: one per message
@@ -136,7 +139,7 @@ def _staged(
         return None
     if data is not None:
         _copy(staging, src.offset, data, 0, count)
-    read_back = (dst.offset, count) if inline and not to_device else None
+    read_back = (staging, dst.offset, count) if inline and not to_device else None
     stream = _stream(session, request, device)
     _answer_when_done(
         session, reply_to, CopyTask(session.seq, stream, dst, src, count, staged=True), read_back

@@ -36,5 +36,7 @@ def rendezvous(session: Session, request: pb.HcclRendezvousRequest, reply_to: in
         ht.DEFAULT_CONNECT_TIMEOUT_S if request.timeout_ms <= 0 else request.timeout_ms / 1000.0
     )
     arrival = Arrival(session, reply_to, world_size, exec_timeout_s)
-    session.post(session.daemon.jobs.arrive, job, arrival, timeout_s)
+    jobs = session.daemon.jobs
+    assert jobs is not None, "jobs exist once the daemon runs"
+    session.post(jobs.arrive, job, arrival, timeout_s)
     return LATER

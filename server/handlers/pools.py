@@ -67,7 +67,9 @@ def malloc_async(
     memory = session.memory
     device = session.daemon.devices[pool.device]
     address = memory.allocate(device, size, codes.ACL_MEM_MALLOC_HUGE_FIRST)
-    reserved = device.lookup(address).reserved
+    block = device.lookup(address)
+    assert block is not None, "allocated just now"
+    reserved = block.reserved
     if pool.max_size and pool.used + reserved > pool.max_size:
         del memory.allocations[address]
         device.free(address)

@@ -1,0 +1,1 @@
+../../../root_package/__init__.py

@@ -1,0 +1,1 @@
+../../../root_package/__main__.py

@@ -88,7 +88,7 @@ class FastPath:
         if self.ring_region is not None:
             self.connection.ring.release()
             self.ring_region.close()
-        self.connection.notify.release()
+        self.connection.mailbox.area.release()
         self.notify_region.close()
 
 

@@ -70,7 +70,7 @@ class ClientObserver:
         reply = self.runtime.connection.call(pb.ObserveRequest(flags=flags))
         self.asked |= flags
         self.flags = reply.flags
-        if not self.runtime.connection.send_sites:
+        if not self.runtime.connection.log.observed:
             self.runtime.connection.start_sending_sites()
         return self.flags
 

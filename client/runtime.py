@@ -548,8 +548,9 @@ class Runtime(RuntimeMemory):
                     pass
         self.copies.close()
         self.connection.close()
-        if self.fast_path is not None:
-            self.fast_path.close()
+        fast_path, self.fast_path, self.signals = self.fast_path, None, None
+        if fast_path is not None:
+            fast_path.close()
 
 
 def _attach_staging(name: str, size: int, probe: bytes) -> Region | None:

@@ -76,18 +76,32 @@ def caller_site() -> str:
 class CallLog:
     """The sequence numbers of this session's calls, as the daemon numbers them, and what the
     client keeps of each: its call site (the last 65,536), the last command of each stream,
-    and the last call whose failure is reported later. Used under the connection's lock."""
+    and the last call whose failure is reported later; once the session is observed, which
+    sites the daemon has been told. Used under the connection's lock."""
 
-    __slots__ = ("_sites", "deferred_seq", "seq", "sites_sent", "stream_seq")
+    __slots__ = (
+        "_sites",
+        "deferred_seq",
+        "observed",
+        "ring_site",
+        "seq",
+        "sites_sent",
+        "stream_seq",
+    )
 
     def __init__(self) -> None:
         self.seq = 0
         self._sites: list = [None] * _SITE_RING
         self.stream_seq: dict[int, int] = {}  # stream -> sequence number of its last command
         self.deferred_seq = 0  # the last call whose failure is reported later (a command, a free)
-        self.sites_sent = (
-            0  # sequence numbers up to here have had their sites sent (observed, no ring)
-        )
+        self.observed = False  # tracing or checking: call sites travel with the calls
+        self.sites_sent = 0  # sequence numbers up to here have had their sites sent (no ring)
+        self.ring_site: str | None = None  # the call site last sent through the ring
+
+    def observe(self) -> None:
+        """From the next call on, the daemon is told each call's site."""
+        self.sites_sent = self.seq
+        self.observed = True
 
     def take(self, site: str, stream: int = 0, deferred: bool = False) -> int:
         """The next sequence number, for a call at `site` (a command on `stream`, or one whose
@@ -145,6 +159,72 @@ class _Pending:
         self.slot = slot  # its mailbox slot in the notify area, or -1
 
 
+class _Mailbox:
+    """The session's mailbox slots in its notify area (docs/fast-path.md): the reply to a
+    request sent with a slot comes there while its caller sleeps on the doorbell."""
+
+    __slots__ = ("area", "free", "replies")
+
+    def __init__(self, area: notify_layout.NotifyArea):
+        self.area = area
+        self.free = list(range(notify_layout.MAILBOX_SLOTS))  # slots no request holds
+        self.replies = 0  # how many replies came through the mailbox (a statistic)
+
+
+class _ReaderRole:
+    """Who reads the session stream. A thread waiting for a reply reads it itself (the reply
+    wakes that very thread, no hand-off); others wait for the reader to pass their reply on.
+    The background receiver reads only when notices must arrive with nobody waiting (host
+    callbacks), when replies come through the mailbox, or while the session closes."""
+
+    __slots__ = ("_changed", "busy", "notices_due")
+
+    def __init__(self) -> None:
+        self._changed = threading.Condition()
+        self.busy = False  # a thread is reading the stream
+        self.notices_due = 0  # host callbacks queued and not yet announced by the daemon
+
+    def claim_for(self, pending: _Pending) -> bool:
+        """Wait until the role is free or `pending` is answered; True: the caller reads now."""
+        with self._changed:
+            while self.busy and not pending.event.is_set():
+                self._changed.wait()
+            if pending.event.is_set():
+                return False
+            self.busy = True
+            return True
+
+    def claim_in_background(self, over: Callable[[], bool], always: Callable[[], bool]) -> bool:
+        """Wait until the background receiver must read (True: it reads now) or the session
+        is `over` (False). `always`: the stream is read even with no notice due."""
+        with self._changed:
+            while not over() and (self.busy or not (self.notices_due > 0 or always())):
+                self._changed.wait()
+            if over():
+                return False
+            self.busy = True
+            return True
+
+    def release(self) -> None:
+        with self._changed:
+            self.busy = False
+            self._changed.notify_all()
+
+    def expect_notice(self) -> None:
+        with self._changed:
+            self.notices_due += 1
+            self._changed.notify_all()
+
+    def notice_arrived(self) -> None:
+        with self._changed:
+            self.notices_due -= 1
+
+    def wake(self) -> None:
+        """Everyone waiting looks at the session again (it broke, closes, or changed)."""
+        with self._changed:
+            self._changed.notify_all()
+
+
 class Connection:
     """A live session with the daemon at `address`."""
 
@@ -167,17 +247,11 @@ class Connection:
         self._pending_items: collections.deque = collections.deque()
         self._wake = threading.Event()
         self._replies: dict[int, _Pending] = {}
-        self.send_sites = False  # an observed session: call sites travel with the calls
         self._broken: NpuError | None = None
         self._closing = False
-        self._reading = threading.Condition()  # guards _reader_busy and _notice_demand
-        self._reader_busy = False  # a thread is inside next(self._call)
-        self._notice_demand = 0  # host callbacks queued and not yet announced by the daemon
-        self.notify: notify_layout.NotifyArea | None = None  # use_notify()
+        self._reader = _ReaderRole()
+        self.mailbox: _Mailbox | None = None  # use_notify()
         self.ring: ring_layout.SubmissionRing | None = None  # use_ring()
-        self._ring_site: str | None = None  # the call site last sent through the ring (observed)
-        self._free_slots: list[int] = []
-        self.mailbox_replies = 0  # how many replies came through the mailbox (a statistic)
         self._open()
 
     def _open(self) -> None:
@@ -194,20 +268,13 @@ class Connection:
         self._receiver = threading.Thread(target=self._receive, name="simnpu-receiver", daemon=True)
         self._receiver.start()
 
-    # The stream is read by whoever needs it: a thread waiting for a reply reads it itself
-    # (the reply wakes that very thread, no hand-off), others wait for the reader to pass
-    # their reply on; the background receiver reads only when notices must arrive with
-    # nobody waiting (host callbacks), the fast path is in use, or the session is closing.
-
     # ---- sending --------------------------------------------------------------------------
     def use_notify(self, area: notify_layout.NotifyArea) -> None:
         """From now on replies come through `area`'s mailbox (the session's notify area);
         the background receiver reads the stream all the time."""
         with self._lock:
-            self._free_slots = list(range(notify_layout.MAILBOX_SLOTS))
-            self.notify = area
-        with self._reading:
-            self._reading.notify_all()
+            self.mailbox = _Mailbox(area)
+        self._reader.wake()
 
     def use_ring(self, ring: ring_layout.SubmissionRing) -> None:
         """From now on calls go through the session's submission ring (the daemon is told
@@ -247,8 +314,9 @@ class Connection:
             if self._broken is not None:
                 raise self._broken
             seq = self.log.take(site)
+            mailbox = self.mailbox
             pending = self._replies[seq] = _Pending(
-                seq, self._free_slots.pop() if self._free_slots else -1
+                seq, mailbox.free.pop() if mailbox is not None and mailbox.free else -1
             )
             request = npu_pb2.Request(id=seq, mailbox=pending.slot + 1, **case)
             if bulk is None:
@@ -289,9 +357,10 @@ class Connection:
         ring = self.ring
         assert ring is not None  # the callers put records only while the ring is in use
         try:
-            if self.send_sites and site != self._ring_site:  # a loop sends its site once
+            log = self.log
+            if log.observed and site != log.ring_site:  # a loop sends its site once
                 ring.put(commands.RingSite.pack(site or "?"), False)
-                self._ring_site = site
+                log.ring_site = site
             asleep = ring.put(record, wake)
         except ring_layout.RingClosed:  # full, and the daemon is gone
             assert self._broken is not None  # the ring closes once the session broke
@@ -309,15 +378,9 @@ class Connection:
         """Block until the reply arrives; raise NpuError if it carries an error code."""
         if pending.slot >= 0:
             self._wait_mailbox(pending)
-        reading = self._reading
         while not pending.event.is_set():
-            with reading:
-                while self._reader_busy and not pending.event.is_set():
-                    reading.wait()
-                if pending.event.is_set():
-                    break
-                self._reader_busy = True
-            self._read_turn()
+            if self._reader.claim_for(pending):
+                self._read_turn()
         reply = pending.reply
         if isinstance(reply, NpuError):
             raise reply
@@ -329,9 +392,10 @@ class Connection:
     def _wait_mailbox(self, pending: _Pending) -> None:
         """Sleep on the doorbell until the reply is in the pending request's mailbox slot
         (then it is pending.reply), or it went by the stream, or the session broke."""
-        area, slot = self.notify, pending.slot
+        mailbox, slot = self.mailbox, pending.slot
+        assert mailbox is not None  # slots are handed out once use_notify made the mailbox
+        area = mailbox.area
         try:
-            assert area is not None  # mailbox slots are handed out once use_notify set the area
             while not pending.event.is_set():
                 seen = area.doorbell()
                 payload = area.take_reply(slot, pending.seq)
@@ -345,14 +409,14 @@ class Connection:
                     if reply is not None and reply.id == pending.seq:
                         with self._lock:
                             self._replies.pop(pending.seq, None)
-                            self.mailbox_replies += 1
+                            mailbox.replies += 1
                         pending.reply = reply
                         pending.event.set()
                         return
                 area.wait_doorbell(seen, _MAILBOX_SLICE_S)
         finally:
             with self._lock:
-                self._free_slots.append(slot)
+                mailbox.free.append(slot)
             pending.slot = -1
 
     def site_of(self, seq: int) -> str | None:
@@ -388,7 +452,7 @@ class Connection:
                 items.append(_Item(request=item))
             if run:
                 items.append(_Item(commands=b"".join(run)))
-            if self.send_sites and self.ring is None:  # with the ring, sites go through it
+            if self.log.observed and self.ring is None:  # with the ring, sites go through it
                 with self._lock:
                     seqs, names = self.log.unsent_sites()
                 message = _ClientMessage(items=items, site_seqs=seqs, sites=names)
@@ -399,24 +463,19 @@ class Connection:
     def start_sending_sites(self) -> None:
         """From the next call on, send each call's site with it (tracing or checking is on)."""
         with self._lock:
-            self.log.sites_sent = self.log.seq
-            self.send_sites = True
+            self.log.observe()
 
     # ---- receiving ----------------------------------------------------------------------------
     def expect_notice(self) -> None:
         """A host callback was queued: its notice must be read even if no call waits."""
-        with self._reading:
-            self._notice_demand += 1
-            self._reading.notify_all()
+        self._reader.expect_notice()
 
     def _read_turn(self) -> None:
         """Read one message in the reader role (taken by the caller), then give the role up."""
         try:
             self._read_one()
         finally:
-            with self._reading:
-                self._reader_busy = False
-                self._reading.notify_all()
+            self._reader.release()
 
     def _read_one(self) -> None:
         """Read and dispatch one ServerMessage (the caller holds the reader role)."""
@@ -439,12 +498,11 @@ class Connection:
                 pending.reply = reply
                 pending.event.set()
                 if pending.slot >= 0:  # it asked for the mailbox and sleeps on the doorbell
-                    assert self.notify is not None  # slots exist once use_notify set the area
-                    self.notify.wake_doorbell()
+                    assert self.mailbox is not None  # slots exist once use_notify made it
+                    self.mailbox.area.wake_doorbell()
         for notice in message.notices:
             if notice.kind == npu_pb2.Notice.KIND_HOST_CALLBACK:
-                with self._reading:
-                    self._notice_demand -= 1
+                self._reader.notice_arrived()
                 if self.on_callback:
                     self.on_callback(notice.callback)
             elif notice.kind == npu_pb2.Notice.KIND_DEVICE_GONE:
@@ -454,19 +512,16 @@ class Connection:
                 )
 
     def _receive(self) -> None:
-        """The background reader: reads while notices are due or the session closes."""
-        reading = self._reading
-        while self._broken is None:
-            with reading:
-                while self._broken is None and (
-                    self._reader_busy
-                    or not (self._notice_demand > 0 or self._closing or self.notify is not None)
-                ):
-                    reading.wait()
-                if self._broken is not None:
-                    return
-                self._reader_busy = True
+        """The background reader: reads while notices are due, replies come through the
+        mailbox, or the session closes."""
+        while self._reader.claim_in_background(self._is_broken, self._always_read):
             self._read_turn()
+
+    def _is_broken(self) -> bool:
+        return self._broken is not None
+
+    def _always_read(self) -> bool:
+        return self._closing or self.mailbox is not None
 
     def _fail_all(self, code: int, message: str) -> None:
         if self._broken is None:  # before the lock: a call waiting for room in the ring holds it
@@ -476,10 +531,9 @@ class Connection:
         for item in pending:
             item.reply = self._broken
             item.event.set()
-        if self.notify is not None:  # mailbox waiters look at their events again
-            self.notify.wake_doorbell()
-        with self._reading:
-            self._reading.notify_all()
+        if self.mailbox is not None:  # mailbox waiters look at their events again
+            self.mailbox.area.wake_doorbell()
+        self._reader.wake()
 
     @property
     def broken(self) -> NpuError | None:
@@ -491,8 +545,7 @@ class Connection:
             return
         self._closing = True
         self._wake.set()
-        with self._reading:
-            self._reading.notify_all()  # the background reader drains the stream to its end
+        self._reader.wake()  # the background reader drains the stream to its end
         try:
             self._receiver.join(5)
         finally:

@@ -79,12 +79,12 @@ def read_int(rt, address: int, dtype=np.int64) -> int:
 
 
 def test_a_client_sharing_dev_shm_uses_the_notify_area(rt):
-    assert rt.connection.notify is not None
+    assert rt.connection.mailbox is not None
     assert rt.signals is not None
-    before = rt.connection.mailbox_replies
+    before = rt.connection.mailbox.replies
     pointers = [rt.malloc(4096) for _ in range(5)]
     assert len(set(pointers)) == 5
-    assert rt.connection.mailbox_replies == before + 5
+    assert rt.connection.mailbox.replies == before + 5
     for pointer in pointers:
         rt.free(pointer)
 
@@ -257,7 +257,7 @@ def test_a_client_without_shared_memory_has_no_notify_area(daemon, monkeypatch):
     monkeypatch.setenv("SIMNPU_NO_SHM", "1")
     runtime = Runtime(daemon.address)
     try:
-        assert runtime.connection.notify is None and runtime.signals is None
+        assert runtime.connection.mailbox is None and runtime.signals is None
         runtime.set_device(0)
         empty = runtime.get_function(commands.BUILTIN_BINARY, "empty")
         runtime.launch_kernel(empty, 1, b"", 0)

@@ -266,6 +266,62 @@ def first_call():
     return {}
 
 
+def facade_overhead(calls: str = "1000000"):
+    """ns per call that the acl facade adds to a body with launch_kernel_with_host_args's
+    parameters ("kIkOkkOk"): the generated function simnpu uses, and the alternative without
+    generated code -- one generic wrapper that walks the spec on every call. Both check the
+    arguments, keep failures and shape the result the same way; no session is involved."""
+    import struct
+    import timeit
+
+    from simnpu.client import facade
+    from simnpu.proto.errors import NpuError
+
+    spec = "kIkOkkOk"
+
+    def body(rt, func, blocks, stream, config, args, size, reserve, more):
+        return None
+
+    def generic(body):
+        def int_check(slow):
+            return lambda value, position, name: (
+                value if value.__class__ is int else slow(value, position, name)
+            )
+
+        letters = {"k": int_check(facade._k), "I": int_check(facade._i), "O": None}
+        checks = [letters[letter] for letter in spec]
+        name = body.__name__
+
+        def call(*args):
+            args = list(args)
+            for position, check in enumerate(checks):
+                if check is not None:
+                    args[position] = check(args[position], position + 1, name)
+            try:
+                body(None, *args)
+            except NpuError as error:
+                return facade.failed(error, name)
+            except (OverflowError, struct.error) as error:
+                return facade._out_of_range(error, name)
+            return 0
+
+        return call
+
+    generated = facade.api(spec, needs_session=False)(body).generate()
+    walked = generic(body)
+    args = (1, 2, 3, None, 4, 5, None, 6)
+    count = int(calls)
+
+    def per_call(thunk) -> float:
+        return min(timeit.repeat(thunk, number=count, repeat=5)) / count * 1e9
+
+    bare = per_call(lambda: body(None, *args))  # the body alone, called the same way
+    return {
+        "generated_ns": per_call(lambda: generated(*args)) - bare,
+        "generic_ns": per_call(lambda: walked(*args)) - bare,
+    }
+
+
 PROBES = {
     f.__name__: f
     for f in (
@@ -276,11 +332,13 @@ PROBES = {
         kernel_rate,
         pipeline,
         first_call,
+        facade_overhead,
     )
 }
 
 if __name__ == "__main__":
     result = PROBES[sys.argv[1]](*sys.argv[2:])
-    acl.rt.reset_device(0)
-    acl.finalize()
+    if sys.argv[1] != "facade_overhead":  # the one probe without a session
+        acl.rt.reset_device(0)
+        acl.finalize()
     print(json.dumps(result))

@@ -284,6 +284,18 @@ def run(args) -> Table:
                     "<= 1.2x",
                     spread <= 1.2,
                 )
+            if selected("facade"):
+                figures = probe(address, "facade_overhead", 200_000 if quick else 1_000_000)
+                generated, generic = figures["generated_ns"], figures["generic_ns"]
+                table.add(
+                    "acl facade per launch-shaped call (generated code)",
+                    generated,
+                    "ns",
+                    generic,
+                    "a generic wrapper walking the spec",
+                    "<= 0.5x",
+                    generated <= 0.5 * generic,
+                )
             if selected("first_call"):
                 byte_compile_simnpu()
                 limit = baselines.python_startup_ms()
@@ -316,7 +328,7 @@ def main() -> None:
     parser.add_argument(
         "--only",
         nargs="*",
-        help="launch round_trip throughput copies kernels pipeline clients first_call",
+        help="launch round_trip throughput copies kernels pipeline clients facade first_call",
     )
     parser.add_argument("--json", default=os.path.join(HERE, "results", "latest.json"))
     args = parser.parse_args()

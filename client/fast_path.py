@@ -2,7 +2,7 @@
 and submission ring, and aclrtSynchronizeStream decided on a stream's completion signal.
 
 A stream's signal holds the sequence number of the stream's last completed task, with DIRTY
-set when a synchronize would report a failure (server/signals.py writes it). If the
+set when a synchronize would report a failure (shm/notify.py's StreamSignal). If the
 stream's last command is this process's latest call whose failure is reported later, a
 clean signal at or past it means "done, and nothing to report"; a dirty one means the daemon
 must be asked.

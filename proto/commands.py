@@ -49,6 +49,7 @@ __all__ = [
 BUILTIN_BINARY = 1  # handle of the built-in kernel library, present in every session
 
 _OP = struct.Struct("<H")
+_record = tuple.__new__  # a record from its fields in order: a NamedTuple without its __new__
 
 
 class Location(NamedTuple):
@@ -84,9 +85,8 @@ class Launch(_LaunchFields):
         start = at + cls.LAYOUT.size
         if len(buffer) - start < length:
             raise _malformed(f"launch arguments truncated at byte {start}")
-        return cls(
-            num_blocks, stream, function, bytes(buffer[start : start + length])
-        ), start + length
+        args = bytes(buffer[start : start + length])
+        return _record(cls, (num_blocks, stream, function, args)), start + length
 
 
 class _LaunchDeviceArgsFields(NamedTuple):
@@ -112,7 +112,7 @@ class LaunchDeviceArgs(_LaunchDeviceArgsFields):
 
     @classmethod
     def unpack_from(cls, buffer: memoryview, at: int) -> tuple[LaunchDeviceArgs, int]:
-        return cls(*cls.LAYOUT.unpack_from(buffer, at)[1:]), at + cls.LAYOUT.size
+        return _record(cls, cls.LAYOUT.unpack_from(buffer, at)[1:]), at + cls.LAYOUT.size
 
 
 class _CopyFields(NamedTuple):
@@ -136,7 +136,8 @@ class Copy(_CopyFields):
     @classmethod
     def unpack_from(cls, buffer: memoryview, at: int) -> tuple[Copy, int]:
         f = cls.LAYOUT.unpack_from(buffer, at)
-        return cls(f[1], Location(*f[2:5]), Location(*f[5:8]), f[8]), at + cls.LAYOUT.size
+        dst, src = _record(Location, f[2:5]), _record(Location, f[5:8])
+        return _record(cls, (f[1], dst, src, f[8])), at + cls.LAYOUT.size
 
 
 class _MemsetFields(NamedTuple):
@@ -160,7 +161,7 @@ class Memset(_MemsetFields):
     @classmethod
     def unpack_from(cls, buffer: memoryview, at: int) -> tuple[Memset, int]:
         f = cls.LAYOUT.unpack_from(buffer, at)
-        return cls(f[1], Location(*f[2:5]), f[5], f[6]), at + cls.LAYOUT.size
+        return _record(cls, (f[1], _record(Location, f[2:5]), f[5], f[6])), at + cls.LAYOUT.size
 
 
 # ---- events and host callbacks ------------------------------------------------------------------
@@ -182,7 +183,7 @@ class _EventRecord(_EventFields):
 
     @classmethod
     def unpack_from(cls, buffer: memoryview, at: int):
-        return cls(*cls.LAYOUT.unpack_from(buffer, at)[1:]), at + cls.LAYOUT.size
+        return _record(cls, cls.LAYOUT.unpack_from(buffer, at)[1:]), at + cls.LAYOUT.size
 
 
 class RecordEvent(_EventRecord):
@@ -264,7 +265,7 @@ class Collective(_CollectiveFields):
 
     @classmethod
     def unpack_from(cls, buffer: memoryview, at: int) -> tuple[Collective, int]:
-        return cls(*cls.LAYOUT.unpack_from(buffer, at)[1:]), at + cls.LAYOUT.size
+        return _record(cls, cls.LAYOUT.unpack_from(buffer, at)[1:]), at + cls.LAYOUT.size
 
 
 # ---- records only a submission ring carries (simnpu.shm.ring, docs/fast-path.md) --------------

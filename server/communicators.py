@@ -22,12 +22,15 @@ import os
 import struct
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING
 
 from simnpu.proto import hccl_types as ht
 from simnpu.proto import npu_pb2 as pb
 from simnpu.proto.errors import bad_handle
 from simnpu.server.objects import Waiter
+
+if TYPE_CHECKING:
+    from simnpu.server.session import Session
 
 log = logging.getLogger("simnpu.collectives")
 
@@ -52,7 +55,7 @@ class HcclFailure(Exception):
 class Member:
     """One rank of a communicator: what the handle in the rank's session stands for."""
 
-    session: Any  # the Session that joined
+    session: Session  # the Session that joined
     rank: int
     n_ranks: int
     device: int

@@ -27,8 +27,12 @@ from __future__ import annotations
 
 import bisect
 from collections import deque
+from typing import TYPE_CHECKING
 
 from simnpu.shm.addresses import split_device_address
+
+if TYPE_CHECKING:
+    from simnpu.server.objects import Owner
 
 TOMBSTONES = 4096
 
@@ -179,7 +183,7 @@ class MemoryMap:
             (b for b in self.blocks.values() if b.session is session), key=lambda b: b.seq
         )
 
-    def forget_session(self, session) -> None:
+    def forget_session(self, session: Owner) -> None:
         """A session ended: its blocks go, and its accesses to other sessions' (shared) blocks."""
         for key in [k for k, b in self.blocks.items() if b.session is session]:
             self.freed(*key)

@@ -46,6 +46,7 @@ from simnpu.shm.addresses import split_device_address
 
 if TYPE_CHECKING:
     from simnpu.server.daemon import Daemon
+    from simnpu.server.objects import Owner
     from simnpu.server.scheduler import Scheduler
     from simnpu.server.session import Session
 
@@ -135,13 +136,13 @@ class Observer:
             return daemon.observer
 
     # ---- sessions (reader threads) ---------------------------------------------------------------
-    def hello(self, session) -> int:
+    def hello(self, session: Owner) -> int:
         """Flags the client must honour (send call sites) because the daemon observes everyone."""
         if self.flags:
             self.watch(session, self.flags)
         return self.flags
 
-    def watch(self, session, flags: int) -> Watch:
+    def watch(self, session: Owner, flags: int) -> Watch:
         with self.scheduler.lock:
             watch = self.watches.get(session)
             if watch is None:
@@ -152,7 +153,7 @@ class Observer:
                 self.tracing = True
             return watch
 
-    def sites(self, session, done: int, seqs, names) -> None:
+    def sites(self, session: Owner, done: int, seqs, names) -> None:
         """The call sites of an observed client's calls (its calls up to `done` have been
         handled: theirs go)."""
         watch = self.watches.get(session)
@@ -164,7 +165,7 @@ class Observer:
                 del table[seq]
         table.update(zip(seqs, names))
 
-    def site(self, session, seq: int, name: str) -> None:
+    def site(self, session: Owner, seq: int, name: str) -> None:
         """The site of call `seq`, from a submission ring (ring thread); sites() prunes it."""
         watch = self.watches.get(session)
         if watch is not None:
@@ -300,7 +301,7 @@ class Observer:
                         )
                     break
 
-    def session_closed(self, session) -> None:
+    def session_closed(self, session: Owner) -> None:
         """The session ended (its queued work is done): leaks, then forget it."""
         with self.scheduler.lock:
             watch = self.watches.pop(session, None)

@@ -34,6 +34,10 @@ run happened to take: a race is reported on every run, not only when it bit.
 from __future__ import annotations
 
 import itertools
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from simnpu.server.objects import Owner, Stream
 
 HISTORY_CAP = 256  # accesses remembered per allocation (oldest dropped first)
 
@@ -49,7 +53,7 @@ class Clocks:
 
     def __init__(self):
         self._agents = itertools.count(1)
-        self.streams: dict = {}  # Stream -> [agent, clock of its latest task]
+        self.streams: dict[Stream, list] = {}  # Stream -> [agent, clock of its latest task]
         self.hosts: dict = {}  # Session -> clock of what its host has synchronised with
         self.world: dict = {}  # what any host has synchronised with (ordering across clients)
 
@@ -97,12 +101,12 @@ class Clocks:
         join(clock, self.hosts.get(session, {}))
         return clock
 
-    def forget_session(self, session) -> set:
+    def forget_session(self, session: Owner) -> set:
         """Drop a finished session's clocks; returns its agents (its work is all done: the caller
         forgets their accesses too, so nothing later is compared with them)."""
         self.hosts.pop(session, None)
         agents = set()
-        for stream in [s for s in self.streams if s.context.session is session]:
+        for stream in [s for s in self.streams if s.context.owner is session]:
             agents.add(self.streams.pop(stream)[0])
         for agent in agents:
             self.world.pop(agent, None)

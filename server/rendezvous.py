@@ -24,11 +24,14 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
 
 from simnpu.proto import hccl_types as ht
 from simnpu.proto import npu_pb2 as pb
 from simnpu.server.objects import Waiter
+
+if TYPE_CHECKING:
+    from simnpu.server.session import Session
 
 log = logging.getLogger("simnpu.rendezvous")
 
@@ -40,14 +43,14 @@ ROOT_DEVICE = 0  # rank 0 uses device 0 whatever the device count (rank % device
 class Arrival:
     """One process waiting for its job's world to be complete."""
 
-    session: Any
+    session: Session
     request_id: int
     world_size: int
     exec_timeout_s: float
     waiter: Waiter | None = None
 
     def describe(self) -> str:
-        return f"pid {getattr(self.session, 'pid', '?')} (world size {self.world_size})"
+        return f"pid {self.session.pid} (world size {self.world_size})"
 
 
 class Jobs:

@@ -430,4 +430,6 @@ class Session:
         if self.staging is not None:
             self.release_segment(self.staging)
             self.staging = None
+        for stream in self.streams():  # their signals go with the notify area (the scheduler
+            stream.signal = None  # may still finish what it was doing with the last task)
         self.fast_path.release()

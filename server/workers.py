@@ -291,7 +291,12 @@ def main(core_id: int, device_segments: list[str], conn) -> None:
         if isinstance(batch, Cancel):  # it came after its batch was done
             continue
         cancelled.clear()
-        conn.send(pack_results(runner.run(batch, take_cancellations)))
+        try:
+            conn.send(pack_results(runner.run(batch, take_cancellations)))
+        except BrokenPipeError:  # the daemon closed this worker's pipe: it stops or replaced it
+            if os.getppid() != daemon_pid:  # ...or it died: clean up after it
+                unlink_daemon_segments(daemon_pid)
+            return
 
 
 # ---- the daemon's executor -----------------------------------------------------------------------

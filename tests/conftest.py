@@ -96,7 +96,8 @@ class DaemonProcess:
         self.workers = children_of(self.pid)
 
     def output(self) -> str:
-        self.log.flush()
+        if not self.log.closed:
+            self.log.flush()
         with open(self.log_path, encoding="utf-8", errors="replace") as handle:
             return handle.read()
 
@@ -121,7 +122,22 @@ class DaemonProcess:
             "worker processes outlived the daemon"
         )
         assert not self.segments(), f"daemon left shared memory behind: {self.segments()}"
+        failures = internal_errors(self.output())
+        assert not failures, "the daemon failed inside:\n" + "\n\n".join(failures)
         return self.process.returncode
+
+
+def internal_errors(log: str) -> list[str]:
+    """The tracebacks in a daemon's log, but for gRPC's own report of a message that does not
+    parse (what the bad-input tests send on purpose)."""
+    lines = log.splitlines()
+    found = []
+    for index, line in enumerate(lines):
+        if line.startswith("Traceback") and not (
+            index and "Exception deserializing message" in lines[index - 1]
+        ):
+            found.append("\n".join(lines[max(0, index - 1) : index + 30]))
+    return found
 
 
 @pytest.fixture(scope="module")

@@ -9,12 +9,12 @@ from simnpu.proto import npu_pb2 as pb
 from simnpu.proto.errors import NpuError, invalid
 from simnpu.proto.kernel_abi import discover_kernels
 from simnpu.server.handlers.registry import handles
+from simnpu.server.objects import Stream
 from simnpu.server.resources import Binary, Function
 from simnpu.server.session import HandleKind
 from simnpu.server.tasks import KernelTask
 
 if TYPE_CHECKING:
-    from simnpu.server.objects import Stream
     from simnpu.server.session import Session
 
 
@@ -76,7 +76,7 @@ def _bounds(session: Session, function: Function, values: tuple) -> tuple:
 
 def _stream(session: Session, record: commands.Launch | commands.LaunchDeviceArgs) -> Stream:
     """The stream of a launch, checked with its block count."""
-    stream = session.stream(record.stream)
+    stream = session.handles.get(record.stream, Stream, "stream")
     if record.num_blocks <= 0:
         raise invalid("numBlocks must be at least 1")
     return stream

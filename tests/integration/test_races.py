@@ -11,6 +11,7 @@ import os
 import subprocess
 import sys
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -280,3 +281,33 @@ def test_examples_under_the_checkers(daemon, tmp_path, example, clean):
         assert "WARNING racecheck: data race" in text, text
         assert "kernel scale_f32" in text and "acl_sync_pitfall.py:" in text
         assert "simnpu check: 0 error(s), 1 warning(s)" in result.stderr
+
+
+def test_a_checked_session_that_ends_frees_what_it_owned(daemon):
+    """The race checker forgets an ended session's streams; then its memory goes back."""
+    from simnpu.client.runtime import Runtime
+    from simnpu.proto import observe as bits
+
+    observer = Runtime(daemon.address)
+    checked = Runtime(daemon.address)
+    try:
+        observer.set_device(0)
+        free_before = observer.get_mem_info(codes.ACL_HBM_MEM)[0]
+        checked.observer.enable(bits.CHECKS)
+        checked.set_device(0)
+        block = checked.malloc(1 << 20)
+        streams = [checked.create_stream(), checked.create_stream()]
+        for value, stream in enumerate(streams):  # two streams write it: the checker's clocks
+            checked.memset_async(block, 1 << 20, value, 1 << 20, stream)
+        for stream in streams:
+            checked.synchronize_stream(stream)
+        assert observer.get_mem_info(codes.ACL_HBM_MEM)[0] < free_before
+        checked.close()
+        deadline = time.monotonic() + 30
+        while observer.get_mem_info(codes.ACL_HBM_MEM)[0] != free_before:
+            assert time.monotonic() < deadline, daemon.output()
+            time.sleep(0.02)
+    finally:
+        checked.close()
+        observer.close()
+    assert "Traceback" not in daemon.output()

@@ -14,6 +14,7 @@ import pytest
 from conftest import (
     alive,
     children_of,
+    internal_errors,
     round_trip,
     run_client,
     runtime_of,
@@ -173,6 +174,8 @@ def test_sigkill_mid_flight_frees_everything_and_drops_queued_work(daemon, obser
     time.sleep(1.0)  # long enough for two more 0.5 s kernels, had the queue been kept
     assert len(log.read_text().split()) == ran, "queued kernels of the dead client still ran"
     assert ran < 2 * launches
+    # the kernel running at the kill completed after the session was gone: nothing failed
+    assert not internal_errors(daemon.output())
 
 
 def test_an_in_process_close_frees_what_it_owned(daemon, observer):

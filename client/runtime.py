@@ -12,6 +12,7 @@ Calls marked "async" return at once; the rest block until the daemon answers.
 from __future__ import annotations
 
 import bisect
+import ctypes
 import os
 import sys
 import threading
@@ -29,8 +30,9 @@ from simnpu.client.runtime_memory import RuntimeMemory, env_memory_limit
 from simnpu.client.transport import Connection, caller_site
 from simnpu.proto import codes, commands
 from simnpu.proto import npu_pb2 as pb
-from simnpu.proto.errors import NpuError, bad_handle, invalid
+from simnpu.proto.errors import NotSupportedError, NpuError, bad_handle, invalid
 from simnpu.shm import heap
+from simnpu.shm.addresses import DEVICE_BASE
 from simnpu.shm.region import Region
 
 if TYPE_CHECKING:  # imported by get_function: a session without kernels never needs it
@@ -454,8 +456,38 @@ class Runtime(RuntimeMemory):
         return signature
 
     @records_errors
+    def launch_kernel_with_host_args(
+        self,
+        function: int,
+        num_blocks: int,
+        stream: int,
+        cfg,
+        host_args_ptr: int,
+        args_size: int,
+        place_holders=None,
+        place_holder_num: int = 0,
+    ) -> None:
+        """aclrtLaunchKernelWithHostArgs (async), as pyACL passes it: the packed argument
+        struct lies in host memory at host_args_ptr and is copied before the call returns."""
+        struct_type = _HOST_ARGS.get(args_size)
+        if (
+            cfg
+            or place_holders
+            or place_holder_num
+            or host_args_ptr >= DEVICE_BASE
+            or struct_type is None
+        ):
+            struct_type = _host_args_type(
+                cfg, place_holders, place_holder_num, host_args_ptr, args_size
+            )
+        self._launch(function, num_blocks, struct_type.from_address(host_args_ptr).raw, stream)
+
+    @records_errors
     def launch_kernel(self, function: int, num_blocks: int, args: bytes, stream: int) -> None:
         """aclrtLaunchKernelWithHostArgs (async): `args` is the packed parameter buffer."""
+        self._launch(function, num_blocks, args, stream)
+
+    def _launch(self, function: int, num_blocks: int, args: bytes, stream: int) -> None:
         signature = self.signature(function)
         if num_blocks <= 0:
             raise invalid("numBlocks must be at least 1")
@@ -551,6 +583,31 @@ class Runtime(RuntimeMemory):
         fast_path, self.fast_path, self.signals = self.fast_path, None, None
         if fast_path is not None:
             fast_path.close()
+
+
+_HOST_ARGS: dict[int, type[ctypes.Array]] = {}  # argument-struct size -> ctypes array type
+
+
+def _host_args_type(
+    cfg, place_holders, place_holder_num: int, host_args_ptr: int, args_size: int
+) -> type[ctypes.Array]:
+    """The slow path of launch_kernel_with_host_args: what it refuses, and a ctypes array type
+    for a struct size not seen yet (string_at would cost twice as much on every launch)."""
+    if cfg:
+        raise NotSupportedError("aclrtLaunchKernelWithHostArgs launch attributes (cfg)")
+    if place_holders or place_holder_num:
+        raise NotSupportedError("aclrtLaunchKernelWithHostArgs place holders")
+    if host_args_ptr >= DEVICE_BASE:
+        raise invalid(
+            f"host_args_ptr {host_args_ptr:#x} is a device address: launch_kernel takes "
+            "arguments in device memory, launch_kernel_with_host_args in host memory"
+        )
+    if args_size < 0:
+        raise invalid(f"args_size {args_size} is negative")
+    struct_type = ctypes.c_char * args_size
+    if len(_HOST_ARGS) < 256:
+        _HOST_ARGS[args_size] = struct_type
+    return struct_type
 
 
 def _attach_staging(name: str, size: int, probe: bytes) -> Region | None:

@@ -32,9 +32,9 @@ import numpy as np
 import posix_ipc
 
 from simnpu.proto import codes
-from simnpu.server import access_log, reduce
+from simnpu.proto.kernel_abi import canonical_type
+from simnpu.server import reduce
 from simnpu.server.executor import LOST, Unit
-from simnpu.server.kernel_context import KernelContext, MemoryFault
 from simnpu.server.work import (
     ITEMS,
     Cancel,
@@ -50,11 +50,82 @@ from simnpu.server.work import (
     WriteSignal,
     pack_results,
 )
+from simnpu.shm.addresses import split_device_address
 from simnpu.shm.notify import NotifyArea
 from simnpu.shm.region import Region, unlink_daemon_segments
 
 if TYPE_CHECKING:
     import mmap
+
+
+_NUMPY_OF_CANONICAL = {
+    "i8": "int8",
+    "i16": "int16",
+    "i32": "int32",
+    "i64": "int64",
+    "u8": "uint8",
+    "u16": "uint16",
+    "u32": "uint32",
+    "u64": "uint64",
+    "f16": "float16",
+    "f32": "float32",
+    "f64": "float64",
+}
+
+
+class MemoryFault(Exception):
+    """A kernel asked for device memory outside the allocations it was given."""
+
+    access: tuple[int, int, str] | None = None  # (address, bytes, access): set when checking
+
+
+class KernelContext:
+    """What a kernel sees as `ctx`: its block, its core, and bounded views of device memory."""
+
+    __slots__ = ("_bounds", "_maps", "block_idx", "block_num", "core_id")
+
+    def __init__(self, block_idx, block_num, core_id, bounds, maps):
+        self.block_idx = block_idx
+        self.block_num = block_num
+        self.core_id = core_id
+        self._bounds = bounds
+        self._maps = maps
+
+    def gm(self, ptr, dtype, count, access="rw"):
+        """A numpy view of `count` elements of device memory at `ptr` (global memory).
+
+        The view may not extend past the allocation containing `ptr`; access="r" gives
+        a read-only view.
+        """
+        if access not in ("r", "w", "rw"):
+            raise ValueError(f"access must be 'r', 'w' or 'rw', not {access!r}")
+        dt = _dtype(dtype)
+        count = int(count)
+        if count < 0:
+            raise ValueError(f"negative element count {count}")
+        nbytes = count * dt.itemsize
+        for start, size in self._bounds:
+            if start <= ptr < start + size or (nbytes == 0 and ptr == start + size):
+                if ptr + nbytes > start + size:
+                    raise MemoryFault(
+                        f"view of {nbytes} bytes at {ptr:#x} runs {ptr + nbytes - start - size} "
+                        f"bytes past the end of its allocation [{start:#x}, +{size})"
+                    )
+                device, offset = split_device_address(ptr)
+                view = np.frombuffer(self._maps[device], dt, count, offset)
+                if access == "r":
+                    view.flags.writeable = False
+                return view
+        raise MemoryFault(f"address {ptr:#x} is not inside any allocation passed to this kernel")
+
+
+def _dtype(dtype) -> np.dtype:
+    if isinstance(dtype, str) and dtype not in ("float32", "float16", "float64"):
+        try:
+            return np.dtype(_NUMPY_OF_CANONICAL[canonical_type(dtype)])
+        except (ValueError, KeyError):
+            pass
+    return np.dtype(dtype)
 
 
 class WorkRunner:
@@ -152,6 +223,8 @@ class WorkRunner:
         block = first
         try:
             if bounds.__class__ is not tuple:  # a checked launch: record what it touches
+                from simnpu.server import access_log  # only checked sessions need it
+
                 block, error = access_log.run_checked(
                     self, token, function, args, first, last, num_blocks, bounds
                 )
@@ -244,7 +317,7 @@ class WorkRunner:
             region.close()
 
 
-_WORKER_FRAMES = ("server/workers.py", "server/access_log.py", "server/kernel_context.py")
+_WORKER_FRAMES = ("server/workers.py", "server/access_log.py")
 
 
 def _describe(exc: BaseException) -> str:

@@ -11,23 +11,19 @@ ACL_ERROR_RT_FEATURE_NOT_SUPPORT (207000) and says why in acl.get_recent_err_msg
 
 from __future__ import annotations
 
-import ctypes
 import os
 import struct
 
 from simnpu.client import last_error as _last_error
-from simnpu.client.facade import api, not_supported, raw
+from simnpu.client.facade import api, not_supported
 from simnpu.client.facade import on_demand as _on_demand
 from simnpu.proto import codes
-from simnpu.proto.errors import NotSupportedError as _NotSupported
 from simnpu.proto.errors import NpuError as _NpuError
-from simnpu.proto.errors import invalid as _invalid
 from simnpu.shm.addresses import DEVICE_BASE
 
 from . import rt_memory as _memory
 
 _FLOAT = struct.Struct("<f")
-_HOST_ARGS: dict = {}  # argument-struct size -> ctypes array type
 
 _U32 = 0xFFFFFFFF
 _DEVICE_KINDS = frozenset(
@@ -386,7 +382,7 @@ def launch_kernel(rt, func, num_blocks, args_ptr, args_size, stream):
     """aclrtLaunchKernel (async): the packed argument struct lies in device memory at args_ptr."""
 
 
-@api("kIkOkkOk", nonnull=("host_args_ptr",))
+@api("kIkOkkOk", delegate="launch_kernel_with_host_args", nonnull=("host_args_ptr",))
 def launch_kernel_with_host_args(
     rt,
     func,
@@ -400,46 +396,6 @@ def launch_kernel_with_host_args(
 ):
     """aclrtLaunchKernelWithHostArgs (async): the packed argument struct lies in host memory
     at host_args_ptr (copied before the call returns). `cfg` may be None, 0 or []."""
-    struct_type = _HOST_ARGS.get(args_size)
-    if (
-        cfg
-        or place_holders
-        or place_holder_num
-        or host_args_ptr >= DEVICE_BASE
-        or struct_type is None
-    ):
-        struct_type = _host_args_type(
-            cfg, place_holders, place_holder_num, host_args_ptr, args_size
-        )
-    _launch(rt, func, num_blocks, struct_type.from_address(host_args_ptr).raw, stream)
-
-
-def _launch(*args):
-    """Runtime.launch_kernel without its own error keeping (the facade keeps the error):
-    found on the first launch, then called directly."""
-    global _launch
-    _launch = raw("launch_kernel")
-    return _launch(*args)
-
-
-def _host_args_type(cfg, place_holders, place_holder_num, host_args_ptr, args_size):
-    """The slow path of launch_kernel_with_host_args: what it refuses, and a ctypes array type
-    for a struct size not seen yet (string_at would cost twice as much on every launch)."""
-    if cfg:
-        raise _NotSupported("aclrtLaunchKernelWithHostArgs launch attributes (cfg)")
-    if place_holders or place_holder_num:
-        raise _NotSupported("aclrtLaunchKernelWithHostArgs place holders")
-    if host_args_ptr >= DEVICE_BASE:
-        raise _invalid(
-            f"host_args_ptr {host_args_ptr:#x} is a device address: launch_kernel takes "
-            "arguments in device memory, launch_kernel_with_host_args in host memory"
-        )
-    if args_size < 0:
-        raise _invalid(f"args_size {args_size} is negative")
-    struct_type = ctypes.c_char * args_size
-    if len(_HOST_ARGS) < 256:
-        _HOST_ARGS[args_size] = struct_type
-    return struct_type
 
 
 @api("I")

@@ -10,7 +10,7 @@ travel as `CheckedBounds` instead of a plain tuple; the worker then runs the ker
   A store of the value already there is therefore not seen as a write by race detection;
   initcheck counts the whole "rw" view as initialised.
 
-Before the batch's results, the worker reports Accesses(token, entries, fault) with
+Before the batch's results, the worker reports Accesses (token, entries, fault) with
 entries (lo, hi, mode, first_block, last_block) in absolute device addresses, mode READ,
 WRITE or READ_RW (adjacent entries of the same mode merged), and fault (address, nbytes,
 access, block) when a view was refused (MemoryFault), else None. Nothing here runs unless
@@ -57,7 +57,7 @@ def run_checked(runner, token, function, args, first, last, block_num, bounds):
         context.finish(entries, block)
         if error is not None:
             break
-    runner.report(Accesses(token, _merge(entries), fault))
+    runner.report(Accesses.pack(token, _merge(entries), fault))
     return block, error
 
 
@@ -67,12 +67,12 @@ class RecordingContext(KernelContext):
     __slots__ = ("_views",)
 
     def __init__(self, *args):
-        super().__init__(*args)
+        KernelContext.__init__(self, *args)
         self._views: list = []
 
     def gm(self, ptr, dtype, count, access="rw"):
         try:
-            view = super().gm(ptr, dtype, count, access)
+            view = KernelContext.gm(self, ptr, dtype, count, access)
         except MemoryFault as fault:
             fault.access = (int(ptr), int(count) * _itemsize(dtype), access)
             raise

@@ -313,8 +313,8 @@ class Scheduler:
             self._results(unit, report)
         elif kind is Ready:
             unit.ready = True
-        elif kind is Accesses and self.observer is not None:
-            self.observer.accessed(unit, report)
+        elif kind is tuple and self.observer is not None:  # a checked kernel's Accesses
+            self.observer.accessed(unit, Accesses._make(report))
 
     def _results(self, unit: Unit, results: list) -> None:
         """A batch's results: Results, or the plain tuples of them a pipe carries."""

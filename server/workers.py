@@ -223,7 +223,7 @@ class WorkRunner:
         block = first
         try:
             if bounds.__class__ is not tuple:  # a checked launch: record what it touches
-                from simnpu.server import access_log  # only checked sessions need it
+                import simnpu.server.access_log as access_log  # only checked launches use it
 
                 block, error = access_log.run_checked(
                     self, token, function, args, first, last, num_blocks, bounds

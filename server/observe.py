@@ -178,19 +178,26 @@ class Observer:
         if watch is None:
             return
         now = time.monotonic_ns()
-        if not watch.flags & CHECKS:  # traced only: on the timeline; a probe that says so:
-            stream = task.stream  # False on device work (its results are all the timeline
-            key = watch.keys.get(stream)  # needs), (submit time, watch) on control tasks
-            if key is None:  # (they are recorded when they complete)
-                key = watch.keys[stream] = self.timeline.stream_key(stream)
-            self.timeline.submitted(task, key, now, None)
+        checked = watch.flags & CHECKS
+        if checked:
+            probe = task.probe = Probe(now, watch.sites.pop(task.seq, "?"), watch)
+            traced, site = probe.traced, probe.site
+        else:  # traced only: a probe that says so: False on device work (its results are all
+            # the timeline needs), (submit time, watch) on control tasks (recorded at the end)
             task.probe = False if isinstance(task, DeviceWork) else (now, watch)
-            return
-        probe = task.probe = Probe(now, watch.sites.pop(task.seq, "?"), watch)
-        if probe.traced:
-            self.timeline.submitted(task, self.timeline.stream_key(task.stream), now, probe.site)
-        self.clocks.stamp(task, probe, owner, task.blocks_host)
-        task.record_accesses()
+            traced, site = True, None
+        if traced:  # the timeline's "s" record (server/timeline.py), written here: every task
+            stream = task.stream
+            key = watch.keys.get(stream)
+            if key is None:
+                key = watch.keys[stream] = self.timeline.stream_key(stream)
+            name, n = task.timeline_entry()
+            self.timeline.records.append(
+                ("s", id(task), key, task.seq, task.kind, name, n, now, site)
+            )
+        if checked:
+            self.clocks.stamp(task, probe, owner, task.blocks_host)
+            task.record_accesses()
 
     def ran(self, unit, results) -> None:
         """A unit's results, before the scheduler takes them: one timeline record for those

@@ -2,7 +2,8 @@
 
 Recording appends small tuples of plain values (ints and strings: the garbage collector
 stops tracking them, so a full buffer costs no collection time) to one bounded deque,
-under the scheduler lock:
+under the scheduler lock (the "s" records are the observer's, at every submission:
+server/observe.py):
 
   ("s", id(task), stream key, seq, kind, name, n, submit_ns, site)   a task was submitted
   ("r", worker core id, ((id(task), start_ns, end_ns, blocks, code), ...))
@@ -60,10 +61,6 @@ class Timeline:
         if key not in self.streams:
             self.streams[key] = (owner.id, owner.pid, owner.process_name, stream_label(stream))
         return key
-
-    def submitted(self, task, key: tuple, now: int, site) -> None:
-        name, n = task.timeline_entry()
-        self.records.append(("s", id(task), key, task.seq, task.kind, name, n, now, site))
 
     def ran(self, unit, runs: tuple) -> None:
         if unit.core_id not in self.workers:

@@ -47,7 +47,9 @@ def device_count() -> int:
 
 class Device:
     """Mirrors aclrtSetDevice: binds device `index` to this thread (its default context
-    becomes current). `with Device(0):` releases it again (aclrtResetDevice) on exit."""
+    becomes current). `with Device(0):` releases it again (aclrtResetDevice) on exit,
+    waiting for the device's work; a KeyboardInterrupt (Ctrl-C) leaving the block drops
+    the work not started yet instead, as the end of the program would."""
 
     def __init__(self, index: int = 0):
         self.index = index
@@ -60,15 +62,16 @@ class Device:
     def __enter__(self) -> Device:
         return self
 
-    def __exit__(self, *exc) -> None:
-        self.reset()
+    def __exit__(self, kind: type[BaseException] | None, *_) -> None:
+        self.reset(drop_queued=kind is not None and issubclass(kind, KeyboardInterrupt))
 
-    def reset(self) -> None:
+    def reset(self, drop_queued: bool = False) -> None:
         """aclrtResetDevice: the last reference waits for the device's work and frees its
-        default context. Blocks. Idempotent."""
+        default context. Blocks. Idempotent. `drop_queued`: discard the tasks not started
+        yet instead of waiting for them (tasks already running finish)."""
         if not self._released:
             self._released = True
-            runtime().reset_device(self.index)
+            runtime().reset_device(self.index, drop_queued)
 
     @property
     def default_stream(self):

@@ -135,9 +135,10 @@ class Runtime(RuntimeMemory):
             self._local.context = self.contexts[self.device_contexts[device]]
 
     @records_errors
-    def reset_device(self, device: int) -> None:
+    def reset_device(self, device: int, drop_queued: bool = False) -> None:
         """aclrtResetDevice: drop one reference; the last one waits for the device's work
-        and frees its default context and streams. Blocks."""
+        and frees its default context and streams. Blocks. `drop_queued` (an interrupted
+        program): the last one discards the tasks not started yet instead of waiting."""
         self._check_device(device)
         with self._lock:
             refs = self.device_refs.get(device, 0)
@@ -147,7 +148,7 @@ class Runtime(RuntimeMemory):
             release = refs == 1
             handle = self.device_contexts.pop(device) if release else None
         if handle is not None:  # the last reference was released
-            self._destroy_context(handle)
+            self._destroy_context(handle, drop_queued)
 
     @records_errors
     def get_device(self) -> int:
@@ -185,7 +186,7 @@ class Runtime(RuntimeMemory):
             )
         self._destroy_context(handle)
 
-    def _destroy_context(self, handle: int) -> None:
+    def _destroy_context(self, handle: int, drop_queued: bool = False) -> None:
         context = self.contexts.pop(handle)
         for stream in context.streams:
             self.stream_context.pop(stream, None)
@@ -195,7 +196,7 @@ class Runtime(RuntimeMemory):
             self.event_context.pop(event, None)
         if getattr(self._local, "context", None) is context:
             self._local.context = None
-        self._call(pb.DestroyContextRequest(context=handle))
+        self._call(pb.DestroyContextRequest(context=handle, drop_queued=drop_queued))
 
     def _context(self, handle: int) -> ContextInfo:
         context = self.contexts.get(handle)
@@ -324,13 +325,44 @@ class Runtime(RuntimeMemory):
 
     @records_errors
     def query_event_status(self, event: int) -> int:
-        """aclrtQueryEventStatus: ACL_EVENT_RECORDED_STATUS_COMPLETE (1) or _NOT_READY (0)."""
-        return self._call(pb.QueryEventRequest(event=self._event(event))).status
+        """aclrtQueryEventStatus: ACL_EVENT_RECORDED_STATUS_COMPLETE (1) or _NOT_READY (0).
+        Raises only a stopped context's failure (ACL_STOP_ON_FAILURE)."""
+        reply = self._call(pb.QueryEventRequest(event=self._event(event)))
+        if reply.HasField("unreported_failure"):
+            self._warn_unreported(reply.unreported_failure, "aclrtQueryEventStatus")
+        return reply.status
 
     @records_errors
     def synchronize_event(self, event: int, timeout_ms: int = -1) -> None:
-        """aclrtSynchronizeEvent(WithTimeout). Blocks; 507047 on timeout."""
-        self._call(pb.SynchronizeEventRequest(event=self._event(event), timeout_ms=timeout_ms))
+        """aclrtSynchronizeEvent(WithTimeout). Blocks; 507047 on timeout. Raises only a
+        stopped context's failure (ACL_STOP_ON_FAILURE); in ACL_CONTINUE_ON_FAILURE a task
+        that failed before the record is reported by its stream's next synchronize, and
+        this call warns about it on stderr."""
+        reply = self._call(
+            pb.SynchronizeEventRequest(event=self._event(event), timeout_ms=timeout_ms)
+        )
+        if reply is not None and reply.HasField("unreported_failure"):
+            self._warn_unreported(reply.unreported_failure, "aclrtSynchronizeEvent")
+
+    def _warn_unreported(self, failure: pb.UnreportedFailure, call: str) -> None:
+        """One stderr warning for a failure an event's success does not report (ACL semantics
+        keep the call's code 0): which task, where it was submitted, who will report it."""
+        site = self.connection.log.site_of(failure.task_seq) or "an earlier call"
+        summary = failure.message.strip().splitlines()[-1] if failure.message.strip() else ""
+        reporter = (
+            f"the next aclrtSynchronizeStream of stream {failure.stream:#x} or "
+            "aclrtSynchronizeDevice"
+            if failure.stream
+            else "the next synchronize of any stream or of the device"
+        )
+        sys.stderr.write(
+            f"simnpu: warning: {call} returned success (ACL_CONTINUE_ON_FAILURE), but task "
+            f"{failure.task_seq} submitted at {site} before the event's record failed with "
+            f"{failure.code}: {summary}\n"
+            f"simnpu: the failure will be reported by {reporter}; results after it may be "
+            "wrong. Synchronize the stream, or set ACL_STOP_ON_FAILURE to have event calls "
+            "report it.\n"
+        )
 
     @records_errors
     def event_elapsed_time(self, start: int, end: int) -> float:

@@ -24,11 +24,12 @@ if TYPE_CHECKING:
 @dataclass(eq=False)
 class Failure:
     """A task failure as ACL reports it at synchronize: code, message, the task's sequence
-    number."""
+    number; `told` once an event's success has sent it to the client as a warning."""
 
     code: int
     message: str
     seq: int
+    told: bool = False
 
 
 class Owner:

@@ -36,7 +36,8 @@ def create_context(
 
 @handles(pb.DestroyContextRequest)
 def destroy_context(session: Session, request: pb.DestroyContextRequest, reply_to: int) -> object:
-    """aclrtDestroyContext: answers once its streams have run their tasks."""
+    """aclrtDestroyContext: answers once its streams have run their tasks (or, with
+    drop_queued, once the tasks already started have)."""
     context = session.context(request.context)
     session.handles.remove(context.handle)
     session.contexts.remove(context)
@@ -51,7 +52,10 @@ def destroy_context(session: Session, request: pb.DestroyContextRequest, reply_t
     scheduler = session.scheduler
 
     def begin() -> None:
-        if scheduler.observer is not None:  # the host waits for their tasks
+        if request.drop_queued:
+            for stream in streams:
+                scheduler.drop_pending(stream)
+        elif scheduler.observer is not None:  # the host waits for their tasks
             scheduler.observer.host_synced(session.owner, streams)
         waiter = Waiter(lambda: all(not s.tasks for s in streams), lambda timed_out: finish())
         scheduler.watch(waiter, streams=streams)

@@ -35,12 +35,36 @@ def destroy_event(session: Session, request: pb.DestroyEventRequest, reply_to: i
     session.daemon.count_event(event.context.device, -1)
 
 
+def unreported_failure(session: Session, record: RecordTask | None) -> pb.UnreportedFailure | None:
+    """What an event's success hides (CANN's Context::CheckStatus reports nothing in
+    ACL_CONTINUE_ON_FAILURE): the first unreported failure of the record's stream, or a
+    rejected call, submitted before the record. Each is sent once; the stream's synchronize
+    still reports it. Under the scheduler lock."""
+    if record is None:
+        return None
+    for failure, stream in (
+        (record.stream.failure, record.stream.handle),
+        (session.owner.rejected, 0),
+    ):
+        if failure is not None and failure.seq < record.seq and not failure.told:
+            failure.told = True
+            return pb.UnreportedFailure(
+                task_seq=failure.seq, code=failure.code, message=failure.message, stream=stream
+            )
+    return None
+
+
 @handles(pb.QueryEventRequest)
 def query_event(session: Session, request: pb.QueryEventRequest, reply_to: int) -> object:
-    """aclrtQueryEventStatus: complete once the event's latest record has run."""
+    """aclrtQueryEventStatus: complete once the event's latest record has run; a stopped
+    context's failure (ACL_STOP_ON_FAILURE) is the call's error, as in CANN's
+    ApiImpl::EventQueryStatus."""
     event = session.event(request.event)
 
     def answer() -> None:
+        if event.context.failure is not None:
+            session.respond_failure(reply_to, event.context.failure)
+            return
         record = event.latest_record
         done = record is not None and record.state == TaskState.DONE
         if done and session.scheduler.observer is not None:
@@ -50,7 +74,8 @@ def query_event(session: Session, request: pb.QueryEventRequest, reply_to: int) 
             if done
             else codes.ACL_EVENT_RECORDED_STATUS_NOT_READY
         )
-        session.respond(reply_to, pb.QueryEventReply(status=status))
+        hidden = unreported_failure(session, record) if done else None
+        session.respond(reply_to, pb.QueryEventReply(status=status, unreported_failure=hidden))
 
     session.post(answer)
     return LATER
@@ -61,7 +86,8 @@ def synchronize_event(
     session: Session, request: pb.SynchronizeEventRequest, reply_to: int
 ) -> object:
     """aclrtSynchronizeEvent(WithTimeout): the event's latest record; 507047 at the deadline.
-    It reports a stopped context's failure (ACL_STOP_ON_FAILURE) and no other."""
+    It reports a stopped context's failure (ACL_STOP_ON_FAILURE) and no other, as CANN's
+    ApiImpl::EventSynchronize does; a failure its success hides goes in the reply."""
     event = session.event(request.event)
     until = deadline(request.timeout_ms)
     scheduler = session.scheduler
@@ -78,8 +104,14 @@ def synchronize_event(
                     code=codes.ACL_ERROR_RT_EVENT_SYNC_TIMEOUT,
                     message="event synchronize timed out",
                 )
-            else:
+            elif event.context.failure is not None:
                 session.respond_failure(reply_to, event.context.failure)
+            else:
+                hidden = unreported_failure(session, record)
+                session.respond(
+                    reply_to,
+                    None if hidden is None else pb.SynchronizeEventReply(unreported_failure=hidden),
+                )
 
         waiter = Waiter(lambda: record is None or record.state == TaskState.DONE, finish, until)
         scheduler.watch(waiter, tasks=[record] if record is not None else [])

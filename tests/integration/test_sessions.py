@@ -178,6 +178,61 @@ def test_sigkill_mid_flight_frees_everything_and_drops_queued_work(daemon, obser
     assert not internal_errors(daemon.output())
 
 
+INTERRUPTED = """
+import sys
+import simnpu.client as npu
+
+LOG = {log!r}
+SOURCE = '''
+import time
+from simnpu import kernel
+
+
+@kernel("f64")
+def nap(ctx, seconds):
+    time.sleep(seconds)
+    with open({log!r}, "a") as log:
+        log.write("ran\\\\n")
+'''
+try:
+    with npu.Device(0):
+        stream = npu.Stream()
+        nap = npu.Module.from_source(SOURCE, "naps.py").function("nap")
+        for _ in range({launches}):
+            nap.launch(1, 0.05, stream=stream)
+        print("queued", flush=True)
+        {wait}
+except KeyboardInterrupt:
+    with open(LOG) as log:
+        print("ran", len(log.read().split()), flush=True)
+    sys.exit(130)
+"""
+
+
+@pytest.mark.parametrize("wait", ["stream.synchronize()", "stream.record().synchronize()"])
+def test_ctrl_c_in_the_pythonic_api_drops_queued_work(daemon, tmp_path, wait):
+    """Ctrl-C while a `with Device(...)` block waits: leaving the block drops the device
+    work not started yet (aclrtResetDevice would otherwise wait for all of it)."""
+    log, launches = tmp_path / "naps.log", 400  # 20 s of work, had it been kept
+    log.write_text("")
+    code = INTERRUPTED.format(log=str(log), launches=launches, wait=wait)
+    process = start_client(daemon.address, code)
+    try:
+        assert process.stdout.readline() == "queued\n", process.stderr.read()
+        eventually(lambda: log.read_text(), what="the first kernel running")
+        process.send_signal(signal.SIGINT)
+        out, err = process.communicate(timeout=60)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.communicate()
+    assert process.returncode == 130, err
+    ran = int(out.split()[-1])
+    assert 1 <= ran < launches, out
+    time.sleep(0.5)  # long enough for ten more kernels, had the queue been kept
+    assert len(log.read_text().split()) == ran, "queued kernels ran after the interrupt"
+
+
 def test_an_in_process_close_frees_what_it_owned(daemon, observer):
     rt = Runtime(daemon.address)
     rt.set_device(0)

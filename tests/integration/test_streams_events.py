@@ -423,6 +423,63 @@ def test_stop_on_failure_stops_every_stream_of_the_context(npu, kit):
         assert info.value.code == codes.ACL_ERROR_RT_FEATURE_NOT_SUPPORT == 207000
 
 
+def test_event_calls_succeed_over_an_earlier_failure_and_warn_once(npu, kit, capsys):
+    """ACL_CONTINUE_ON_FAILURE: CANN's event synchronize/query report no task failure
+    (Context::CheckStatus), so the codes stay 0; the client warns once, naming the task."""
+    stream, event = npu.Stream(), npu.Event()
+    site = call_site()
+    kit.fail_in_block.launch(1, kit.flags, 1, 0, stream=stream)
+    event.record(stream)
+    event.synchronize()  # success, as on hardware
+    warning = capsys.readouterr().err
+    assert warning.count("simnpu: warning:") == 1, warning
+    assert "aclrtSynchronizeEvent returned success" in warning
+    assert site in warning  # the failed task's call site
+    assert "507015" in warning and "deliberate failure in block 0" in warning
+    assert f"aclrtSynchronizeStream of stream {stream.handle:#x}" in warning
+    assert event.query()  # the same failure is not told twice
+    event.synchronize()
+    assert capsys.readouterr().err == ""
+    with pytest.raises(NpuError) as info:  # still reported where ACL reports it
+        stream.synchronize()
+    assert info.value.code == codes.ACL_ERROR_RT_AICORE_EXCEPTION
+    assert "deliberate failure in block 0" in info.value.message
+
+    site = call_site()
+    kit.fail_in_block.launch(1, kit.flags, 1, 0, stream=stream)
+    event.record(stream)
+    while not event.query():  # the query path warns too
+        time.sleep(0.001)
+    warning = capsys.readouterr().err
+    assert "aclrtQueryEventStatus returned success" in warning and site in warning
+    with pytest.raises(NpuError):
+        stream.synchronize()
+
+    event.record(stream)  # a failure after the record is not the event's business
+    kit.fail_in_block.launch(1, kit.flags, 1, 0, stream=stream)
+    event.synchronize()
+    with pytest.raises(NpuError):
+        stream.synchronize()
+    event.synchronize()
+    assert capsys.readouterr().err == ""
+    event.destroy()
+    stream.destroy()
+
+
+def test_event_calls_report_a_stopped_context_failure(npu, kit, capsys):
+    """ACL_STOP_ON_FAILURE: event synchronize and query report the context's failure."""
+    stream, event = npu.Stream(), npu.Event()
+    stream.set_failure_mode(codes.ACL_STOP_ON_FAILURE)
+    kit.fail_in_block.launch(1, kit.flags, 1, 0, stream=stream)
+    event.record(stream)
+    for call in (event.synchronize, event.query, event.synchronize):
+        with pytest.raises(NpuError) as info:
+            call()
+        assert info.value.code == codes.ACL_ERROR_RT_AICORE_EXCEPTION
+        assert "deliberate failure in block 0" in info.value.message
+    assert "warning" not in capsys.readouterr().err
+
+
 def test_synchronize_device_waits_for_every_stream(npu, kit):
     n = 256
     streams = [npu.Stream() for _ in range(3)]

@@ -85,6 +85,9 @@ def main():
         check(acl.rt.record_event(end, stream), "record_event")
         check(acl.rt.synchronize_event(end), "synchronize_event")
         host_ms = (time.perf_counter() - host_start) * 1000
+        # An event synchronize returns 0 even if the kernel failed (ACL_CONTINUE_ON_FAILURE);
+        # the stream's synchronize reports the kernel's error: check it before using results.
+        check(acl.rt.synchronize_stream(stream), "synchronize_stream")
         device_ms, ret = acl.rt.event_elapsed_time(start, end)
         check(ret, "event_elapsed_time")
 

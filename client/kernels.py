@@ -10,7 +10,9 @@ from simnpu.proto import commands
 
 
 class Kernel:
-    """A kernel function; launch(num_blocks, *args) packs args by its declared types."""
+    """A kernel function (aclrtBinaryGetFunction's handle), as Module.function() and
+    builtin() return it; `signature` holds its declared parameter types. No ACL call
+    (the signature came with the handle). Local."""
 
     def __init__(self, handle: int, name: str):
         self.handle = handle
@@ -21,7 +23,11 @@ class Kernel:
         return f"<simnpu Kernel {self.name}({self.signature.to_wire()})>"
 
     def launch(self, num_blocks: int, *args, stream: Stream | None = None) -> None:
-        """aclrtLaunchKernelWithHostArgs (async). Buffers pass as their device pointers."""
+        """aclrtLaunchKernelWithHostArgs: run the kernel on `num_blocks` blocks on `stream`
+        (default: current_stream()), with `args` packed by its declared parameter types;
+        DeviceBuffers pass as their device pointers. Asynchronous: arguments that do not fit
+        the parameters raise ValueError at once (num_blocks < 1: NpuError 107000), a failure
+        of the kernel is raised by the next synchronize."""
         values = [int(a) if hasattr(a, "ptr") else a for a in args]
         stream = current_stream() if stream is None else stream
         runtime().launch_kernel(
@@ -30,7 +36,9 @@ class Kernel:
 
 
 class Module:
-    """A loaded kernel module (a Python source file of @kernel functions)."""
+    """A loaded kernel module (a Python source file of @kernel functions), the binary
+    aclrtBinaryLoadFromFile or aclrtBinaryLoadFromData gives. Made by load() and
+    from_source(); the constructor itself is Local."""
 
     def __init__(self, handle: int, name: str):
         self.handle = handle
@@ -38,25 +46,29 @@ class Module:
 
     @classmethod
     def load(cls, path: str | os.PathLike) -> Module:
-        """aclrtBinaryLoadFromFile."""
+        """aclrtBinaryLoadFromFile: load the kernel module at `path` (read here, parsed by
+        the daemon: NpuError 100003 if it does not parse). Blocks."""
         with open(path, encoding="utf-8") as handle:
             source = handle.read()
         return cls(runtime().binary_load(source, os.fspath(path)), os.fspath(path))
 
     @classmethod
     def from_source(cls, source: str, name: str = "<kernel module>") -> Module:
-        """aclrtBinaryLoadFromData."""
+        """aclrtBinaryLoadFromData: load a kernel module from its source text; `name` is
+        what tracebacks and reports call it. Blocks."""
         return cls(runtime().binary_load(source, name), name)
 
     def function(self, name: str) -> Kernel:
-        """aclrtBinaryGetFunction."""
+        """aclrtBinaryGetFunction: the module's kernel `name` (unknown name: NpuError
+        507027). Blocks."""
         return Kernel(runtime().get_function(self.handle, name), name)
 
     def unload(self) -> None:
-        """aclrtBinaryUnLoad; its kernels become invalid."""
+        """aclrtBinaryUnLoad: its kernels become invalid handles (107017). Blocks."""
         runtime().binary_unload(self.handle)
 
 
 def builtin(name: str) -> Kernel:
-    """A kernel of the built-in library (add_f32, matmul_f32, softmax_f16, ...)."""
+    """aclrtBinaryGetFunction on the built-in library, loaded in every session (add_f32,
+    matmul_f32, softmax_f16, ...): the kernel `name`. Blocks."""
     return Kernel(runtime().get_function(commands.BUILTIN_BINARY, name), name)

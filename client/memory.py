@@ -12,7 +12,10 @@ from simnpu.proto import codes
 
 
 class DeviceBuffer:
-    """`nbytes` of device memory at `ptr` (aclrtMalloc); free() or `with` releases it."""
+    """aclrtMalloc: `nbytes` of device memory on the current context's device at `ptr` (a
+    device address, not dereferenceable on the host; `int(buffer)` gives it), allocated
+    with `policy` (`ACL_MEM_MALLOC_*`). free() or the end of `with` releases it. Blocks;
+    out of memory raises NpuMemoryError (also a MemoryError)."""
 
     def __init__(self, nbytes: int, policy: int = codes.ACL_MEM_MALLOC_HUGE_FIRST):
         self.ptr = runtime().malloc(nbytes, policy)
@@ -22,7 +25,7 @@ class DeviceBuffer:
 
     @classmethod
     def ipc_import(cls, key: str) -> DeviceBuffer:
-        """The buffer another process exported under `key` (aclrtIpcMemImportByKey); free()
+        """aclrtIpcMemImportByKey: the buffer another process exported under `key`; free()
         closes the import (aclrtIpcMemClose). Blocks."""
         buffer = cls.__new__(cls)
         rt = runtime()
@@ -32,9 +35,9 @@ class DeviceBuffer:
         return buffer
 
     def ipc_export(self, pids=None) -> str:
-        """A key other processes can import this buffer with (aclrtIpcMemGetExportKey): only
-        the given pids (their aclrtDeviceGetBareTgid) may, or any process if `pids` is None.
-        free() closes the key before freeing. Blocks."""
+        """aclrtIpcMemGetExportKey (and aclrtIpcMemSetImportPid): a key other processes can
+        import this buffer with; only the given pids (their aclrtDeviceGetBareTgid) may, or
+        any process if `pids` is None. free() closes the key before freeing. Blocks."""
         rt = runtime()
         flags = codes.ACL_RT_IPC_MEM_EXPORT_FLAG_DISABLE_PID_VALIDATION if pids is None else 0
         key = rt.ipc_mem_get_export_key(self.ptr, self.nbytes, flags)
@@ -45,7 +48,9 @@ class DeviceBuffer:
 
     @classmethod
     def from_array(cls, array, stream: Stream | None = None) -> DeviceBuffer:
-        """A new buffer holding a copy of `array` (synchronous unless `stream` is given)."""
+        """aclrtMalloc and a host-to-device copy: a new buffer holding a copy of `array`
+        (made C-contiguous; at least 1 byte). Blocks; the copy is aclrtMemcpy, or
+        aclrtMemcpyAsync on `stream` (see copy_from_host)."""
         array = np.ascontiguousarray(array)
         buffer = cls(max(array.nbytes, 1))
         buffer.copy_from_host(array, stream)
@@ -64,8 +69,11 @@ class DeviceBuffer:
         return self.ptr
 
     def free(self) -> None:
-        """aclrtFree (aclrtIpcMemClose for an imported buffer; an exporter's keys are closed
-        first, as ACL wants). Idempotent."""
+        """aclrtFree: the memory goes back to the device at once, without waiting for tasks
+        still using it (synchronize first). Asynchronous: it does not wait for the daemon,
+        which reports a refusal at the next synchronize. An imported buffer is closed
+        instead (aclrtIpcMemClose), and an exporter's keys are closed first, as ACL wants:
+        that Blocks. Idempotent."""
         if self.ptr:
             ptr, self.ptr = self.ptr, 0
             rt = runtime()
@@ -78,8 +86,11 @@ class DeviceBuffer:
             rt.free(ptr)
 
     def copy_from_host(self, array, stream: Stream | None = None, offset: int = 0) -> None:
-        """Host -> device: aclrtMemcpy, or aclrtMemcpyAsync on `stream` (keep `array` alive
-        until the stream has run the copy)."""
+        """Host -> device from the C-contiguous `array` into the buffer at `offset`.
+        Without `stream`: aclrtMemcpy, Blocks. On `stream`: aclrtMemcpyAsync, in stream
+        order; Asynchronous when `array` is pinned memory (a PinnedBuffer's array(): keep it
+        unchanged until the stream has run the copy), otherwise it Blocks until the stream
+        has run the copy."""
         array = _contiguous(array)
         self._copy(
             self.ptr + offset,
@@ -93,7 +104,11 @@ class DeviceBuffer:
     def copy_to_host(
         self, out: np.ndarray, stream: Stream | None = None, offset: int = 0
     ) -> np.ndarray:
-        """Device -> host into `out` (C-contiguous); returns `out`."""
+        """Device -> host: `out.nbytes` bytes from the buffer at `offset` into `out` (a
+        writeable C-contiguous array: ValueError otherwise); returns `out`. Without `stream`:
+        aclrtMemcpy, Blocks. On `stream`: aclrtMemcpyAsync, in stream order; Asynchronous
+        when `out` is pinned memory (read it after synchronizing), otherwise it Blocks until
+        the stream has run the copy."""
         if not out.flags.c_contiguous or not out.flags.writeable:
             raise ValueError("out must be a writeable C-contiguous array")
         self._copy(
@@ -107,7 +122,9 @@ class DeviceBuffer:
         return out
 
     def to_numpy(self, dtype=np.uint8, shape=None) -> np.ndarray:
-        """A new host array with the buffer's contents (synchronous aclrtMemcpy)."""
+        """A new host array with the buffer's contents: `dtype` elements (without one, a
+        uint8 array of `nbytes` bytes), `shape` by default as many whole elements as the
+        buffer holds. aclrtMemcpy, not ordered with any stream: synchronize first. Blocks."""
         dtype = np.dtype(dtype)
         shape = (self.nbytes // dtype.itemsize,) if shape is None else shape
         return self.copy_to_host(np.empty(shape, dtype))
@@ -115,14 +132,17 @@ class DeviceBuffer:
     def copy_from(
         self, source: DeviceBuffer, nbytes: int | None = None, stream: Stream | None = None
     ) -> None:
-        """Device -> device."""
+        """Device -> device: `nbytes` (default: all of `source`) from `source` into this
+        buffer. Without `stream`: aclrtMemcpy, Blocks. On `stream`: aclrtMemcpyAsync,
+        Asynchronous."""
         nbytes = source.nbytes if nbytes is None else nbytes
         self._copy(
             self.ptr, self.nbytes, source.ptr, nbytes, codes.ACL_MEMCPY_DEVICE_TO_DEVICE, stream
         )
 
     def fill(self, value: int, nbytes: int | None = None, stream: Stream | None = None) -> None:
-        """aclrtMemset / aclrtMemsetAsync: every byte set to `value`."""
+        """Set the first `nbytes` bytes (default: all) to `value` (its low byte). Without
+        `stream`: aclrtMemset, Blocks. On `stream`: aclrtMemsetAsync, Asynchronous."""
         nbytes = self.nbytes if nbytes is None else nbytes
         if stream is None:
             runtime().memset(self.ptr, self.nbytes, value, nbytes)
@@ -138,7 +158,9 @@ class DeviceBuffer:
 
 
 class PinnedBuffer:
-    """Page-locked host memory (aclrtMallocHost): copies from it are truly asynchronous."""
+    """aclrtMallocHost: `nbytes` of page-locked host memory at `ptr` (a real address of
+    this process). Copies between it and device memory on a stream are truly asynchronous.
+    free() or the end of `with` releases it. Blocks."""
 
     def __init__(self, nbytes: int):
         self.ptr = runtime().malloc_host(nbytes)
@@ -154,7 +176,8 @@ class PinnedBuffer:
         self.free()
 
     def array(self, dtype=np.uint8, shape=None) -> np.ndarray:
-        """A numpy view of the memory (drop it before free())."""
+        """A numpy view of the memory: `dtype` elements (default uint8), `shape` by default
+        as many whole elements as fit. Drop it before free(). No ACL call. Local."""
         dtype = np.dtype(dtype)
         count = self.nbytes // dtype.itemsize
         memory = (ctypes.c_char * self.nbytes).from_address(self.ptr)
@@ -163,7 +186,7 @@ class PinnedBuffer:
         return view if shape is None else view.reshape(shape)
 
     def free(self) -> None:
-        """aclrtFreeHost. Idempotent."""
+        """aclrtFreeHost. Blocks. Idempotent."""
         if self.ptr:
             ptr, self.ptr = self.ptr, 0
             runtime().free_host(ptr)

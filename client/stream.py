@@ -11,7 +11,8 @@ _local = threading.local()
 
 
 def current_stream() -> Stream:
-    """The stream `with stream:` made current in this thread, else the default stream."""
+    """The stream `with stream:` made current in this thread, else the default stream of
+    the current context (handle 0). Calls given no stream use it. No ACL call. Local."""
     stack = getattr(_local, "stack", None)
     return stack[-1] if stack else Stream.wrap(0)
 
@@ -21,8 +22,11 @@ def _handle(stream) -> int:
 
 
 class Stream:
-    """A stream of the current context. `with stream:` makes it current for this thread
-    (calls without an explicit stream use it); destroy() releases it."""
+    """aclrtCreateStreamWithConfig: a new stream of this thread's current context
+    (`priority` 0 highest .. 7, clamped; `flags` `ACL_STREAM_*`). Tasks of one stream run in
+    order; tasks of different streams may overlap. `with stream:` makes it current for this
+    thread (calls without an explicit stream use it) and does not destroy it; destroy()
+    releases it. Blocks."""
 
     def __init__(self, priority: int = 0, flags: int = 0):
         self.handle = runtime().create_stream(priority, flags)
@@ -31,7 +35,9 @@ class Stream:
 
     @classmethod
     def wrap(cls, handle: int) -> Stream:
-        """A Stream object for an existing handle (0 = the default stream); not owned."""
+        """A Stream object for an existing handle, e.g. one `acl.rt.create_stream` returned
+        (0: the current context's default stream); not owned, so destroy() leaves the stream
+        alone. No ACL call. Local."""
         stream = cls.__new__(cls)
         stream.handle, stream.priority, stream._owned = handle, 0, False
         return stream
@@ -49,36 +55,47 @@ class Stream:
         _local.stack.pop()
 
     def synchronize(self, timeout_ms: int = -1) -> None:
-        """aclrtSynchronizeStream(WithTimeout): blocks; raises the stream's task failure."""
+        """aclrtSynchronizeStream(WithTimeout): wait until every task submitted to the stream
+        so far has run, and raise the first failure among them (NpuError with the failing
+        call's site). Blocks; `timeout_ms` -1 waits forever, a timeout raises 507046."""
         runtime().synchronize_stream(self.handle, timeout_ms)
 
     def query(self) -> bool:
-        """aclrtStreamQuery: True when every task submitted so far has finished."""
+        """aclrtStreamQuery: True when every task submitted so far has finished. Blocks (asks
+        the daemon; never waits for the tasks)."""
         return runtime().stream_query(self.handle) == codes.ACL_STREAM_STATUS_COMPLETE
 
     def wait_event(self, event: Event) -> None:
-        """aclrtStreamWaitEvent (async): later tasks wait for the event's latest record."""
+        """aclrtStreamWaitEvent: tasks submitted to this stream later wait for the event's
+        latest record (on the device; the host does not wait). Asynchronous."""
         runtime().stream_wait_event(self.handle, event.handle)
 
     def record(self, event: Event | None = None) -> Event:
-        """aclrtRecordEvent (async) of `event` (a new one if None) on this stream."""
+        """aclrtRecordEvent of `event` on this stream; returns the event (a new Event, made
+        with aclrtCreateEvent, when None). Asynchronous (creating the event Blocks)."""
         event = event if event is not None else Event()
         event.record(self)
         return event
 
     def set_failure_mode(self, mode: int) -> None:
-        """aclrtSetStreamFailureMode (ACL_CONTINUE_ON_FAILURE / ACL_STOP_ON_FAILURE)."""
+        """aclrtSetStreamFailureMode: ACL_CONTINUE_ON_FAILURE (the default) or
+        ACL_STOP_ON_FAILURE, which stops every stream of the context at the first failure
+        (and cannot be turned back: 207000). Blocks."""
         runtime().set_stream_failure_mode(self.handle, mode)
 
     def destroy(self, force: bool = False) -> None:
-        """aclrtDestroyStream (waits for its tasks; force drops queued ones). Idempotent."""
+        """aclrtDestroyStream: waits for its tasks, then releases it; with `force`,
+        aclrtDestroyStreamForce drops the queued ones instead. Blocks. Idempotent; a wrapped
+        stream is left alone."""
         if self._owned:
             self._owned = False
             runtime().destroy_stream(self.handle, force)
 
 
 class Event:
-    """An event of the current context (flags: ACL_EVENT_SYNC, ACL_EVENT_TIME_LINE, ...)."""
+    """aclrtCreateEventWithFlag: an event of this thread's current context (`flags`
+    ACL_EVENT_SYNC, ACL_EVENT_TIME_LINE, ...; 0 is aclrtCreateEvent), a marker that streams
+    record and wait for. Blocks."""
 
     def __init__(self, flags: int = 0):
         self.handle = runtime().create_event(flags)
@@ -88,27 +105,31 @@ class Event:
         return f"<simnpu Event {self.handle:#x}>"
 
     def record(self, stream: Stream | None = None) -> None:
-        """aclrtRecordEvent (async), on `stream` or the current stream."""
+        """aclrtRecordEvent on `stream` (default: current_stream()): the event completes when
+        the stream reaches this point. Asynchronous."""
         runtime().record_event(self.handle, _handle(stream))
 
     def reset(self, stream: Stream | None = None) -> None:
-        """aclrtResetEvent (async)."""
+        """aclrtResetEvent on `stream` (default: current_stream()). Asynchronous."""
         runtime().reset_event(self.handle, _handle(stream))
 
     def synchronize(self, timeout_ms: int = -1) -> None:
-        """aclrtSynchronizeEvent(WithTimeout): blocks until the latest record completes."""
+        """aclrtSynchronizeEvent(WithTimeout): wait until the event's latest record has
+        completed. Blocks; `timeout_ms` -1 waits forever, a timeout raises 507047."""
         runtime().synchronize_event(self.handle, timeout_ms)
 
     def query(self) -> bool:
-        """aclrtQueryEventStatus: True once the latest record has completed."""
+        """aclrtQueryEventStatus: True once the latest record has completed. Blocks (asks the
+        daemon; never waits for the record)."""
         return runtime().query_event_status(self.handle) == codes.ACL_EVENT_RECORDED_STATUS_COMPLETE
 
     def elapsed_time(self, end: Event) -> float:
-        """aclrtEventElapsedTime: milliseconds from this event's record to `end`'s."""
+        """aclrtEventElapsedTime: milliseconds of device time from this event's record to
+        `end`'s, once both records have completed (507006 while one is pending). Blocks."""
         return runtime().event_elapsed_time(self.handle, end.handle)
 
     def destroy(self) -> None:
-        """aclrtDestroyEvent. Idempotent."""
+        """aclrtDestroyEvent. Blocks. Idempotent."""
         if self._alive:
             self._alive = False
             runtime().destroy_event(self.handle)

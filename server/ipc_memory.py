@@ -1,6 +1,7 @@
 """IPC memory: one device buffer used by two host processes (aclrtIpcMem*).
 
-ACL's protocol (RT-D `11-07_IPC_memory_sharing.md`), as simnpu runs it:
+ACL's protocol (the CANN runtime's API reference, docs/zh/api_ref/11-07_IPC_memory_sharing.md
+of https://gitcode.com/cann/runtime), as simnpu runs it:
 
     exporter A                              importer B
     p = aclrtMalloc(...)

@@ -12,7 +12,8 @@ ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 
 def test_values_match_the_acl_headers():
-    """Spot checks against acl_rt.h / acl_base_rt.h / rt_error_codes.h (shared/notes/acl-api.md)."""
+    """Spot checks against the CANN runtime's public headers (include/external/acl/ of
+    https://gitcode.com/cann/runtime): acl_rt.h, acl_base_rt.h, error_codes/rt_error_codes.h."""
     expected = {
         "ACL_SUCCESS": 0,
         "ACL_ERROR_INVALID_PARAM": 100000,

@@ -278,6 +278,16 @@ def test_sync_memcpy_is_not_stream_ordered_but_is_right_after_synchronize(npu, r
     assert (device.to_numpy() == 7).all()
 
 
+def test_to_numpy_returns_an_array_of_bytes_without_a_dtype(npu, rt):
+    buffer = npu.DeviceBuffer.from_array(np.arange(10, dtype=np.uint8))
+    raw = buffer.to_numpy()
+    assert isinstance(raw, np.ndarray) and raw.dtype == np.uint8 and raw.shape == (10,)
+    np.testing.assert_array_equal(raw, np.arange(10))
+    assert buffer.to_numpy(np.int32).shape == (2,)  # whole elements only
+    assert buffer.to_numpy(np.uint8, (2, 5)).tolist() == [[0, 1, 2, 3, 4], [5, 6, 7, 8, 9]]
+    buffer.free()
+
+
 # ---- memset --------------------------------------------------------------------------------------
 
 

@@ -115,12 +115,15 @@ class Event:
 
     def synchronize(self, timeout_ms: int = -1) -> None:
         """aclrtSynchronizeEvent(WithTimeout): wait until the event's latest record has
-        completed. Blocks; `timeout_ms` -1 waits forever, a timeout raises 507047."""
+        completed. Blocks; `timeout_ms` -1 waits forever, a timeout raises 507047. Raises a
+        task's failure only in ACL_STOP_ON_FAILURE; otherwise an earlier failed task of the
+        record's stream is reported by that stream's synchronize, and this call warns about
+        it on stderr (docs/errors.md)."""
         runtime().synchronize_event(self.handle, timeout_ms)
 
     def query(self) -> bool:
         """aclrtQueryEventStatus: True once the latest record has completed. Blocks (asks the
-        daemon; never waits for the record)."""
+        daemon; never waits for the record). Task failures: as synchronize()."""
         return runtime().query_event_status(self.handle) == codes.ACL_EVENT_RECORDED_STATUS_COMPLETE
 
     def elapsed_time(self, end: Event) -> float:

@@ -1,5 +1,5 @@
-"""Every examples/acl_*.py runs as a user runs it (its own process, exit status 0) and
-prints what it shows; each checks its own results."""
+"""Every examples/acl_*.py, and the demo, runs as a user runs it (its own process, exit
+status 0) and prints what it shows; each checks its own results."""
 
 from __future__ import annotations
 
@@ -48,3 +48,21 @@ def test_example_runs(daemon, name, mode):
         )  # says why it cannot run
     else:
         assert LESSONS.get(name, "") in result.stdout
+
+
+def test_the_demo_runs_and_reports_its_overlap(daemon):
+    """The README's first command: results checked against numpy, the measured and the
+    expected speed-up of two streams printed."""
+    result = subprocess.run(
+        [sys.executable, str(EXAMPLES / "demo.py")],
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=240,
+        env={**os.environ, "SIMNPU_ADDRESS": daemon.address},
+        cwd=EXAMPLES.parent,
+    )
+    assert result.returncode == 0, f"{result.stdout}\n{result.stderr}"
+    assert "all match numpy" in result.stdout
+    assert "faster than one stream" in result.stdout
+    assert "expected with full overlap" in result.stdout

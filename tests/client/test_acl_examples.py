@@ -20,7 +20,7 @@ LESSONS = {
 }
 
 
-def test_the_tutorial_lessons_have_examples():
+def test_every_lesson_has_its_example():
     assert set(LESSONS) <= {path.name for path in EXAMPLES.glob("acl_*.py")}
 
 

@@ -264,7 +264,7 @@ def test_async_pinned_copy_returns_before_the_stream_reaches_it(npu, rt):
 
 
 def test_sync_memcpy_is_not_stream_ordered_but_is_right_after_synchronize(npu, rt):
-    """The tutorial's pitfall: reading results with aclrtMemcpy right after a launch may
+    """The classic pitfall: reading results with aclrtMemcpy right after a launch may
     see stale data (not asserted: it depends on timing). After synchronize it is right."""
     kernel = npu.Module.from_source(GATE, "gate.py").function("slow_fill_bytes")
     n = 4096

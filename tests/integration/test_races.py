@@ -42,7 +42,7 @@ def filled(npu, value: float = 1.0):
     return npu.DeviceBuffer.from_array(np.full(N, value, np.float32))
 
 
-# ---- the tutorial's pitfall 2: two streams sharing memory without an event ---------------------
+# ---- pitfall: two streams sharing memory without an event ---------------------------------------
 def test_copy_and_kernel_on_two_streams_without_an_event_race(checked):
     npu, k = checked
     copy_stream, compute_stream = npu.Stream(), npu.Stream()
@@ -157,7 +157,7 @@ def test_rw_kernels_that_really_write_race(checked):
     x.free()
 
 
-# ---- the tutorial's pitfall 1: reading results without synchronizing ----------------------------
+# ---- pitfall: reading results without synchronizing ---------------------------------------------
 def test_reading_results_without_synchronizing_is_a_race(checked):
     npu, k = checked
     stream = npu.Stream()
@@ -252,7 +252,7 @@ def test_two_clients_sharing_memory_race_unless_one_synchronizes_first(daemon):
         two.close()
 
 
-# ---- the tutorial's own examples, checked -------------------------------------------------------
+# ---- the lessons in examples/, checked -----------------------------------------------------------
 @pytest.mark.slow
 @pytest.mark.parametrize(
     "example, clean", [("acl_two_streams.py", True), ("acl_sync_pitfall.py", False)]

@@ -24,7 +24,7 @@ def default_address() -> str:
     return service.default_address(os.environ.get("XDG_RUNTIME_DIR"), os.getuid())
 
 
-def parse(address: str, source: str = "the address") -> service.Address:
+def parse(address: str, source: str = "address") -> service.Address:
     """The parts of `address` (service.parse_address). NpuError (ACL_ERROR_RT_NO_DEVICE, the
     code of every failure to reach a daemon) naming `source` if it is not an address."""
     try:

@@ -1,11 +1,11 @@
 """`simnpu health`: ask a daemon's standard gRPC health service whether it is serving.
 
 Exit status 0 when grpc.health.v1.Health/Check answers SERVING, 1 otherwise (one line
-says what failed and what to do), so it serves
-as a container healthcheck (the Dockerfile's HEALTHCHECK) or a readiness probe in a
-script. One unary call: no session is opened, nothing is allocated, no daemon is started.
-The health service needs no token; one configured for the client (SIMNPU_TOKEN or
-SIMNPU_TOKEN_FILE) is sent anyway, so a proxy that checks it lets the call through.
+says what failed and what to do), so it serves as a container healthcheck (the
+Dockerfile's HEALTHCHECK) or a readiness probe in a script. One unary call: no session is
+opened, nothing is allocated, no daemon is started. The health service needs no token;
+one configured for the client (SIMNPU_TOKEN or SIMNPU_TOKEN_FILE) is sent anyway, so a
+proxy that checks it lets the call through.
 """
 
 from __future__ import annotations

@@ -5,14 +5,36 @@ from __future__ import annotations
 
 import os
 
-from simnpu.proto import service
+from simnpu.proto import codes, service
+from simnpu.proto.errors import NpuError
 
 
 def address() -> str:
-    """Where the daemon is: SIMNPU_ADDRESS, else the per-user Unix socket."""
-    return os.environ.get("SIMNPU_ADDRESS") or service.default_address(
-        os.environ.get("XDG_RUNTIME_DIR"), os.getuid()
-    )
+    """Where the daemon is: SIMNPU_ADDRESS, else the per-user Unix socket. NpuError
+    (ACL_ERROR_RT_NO_DEVICE) if SIMNPU_ADDRESS is not an address."""
+    value = os.environ.get("SIMNPU_ADDRESS")
+    if not value:
+        return default_address()
+    parse(value, "SIMNPU_ADDRESS")
+    return value
+
+
+def default_address() -> str:
+    """The per-user Unix socket, where a daemon is started when none answers."""
+    return service.default_address(os.environ.get("XDG_RUNTIME_DIR"), os.getuid())
+
+
+def parse(address: str, source: str = "address") -> service.Address:
+    """The parts of `address` (service.parse_address). NpuError (ACL_ERROR_RT_NO_DEVICE, the
+    code of every failure to reach a daemon) naming `source` if it is not an address."""
+    try:
+        return service.parse_address(address)
+    except ValueError as error:
+        raise NpuError(
+            codes.ACL_ERROR_RT_NO_DEVICE,
+            f"{source}={address!r} is not a simnpu address: {error}; "
+            f"the accepted forms are {service.ADDRESS_FORMS}",
+        ) from None
 
 
 def token() -> str | None:

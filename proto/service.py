@@ -1,5 +1,8 @@
-"""What both sides of the gRPC service agree on: its names, its limits, where a daemon
-listens when nobody says otherwise, and how a shared token is stored (no grpc import here)."""
+"""What both sides of the gRPC service agree on: its names, its limits, the addresses they
+understand and where a daemon listens when nobody says otherwise, and how a shared token
+is stored (no grpc import here)."""
+
+from typing import NamedTuple
 
 SERVICE = "simnpu.v1.Npu"
 SESSION_METHOD = f"/{SERVICE}/Session"
@@ -15,6 +18,48 @@ CHANNEL_OPTIONS = [
 # about a third. An experimental grpcio setting that may disappear; each side sets it as
 # GRPC_EXPERIMENTS' default, so a user's own GRPC_EXPERIMENTS (even "") wins.
 FAST_GRPC_EXPERIMENTS = "-event_engine_client,-event_engine_listener"
+
+
+# The gRPC addresses simnpu understands (what parse_address accepts), for error messages.
+ADDRESS_FORMS = "unix:///abs/path.sock, unix:relative/path.sock, host:port or [v6]:port"
+
+
+class Address(NamedTuple):
+    """The parts of a gRPC address: a Unix socket's path, or a TCP host and port."""
+
+    path: str | None  # the Unix socket's path as written (relative to the working directory)
+    host: str  # TCP: the host name or IP address, without brackets ("" for a Unix socket)
+    port: int  # TCP: the port (0 for a Unix socket)
+
+
+def parse_address(address: str) -> Address:
+    """The parts of `address`, one of ADDRESS_FORMS; ValueError saying what is wrong."""
+    if address.startswith("unix:"):
+        if address.startswith("unix://"):
+            path = address[len("unix://") :]
+            if not path.startswith("/"):
+                raise ValueError("after unix:// comes an absolute path (three slashes: unix:///)")
+        else:
+            path = address[len("unix:") :]
+        if not path.strip("/"):
+            raise ValueError("the socket path is empty")
+        return Address(path, "", 0)
+    if "/" in address:
+        raise ValueError(
+            f"a Unix socket path needs the prefix unix: (unix://{address})"
+            if address.startswith("/")
+            else f"a Unix socket path needs the prefix unix: (unix:{address})"
+        )
+    host, colon, port = address.rpartition(":")
+    if not colon:
+        raise ValueError("no port: a TCP address is host:port")
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]
+    elif ":" in host:
+        raise ValueError("an IPv6 address goes in brackets: [v6]:port")
+    if not port.isdigit() or not 0 < int(port) < 65536:
+        raise ValueError(f"the port {port!r} is not a number from 1 to 65535")
+    return Address(None, host, int(port))
 
 
 def default_address(runtime_dir: str | None, uid: int) -> str:

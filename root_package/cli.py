@@ -13,6 +13,7 @@ import sys
 
 TOOLS = ("memory",)
 USAGE = """usage: simnpu COMMAND ...
+       simnpu --version
 
 commands:
   serve                 run the device daemon (simnpu serve --help)
@@ -30,6 +31,11 @@ commands:
 def main(argv=None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     command = argv[0] if argv else ""
+    if command in ("-V", "--version"):
+        from importlib.metadata import version
+
+        print(f"simnpu {version('simnpu')}")
+        return 0
     if command == "serve":
         from simnpu.server.cli import main as serve
 

@@ -17,38 +17,69 @@ from simnpu.shm.sizes import parse_size
 
 
 def _serve_parser(sub) -> None:
-    p = sub.add_parser("serve", help="run the device daemon")
+    p = sub.add_parser(
+        "serve",
+        help="run the device daemon",
+        description="Run the simulated NPU's device daemon until SIGTERM or Ctrl-C. Defaults "
+        "in $NAME come from that environment variable when it is set.",
+    )
     env = os.environ.get
     p.add_argument(
         "--listen",
         action="append",
-        help="gRPC address: unix:///abs/path.sock, host:port, [::1]:port, 0.0.0.0:port "
-        "(repeatable; default $SIMNPU_LISTEN, comma-separated, else "
-        "$SIMNPU_ADDRESS, else the per-user Unix socket)",
+        metavar="ADDRESS",
+        help=f"gRPC address to listen on, repeatable: {service.ADDRESS_FORMS}; 0.0.0.0:port "
+        "for every interface (default: $SIMNPU_LISTEN, comma-separated, else "
+        "$SIMNPU_ADDRESS, else the per-user Unix socket "
+        f"{service.default_address(env('XDG_RUNTIME_DIR'), os.getuid())})",
     )
-    p.add_argument("--devices", type=int, default=int(env("SIMNPU_DEVICES", "1")))
+    p.add_argument(
+        "--devices",
+        type=int,
+        default=int(env("SIMNPU_DEVICES", "1")),
+        metavar="N",
+        help="number of devices (default: %(default)s, $SIMNPU_DEVICES)",
+    )
     p.add_argument(
         "--memory",
         type=parse_size,
-        default=parse_size(env("SIMNPU_MEMORY", "2GiB")),
-        help="device memory per device, e.g. 512MiB, 2GiB",
+        default=env("SIMNPU_MEMORY", "2GiB"),
+        metavar="SIZE",
+        help="device memory per device, e.g. 512MiB, 2GiB (default: %(default)s, $SIMNPU_MEMORY)",
     )
     p.add_argument(
         "--memory-limit",
         default=env("SIMNPU_DEFAULT_MEMORY_LIMIT", ""),
+        metavar="LIMIT",
         help="default device-memory limit of every client, e.g. 256MiB or 25%% of "
-        "--memory (clients may lower theirs with SIMNPU_MEMORY_LIMIT); default none",
+        "--memory (clients may lower theirs with SIMNPU_MEMORY_LIMIT) "
+        "(default: none, $SIMNPU_DEFAULT_MEMORY_LIMIT)",
     )
-    p.add_argument("--ai-cores", type=int, default=int(env("SIMNPU_AI_CORES", "2")))
-    p.add_argument("--copy-engines", type=int, default=int(env("SIMNPU_COPY_ENGINES", "2")))
+    p.add_argument(
+        "--ai-cores",
+        type=int,
+        default=int(env("SIMNPU_AI_CORES", "2")),
+        metavar="N",
+        help="AI cores (worker processes) per device (default: %(default)s, $SIMNPU_AI_CORES)",
+    )
+    p.add_argument(
+        "--copy-engines",
+        type=int,
+        default=int(env("SIMNPU_COPY_ENGINES", "2")),
+        metavar="N",
+        help="copy engines (worker processes) per device "
+        "(default: %(default)s, $SIMNPU_COPY_ENGINES)",
+    )
     p.add_argument(
         "--staging",
         type=parse_size,
-        default=parse_size("32MiB"),
-        help="per-client staging area for pageable copies",
+        default="32MiB",
+        metavar="SIZE",
+        help="per-client staging area for pageable copies (default: %(default)s)",
     )
     p.add_argument(
         "--token-file",
+        metavar="FILE",
         help="file holding the shared token TCP clients must send "
         "(default: $SIMNPU_TOKEN, else the file $SIMNPU_TOKEN_FILE)",
     )
@@ -57,43 +88,55 @@ def _serve_parser(sub) -> None:
         action="store_true",
         default=env("SIMNPU_CREATE_TOKEN") == "1",
         help="when no token is set and the token file does not exist, create it (mode "
-        "0600) with a new random token ($SIMNPU_CREATE_TOKEN=1)",
+        "0600) with a new random token (default: off, on with $SIMNPU_CREATE_TOKEN=1)",
     )
     p.add_argument(
         "--idle-exit",
         type=float,
         default=None,
         metavar="SECONDS",
-        help="exit this long after the last client is gone",
+        help="exit this long after the last client is gone (default: never; a daemon a "
+        "client starts by itself gets $SIMNPU_IDLE_EXIT, else 5)",
     )
     p.add_argument(
         "--op-timeout",
         type=float,
         default=300.0,
         metavar="SECONDS",
-        help="default operator execution timeout (aclrtSetOpExecuteTimeOut)",
+        help="default operator execution timeout (aclrtSetOpExecuteTimeOut) (default: %(default)s)",
     )
     p.add_argument(
         "--trace",
         metavar="FILE",
         help="record every client's tasks; write the timeline as "
-        "Chrome/Perfetto trace JSON to FILE at exit",
+        "Chrome/Perfetto trace JSON to FILE at exit (default: no timeline)",
     )
     p.add_argument(
         "--trace-buffer",
         type=int,
         default=500_000,
         metavar="N",
-        help="timeline records kept in memory (the oldest go first)",
+        help="timeline records kept in memory, the oldest go first (default: %(default)s)",
     )
     p.add_argument(
         "--check",
         default="",
         metavar="LIST",
-        help="check every client: memcheck, initcheck, racecheck, strict, or all (comma-separated)",
+        help="check every client: memcheck, initcheck, racecheck, strict, or all, "
+        "comma-separated (default: none)",
     )
-    p.add_argument("--check-report", metavar="FILE", help="write every finding to FILE at exit")
-    p.add_argument("--log-level", default=env("SIMNPU_LOG_LEVEL", "INFO"))
+    p.add_argument(
+        "--check-report",
+        metavar="FILE",
+        help="write every finding to FILE at exit (default: none; simnpu check report "
+        "asks a running daemon)",
+    )
+    p.add_argument(
+        "--log-level",
+        default=env("SIMNPU_LOG_LEVEL", "INFO"),
+        metavar="LEVEL",
+        help="DEBUG, INFO, WARNING or ERROR (default: %(default)s, $SIMNPU_LOG_LEVEL)",
+    )
 
 
 def serve(args) -> int:
@@ -113,14 +156,17 @@ def serve(args) -> int:
     except OSError as error:
         print(f"simnpu: cannot read the token file: {error}", file=sys.stderr)
         return 2
+    listen = args.listen or environment.environment_listen()
     try:
         memory_limit = parse_limit(args.memory_limit, args.memory)
         checks = parse_checks(args.check)
+        for address in listen:
+            _check_address(address)
     except ValueError as error:
         print(f"simnpu: {error}", file=sys.stderr)
         return 2
     config = DaemonConfig(
-        listen=args.listen or environment.environment_listen(),
+        listen=listen,
         devices=args.devices,
         memory_bytes=args.memory,
         ai_cores=args.ai_cores,
@@ -144,6 +190,16 @@ def serve(args) -> int:
         return 2
     daemon.wait()
     return 0
+
+
+def _check_address(address: str) -> None:
+    """ValueError naming `address` if it is not one the clients understand."""
+    try:
+        service.parse_address(address)
+    except ValueError as error:
+        raise ValueError(
+            f"cannot listen on {address!r}: {error}; the accepted forms are {service.ADDRESS_FORMS}"
+        ) from None
 
 
 def create_token_file(flag_file: str | None) -> None:

@@ -20,6 +20,7 @@ import multiprocessing
 import os
 import select
 import signal
+import sys
 import time
 import traceback
 import types
@@ -377,6 +378,16 @@ _SPAWN = multiprocessing.get_context("spawn")
 START_TIMEOUT_S = 60.0
 
 
+def _keep_working_directory_off_import_path() -> None:
+    """Workers never import from the daemon's working directory, where a folder named simnpu
+    would hide the installed package from every kernel: they start with PYTHONSAFEPATH=1
+    (`python -P`) and take the daemon's sys.path, less the working directory that
+    `python -m` put first."""
+    os.environ["PYTHONSAFEPATH"] = "1"
+    if not sys.flags.safe_path and sys.path and sys.path[0] in ("", os.getcwd()):
+        del sys.path[0]
+
+
 class _Process:
     """One worker process and its pipe."""
 
@@ -413,6 +424,7 @@ class ProcessExecutor:
         self._by_fd: dict[int, Unit] = {}
 
     def start(self) -> None:
+        _keep_working_directory_off_import_path()
         for unit in self.units:
             self._processes[unit] = _Process(unit, self._segments)
         deadline = time.monotonic() + START_TIMEOUT_S

@@ -52,6 +52,23 @@ def _at_least(tracks: list, count: int) -> float:
     return total
 
 
+def trace_problem(document) -> str | None:
+    """Why `document` (parsed JSON) is not a Chrome/Perfetto trace `summarize` can read, or
+    None: it must be an object whose "traceEvents" list holds event objects, each slice
+    ("X") with a name, pid, ts and dur."""
+    if not isinstance(document, dict) or not isinstance(document.get("traceEvents"), list):
+        return 'it is not a Chrome/Perfetto trace (no "traceEvents" list)'
+    for index, event in enumerate(document["traceEvents"]):
+        if not isinstance(event, dict):
+            return f"traceEvents[{index}] is not an event object"
+        if event.get("ph") == "X" and not (
+            isinstance(event.get("name"), str)
+            and all(isinstance(event.get(key), int | float) for key in ("pid", "ts", "dur"))
+        ):
+            return f"traceEvents[{index}] is a slice without a name, pid, ts and dur"
+    return None
+
+
 def summarize(trace: dict, gaps: int = 5) -> dict:
     """The numbers `simnpu trace summary` prints (times in microseconds)."""
     processes: dict = {}
@@ -231,6 +248,15 @@ def main(argv=None) -> int:
                 document = json.load(handle)
         except (OSError, ValueError) as error:
             print(f"simnpu: cannot read {args.file}: {error}", file=sys.stderr)
+            return 1
+        problem = trace_problem(document)
+        if problem:
+            print(
+                f"simnpu: {args.file} is not a trace simnpu can summarize: {problem}; simnpu "
+                "writes traces with SIMNPU_TRACE=FILE, simnpu serve --trace FILE and "
+                "simnpu trace save FILE",
+                file=sys.stderr,
+            )
             return 1
         result = summarize(document, args.gaps)
         print(json.dumps(result, indent=1) if args.json else format_summary(result, args.file))

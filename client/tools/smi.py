@@ -15,11 +15,10 @@ import argparse
 import json
 import sys
 import time
+from importlib.metadata import version
 
-from simnpu.client import config
-from simnpu.client.tools.query import ToolError, query
+from simnpu.client.tools.query import ToolError, daemon_address, query
 
-VERSION = "0.1.0"
 _SAMPLE_S = 0.2
 _WIDTHS = (29, 17, 66)
 
@@ -64,7 +63,7 @@ def _mib(n: int) -> int:
 def render(view: dict, address: str) -> str:
     """The npu-smi style table."""
     inner = sum(_WIDTHS) + len(_WIDTHS) - 1
-    title = f" simnpu-smi {VERSION}".ljust(40) + f"Daemon: pid {view['pid']}  {address}"
+    title = f" simnpu-smi {version('simnpu')}".ljust(40) + f"Daemon: pid {view['pid']}  {address}"
     out = [_line(), "|" + title.ljust(inner) + "|", _line()]
     out.append(
         _row(("NPU     Name", "Health", "AICore(%)    Memory-Usage(MB)        Streams  Processes"))
@@ -154,8 +153,8 @@ def main(argv=None) -> int:
         "--address", help="the daemon (default: $SIMNPU_ADDRESS or the per-user socket)"
     )
     args = parser.parse_args(argv)
-    address = args.address or config.address()
     try:
+        address = daemon_address(args.address)
         if args.watch is None:
             _print(sample(address, _SAMPLE_S), address, args.json)
             return 0

@@ -561,11 +561,13 @@ AUTOSTARTED = """
 @pytest.mark.multiprocess
 def test_autostart_starts_exactly_one_daemon_that_exits_after_the_last_client(tmp_path):
     run_dir = tmp_path / "run"  # does not exist yet: the first client makes it
-    address = f"unix://{run_dir}/simnpu.sock"
+    address = f"unix://{run_dir}/simnpu.sock"  # the per-user default address of this runtime dir
     barrier = tmp_path / "barrier"
     barrier.mkdir()
     env = {
-        "SIMNPU_AUTOSTART": "1",
+        "SIMNPU_ADDRESS": "",  # unset: the default address, where a daemon starts by itself
+        "XDG_RUNTIME_DIR": str(run_dir),
+        "SIMNPU_AUTOSTART": "",
         "SIMNPU_IDLE_EXIT": "1",
         "SIMNPU_MEMORY": "64MiB",
         "SIMNPU_LOG_LEVEL": "INFO",

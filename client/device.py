@@ -25,8 +25,9 @@ def runtime() -> Runtime:
 
 def connect(address: str | None = None, token: str | None = None) -> Runtime:
     """Connect this process to the daemon at `address` (default: SIMNPU_ADDRESS, else the
-    per-user socket), starting a local daemon there when none answers (unless
-    SIMNPU_AUTOSTART=0: NpuError 207004). `token` is for a TCP daemon that wants one (default:
+    per-user socket). At the per-user socket a daemon is started when none answers (unless
+    SIMNPU_AUTOSTART=0); at a named address only with SIMNPU_AUTOSTART=1; otherwise
+    NpuError 207004. `token` is for a TCP daemon that wants one (default:
     SIMNPU_TOKEN / SIMNPU_TOKEN_FILE). The session aclInit opens for `acl`; `acl` and this
     API share it. No ACL call of its own. Blocks. Replaces nothing: an existing session is
     returned whatever `address` says; call shutdown() first to switch daemons."""

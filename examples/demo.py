@@ -5,8 +5,8 @@ chunk's event (a device-side wait: the host does not block), then sums the chunk
 While the AI core sums chunk i, the copy engine is already moving chunk i+1. Events time
 the pipeline on the device clock against the same work on one stream, and the copies and
 the sums alone give the overlap to expect; every result is checked against numpy. Runs
-against the daemon at SIMNPU_ADDRESS, starting one if none is running (it exits by itself a
-few seconds after the program ends).
+against the daemon at SIMNPU_ADDRESS, or at the per-user socket, starting one there if none
+runs (it exits by itself a few seconds after the program ends).
 """
 
 import os

@@ -9,9 +9,9 @@ single-process numpy run of full-batch gradient descent.
 
     python examples/hccl_data_parallel.py
 
-Runs against the daemon at SIMNPU_ADDRESS, starting one (with 4 devices) if none is
-running. Rank r uses device r % device count: with as many devices as ranks each rank has
-its own, as on hardware; otherwise ranks share devices (a simnpu extension).
+Runs against the daemon at SIMNPU_ADDRESS, or at the per-user socket, starting one there
+(with 4 devices) if none runs. Rank r uses device r % device count: with as many devices
+as ranks each rank has its own, as on hardware; otherwise ranks share devices (a simnpu extension).
 
 As one rank of a job (a container replica: docker-compose.yml's `rank` service):
 

@@ -13,8 +13,9 @@ returns the ACL return code last (`ret`, `(value, ret)`, ...), with the real num
 never raises for an ACL-level error (acl.get_recent_err_msg() says what went wrong);
 wrong Python argument types raise TypeError. acl.util returns what pyACL's does.
 
-acl.init() connects to the daemon at SIMNPU_ADDRESS (or the per-user socket), starting one
-if none runs. A call made before acl.init() connects the same way; after acl.finalize()
+acl.init() connects to the daemon at SIMNPU_ADDRESS (or the per-user socket, starting one
+there if none runs; at a named address only with SIMNPU_AUTOSTART=1). A call made before
+acl.init() connects the same way; after acl.finalize()
 calls return ACL_ERROR_UNINITIALIZE until acl.init() is called again.
 
 Every ACL enum and return code is an attribute here under its full name

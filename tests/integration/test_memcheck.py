@@ -240,6 +240,7 @@ npu.shutdown()
 
 @pytest.mark.parametrize("leak", [True, False])
 def test_leaks_at_the_end_of_a_session_go_to_the_report_file(daemon, tmp_path, leak):
+    """A report path named in SIMNPU_CHECK_REPORT is written whatever was found."""
     report = tmp_path / "check.txt"
     code = LEAKY.format(extra="" if leak else "kept.free()")
     result = run_client(
@@ -251,9 +252,29 @@ def test_leaks_at_the_end_of_a_session_go_to_the_report_file(daemon, tmp_path, l
     if leak:
         assert "WARNING memcheck: leak" in text and "1000 bytes at 0x" in text
         assert "allocated at <string>:5" in text and "2000 bytes" not in text
-        assert "0 error(s), 1 warning(s); report in" in result.stderr
+        assert result.stderr == f"simnpu check: 0 error(s), 1 warning(s); report in {report}\n"
     else:
-        assert "nothing found" in text and result.stderr == ""
+        assert "nothing found" in text
+        assert result.stderr == f"simnpu check: 0 error(s), 0 warning(s); report in {report}\n"
+
+
+@pytest.mark.parametrize("leak", [True, False])
+def test_without_a_report_path_a_file_is_written_only_for_findings(daemon, tmp_path, leak):
+    """SIMNPU_CHECK alone: simnpu-check-<pid>.txt in the current folder only when something
+    was found; the line on stderr either way."""
+    code = f"import os\nos.chdir({str(tmp_path)!r})\n" + LEAKY.format(
+        extra="" if leak else "kept.free()"
+    )
+    result = run_client(daemon.address, code, env={"SIMNPU_CHECK": "memcheck"})
+    assert result.returncode == 0, result.stderr
+    files = sorted(path.name for path in tmp_path.iterdir())
+    if leak:
+        assert len(files) == 1 and files[0].startswith("simnpu-check-"), files
+        assert "WARNING memcheck: leak" in (tmp_path / files[0]).read_text()
+        assert result.stderr == f"simnpu check: 0 error(s), 1 warning(s); report in {files[0]}\n"
+    else:
+        assert files == []
+        assert result.stderr == "simnpu check: 0 error(s), 0 warning(s)\n"
 
 
 def test_a_daemon_checking_everyone_reports_a_killed_clients_leak(start_daemon, tmp_path):

@@ -105,15 +105,17 @@ def _can_populate() -> bool:
 
 def check_pageable(address: int, count: int, write: bool, name: str) -> None:
     """Raise 107000 (naming `name` and `address`) unless this process may read -- or write,
-    when `write` -- the `count` bytes of host memory at `address`. Does not block.
+    when `write` -- the `count` bytes of host memory at `address`. Never waits for the
+    device; it may fault pages in, as the copy that follows would.
 
     One system call: madvise(MADV_POPULATE_READ or _WRITE) faults the pages in as the copy
     is about to (ENOMEM: part of the range is not mapped; EINVAL: mapped without that
     permission -- read-only, PROT_NONE, or an I/O mapping; EFAULT: past the end of a mapped
     file). It walks the range's page tables: about 40 µs per MiB of resident 4 KiB pages on
-    the development machine, against a copy that moves every byte. Before Linux 5.14,
-    msync(MS_ASYNC) proves only that the range is mapped: a read-only destination still
-    faults there. Neither guards against another thread unmapping the range afterwards.
+    the development machine (less on huge pages), against a copy that moves every byte.
+    Before Linux 5.14, msync(MS_ASYNC) proves only that the range is mapped: a read-only or
+    PROT_NONE range still faults there. Neither guards against another thread unmapping the
+    range afterwards.
     """
     start = address & -_PAGE
     length = address + count - start

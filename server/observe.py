@@ -332,8 +332,9 @@ class Observer:
                 return
             if watch.flags & MEMCHECK:
                 for finding in self._leaks(watch):
-                    key = (finding.kind, session.id, finding.details["address"])
-                    self.findings.add(key + (finding.details.get("key"),), lambda f=finding: f)
+                    details = finding.details  # an import: its key tells it from another
+                    key = (finding.kind, session.id, details["address"], details.get("key"))
+                    self.findings.add(key, lambda f=finding: f)
                     log_finding(finding)
             if watch.flags & TRACE and not self.flags & TRACE:
                 self.timeline.forget_session(session.id)

@@ -284,19 +284,20 @@ def facade_overhead(calls: str = "1000000"):
 
     def generic(body):
         def int_check(slow):
-            return lambda value, position, name: (
-                value if value.__class__ is int else slow(value, position, name)
+            return lambda value, position, name, param: (
+                value if value.__class__ is int else slow(value, position, name, param)
             )
 
         letters = {"k": int_check(facade._k), "I": int_check(facade._i), "O": None}
         checks = [letters[letter] for letter in spec]
         name = body.__name__
+        params = body.__code__.co_varnames[1 : 1 + len(spec)]
 
         def call(*args):
             args = list(args)
             for position, check in enumerate(checks):
                 if check is not None:
-                    args[position] = check(args[position], position + 1, name)
+                    args[position] = check(args[position], position + 1, name, params[position])
             try:
                 body(None, *args)
             except NpuError as error:

@@ -10,6 +10,11 @@
   reply's message (simnpu.proto.bulk), read from or written to the caller's memory
   directly; the daemon takes them where they go (server/session_staged.py).
 - host <-> host: memmove in this process.
+
+Pageable host memory is checked before this process touches it (hostmem.check_pageable:
+one system call per pageable pointer of a call), so that a bad host pointer is 107000, not
+a segmentation fault. Pinned memory is this process's own mapping and is not checked again;
+neither is anything on the path of an asynchronous copy from pinned memory.
 """
 
 from __future__ import annotations
@@ -18,7 +23,7 @@ import collections
 import ctypes
 import threading
 
-from simnpu.client.hostmem import DEVICE, PAGEABLE, PINNED
+from simnpu.client.hostmem import DEVICE, PAGEABLE, PINNED, check_pageable
 from simnpu.client.transport import caller_site
 from simnpu.proto import codes, commands
 from simnpu.proto import npu_pb2 as pb
@@ -103,6 +108,10 @@ class CopyPaths:
                     f"memcpy kind {kind} does not match the pointers: source is "
                     f"{src_side} memory, destination is {dst_side} memory"
                 )
+        if src_side == PAGEABLE:
+            check_pageable(src, count, False, "src")
+        if dst_side == PAGEABLE:
+            check_pageable(dst, count, True, "dst")
         if src_side != DEVICE and dst_side != DEVICE:
             if stream is not None:
                 raise NpuError(
@@ -201,6 +210,8 @@ class CopyPaths:
         if side == PAGEABLE or (side == PINNED and stream is None):
             # At once, on the host. Stream order still holds for pageable memory: no task
             # of a stream touches it after its copy call has returned.
+            if side == PAGEABLE:
+                check_pageable(dst, count, True, "devPtr")
             ctypes.memset(dst, value & 0xFF, count)
             return
         location = self._location(

@@ -102,59 +102,78 @@ def raw(name: str) -> Callable:
 
 
 # ---- argument checks (the slow paths; the generated code tests `x.__class__ is int` first) ------
+# `position` counts from 1, `param` is the parameter's name; a failure is a TypeError naming
+# both, the type expected and the type given, as pyACL's argument parsing raises one.
 def _kind(value) -> str:
-    return type(value).__name__
-
-
-def _k(value, position: int, name: str) -> int:
-    if isinstance(value, int):
-        return int(value)
-    raise TypeError(
-        f"{name} args parse failed: argument {position} must be int, not {_kind(value)}"
+    kind = type(value)
+    return (
+        kind.__qualname__
+        if kind.__module__ == "builtins"
+        else f"{kind.__module__}.{kind.__qualname__}"
     )
 
 
-def _i(value, position: int, name: str) -> int:
+def _wrong(name: str, position: int, param: str, expected: str, value) -> TypeError:
+    return TypeError(
+        f"{name} args parse failed: argument {position} ({param}) must be {expected}, "
+        f"not {_kind(value)}"
+    )
+
+
+def _k(value, position: int, name: str, param: str) -> int:
+    if isinstance(value, int):
+        return int(value)
+    if not _is_pointer(param):
+        raise _wrong(name, position, param, "int", value)
+    error = _wrong(name, position, param, "a pointer (int)", value)
+    if hasattr(value, "__array_interface__"):  # a numpy array: say where its address comes from
+        hint = "acl.util.numpy_to_ptr(array) is the address of an array's host memory"
+    elif isinstance(value, (bytes, bytearray)):
+        hint = "acl.util.bytes_to_ptr(data) is the address of a bytes object's data"
+    else:
+        raise error
+    raise TypeError(f"{error}: {hint}; device addresses are the ints acl.rt.malloc returns")
+
+
+def _is_pointer(param: str) -> bool:
+    """Whether a "k" parameter holds an address (pyACL's dst, src and *_ptr)."""
+    return param in ("dst", "src") or param.endswith("ptr")
+
+
+def _i(value, position: int, name: str, param: str) -> int:
     if not isinstance(value, float):
         try:
             return operator.index(value)
         except TypeError:
             pass
-    raise TypeError(
-        f"{name} args parse failed: argument {position} must be int, not {_kind(value)}"
-    )
+    raise _wrong(name, position, param, "int", value)
 
 
-def _s(value, position: int, name: str) -> str:
+def _s(value, position: int, name: str, param: str) -> str:
     if isinstance(value, str):
         return str(value)
-    raise TypeError(
-        f"{name} args parse failed: argument {position} must be str, not {_kind(value)}"
-    )
+    raise _wrong(name, position, param, "str", value)
 
 
-def _p(value, position: int, name: str):
+def _p(value, position: int, name: str, param: str):
     try:
         return os.fspath(value)
     except TypeError:
-        raise TypeError(
-            f"{name} args parse failed: argument {position} must be a path (str), "
-            f"not {_kind(value)}"
-        ) from None
+        raise _wrong(name, position, param, "a path (str)", value) from None
 
 
-def _c(value, position: int, name: str):
-    raise TypeError(f"{name}: parameter {position} must be callable, not {_kind(value)}")
+def _c(value, position: int, name: str, param: str):
+    raise _wrong(name, position, param, "callable", value)
 
 
 _CHECKS = {
-    "k": "    if {p}.__class__ is not int: {p} = _k({p}, {n}, {name!r})\n",
-    "K": "    if {p}.__class__ is not int: {p} = _k({p}, {n}, {name!r})\n",
-    "i": "    if {p}.__class__ is not int: {p} = _i({p}, {n}, {name!r})\n",
-    "I": "    if {p}.__class__ is not int: {p} = _i({p}, {n}, {name!r})\n",
-    "s": "    if {p}.__class__ is not str: {p} = _s({p}, {n}, {name!r})\n",
-    "p": "    if {p}.__class__ is not str: {p} = _p({p}, {n}, {name!r})\n",
-    "C": "    if not callable({p}): _c({p}, {n}, {name!r})\n",
+    "k": "    if {p}.__class__ is not int: {p} = _k({p}, {n}, {name!r}, {p!r})\n",
+    "K": "    if {p}.__class__ is not int: {p} = _k({p}, {n}, {name!r}, {p!r})\n",
+    "i": "    if {p}.__class__ is not int: {p} = _i({p}, {n}, {name!r}, {p!r})\n",
+    "I": "    if {p}.__class__ is not int: {p} = _i({p}, {n}, {name!r}, {p!r})\n",
+    "s": "    if {p}.__class__ is not str: {p} = _s({p}, {n}, {name!r}, {p!r})\n",
+    "p": "    if {p}.__class__ is not str: {p} = _p({p}, {n}, {name!r}, {p!r})\n",
+    "C": "    if not callable({p}): _c({p}, {n}, {name!r}, {p!r})\n",
     "O": "",
 }
 _NS.update(

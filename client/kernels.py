@@ -7,6 +7,7 @@ import os
 from simnpu.client.device import runtime
 from simnpu.client.stream import Stream, current_stream
 from simnpu.proto import commands
+from simnpu.proto.kernel_abi import KernelSignature
 
 
 class Kernel:
@@ -25,14 +26,34 @@ class Kernel:
     def launch(self, num_blocks: int, *args, stream: Stream | None = None) -> None:
         """aclrtLaunchKernelWithHostArgs: run the kernel on `num_blocks` blocks on `stream`
         (default: current_stream()), with `args` packed by its declared parameter types;
-        DeviceBuffers pass as their device pointers. Asynchronous: arguments that do not fit
-        the parameters raise ValueError at once (num_blocks < 1: NpuError 107000), a failure
-        of the kernel is raised by the next synchronize."""
-        values = [int(a) if hasattr(a, "ptr") else a for a in args]
+        DeviceBuffers pass as their device pointers. Asynchronous: an argument that does not
+        fit its parameter raises ValueError naming it, at once (num_blocks < 1: NpuError
+        107000); a failure of the kernel is raised by the next synchronize."""
         stream = current_stream() if stream is None else stream
-        runtime().launch_kernel(
-            self.handle, num_blocks, self.signature.pack(*values), stream.handle
-        )
+        try:
+            packed = self.signature.pack(*[int(a) if hasattr(a, "ptr") else a for a in args])
+        except TypeError:  # raised by the value itself (a numpy array has no single int)
+            raise self._refused(list(args)) from None
+        runtime().launch_kernel(self.handle, num_blocks, packed, stream.handle)
+
+    def _refused(self, values: list) -> ValueError:
+        """The error for the first of `values` that its parameter's type cannot hold."""
+        for index, (kind, value) in enumerate(zip(self.signature.types, values)):
+            try:
+                KernelSignature((kind,)).pack(int(value) if hasattr(value, "ptr") else value)
+            except (TypeError, ValueError):
+                given = f"{type(value).__module__}.{type(value).__qualname__}"
+                if kind != "ptr":
+                    return ValueError(
+                        f"{self.name}: kernel argument {index} ({kind}) must be a number, "
+                        f"not {given}"
+                    )
+                return ValueError(
+                    f"{self.name}: kernel argument {index} (ptr) must be a device pointer (an "
+                    f"int or a DeviceBuffer), not {given}: copy host data to the device first "
+                    "(DeviceBuffer.from_array(array)) and pass the buffer"
+                )
+        return ValueError(f"{self.name}: kernel arguments {values!r} do not fit its parameters")
 
 
 class Module:

@@ -1,14 +1,16 @@
 """Tracing and checking from the client: SIMNPU_TRACE, SIMNPU_CHECK, and the same as an API.
 
     SIMNPU_CHECK=memcheck,initcheck,racecheck   (or all; add strict to fail tasks on races)
-    SIMNPU_CHECK_REPORT=report.txt              (default simnpu-check-%p.txt; %p = pid)
+    SIMNPU_CHECK_REPORT=report.txt              (%p = pid; see below)
     SIMNPU_TRACE=trace.json                     (Chrome/Perfetto trace of this process's tasks)
 
 With either set, the runtime asks the daemon to observe its session at connect time
 (OP_OBSERVE) and sends the call site of every call with it; when the session ends
 (acl.finalize, simnpu.client.shutdown, or interpreter exit) it fetches its timeline and
-its findings and writes the files. Errors also surface as ACL codes at synchronize
-(507053); warnings (races, leaks) only in the report. From code:
+its findings, writes the trace, and prints one line on stderr with the number of errors
+and warnings found. The check report goes to SIMNPU_CHECK_REPORT whenever that is set;
+without it, to simnpu-check-%p.txt only when something was found. Errors also surface as
+ACL codes at synchronize (507053); warnings (races, leaks) only in the report. From code:
 
     from simnpu.client import observe
     observe.enable("memcheck,racecheck")     # or observe.enable(trace=True)
@@ -55,9 +57,8 @@ class ClientObserver:
             runtime.connection.close()
             raise NpuError(codes.ACL_ERROR_INVALID_PARAM, f"SIMNPU_CHECK: {error}") from None
         self.trace_path = os.environ.get("SIMNPU_TRACE") or None
-        self.report_path = os.environ.get("SIMNPU_CHECK_REPORT") or (
-            DEFAULT_REPORT if checks else None
-        )
+        self.report_path = os.environ.get("SIMNPU_CHECK_REPORT") or None  # named: always written
+        self.summarize = bool(checks)  # SIMNPU_CHECK: the line; DEFAULT_REPORT if anything found
         wanted = checks | (bits_.TRACE if self.trace_path else 0)
         if wanted:
             self.enable(wanted)
@@ -92,7 +93,8 @@ class ClientObserver:
         return json.loads(self.runtime.connection.call(pb.ObserveReportRequest(final=final)).json)
 
     def finish(self) -> None:
-        """Write the files this process asked for (once): the trace, the check report."""
+        """Write the files this process asked for (once): the trace; the check report (to
+        the path named, else to DEFAULT_REPORT if anything was found) and its line."""
         with self._lock:
             if self._finished:
                 return
@@ -103,21 +105,22 @@ class ClientObserver:
             if self.trace_path and self.asked & bits_.TRACE:
                 path = _path(self.trace_path)
                 write_json(path, self.trace())
-            if self.report_path and self.asked & bits_.CHECKS:
+            if (self.report_path or self.summarize) and self.asked & bits_.CHECKS:
                 report = self.report(final=True)
-                path = _path(self.report_path)
-                title = (
-                    f"client {os.getpid()} "
-                    f"({os.path.basename(sys.argv[0] or 'python') or 'python'})"
-                )
-                with open(path, "w", encoding="utf-8") as handle:
-                    handle.write(render(report, title))
-                if report["findings"]:
-                    print(
-                        f"simnpu check: {report['errors']} error(s), {report['warnings']} "
-                        f"warning(s); report in {path}",
-                        file=sys.stderr,
+                path = _path(self.report_path or DEFAULT_REPORT)
+                written = bool(self.report_path or report["findings"])
+                if written:
+                    title = (
+                        f"client {os.getpid()} "
+                        f"({os.path.basename(sys.argv[0] or 'python') or 'python'})"
                     )
+                    with open(path, "w", encoding="utf-8") as handle:
+                        handle.write(render(report, title))
+                print(
+                    f"simnpu check: {report['errors']} error(s), {report['warnings']} warning(s)"
+                    + (f"; report in {path}" if written else ""),
+                    file=sys.stderr,
+                )
         except (NpuError, OSError) as error:
             print(f"simnpu: could not write the trace/check report: {error}", file=sys.stderr)
 
@@ -146,7 +149,8 @@ def enable(
 ) -> str:
     """Turn checking (e.g. "memcheck,racecheck", "all") and/or tracing on for this process's
     session from now on; returns what is in force. Files are written when the session ends
-    only if paths are given here (or by SIMNPU_TRACE / SIMNPU_CHECK_REPORT). Blocks."""
+    only if paths are given here (or by SIMNPU_TRACE / SIMNPU_CHECK_REPORT; the check report
+    also when SIMNPU_CHECK is set and something was found). Blocks."""
     observer = _observer()
     try:
         bits = bits_.parse_checks(checks) | (bits_.TRACE if trace or trace_path else 0)

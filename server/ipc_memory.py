@@ -221,6 +221,17 @@ class IpcMemory:
                 "held_after_free": block in self._held,
             }
 
+    def imports_of(self, session) -> list[tuple[Export, int, bool]]:
+        """What `session` imported and has not closed: (export, open imports of it, whether
+        its exporter freed the block, which is then kept for the importers)."""
+        with self._lock:
+            return [
+                (export, export.importers[session], export.block in self._held)
+                for exports in self._by_block.values()
+                for export in exports
+                if session in export.importers
+            ]
+
     def counts(self) -> dict[str, int]:
         with self._lock:
             return {

@@ -17,7 +17,9 @@ What is found (each a finding, server/findings.py):
 - initcheck: a copy source or a kernel's access="r" view covering bytes nothing wrote
   since the malloc (copies, memsets, collectives' receives and kernel writes count;
   "rw" views are not checked: they may read nothing);
-- leaks: allocations still live when the client ends its session (or disconnects).
+- leaks: allocations still live when the client ends its session (or disconnects), and
+  IPC imports it never closed (an exporter's block freed while still imported is kept for
+  the importers by server/ipc_memory.py: the exporter did free it, it is not its leak).
 
 Only allocations made while checking was on are tracked; accesses outside them are not
 checked. Everything runs under the scheduler lock.

@@ -15,6 +15,7 @@ Hooks (all under the scheduler lock unless said otherwise):
   Scheduler.complete      -> completing(task)       timeline record, checks, failures
   Session.handle_message  -> sites()                the client's call sites (reader thread)
   handlers: sync/query/free/malloc, Session.close   host ordering, tombstones, leaks
+  handlers: IPC import/close                        import call sites (unclosed imports)
 
 Findings become task failures (507053, at the next synchronize, as ACL reports memory
 errors) when they are errors, and lines in the report; see docs/observability.md.
@@ -92,12 +93,13 @@ class Probe:
 class Watch:
     """An observed client (`session`: its Owner)."""
 
-    __slots__ = ("findings", "flags", "keys", "last_free_seq", "session", "sites")
+    __slots__ = ("findings", "flags", "import_sites", "keys", "last_free_seq", "session", "sites")
 
     def __init__(self, session, flags: int):
         self.session, self.flags = session, flags
         self.sites: dict = {}  # seq -> call site, until the task or request takes it
         self.keys: dict = {}  # Stream -> its timeline key
+        self.import_sites: dict = {}  # IPC key -> call site of its first open import
         self.findings = Findings()
         self.last_free_seq = -1
 
@@ -260,8 +262,25 @@ class Observer:
         with self.scheduler.lock:
             self.memory.allocated(device, address, size, owner, watch.sites.pop(seq, "?"), seq)
 
+    def imported(self, owner, seq: int, key: str) -> None:
+        """aclrtIpcMemImportByKey (call `seq`) of `owner` opened `key`."""
+        watch = self.watches.get(owner)
+        if watch is None or not watch.flags & CHECKS:
+            return
+        with self.scheduler.lock:
+            site = watch.sites.pop(seq, "?")
+            watch.import_sites.setdefault(key, site)
+
+    def import_closed(self, owner, key: str) -> None:
+        """`owner` closed its last import of `key`."""
+        watch = self.watches.get(owner)
+        if watch is not None:
+            with self.scheduler.lock:
+                watch.import_sites.pop(key, None)
+
     def freeing(self, client: Session, address: int) -> None:
-        """aclrtFree of a live block of `client` (before it goes back to the allocator)."""
+        """aclrtFree of a live block of `client` (before it goes back to the allocator, or
+        is kept for IPC importers: either way its owner has freed it, and may not use it)."""
         session = client.owner
         watch = self.watches.get(session)
         if watch is None or not watch.flags & CHECKS:
@@ -271,9 +290,6 @@ class Observer:
         with self.scheduler.lock:
             device, _ = split_device_address(address)
             site = watch.sites.pop(seq, "?")
-            shared = self.daemon.ipc.describe(address)
-            if shared and shared.get("importers"):
-                return  # importers still hold it: it is not freed yet (server/ipc_memory.py)
             block = self.memory.freed(device, address)
             if block is None:
                 return
@@ -316,9 +332,9 @@ class Observer:
                 return
             if watch.flags & MEMCHECK:
                 for finding in self._leaks(watch):
-                    self.findings.add(
-                        ("leak", session.id, finding.details["address"]), lambda f=finding: f
-                    )
+                    details = finding.details  # an import: its key tells it from another
+                    key = (finding.kind, session.id, details["address"], details.get("key"))
+                    self.findings.add(key, lambda f=finding: f)
                     log_finding(finding)
             if watch.flags & TRACE and not self.flags & TRACE:
                 self.timeline.forget_session(session.id)
@@ -542,6 +558,8 @@ class Observer:
             other.findings.add(key, lambda: finding)
 
     def _leaks(self, watch) -> list:
+        """What the session still holds: its allocations never freed, its IPC imports never
+        closed (an exporter's block freed while imported is the importers', not a leak)."""
         out = []
         for block in self.memory.live_of(watch.session):
             text = (
@@ -555,6 +573,29 @@ class Observer:
                     "warning",
                     text,
                     {"address": block.start, "bytes": block.size, "malloc_site": block.site},
+                    watch.session,
+                )
+            )
+        for export, opened, held in self.daemon.ipc.imports_of(watch.session):
+            site = watch.import_sites.get(export.key, "?")
+            times = f" ({opened} imports)" if opened > 1 else ""
+            text = (
+                f"{watch.session!r} never closed its IPC import of {export.key}{times}: "
+                f"{export.size} bytes at {export.address:#x}, exported by {export.exporter!r}, "
+                f"imported at {site}; every aclrtIpcMemImportByKey needs an aclrtIpcMemClose"
+                + (
+                    " (the exporter has freed the block: it stays allocated until then)"
+                    if held
+                    else ""
+                )
+            )
+            out.append(
+                Finding(
+                    "memcheck",
+                    "unclosed IPC import",
+                    "warning",
+                    text,
+                    {"address": export.address, "bytes": export.size, "key": export.key},
                     watch.session,
                 )
             )

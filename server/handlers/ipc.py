@@ -53,6 +53,8 @@ def import_(
 ) -> pb.IpcMemImportReply:
     export = session.daemon.ipc.import_(session.owner, request.key, request.flags)
     session.memory.imported[export.key] = (export.address, export.size, export.device)
+    if session.daemon.observer is not None:  # checking: the import's call site
+        session.daemon.observer.imported(session.owner, session.seq, export.key)
     return pb.IpcMemImportReply(address=export.address, size=export.size, device=export.device)
 
 
@@ -60,3 +62,5 @@ def import_(
 def close(session: Session, request: pb.IpcMemCloseRequest, reply_to: int) -> None:
     if session.daemon.ipc.close(session.owner, request.key) is not None:
         session.memory.imported.pop(request.key, None)
+        if session.daemon.observer is not None:
+            session.daemon.observer.import_closed(session.owner, request.key)

@@ -308,6 +308,56 @@ def test_wrong_argument_types_raise_type_error(acl):
     )  # bool is an int: device 1
 
 
+def test_an_array_given_for_a_pointer_is_named_with_its_parameter(acl):
+    """A numpy array (or bytes) where an address belongs: a TypeError naming the call, the
+    parameter, what it takes and what it got, and where an address comes from -- not
+    numpy's own message -- and nothing reaches the session."""
+    array = np.zeros(16, np.uint8)
+    device, ret = acl.rt.malloc(16, 0)
+    assert ret == 0
+    for call, prefix in (
+        (
+            lambda: acl.rt.memcpy(array, 16, device, 16, acl.ACL_MEMCPY_DEVICE_TO_HOST),
+            "acl.rt.memcpy args parse failed: argument 1 (dst) must be a pointer (int), not "
+            "numpy.ndarray: acl.util.numpy_to_ptr(array) is the address of an array's host "
+            "memory; device addresses are the ints acl.rt.malloc returns",
+        ),
+        (
+            lambda: acl.rt.memcpy(device, 16, array, 16, acl.ACL_MEMCPY_HOST_TO_DEVICE),
+            "acl.rt.memcpy args parse failed: argument 3 (src) must be a pointer (int), not "
+            "numpy.ndarray: acl.util.numpy_to_ptr(array)",
+        ),
+        (
+            lambda: acl.rt.free(array),
+            "acl.rt.free args parse failed: argument 1 (dev_ptr) must be a pointer (int), not "
+            "numpy.ndarray",
+        ),
+        (
+            lambda: acl.rt.memset_async(b"data", 4, 0, 4, 0),
+            "acl.rt.memset_async args parse failed: argument 1 (dev_ptr) must be a pointer "
+            "(int), not bytes: acl.util.bytes_to_ptr(data)",
+        ),
+        (
+            lambda: acl.rt.free("0x1000"),
+            "acl.rt.free args parse failed: argument 1 (dev_ptr) must be a pointer (int), not str",
+        ),
+        (
+            lambda: acl.rt.memcpy(device, array, device, 16, acl.ACL_MEMCPY_DEVICE_TO_DEVICE),
+            "acl.rt.memcpy args parse failed: argument 2 (dest_max) must be int, not numpy.ndarray",
+        ),
+        (
+            lambda: acl.rt.set_device(array),
+            "acl.rt.set_device args parse failed: argument 1 (device_id) must be int, not "
+            "numpy.ndarray",
+        ),
+    ):
+        with pytest.raises(TypeError) as info:
+            call()
+        assert str(info.value).startswith(prefix), info.value
+    assert acl.get_recent_err_msg() is None  # a wrong type is not an ACL error
+    assert acl.rt.free(device) == 0
+
+
 def test_unsupported_calls_return_207000_in_pyacl_shape(acl):
     from acl import rt
 

@@ -13,6 +13,7 @@ import time
 import numpy as np
 import pytest
 from conftest import GATE as SHARED_GATE
+from conftest import run_client
 
 from simnpu.proto import codes
 from simnpu.proto.errors import NpuError
@@ -432,3 +433,108 @@ def test_large_async_copies_of_two_streams_do_not_mix(npu, rt):
     assert not any(t.is_alive() for t in threads)
     for index in range(2):
         np.testing.assert_array_equal(outs[index], data[index])
+
+
+# ---- bad host pointers ---------------------------------------------------------------------------
+BAD_HOST_POINTERS = """
+import ctypes
+import mmap
+
+import numpy as np
+
+import acl
+import simnpu.client as npu
+from simnpu.proto import codes
+from simnpu.proto.errors import NpuError
+
+assert acl.init() == 0 and acl.rt.set_device(0) == 0
+dev, ret = acl.rt.malloc(4096, 0)
+stream, ret = acl.rt.create_stream()
+host = np.zeros(4096, np.uint8)
+
+# Four pages of one mapping, made after the session's threads (whose malloc arenas reserve
+# address space): read-write, unmapped, read-only, inaccessible (PROT_NONE). The hole lies
+# between pages of ours, so nothing this process maps later takes it but a lone page.
+libc = ctypes.CDLL(None, use_errno=True)
+libc.mmap.restype = ctypes.c_void_p
+libc.mmap.argtypes = [
+    ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long
+]
+libc.munmap.argtypes = libc.mprotect.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+PAGE = mmap.PAGESIZE
+base = libc.mmap(
+    None, 4 * PAGE, mmap.PROT_READ | mmap.PROT_WRITE, mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS, -1, 0
+)
+assert base and base != 2**64 - 1, ctypes.get_errno()
+gone, read_only, no_access = base + PAGE, base + 2 * PAGE, base + 3 * PAGE
+assert libc.munmap(gone, PAGE, 0) == 0
+assert libc.mprotect(read_only, PAGE, mmap.PROT_READ) == 0
+assert libc.mprotect(no_access, PAGE, 0) == 0
+straddling = base + PAGE // 2  # from a good page into the hole
+
+N = PAGE
+UNMAPPED = "are not mapped in this process"
+NO_READ = "are mapped, but this process may not read them"
+NO_WRITE = "are mapped, but this process may not write them"
+sources = {0x1234: UNMAPPED, gone: UNMAPPED, straddling: UNMAPPED, no_access: NO_READ}
+destinations = {**sources, no_access: NO_WRITE, read_only: NO_WRITE}
+
+
+def refused(ret, param, address, why):
+    message = acl.get_recent_err_msg()
+    assert ret == codes.ACL_ERROR_RT_PARAM_INVALID, (ret, message)
+    assert f"{param} {address:#x}: the {N} bytes of host memory there {why}" in message, message
+
+
+H2D, D2H, H2H = (
+    acl.ACL_MEMCPY_HOST_TO_DEVICE, acl.ACL_MEMCPY_DEVICE_TO_HOST, acl.ACL_MEMCPY_HOST_TO_HOST
+)
+for address, why in sources.items():
+    refused(acl.rt.memcpy(dev, N, address, N, H2D), "src", address, why)
+    refused(acl.rt.memcpy_async(dev, N, address, N, H2D, stream), "src", address, why)
+    refused(acl.rt.memcpy(host.ctypes.data, N, address, N, H2H), "src", address, why)
+for address, why in destinations.items():
+    refused(acl.rt.memcpy(address, N, dev, N, D2H), "dst", address, why)
+    refused(acl.rt.memcpy_async(address, N, dev, N, D2H, stream), "dst", address, why)
+    refused(acl.rt.memcpy(address, N, host.ctypes.data, N, H2H), "dst", address, why)
+    refused(acl.rt.memset(address, N, 0, N), "devPtr", address, why)
+    refused(acl.rt.memset_async(address, N, 0, N, stream), "devPtr", address, why)
+assert acl.rt.memcpy(dev, N, read_only, N, H2D) == 0  # reading a read-only mapping is fine
+assert acl.rt.synchronize_stream(stream) == 0
+
+data = (np.arange(N) % 251).astype(np.uint8)  # the session still works
+assert acl.rt.memcpy(dev, N, data.ctypes.data, N, H2D) == 0
+assert acl.rt.memcpy(host.ctypes.data, N, dev, N, D2H) == 0
+assert (host == data).all()
+
+buffer = npu.DeviceBuffer.from_array(data)  # the Pythonic API, on arrays over bad memory
+for call, param, address, why in (
+    (buffer.copy_to_host, "dst", read_only, NO_WRITE),
+    (buffer.copy_from_host, "src", no_access, NO_READ),
+):
+    array = np.ctypeslib.as_array((ctypes.c_uint8 * N).from_address(address))
+    try:
+        call(array)
+    except NpuError as error:
+        assert error.code == codes.ACL_ERROR_RT_PARAM_INVALID, error
+        assert f"{param} {address:#x}: the {N} bytes of host memory there {why}" in error.message
+    else:
+        raise AssertionError(f"{call.__name__} of bad host memory did not fail")
+np.testing.assert_array_equal(buffer.to_numpy(), data)
+buffer.free()
+
+assert acl.rt.destroy_stream(stream) == 0 and acl.rt.free(dev) == 0
+assert acl.rt.reset_device(0) == 0 and acl.finalize() == 0
+print("ok")
+"""
+
+
+@pytest.mark.parametrize("transport", ["shm", "in-stream"])
+def test_bad_host_pointers_are_refused_and_the_session_goes_on(daemon, transport):
+    """Unmapped, protected and read-only host memory (as source, destination, memset target;
+    sync and async, acl and Pythonic) is 107000 naming the parameter and the pointer, where
+    touching it would have crashed the process: run in a process of its own."""
+    env = {"SIMNPU_NO_SHM": "1"} if transport == "in-stream" else {}
+    result = run_client(daemon.address, BAD_HOST_POINTERS, env=env)
+    assert result.returncode == 0, f"exit {result.returncode}\n{result.stderr}"
+    assert result.stdout.strip() == "ok", result.stderr

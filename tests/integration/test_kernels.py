@@ -489,6 +489,31 @@ def test_argument_struct_layout(npu, rt, echo):
     check_echo(out)
 
 
+def test_an_array_given_for_a_kernel_argument_is_named(npu, rt, echo):
+    """A numpy array where a kernel takes a pointer or a number: the ValueError a str gets
+    too (the argument, its type, what was given), not numpy's own TypeError."""
+    array = np.zeros(22, np.float32)
+    values = list(ECHO_VALUES)
+    values[1] = npu.DeviceBuffer(8 * 22)
+    for index in (1, 2):  # a ptr, then a scalar parameter
+        given = values.copy()
+        given[index] = array
+        with pytest.raises(ValueError, match=r"^echo: kernel argument ") as info:
+            echo.launch(1, *given)
+        kind = echo.signature.types[index]
+        assert f"kernel argument {index} ({kind}) must be " in str(info.value)
+        assert str(info.value).endswith(
+            "not numpy.ndarray: copy host data to the device first "
+            "(DeviceBuffer.from_array(array)) and pass the buffer"
+            if kind == "ptr"
+            else "must be a number, not numpy.ndarray"
+        ), info.value
+    echo.launch(1, *values)  # the kernel still launches
+    npu.current_stream().synchronize()
+    check_echo(values[1])
+    values[1].free()
+
+
 def test_launch_with_arguments_in_device_memory(npu, rt, echo):
     out = npu.DeviceBuffer(8 * 22)
     args = npu.DeviceBuffer.from_array(np.frombuffer(echo_struct(out.ptr), np.uint8))

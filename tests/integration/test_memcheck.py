@@ -7,6 +7,9 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
+import sys
+import textwrap
 import threading
 
 import numpy as np
@@ -178,6 +181,81 @@ def test_a_kernel_touching_another_clients_memory_is_named_as_such(daemon):
         intruder.close()
 
 
+# ---- IPC memory ----------------------------------------------------------------------------------
+IMPORTER = """
+import sys
+import simnpu.client as npu
+npu.connect()
+with npu.Device(0):
+    shared = npu.DeviceBuffer.ipc_import(sys.stdin.readline().strip())  # line 6
+    print("imported", flush=True)
+    if sys.stdin.readline().strip() == "close":
+        shared.free()  # aclrtIpcMemClose
+npu.shutdown()
+"""
+
+
+@pytest.mark.multiprocess
+@pytest.mark.parametrize("closed", [True, False], ids=["importer-closes", "importer-never-closes"])
+def test_memory_freed_while_another_process_imports_it(daemon, tmp_path, closed):
+    """The exporter closes its key and frees while another process still holds an import:
+    simnpu keeps the block for the importer, and the exporter's free counts (no leak of
+    the exporter's). An import never closed is the importer's finding, naming the key, the
+    exporter and the import's call site; closed, nobody has a finding."""
+    from simnpu.client.runtime import Runtime
+    from simnpu.proto import observe as bits
+
+    report = tmp_path / "importer.txt"
+    exporter = Runtime(daemon.address)
+    importer = subprocess.Popen(
+        [sys.executable, "-c", textwrap.dedent(IMPORTER)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={
+            **os.environ,
+            "SIMNPU_ADDRESS": daemon.address,
+            "SIMNPU_CHECK": "memcheck",
+            "SIMNPU_CHECK_REPORT": str(report),
+        },
+    )
+    try:
+        exporter.observer.enable(bits.MEMCHECK)
+        exporter.set_device(0)
+        block = exporter.malloc(4096)
+        exporter.memset(block, 4096, 7, 4096)
+        key = exporter.ipc_mem_get_export_key(
+            block, 4096, codes.ACL_RT_IPC_MEM_EXPORT_FLAG_DISABLE_PID_VALIDATION
+        )
+        importer.stdin.write(key + "\n")
+        importer.stdin.flush()
+        assert importer.stdout.readline().strip() == "imported", importer.stderr.read()
+        exporter.ipc_mem_close(key)
+        exporter.free(block)  # before the importer closed: ACL's order is the other one
+        [held] = [b for b in exporter.memory_snapshot(0) if b["address"] == block]
+        assert held["ipc"]["held_after_free"]  # still allocated, for the importer
+        assert exporter.observer.report(final=True)["findings"] == []  # freed: no leak
+        importer.stdin.write("close\n" if closed else "keep\n")
+        _, stderr = importer.communicate(timeout=120)
+        assert importer.returncode == 0, stderr
+        text = report.read_text()
+        if closed:
+            assert "nothing found" in text, text
+            assert stderr.startswith("simnpu check: 0 error(s), 0 warning(s); report in")
+        else:
+            assert "WARNING memcheck: unclosed IPC import" in text, text
+            assert key in text and f"exported by session {exporter.session_id} " in text
+            assert f"{4096} bytes at {block:#x}" in text and "imported at <string>:6" in text
+            assert stderr.startswith("simnpu check: 0 error(s), 1 warning(s); report in")
+        assert exporter.observer.report(final=True)["findings"] == []
+    finally:
+        if importer.poll() is None:
+            importer.kill()
+            importer.wait(10)
+        exporter.close()
+
+
 # ---- initcheck -----------------------------------------------------------------------------------
 def test_copying_back_memory_nothing_wrote_is_an_uninitialised_read(checked):
     npu, _ = checked
@@ -240,6 +318,7 @@ npu.shutdown()
 
 @pytest.mark.parametrize("leak", [True, False])
 def test_leaks_at_the_end_of_a_session_go_to_the_report_file(daemon, tmp_path, leak):
+    """A report path named in SIMNPU_CHECK_REPORT is written whatever was found."""
     report = tmp_path / "check.txt"
     code = LEAKY.format(extra="" if leak else "kept.free()")
     result = run_client(
@@ -251,9 +330,29 @@ def test_leaks_at_the_end_of_a_session_go_to_the_report_file(daemon, tmp_path, l
     if leak:
         assert "WARNING memcheck: leak" in text and "1000 bytes at 0x" in text
         assert "allocated at <string>:5" in text and "2000 bytes" not in text
-        assert "0 error(s), 1 warning(s); report in" in result.stderr
+        assert result.stderr == f"simnpu check: 0 error(s), 1 warning(s); report in {report}\n"
     else:
-        assert "nothing found" in text and result.stderr == ""
+        assert "nothing found" in text
+        assert result.stderr == f"simnpu check: 0 error(s), 0 warning(s); report in {report}\n"
+
+
+@pytest.mark.parametrize("leak", [True, False])
+def test_without_a_report_path_a_file_is_written_only_for_findings(daemon, tmp_path, leak):
+    """SIMNPU_CHECK alone: simnpu-check-<pid>.txt in the current folder only when something
+    was found; the line on stderr either way."""
+    code = f"import os\nos.chdir({str(tmp_path)!r})\n" + LEAKY.format(
+        extra="" if leak else "kept.free()"
+    )
+    result = run_client(daemon.address, code, env={"SIMNPU_CHECK": "memcheck"})
+    assert result.returncode == 0, result.stderr
+    files = sorted(path.name for path in tmp_path.iterdir())
+    if leak:
+        assert len(files) == 1 and files[0].startswith("simnpu-check-"), files
+        assert "WARNING memcheck: leak" in (tmp_path / files[0]).read_text()
+        assert result.stderr == f"simnpu check: 0 error(s), 1 warning(s); report in {files[0]}\n"
+    else:
+        assert files == []
+        assert result.stderr == "simnpu check: 0 error(s), 0 warning(s)\n"
 
 
 def test_a_daemon_checking_everyone_reports_a_killed_clients_leak(start_daemon, tmp_path):

@@ -508,6 +508,11 @@ def test_an_array_given_for_a_kernel_argument_is_named(npu, rt, echo):
             if kind == "ptr"
             else "must be a number, not numpy.ndarray"
         ), info.value
+    pinned, given = npu.PinnedBuffer(8 * 22), values.copy()
+    given[1] = pinned  # host memory: a kernel cannot take it
+    with pytest.raises(ValueError, match=r"kernel argument 1 \(ptr\) must be a device pointer"):
+        echo.launch(1, *given)
+    pinned.free()
     echo.launch(1, *values)  # the kernel still launches
     npu.current_stream().synchronize()
     check_echo(values[1])

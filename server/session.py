@@ -215,6 +215,9 @@ class Session:
             )
             return
         if result is not LATER:
+            # the calls before this one reach the scheduler before its answer reaches the
+            # client: what the client does next (another client told of it, say) comes after
+            self.flush()
             self.respond(request.id, result)
 
     def handle_ring(

@@ -224,7 +224,8 @@ def test_two_clients_sharing_memory_race_unless_one_synchronizes_first(daemon):
         )
         shared = two.ipc_mem_import_by_key(key)
         # unsynchronized: both write; both writes reach the daemon before either host
-        # synchronizes (a request answers only after the commands before it were taken)
+        # synchronizes (a request answers only after the commands before it reached the
+        # scheduler)
         one.memset_async(block, 4096, 1, 4096, 0)
         two.memset_async(shared, 4096, 2, 4096, 0)
         one.get_mem_info(codes.ACL_HBM_MEM)

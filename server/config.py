@@ -35,19 +35,10 @@ class DaemonConfig:
             raise ValueError("--memory must be at least 1MiB")
         if self.memory_limit is not None and self.memory_limit <= 0:
             raise ValueError("--memory-limit must be positive")
-        if any(not is_unix(a) for a in self.listen) and not self.token:
+        if any(service.parse_address(a).path is None for a in self.listen) and not self.token:
             raise ValueError(
                 "a TCP listener needs a shared token: set SIMNPU_TOKEN or --token-file"
             )
-
-
-def is_unix(address: str) -> bool:
-    return address.startswith("unix:")
-
-
-def unix_path(address: str) -> str:
-    """The file system path of a unix:// or unix: address."""
-    return address[len("unix://") :] if address.startswith("unix://") else address[len("unix:") :]
 
 
 def environment_listen() -> list[str]:

@@ -20,7 +20,7 @@ from simnpu.proto import codes, npu_pb2, service
 from simnpu.proto.errors import NpuError
 from simnpu.proto.kernel_abi import discover_kernels
 from simnpu.server import handlers, observe, smi_view  # noqa: F401 - handlers: registers every handler
-from simnpu.server.config import DaemonConfig, is_unix, unix_path
+from simnpu.server.config import DaemonConfig
 from simnpu.server.device import Device
 from simnpu.server.ipc_memory import IpcMemory
 from simnpu.server.memory_views import memory_snapshot, memory_stats
@@ -121,22 +121,22 @@ class Daemon:
         self.server.add_generic_rpc_handlers([NpuServicer(self).handlers()])
         self.health = health.HealthServicer()
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)
-        for address in self.config.listen:
-            if is_unix(address):
-                prepare_socket_path(unix_path(address))
-            previous = os.umask(0o177) if is_unix(address) else None  # the socket is born 0600
+        socket_paths = {a: service.parse_address(a).path for a in self.config.listen}
+        for address, path in socket_paths.items():
+            if path is not None:
+                prepare_socket_path(path)
+            previous = os.umask(0o177) if path is not None else None  # the socket is born 0600
             try:
                 if not self.server.add_insecure_port(address):
                     raise RuntimeError(f"cannot listen on {address}")
             finally:
                 if previous is not None:
                     os.umask(previous)
-            if is_unix(address):
-                self._socket_paths.append(unix_path(address))
+            if path is not None:
+                self._socket_paths.append(path)
         self.server.start()
-        for address in self.config.listen:
-            if is_unix(address):
-                os.chmod(unix_path(address), 0o600)  # in case the binding ignored the umask
+        for path in self._socket_paths:
+            os.chmod(path, 0o600)  # in case the binding ignored the umask
         self.health.set("", health_pb2.HealthCheckResponse.SERVING)
         self.health.set(service.SERVICE, health_pb2.HealthCheckResponse.SERVING)
 

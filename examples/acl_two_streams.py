@@ -160,7 +160,8 @@ def main():
     if one / two < 1.1:
         print(
             "  little overlap measured: the copy engine and the AI core are processes of this "
-            f"machine and need a free CPU each ({os.cpu_count()} CPUs, load average "
+            "machine; they overlap when each has a free CPU, and both copies and sums share "
+            f"its memory bandwidth ({os.cpu_count()} CPUs, load average "
             f"{os.getloadavg()[0]:.1f})"
         )
 

@@ -86,8 +86,9 @@ def main():
         if one_stream_ms / two_streams_ms < 1.1:
             print(
                 "  little overlap measured: the copy engine and the AI core are processes "
-                f"of this machine and need a free CPU each ({os.cpu_count()} CPUs, load "
-                f"average {os.getloadavg()[0]:.1f})"
+                "of this machine; they overlap when each has a free CPU, and both copies and "
+                f"sums share its memory bandwidth ({os.cpu_count()} CPUs, load average "
+                f"{os.getloadavg()[0]:.1f})"
             )
 
         del host

@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING
 
 from simnpu.proto import codes, commands
 from simnpu.proto import npu_pb2 as pb
-from simnpu.proto.errors import NpuError, invalid
+from simnpu.proto.errors import NpuError, check_num_blocks, invalid
 from simnpu.proto.kernel_abi import discover_kernels
 from simnpu.server.handlers.registry import handles
 from simnpu.server.objects import Stream
@@ -77,8 +77,7 @@ def _bounds(session: Session, function: Function, values: tuple) -> tuple:
 def _stream(session: Session, record: commands.Launch | commands.LaunchDeviceArgs) -> Stream:
     """The stream of a launch, checked with its block count."""
     stream = session.handles.get(record.stream, Stream, "stream")
-    if record.num_blocks <= 0:
-        raise invalid("numBlocks must be at least 1")
+    check_num_blocks(record.num_blocks)
     return stream
 
 

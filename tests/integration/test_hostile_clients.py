@@ -9,8 +9,10 @@ synchronize with a generous timeout either succeeds or proves the device was hel
 
 from __future__ import annotations
 
+import threading
+
 import pytest
-from conftest import runtime_of
+from conftest import runtime_of, start_client
 
 from simnpu.proto import codes, commands
 from simnpu.proto.errors import NpuError
@@ -76,3 +78,60 @@ def test_num_blocks_beyond_the_16_bit_block_dim(start_daemon):
         )
         rt.free(ptr)
         _runs(rt, 0, codes.MAX_NUM_BLOCKS)  # the limit itself is a launch like any other
+
+
+# ---- the work of a client that is gone ---------------------------------------------------------
+HOG = f"""
+import os, time
+from simnpu.client.runtime import Runtime
+from simnpu.proto import codes
+
+rt = Runtime(os.environ["SIMNPU_ADDRESS"])
+rt.set_device(0)
+nap = rt.get_function(rt.binary_load({NAP!r}), "nap")
+stream = rt.create_stream()
+rt.launch_kernel(nap, {{blocks}}, rt.signature(nap).pack({{seconds}}), stream)
+# a round trip after the launch: the daemon has handed its blocks to the AI cores
+assert rt.stream_query(stream) == codes.ACL_STREAM_STATUS_NOT_READY
+print("running", flush=True)
+time.sleep(600)
+"""
+
+
+def test_the_blocks_of_a_killed_client_stop_taking_the_ai_cores(start_daemon):
+    """A client launches 65,535 blocks of 20 ms on both AI cores (over 10 minutes of work)
+    and is SIGKILLed: its cores skip the blocks they have not started, the blocks not
+    handed out are dropped, and a bystander's kernel runs."""
+    daemon = start_daemon("--ai-cores", "2")
+    hog = start_client(daemon.address, HOG.format(blocks=codes.MAX_NUM_BLOCKS, seconds=0.02))
+    try:
+        assert hog.stdout.readline() == "running\n", hog.communicate()
+    finally:
+        hog.kill()
+        hog.communicate()
+    with runtime_of(daemon.address) as rt:
+        stream = rt.create_stream()
+        _runs(rt, stream, 2)
+        _runs(rt, stream, 64)
+        rt.destroy_stream(stream)
+
+
+def test_force_destroying_a_stream_whose_launch_is_handed_out_in_part(start_daemon):
+    """aclrtDestroyStreamForce drops queued tasks, not the rest of a launch already running:
+    its blocks not yet handed out still run, and the destroy returns."""
+    daemon = start_daemon("--ai-cores", "2")
+    with runtime_of(daemon.address) as rt:
+        nap = rt.get_function(rt.binary_load(NAP), "nap")
+        stream = rt.create_stream()
+        # 4 blocks on 2 cores: blocks 0-1 on one, 2 on the other, 3 waits for a free core
+        rt.launch_kernel(nap, 4, rt.signature(nap).pack(2.0), stream)
+        rt.launch_kernel(nap, 1, rt.signature(nap).pack(0.0), stream)  # queued: dropped
+        assert rt.stream_query(stream) == codes.ACL_STREAM_STATUS_NOT_READY
+        done = threading.Event()
+        destroy = threading.Thread(
+            target=lambda: (rt.destroy_stream(stream, force=True), done.set()), daemon=True
+        )
+        destroy.start()
+        destroy.join(GENEROUS_MS / 1000)
+        assert done.is_set(), "the destroy never returned: the launch's last block never ran"
+        _runs(rt, 0, 2)

@@ -132,6 +132,14 @@ def _serve_parser(sub) -> None:
         "asks a running daemon)",
     )
     p.add_argument(
+        "--max-module-size",
+        type=parse_size,
+        default="1MiB",
+        metavar="SIZE",
+        help="the largest kernel module (Python source) a client may load; larger ones are "
+        "ACL_ERROR_INVALID_FILE (default: %(default)s)",
+    )
+    p.add_argument(
         "--log-level",
         default=env("SIMNPU_LOG_LEVEL", "INFO"),
         metavar="LEVEL",
@@ -180,6 +188,7 @@ def serve(args) -> int:
         checks=checks,
         check_report=args.check_report,
         trace_buffer=args.trace_buffer,
+        max_module_bytes=args.max_module_size,
     )
     try:
         daemon = Daemon(config)

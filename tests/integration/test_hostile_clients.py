@@ -9,6 +9,10 @@ synchronize with a generous timeout either succeeds or proves the device was hel
 
 from __future__ import annotations
 
+import os
+import select
+import subprocess
+import sys
 import threading
 
 import pytest
@@ -134,4 +138,105 @@ def test_force_destroying_a_stream_whose_launch_is_handed_out_in_part(start_daem
         destroy.start()
         destroy.join(GENEROUS_MS / 1000)
         assert done.is_set(), "the destroy never returned: the launch's last block never ran"
+        _runs(rt, 0, 2)
+
+
+# ---- kernel modules ------------------------------------------------------------------------------
+def _module(size: int) -> str:
+    """A kernel module of about `size` bytes (at most), of many small kernels."""
+    parts = ["from simnpu import kernel\n"]
+    total = len(parts[0])
+    index = 0
+    while True:
+        part = (
+            f'\n@kernel("ptr", "u32")\ndef k{index}(ctx, x, n):\n'
+            f'    v = ctx.gm(x, "float32", n)\n    v[:] = v * 2.0 + {index} - (v + 1) * 3\n'
+        )
+        if total + len(part) > size:
+            return "".join(parts)
+        parts.append(part)
+        total += len(part)
+        index += 1
+
+
+LOADER = """
+import os, sys
+from simnpu.client.runtime import Runtime
+from simnpu.proto.errors import NpuError
+
+rt = Runtime(os.environ["SIMNPU_ADDRESS"])
+rt.set_device(0)
+with open(sys.argv[1], encoding="utf-8") as module:
+    source = module.read()
+print("loading", flush=True)
+try:
+    rt.binary_load(source, "big.py")
+except NpuError as error:
+    print("refused", error.code, flush=True)
+"""
+ROUND_TRIPS = 50
+
+
+def test_other_clients_go_on_while_a_big_module_is_parsed(start_daemon, tmp_path):
+    """A client loads a module just under the default 1 MiB limit whose last line does not
+    parse: seconds of CPU in C code that holds the GIL, which in the daemon's own process
+    held every thread (no other client could make a call) until the parse ended. Now a
+    bystander completes its round trips while that load is still in progress."""
+    daemon = start_daemon()
+    source = _module((1 << 20) - 64)
+    path = tmp_path / "big.py"
+    path.write_text(source + "def broken(:\n", encoding="utf-8")
+    loader = subprocess.Popen(
+        [sys.executable, "-c", LOADER, str(path)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "SIMNPU_ADDRESS": daemon.address},
+    )
+    try:
+        assert loader.stdout.readline() == "loading\n", loader.communicate()
+        with runtime_of(daemon.address) as rt:
+            for _ in range(ROUND_TRIPS):
+                _runs(rt, 0, 2)
+            answered, _, _ = select.select([loader.stdout], [], [], 0)
+            assert not answered, f"the load ended before the bystander's {ROUND_TRIPS} round trips"
+            out, err = loader.communicate(timeout=GENEROUS_MS / 1000)
+            assert out == f"refused {codes.ACL_ERROR_INVALID_FILE}\n", err
+            rt.get_function(rt.binary_load(source, "big.py"), "k0")  # under the limit: loads
+    finally:
+        loader.kill()
+        loader.communicate()
+
+
+def test_a_module_over_the_size_limit_is_an_invalid_file(start_daemon):
+    daemon = start_daemon("--max-module-size", "64KiB")
+    with runtime_of(daemon.address) as rt:
+        source = _module(64 << 10)
+        source += "#" * ((64 << 10) - len(source))
+        rt.get_function(rt.binary_load(source), "k0")  # the limit itself loads
+        with pytest.raises(NpuError) as caught:
+            rt.binary_load(source + "#", "over.py")
+        assert caught.value.code == codes.ACL_ERROR_INVALID_FILE
+        assert "over.py" in caught.value.message
+        assert "65,537 bytes" in caught.value.message and "65,536" in caught.value.message
+        assert "--max-module-size" in caught.value.message
+        _runs(rt, 0, 2)
+
+
+@pytest.mark.parametrize(
+    ("source", "why"),
+    [
+        ("x = " + "-" * 100_000 + "1\n", "MemoryError"),  # the parser's own stack
+        ("x = 1" + "+1" * 300_000 + "\n", "RecursionError"),  # building the syntax tree
+        ("x = " + "(" * 1000 + ")" * 1000 + "\n", "too many nested parentheses"),
+    ],
+    ids=["unary-chain", "binary-chain", "parentheses"],
+)
+def test_modules_nested_too_deeply_to_parse_are_invalid_files(start_daemon, source, why):
+    daemon = start_daemon()
+    with runtime_of(daemon.address) as rt:
+        with pytest.raises(NpuError) as caught:
+            rt.binary_load(source, "deep.py")
+        assert caught.value.code == codes.ACL_ERROR_INVALID_FILE, caught.value
+        assert "deep.py" in caught.value.message and why in caught.value.message
         _runs(rt, 0, 2)

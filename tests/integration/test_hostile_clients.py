@@ -240,3 +240,62 @@ def test_modules_nested_too_deeply_to_parse_are_invalid_files(start_daemon, sour
         assert caught.value.code == codes.ACL_ERROR_INVALID_FILE, caught.value
         assert "deep.py" in caught.value.message and why in caught.value.message
         _runs(rt, 0, 2)
+
+
+# ---- streams and events ------------------------------------------------------------------------
+NO_STREAM = codes.ACL_ERROR_RT_NO_STREAM_RESOURCE
+NO_EVENT = codes.ACL_ERROR_RT_NO_EVENT_RESOURCE
+
+
+def test_one_client_cannot_take_every_stream_of_the_device(start_daemon):
+    """By default a client may have 1024 of the device's 1984 streams (its contexts' default
+    streams count too): past them it gets 207008 saying so, and another client still
+    creates streams."""
+    daemon = start_daemon()
+    with runtime_of(daemon.address) as hog, runtime_of(daemon.address) as other:
+        streams = []
+        with pytest.raises(NpuError) as caught:
+            while len(streams) < codes.MAX_STREAMS_PER_DEVICE:
+                streams.append(hog.create_stream())
+        assert caught.value.code == NO_STREAM
+        assert "this client has 1024 streams on device 0" in caught.value.message
+        assert "--max-streams-per-client" in caught.value.message
+        assert len(streams) == 1023  # and the default stream of its context
+        stream = other.create_stream()
+        _runs(other, stream, 2)
+        other.destroy_stream(stream)
+        hog.destroy_stream(streams.pop())
+        streams.append(hog.create_stream())  # one destroyed, one more may be made
+        with pytest.raises(NpuError) as caught:
+            hog.create_stream()
+        assert caught.value.code == NO_STREAM
+
+
+def test_the_stream_and_event_limits_per_client_are_flags(start_daemon):
+    daemon = start_daemon("--max-streams-per-client", "3", "--max-events-per-client", "16")
+    with runtime_of(daemon.address) as hog, runtime_of(daemon.address) as other:
+        streams = [hog.create_stream(), hog.create_stream()]
+        with pytest.raises(NpuError) as caught:
+            hog.create_stream()
+        assert caught.value.code == NO_STREAM and "has 3 streams" in caught.value.message
+        events = [hog.create_event() for _ in range(16)]
+        with pytest.raises(NpuError) as caught:
+            hog.create_event()
+        assert caught.value.code == NO_EVENT
+        assert "this client has 16 events on device 0" in caught.value.message
+        assert "--max-events-per-client" in caught.value.message
+        other_events = [other.create_event() for _ in range(16)]  # the other client's own 16
+        other.record_event(other_events[0], 0)
+        other.synchronize_event(other_events[0])
+        hog.destroy_event(events.pop())
+        events.append(hog.create_event())
+        # the events of a destroyed context are no longer the client's
+        hog.destroy_stream(streams.pop())
+        context = hog.create_context(0)
+        for event in events:
+            hog.destroy_event(event)
+        events = [hog.create_event() for _ in range(16)]
+        hog.destroy_context(context)
+        hog.set_device(0)
+        events = [hog.create_event() for _ in range(16)]
+        _runs(hog, streams[0], 2)

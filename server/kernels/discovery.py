@@ -42,19 +42,19 @@ def discover(source: str, filename: str, max_bytes: int) -> dict[str, KernelSign
     """The kernels of a module (`discover_kernels`), parsed in a bounded child process.
     Blocks the calling thread (not the GIL) until the parse ends; NpuError(100003) if the
     module is larger than `max_bytes` or cannot be parsed."""
-    data = source.encode()
-    if len(data) > max_bytes:
+    size = len(source.encode())
+    if size > max_bytes:
         raise _invalid_file(
             filename,
-            f"its {len(data):,} bytes of source are more than the {max_bytes:,} this daemon "
+            f"its {size:,} bytes of source are more than the {max_bytes:,} this daemon "
             "accepts (simnpu serve --max-module-size)",
         )
     memory = PARSE_MEMORY_BASE + PARSE_MEMORY_PER_BYTE * max_bytes
     cpu_s = PARSE_CPU_BASE_S + round(PARSE_CPU_PER_BYTE_S * max_bytes)
     with _parses:
         child = subprocess.run(
-            [sys.executable, "-P", "-m", __name__, filename, str(memory), str(cpu_s)],
-            input=data,
+            [sys.executable, "-P", "-m", __name__, str(memory), str(cpu_s)],
+            input=json.dumps([filename, source]).encode(),
             capture_output=True,
             check=False,
         )
@@ -82,12 +82,13 @@ def _ending(returncode: int) -> str:
 
 
 def main(argv: list[str]) -> None:
-    """The child: cap this process, read the source from stdin, print {"kernels": {name:
-    types}} or {"error": why} as JSON."""
-    filename, memory, cpu_s = argv[0], int(argv[1]), int(argv[2])
+    """The child: cap this process (`argv`: bytes of address space, seconds of CPU), read
+    [filename, source] from stdin, print {"kernels": {name: types}} or {"error": why}, all
+    as JSON."""
+    memory, cpu_s = int(argv[0]), int(argv[1])
     resource.setrlimit(resource.RLIMIT_AS, (memory, memory))
     resource.setrlimit(resource.RLIMIT_CPU, (cpu_s, cpu_s + 1))
-    source = sys.stdin.buffer.read().decode()
+    filename, source = json.load(sys.stdin)
     try:
         kernels = discover_kernels(source, filename)
         answer: dict = {"kernels": {name: sig.to_wire() for name, sig in kernels.items()}}

@@ -220,6 +220,10 @@ def test_a_module_over_the_size_limit_is_an_invalid_file(start_daemon):
         assert "over.py" in caught.value.message
         assert "65,537 bytes" in caught.value.message and "65,536" in caught.value.message
         assert "--max-module-size" in caught.value.message
+        rt.get_function(rt.binary_load(NAP, "odd name\n.py"), "nap")
+        with pytest.raises(NpuError) as caught:
+            rt.binary_load(NAP, "nul\0.py")  # compile() takes no such name
+        assert caught.value.code == codes.ACL_ERROR_INVALID_FILE
         _runs(rt, 0, 2)
 
 

@@ -30,7 +30,13 @@ from simnpu.client.runtime_memory import RuntimeMemory, env_memory_limit
 from simnpu.client.transport import Connection, caller_site
 from simnpu.proto import codes, commands
 from simnpu.proto import npu_pb2 as pb
-from simnpu.proto.errors import NotSupportedError, NpuError, bad_handle, invalid
+from simnpu.proto.errors import (
+    NotSupportedError,
+    NpuError,
+    bad_handle,
+    check_num_blocks,
+    invalid,
+)
 from simnpu.shm import heap
 from simnpu.shm.addresses import DEVICE_BASE
 from simnpu.shm.region import Region
@@ -521,8 +527,7 @@ class Runtime(RuntimeMemory):
 
     def _launch(self, function: int, num_blocks: int, args: bytes, stream: int) -> None:
         signature = self.signature(function)
-        if num_blocks <= 0:
-            raise invalid("numBlocks must be at least 1")
+        check_num_blocks(num_blocks)
         if len(args) < signature.end:
             raise invalid(
                 f"argument buffer of {len(args)} bytes is shorter than the {signature.end} "
@@ -539,8 +544,7 @@ class Runtime(RuntimeMemory):
     ) -> None:
         """aclrtLaunchKernel (async): the parameter buffer lies in device memory."""
         signature = self.signature(function)
-        if num_blocks <= 0:
-            raise invalid("numBlocks must be at least 1")
+        check_num_blocks(num_blocks)
         if args_size < signature.end:
             raise invalid(
                 f"argument buffer of {args_size} bytes is shorter than "

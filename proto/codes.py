@@ -307,6 +307,7 @@ ACL_BF16 = 27
 # --- simnpu's own figures, from a chip profile (910B-like) ------------------------------------
 MAX_STREAMS_PER_DEVICE = 1984
 MAX_EVENTS_PER_DEVICE = 65536
+MAX_NUM_BLOCKS = 65535  # a launch's blocks: the CANN runtime keeps blockDim in 16 bits
 STREAM_PRIORITY_GREATEST = 0
 STREAM_PRIORITY_LEAST = 7
 

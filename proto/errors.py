@@ -53,6 +53,18 @@ def invalid(message: str) -> NpuError:
     return NpuError(codes.ACL_ERROR_RT_PARAM_INVALID, message)
 
 
+def check_num_blocks(num_blocks: int) -> None:
+    """A launch's numBlocks is 1 to MAX_NUM_BLOCKS; else 107000, as the CANN runtime's
+    rtKernelLaunch refuses 0 and more than 16 bits of blockDim."""
+    if num_blocks < 1:
+        raise invalid("numBlocks must be at least 1")
+    if num_blocks > codes.MAX_NUM_BLOCKS:
+        raise invalid(
+            f"numBlocks {num_blocks} is more than the {codes.MAX_NUM_BLOCKS} blocks a launch "
+            "may have"
+        )
+
+
 def bad_handle(kind: str, handle: int) -> NpuError:
     """An unknown, stale or foreign handle (107017)."""
     return NpuError(

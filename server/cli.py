@@ -8,7 +8,7 @@ import os
 import secrets
 import sys
 
-from simnpu.proto import service
+from simnpu.proto import codes, service
 from simnpu.proto.observe import parse_checks
 from simnpu.server import config as environment
 from simnpu.server.config import DaemonConfig
@@ -132,6 +132,31 @@ def _serve_parser(sub) -> None:
         "asks a running daemon)",
     )
     p.add_argument(
+        "--max-module-size",
+        type=parse_size,
+        default="1MiB",
+        metavar="SIZE",
+        help="the largest kernel module (Python source) a client may load; larger ones are "
+        "ACL_ERROR_INVALID_FILE (default: %(default)s)",
+    )
+    p.add_argument(
+        "--max-streams-per-client",
+        type=int,
+        default=1024,
+        metavar="N",
+        help="streams one client may have on a device, its contexts' default streams too, so "
+        f"that it cannot take all {codes.MAX_STREAMS_PER_DEVICE} of them "
+        "(default: %(default)s)",
+    )
+    p.add_argument(
+        "--max-events-per-client",
+        type=int,
+        default=32768,
+        metavar="N",
+        help="events one client may have on a device, so that it cannot take all "
+        f"{codes.MAX_EVENTS_PER_DEVICE} of them (default: %(default)s)",
+    )
+    p.add_argument(
         "--log-level",
         default=env("SIMNPU_LOG_LEVEL", "INFO"),
         metavar="LEVEL",
@@ -180,6 +205,9 @@ def serve(args) -> int:
         checks=checks,
         check_report=args.check_report,
         trace_buffer=args.trace_buffer,
+        max_module_bytes=args.max_module_size,
+        max_streams_per_client=args.max_streams_per_client,
+        max_events_per_client=args.max_events_per_client,
     )
     try:
         daemon = Daemon(config)

@@ -25,6 +25,9 @@ class DaemonConfig:
     checks: int = 0  # --check: simnpu.proto.observe bits for every client
     check_report: str | None = None  # --check-report: the daemon's findings, written at stop
     trace_buffer: int = 500_000  # --trace-buffer: timeline records kept (oldest dropped)
+    max_module_bytes: int = 1 << 20  # --max-module-size: a kernel module's source, at most
+    max_streams_per_client: int = 1024  # --max-streams-per-client (per device, default ones too)
+    max_events_per_client: int = 32768  # --max-events-per-client (per device)
 
     def validate(self) -> None:
         if self.devices < 1:
@@ -35,6 +38,12 @@ class DaemonConfig:
             raise ValueError("--memory must be at least 1MiB")
         if self.memory_limit is not None and self.memory_limit <= 0:
             raise ValueError("--memory-limit must be positive")
+        if self.max_module_bytes < 1:
+            raise ValueError("--max-module-size must be positive")
+        if self.max_streams_per_client < 1 or self.max_events_per_client < 1:
+            raise ValueError(
+                "--max-streams-per-client and --max-events-per-client must be positive"
+            )
         if any(service.parse_address(a).path is None for a in self.listen) and not self.token:
             raise ValueError(
                 "a TCP listener needs a shared token: set SIMNPU_TOKEN or --token-file"

@@ -69,6 +69,7 @@ class Context:
     failure_mode: int = codes.ACL_CONTINUE_ON_FAILURE
     failure: Failure | None = None  # ACL_STOP_ON_FAILURE: the first failure, sticky
     streams: list[Stream] = field(default_factory=list)
+    events: int = 0  # how many events of it are not destroyed
 
 
 @dataclass(eq=False)

@@ -191,28 +191,38 @@ class Scheduler:
 
     def drop_pending(self, stream: Stream) -> None:
         """Discard a stream's tasks that no unit has started (STOP mode, force destroy,
-        session end). Their event records fire, so nobody waits on them forever."""
+        session end). Their event records fire, so nobody waits on them forever. A launch
+        handed out in part goes on -- unless its session has ended: then it stops, its
+        blocks not handed out are dropped and its cores skip those they have not started."""
+        stopping = stream.owner.closed
         kept = deque(t for t in stream.tasks if t.state != TaskState.PENDING)
         dropped = [t for t in stream.tasks if t.state == TaskState.PENDING]
         stream.tasks = kept
-        self._cancel_run(stream)
+        self._cancel_dispatched(stream, stopping)
         for task in dropped:
             self._discard(task)
-        self._unready(stream)
+        head = kept[0] if kept else None
+        if head is None or stopping:  # (a head handed out in part stays ready for the rest)
+            self._unready(stream)
+        if stopping and isinstance(head, DeviceWork) and head.stop():
+            self.complete(head)
         self._recheck(stream)
         if dropped and not stream.tasks:
             _drained(stream, dropped[-1].seq)
 
-    def _cancel_run(self, stream: Stream) -> None:
-        """Tell the core running a run of single-block launches of `stream` to skip those
-        behind the head that it has not started yet; they complete without running."""
-        queued = {
-            t for t in itertools.islice(stream.tasks, 1, None) if t.state == TaskState.DISPATCHED
+    def _cancel_dispatched(self, stream: Stream, head: bool) -> None:
+        """Tell the cores running kernels of `stream` to skip what they have not started:
+        the single-block launches of a run behind the head and, if `head`, the blocks of
+        the head's chunks; what is cancelled completes without running."""
+        cancelled = {
+            t
+            for t in itertools.islice(stream.tasks, 0 if head else 1, None)
+            if t.state == TaskState.DISPATCHED
         }
-        if not queued:
+        if not cancelled:
             return
         for unit in self.devices[stream.device].units[UnitKind.AI_CORE]:
-            tokens = [token for token, work in unit.inflight.items() if work in queued]
+            tokens = [token for token, work in unit.inflight.items() if work in cancelled]
             if tokens:
                 self.executor.cancel(unit, tokens)
 

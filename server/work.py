@@ -4,7 +4,8 @@ a batch, and what a unit reports back.
 A batch is a list of items that the unit runs in order. Items with a `token` report one
 result each; the others (LoadModule, ForgetSegment, WriteSignal) report nothing. While a
 batch runs the scheduler may send `Cancel`: kernels of the batch not started yet are
-skipped (reported done, without running). A unit reports `Ready` once it can take work,
+skipped (reported done, without running), and a kernel running a chunk of blocks starts no
+more of them (its session ended). A unit reports `Ready` once it can take work,
 and `Accesses` of a checked kernel before the batch's results.
 
 Items and results are the hot path to the units, so they travel as the command records of
@@ -177,7 +178,8 @@ assert all(kind.TAG == tag for tag, kind in enumerate(ITEMS))  # type: ignore[at
 
 
 class Cancel(NamedTuple):
-    """Skip these kernels of the running batch if they have not started."""
+    """Skip these kernels of the running batch if they have not started, and the blocks
+    not started of the one running."""
 
     tokens: list[int]
 

@@ -129,6 +129,9 @@ def _dtype(dtype) -> np.dtype:
     return np.dtype(dtype)
 
 
+CANCEL_CHECK_NS = 1_000_000  # how often a chunk of blocks asks whether it was cancelled
+
+
 class WorkRunner:
     """Runs batches for the unit `core_id` on the device memory `device_maps` (index =
     device); host segments are mapped by name on first use. `report` sends a report of a
@@ -148,11 +151,13 @@ class WorkRunner:
         self._segments: dict[str, mmap.mmap | bytearray] = dict(zip(device_segments, device_maps))
         self._host: dict[str, Region] = {}
         self._signals: dict[str, NotifyArea] = {}
+        self._cancelled: Callable[[], set[int]] = set
 
     def run(self, batch: list[tuple], cancelled: Callable[[], set[int]]) -> list[Result]:
         """Run `batch` (packed items, server/work.py) in order; `cancelled()` gives the tokens
-        cancelled so far (asked only before a kernel that is not the batch's first: the head
-        of a run never is)."""
+        cancelled so far (asked before a kernel that is not the batch's first: the head of a
+        run never is; and between the blocks of a chunk, every CANCEL_CHECK_NS)."""
+        self._cancelled = cancelled
         results: list[Result] = []
         clean = True  # every item so far succeeded and ran: a WriteSignal may be written
         for index, packed in enumerate(batch):
@@ -183,7 +188,7 @@ class WorkRunner:
                 self.forget(ForgetSegment.unpack(packed).name)
                 continue
             results.append(result)
-            if result.code:
+            if result.code or result.message:  # it failed, or a Cancel cut it short
                 clean = False
         return results
 
@@ -232,10 +237,18 @@ class WorkRunner:
                 if error is not None:
                     raise error
             else:
+                check_at = start + CANCEL_CHECK_NS
                 for block in range(first, last):
                     function(
                         KernelContext(block, num_blocks, self.core_id, bounds, self.maps), *args
                     )
+                    now = time.monotonic_ns()
+                    if now >= check_at:  # its session may have ended: skip the rest then
+                        if token in self._cancelled():
+                            return Result(
+                                token, 0, start, now, f"blocks after {block} were cancelled"
+                            )
+                        check_at = now + CANCEL_CHECK_NS
         except MemoryFault as fault:
             return Result(
                 token,

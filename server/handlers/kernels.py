@@ -6,9 +6,9 @@ from typing import TYPE_CHECKING
 
 from simnpu.proto import codes, commands
 from simnpu.proto import npu_pb2 as pb
-from simnpu.proto.errors import NpuError, invalid
-from simnpu.proto.kernel_abi import discover_kernels
+from simnpu.proto.errors import NpuError, check_num_blocks, invalid
 from simnpu.server.handlers.registry import handles
+from simnpu.server.kernels.discovery import discover
 from simnpu.server.objects import Stream
 from simnpu.server.resources import Binary, Function
 from simnpu.server.session import HandleKind
@@ -23,14 +23,9 @@ def binary_load(
     session: Session, request: pb.BinaryLoadRequest, reply_to: int
 ) -> pb.BinaryLoadReply:
     """aclrtBinaryLoadFromFile / FromData: the kernels are found in the source, none of it runs
-    here."""
+    here. Blocks this session's thread while a child process parses it."""
     filename = request.filename or "<kernel module>"
-    try:
-        kernels = discover_kernels(request.source, filename)
-    except (SyntaxError, ValueError) as error:
-        raise NpuError(
-            codes.ACL_ERROR_INVALID_FILE, f"cannot load kernel module {filename}: {error}"
-        ) from None
+    kernels = discover(request.source, filename, session.daemon.config.max_module_bytes)
     binary = Binary(session.daemon.next_binary_id(), request.source, filename, kernels)
     return pb.BinaryLoadReply(binary=session.handles.add(binary, HandleKind.BINARY))
 
@@ -77,8 +72,7 @@ def _bounds(session: Session, function: Function, values: tuple) -> tuple:
 def _stream(session: Session, record: commands.Launch | commands.LaunchDeviceArgs) -> Stream:
     """The stream of a launch, checked with its block count."""
     stream = session.handles.get(record.stream, Stream, "stream")
-    if record.num_blocks <= 0:
-        raise invalid("numBlocks must be at least 1")
+    check_num_blocks(record.num_blocks)
     return stream
 
 

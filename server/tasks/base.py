@@ -4,6 +4,7 @@
     start()       its stream reached it: the scheduler runs control tasks here; device work
                   is queued for units (DeviceWork) and completes when its last piece does
     discarded()   it was dropped before it ran (force destroy, STOP mode, session end)
+    stop()        device work its session left running: nothing more of it is handed out
 
 The scheduler completes a task with `Scheduler.complete`. A task kind says what it is on
 the timeline (`describe`) and what memory it touches for the checkers (`accesses`).
@@ -118,6 +119,12 @@ class DeviceWork(Task):
         (items, the last task whose whole work these items hold or None, whether nothing is
         left to hand out)."""
         raise NotImplementedError
+
+    def stop(self) -> bool:
+        """Its session ended while it ran: nothing more of it is handed out (the pieces out
+        still report). True if none is out: it is done."""
+        self.total = self.handed
+        return not self.out
 
     def piece_done(self, scheduler: Scheduler, code: int, end_ns: int, message: str) -> None:
         """A unit reported a piece (or was lost with it)."""

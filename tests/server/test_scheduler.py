@@ -308,6 +308,33 @@ def test_a_launch_of_many_blocks_is_shared_out_in_chunks_over_the_cores(rig):
     assert len({unit.core_id for unit, _ in rig.executor.batches}) == 2  # both cores took some
 
 
+def test_dropping_what_is_queued_lets_a_launch_handed_out_in_part_finish(rig):
+    """Force destroy, STOP mode: the rest of a launch already running is not dropped."""
+    stream = rig.stream()
+    flag = rig.cell()
+    task = rig.kernel(stream, "wait_for", flag, blocks=4)  # blocks 0-1, 2 on the cores; 3 waits
+    queued = rig.kernel(stream, "empty")
+    rig.until(lambda: task.handed == 3)
+    rig.scheduler.call(rig.scheduler.drop_pending, stream)
+    np.frombuffer(rig.memory.maps[0], np.int64, 1, flag - device_address(0, 0))[0] = 1
+    rig.drain(stream)
+    assert task.handed == 4 and task.failure is None
+    assert queued.state == TaskState.DONE
+
+
+def test_the_launch_of_a_session_that_ended_stops_taking_blocks(rig):
+    """Its blocks not handed out are dropped, and its cores skip those they have not
+    started: 10,000 blocks of 5 ms (25 s per core) end after a block or so."""
+    stream = rig.stream()
+    task = rig.kernel(stream, "sleep_ms", 5, blocks=10_000)
+    rig.until(lambda: task.state == TaskState.DISPATCHED)
+    rig.owner.closed = True
+    rig.scheduler.call(rig.scheduler.drop_pending, stream)
+    rig.drain(stream)
+    assert task.state == TaskState.DONE and task.handed < 10_000
+    assert not any(unit.inflight for unit in rig.device.units[UnitKind.AI_CORE])
+
+
 def test_a_copy_runs_on_a_copy_engine(rig):
     stream = rig.stream()
     source, target = rig.cell(99), rig.cell()

@@ -16,7 +16,7 @@ from importlib import resources
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
-from simnpu.proto import codes, npu_pb2, service
+from simnpu.proto import codes, npu_pb2, service, socket_folder
 from simnpu.proto.errors import NpuError
 from simnpu.proto.kernel_abi import discover_kernels
 from simnpu.server import handlers, observe, smi_view  # noqa: F401 - handlers: registers every handler
@@ -287,9 +287,10 @@ def check_shm_space(needed: int) -> None:
 
 
 def prepare_socket_path(path: str) -> None:
-    directory = os.path.dirname(path)
-    if not os.path.isdir(directory):
-        os.makedirs(directory, mode=0o700, exist_ok=True)
+    """Make the socket's folder if missing (owner-only), check that it is safe
+    (simnpu.proto.socket_folder: PermissionError otherwise), and remove a socket file a dead
+    daemon left; RuntimeError if a daemon answers there."""
+    socket_folder.make_folder(os.path.dirname(os.path.abspath(path)))
     if os.path.exists(path):
         probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:

@@ -25,6 +25,8 @@ class DaemonConfig:
     checks: int = 0  # --check: simnpu.proto.observe bits for every client
     check_report: str | None = None  # --check-report: the daemon's findings, written at stop
     trace_buffer: int = 500_000  # --trace-buffer: timeline records kept (oldest dropped)
+    hello_timeout_s: float = 10.0  # --hello-timeout: a session silent this long is ended
+    max_sessions_per_peer: int = 16  # --max-sessions-per-peer (server/peers.py)
 
     def validate(self) -> None:
         if self.devices < 1:
@@ -35,6 +37,13 @@ class DaemonConfig:
             raise ValueError("--memory must be at least 1MiB")
         if self.memory_limit is not None and self.memory_limit <= 0:
             raise ValueError("--memory-limit must be positive")
+        if self.hello_timeout_s <= 0:
+            raise ValueError("--hello-timeout must be positive")
+        if not 1 <= self.max_sessions_per_peer <= self.max_sessions:
+            raise ValueError(
+                f"--max-sessions-per-peer must be from 1 to {self.max_sessions} "
+                "(the daemon's session limit)"
+            )
         if any(service.parse_address(a).path is None for a in self.listen) and not self.token:
             raise ValueError(
                 "a TCP listener needs a shared token: set SIMNPU_TOKEN or --token-file"

@@ -159,8 +159,11 @@ class RuntimeMemory:
     # ---- IPC memory ----------------------------------------------------------------------------
     @records_errors
     def device_get_bare_tgid(self) -> int:
-        """aclrtDeviceGetBareTgid: the process id an exporter whitelists (this process's pid)."""
-        return os.getpid()
+        """aclrtDeviceGetBareTgid: the process id an exporter whitelists: this process's pid as
+        the daemon sees it (its pid namespace), verified through the credentials socket; 0
+        when it could not be (TCP, no credentials socket, a process the daemon cannot see),
+        and such a process imports only keys exported without pid validation."""
+        return self.connection.verified_pid
 
     @records_errors
     def ipc_mem_get_export_key(self, address: int, size: int, flags: int = 0) -> str:

@@ -30,7 +30,7 @@ config.prefer_fast_grpc()
 import grpc  # noqa: E402
 from google.protobuf.message import DecodeError, Message  # noqa: E402
 
-from simnpu.client import autostart  # noqa: E402
+from simnpu.client import autostart, peer_credentials  # noqa: E402
 from simnpu.proto import bulk as wire  # noqa: E402
 from simnpu.proto.errors import NpuError, error_for  # noqa: E402
 from simnpu.shm import notify as notify_layout  # noqa: E402
@@ -258,7 +258,10 @@ class Connection:
         if not autostart.reachable(self.address):
             autostart.ensure_daemon(self.address)
         self._channel = grpc.insecure_channel(self.address, options=service.CHANNEL_OPTIONS)
-        metadata = [(service.TOKEN_METADATA_KEY, self.token)] if self.token else None
+        # this process as the daemon sees it (0: unverified): aclrtDeviceGetBareTgid
+        self.verified_pid, metadata = peer_credentials.ask(self.address)
+        if self.token:
+            metadata.append((service.TOKEN_METADATA_KEY, self.token))
         session = self._channel.stream_stream(
             service.SESSION_METHOD,
             request_serializer=wire.serialize,

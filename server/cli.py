@@ -162,6 +162,23 @@ def _serve_parser(sub) -> None:
         metavar="LEVEL",
         help="DEBUG, INFO, WARNING or ERROR (default: %(default)s, $SIMNPU_LOG_LEVEL)",
     )
+    p.add_argument(
+        "--hello-timeout",
+        type=float,
+        default=10.0,
+        metavar="SECONDS",
+        help="end a session whose client has not said hello this long after connecting "
+        "(default: %(default)s)",
+    )
+    p.add_argument(
+        "--max-sessions-per-peer",
+        type=int,
+        default=16,
+        metavar="N",
+        help="sessions one client may hold: one process (Unix socket), one remote host (TCP), "
+        "or all Unix clients without credentials together; the daemon holds "
+        f"{DaemonConfig.max_sessions} in all (default: %(default)s)",
+    )
 
 
 def serve(args) -> int:
@@ -208,6 +225,8 @@ def serve(args) -> int:
         max_module_bytes=args.max_module_size,
         max_streams_per_client=args.max_streams_per_client,
         max_events_per_client=args.max_events_per_client,
+        hello_timeout_s=args.hello_timeout,
+        max_sessions_per_peer=args.max_sessions_per_peer,
     )
     try:
         daemon = Daemon(config)

@@ -28,6 +28,8 @@ class DaemonConfig:
     max_module_bytes: int = 1 << 20  # --max-module-size: a kernel module's source, at most
     max_streams_per_client: int = 1024  # --max-streams-per-client (per device, default ones too)
     max_events_per_client: int = 32768  # --max-events-per-client (per device)
+    hello_timeout_s: float = 10.0  # --hello-timeout: a session silent this long is ended
+    max_sessions_per_peer: int = 16  # --max-sessions-per-peer (server/peers.py)
 
     def validate(self) -> None:
         if self.devices < 1:
@@ -43,6 +45,13 @@ class DaemonConfig:
         if self.max_streams_per_client < 1 or self.max_events_per_client < 1:
             raise ValueError(
                 "--max-streams-per-client and --max-events-per-client must be positive"
+            )
+        if self.hello_timeout_s <= 0:
+            raise ValueError("--hello-timeout must be positive")
+        if not 1 <= self.max_sessions_per_peer <= self.max_sessions:
+            raise ValueError(
+                f"--max-sessions-per-peer must be from 1 to {self.max_sessions} "
+                "(the daemon's session limit)"
             )
         if any(service.parse_address(a).path is None for a in self.listen) and not self.token:
             raise ValueError(

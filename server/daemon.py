@@ -16,7 +16,7 @@ from importlib import resources
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
-from simnpu.proto import codes, npu_pb2, service
+from simnpu.proto import codes, npu_pb2, service, socket_folder
 from simnpu.proto.errors import NpuError
 from simnpu.proto.kernel_abi import discover_kernels
 from simnpu.server import handlers, observe, smi_view  # noqa: F401 - handlers: registers every handler
@@ -25,6 +25,7 @@ from simnpu.server.device import Device
 from simnpu.server.ipc_memory import IpcMemory
 from simnpu.server.memory_views import memory_snapshot, memory_stats
 from simnpu.server.observe import Observer
+from simnpu.server.peers import Peer, Peers
 from simnpu.server.rendezvous import Jobs
 from simnpu.server.resources import Binary
 from simnpu.server.scheduler import Scheduler
@@ -43,6 +44,8 @@ class Daemon:
         self.devices: list[Device] = []
         self.ipc = IpcMemory(self.devices)  # exported device memory (aclrtIpcMem*)
         self.sessions: dict[int, Session] = {}
+        self.peers = Peers()  # the credentials sockets: who a client is (server/peers.py)
+        self._peer_of: dict[int, Peer] = {}  # session id -> its peer
         self._session_ids = itertools.count(1)
         self._binary_ids = itertools.count(2)
         self._lock = threading.Lock()
@@ -137,6 +140,7 @@ class Daemon:
         self.server.start()
         for path in self._socket_paths:
             os.chmod(path, 0o600)  # in case the binding ignored the umask
+            self.peers.listen(path)
         self.health.set("", health_pb2.HealthCheckResponse.SERVING)
         self.health.set(service.SERVICE, health_pb2.HealthCheckResponse.SERVING)
 
@@ -181,6 +185,7 @@ class Daemon:
         unlink_daemon_segments(os.getpid())  # whatever a racing session created meanwhile
         for path in self._socket_paths:
             remove_socket_file(path)
+        self.peers.close()
         self._stopped.set()
         log.info("simnpu daemon %d stopped", os.getpid())
 
@@ -193,14 +198,31 @@ class Daemon:
                 self.stop()
 
     # ---- sessions ------------------------------------------------------------------------------
-    def open_session(self, peer: str) -> Session | None:
+    def open_session(self, connection: str, peer: Peer) -> Session | str:
+        """A new session of `peer` (on gRPC's `connection`), or why there is none: the
+        daemon's session limit, or the peer's (--max-sessions-per-peer)."""
+        config = self.config
         with self._lock:
-            if len(self.sessions) >= self.config.max_sessions or self._stopped.is_set():
-                return None
-            session = Session(self, next(self._session_ids), peer)
+            if self._stopped.is_set():
+                return "the daemon is shutting down"
+            if len(self.sessions) >= config.max_sessions:
+                return f"the daemon serves at most {config.max_sessions} sessions"
+            held = sum(1 for other in self._peer_of.values() if other.key == peer.key)
+            if held >= config.max_sessions_per_peer:
+                return (
+                    f"{peer.key} already holds {held} sessions, the most one client may "
+                    f"(--max-sessions-per-peer {config.max_sessions_per_peer})"
+                )
+            session = Session(self, next(self._session_ids), connection)
             self.sessions[session.id] = session
+            self._peer_of[session.id] = peer
             self._last_activity = time.monotonic()
         return session
+
+    def peer_of(self, session: Session) -> Peer:
+        """Who `session`'s client is (server/peers.py)."""
+        with self._lock:
+            return self._peer_of.get(session.id, Peer("?", 0))
 
     def close_session(self, session: Session) -> None:
         if self._stopped.is_set() or self.scheduler is None:
@@ -210,6 +232,7 @@ class Daemon:
     def _session_closed(self, session: Session) -> None:
         with self._lock:
             self.sessions.pop(session.id, None)
+            self._peer_of.pop(session.id, None)
             self._last_activity = time.monotonic()
         session.outbox.put(CLOSED)
         log.info("%r ended; its resources are freed", session)
@@ -287,9 +310,10 @@ def check_shm_space(needed: int) -> None:
 
 
 def prepare_socket_path(path: str) -> None:
-    directory = os.path.dirname(path)
-    if not os.path.isdir(directory):
-        os.makedirs(directory, mode=0o700, exist_ok=True)
+    """Make the socket's folder if missing (owner-only), check that it is safe
+    (simnpu.proto.socket_folder: PermissionError otherwise), and remove a socket file a dead
+    daemon left; RuntimeError if a daemon answers there."""
+    socket_folder.make_folder(os.path.dirname(os.path.abspath(path)))
     if os.path.exists(path):
         probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:

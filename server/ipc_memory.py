@@ -16,7 +16,12 @@ of https://gitcode.com/cann/runtime), as simnpu runs it:
 - A key names `[p, p + n)` inside one of the exporter's allocations. The importer gets the
   same device address (the simulated address space is shared by all processes) and may
   use the range like its own memory; it is still charged to the exporter.
-- Without DISABLE_PID_VALIDATION only whitelisted pids may import (207006 otherwise).
+- Without DISABLE_PID_VALIDATION only whitelisted pids may import (207006 otherwise). The
+  pid is the one the daemon verified (server/peers.py: SO_PEERCRED through the credentials
+  socket), never the one a client claims; a client it could not verify (TCP, or no
+  credentials socket) has pid 0, which no whitelist holds: it imports only keys exported
+  with DISABLE_PID_VALIDATION.
+- A key is shown only to its exporter (the snapshot shows others how many keys a block has).
 - Every import is paired with a close in the importing process; the exporter closes last.
 - Out of order (ACL: "otherwise exceptions may occur"), simnpu keeps every importer safe
   and says what happened in the daemon log: an exporter's close while importers hold the
@@ -118,8 +123,9 @@ class IpcMemory:
                 raise invalid(f"{key!r} is not an IPC key exported by this process")
             export.pids.update(pids)
 
-    def import_(self, session, key: str, flags: int) -> Export:
-        """aclrtIpcMemImportByKey: the export, now also open in `session`."""
+    def import_(self, session, key: str, flags: int, pid: int) -> Export:
+        """aclrtIpcMemImportByKey: the export, now also open in `session`, whose verified pid
+        is `pid` (0: not verified)."""
         if flags not in (IMPORT_FLAG_DEFAULT, IMPORT_FLAG_ENABLE_PEER_ACCESS):
             raise invalid(f"unknown IPC import flags {flags:#x}")
         with self._lock:
@@ -131,11 +137,20 @@ class IpcMemory:
                 )
             if export.exporter is session:
                 raise invalid(f"{key!r} was exported by this process: use the pointer itself")
-            if export.validate_pids and session.pid not in export.pids:
+            if export.validate_pids and not pid:
                 raise NpuError(
                     codes.ACL_ERROR_RT_NO_PERMISSION,
-                    f"{session!r} is not on the import whitelist of {key!r} "
-                    f"(the exporter {export.exporter!r} allows pids "
+                    f"{session!r} cannot import {key!r}: the daemon could not verify this "
+                    "process's pid (it connected over TCP, without the credentials socket "
+                    "beside the daemon's Unix socket, or from a pid namespace the daemon "
+                    "cannot see), so no pid whitelist admits it; the exporter may export "
+                    "with ACL_RT_IPC_MEM_EXPORT_FLAG_DISABLE_PID_VALIDATION",
+                )
+            if export.validate_pids and pid not in export.pids:
+                raise NpuError(
+                    codes.ACL_ERROR_RT_NO_PERMISSION,
+                    f"{session!r} (verified pid {pid}) is not on the import whitelist of "
+                    f"{key!r} (the exporter {export.exporter!r} allows pids "
                     f"{sorted(export.pids) or 'none yet'}; see aclrtIpcMemSetImportPid)",
                 )
             export.importers[session] = export.importers.get(session, 0) + 1
@@ -209,14 +224,18 @@ class IpcMemory:
                 del export.importers[session]
                 self._forget_if_done(export)
 
-    def describe(self, block: int) -> dict | None:
-        """What the snapshot shows of a block's sharing."""
+    def describe(self, block: int, viewer: object = None) -> dict | None:
+        """What the snapshot shows of a block's sharing to `viewer` (an Owner; None: a tool
+        without a session): how many keys are open, and the keys themselves only to their
+        exporter."""
         with self._lock:
             exports = self._by_block.get(block)
             if not exports:
                 return None
+            keys = [e.key for e in exports if not e.exporter_closed]
             return {
-                "keys": [e.key for e in exports if not e.exporter_closed],
+                "key_count": len(keys),
+                "keys": keys if viewer is not None and exports[0].exporter is viewer else [],
                 "importers": sorted({repr(s) for e in exports for s in e.importers}),
                 "held_after_free": block in self._held,
             }

@@ -23,9 +23,10 @@ def memory_stats(daemon, device) -> dict:
     return stats
 
 
-def memory_snapshot(daemon, device) -> list[dict]:
+def memory_snapshot(daemon, device, viewer: object = None) -> list[dict]:
     """Live blocks in address order: where, how big, whose (session, pid, process), and
-    how they are shared."""
+    how they are shared (IPC keys only to their exporter: `viewer` is the asking client's
+    Owner, None for a tool)."""
     with device.lock:
         blocks = device.allocator.snapshot()
     out = []
@@ -39,7 +40,7 @@ def memory_snapshot(daemon, device) -> list[dict]:
             "session": getattr(owner, "id", None),
             "pid": getattr(owner, "pid", None),
         }
-        shared = daemon.ipc.describe(address)
+        shared = daemon.ipc.describe(address, viewer)
         if shared is not None:
             entry["ipc"] = shared
         session = daemon.sessions.get(getattr(owner, "id", None))

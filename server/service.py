@@ -1,6 +1,9 @@
 """The gRPC servicer: authenticate, open a session, pump messages in and replies out.
 
-Nothing else happens here: decoding and execution live in simnpu.server.session.
+Nothing else happens here: decoding and execution live in simnpu.server.session. A session
+is opened for its peer (server/peers.py: the process its credentials ticket names, or its
+host), within the daemon's limits; one whose client has not said hello within
+--hello-timeout seconds is ended.
 """
 
 from __future__ import annotations
@@ -12,7 +15,7 @@ import threading
 
 import grpc
 
-from simnpu.proto import bulk, npu_pb2, service
+from simnpu.proto import bulk, npu_pb2, peer_credentials, service
 from simnpu.server.session import CLOSED
 
 log = logging.getLogger("simnpu.service")
@@ -53,15 +56,18 @@ class NpuServicer:
 
     def Session(self, request_iterator, context):
         self._authorize(context)
-        session = self.daemon.open_session(context.peer())
-        if session is None:
-            context.abort(
-                grpc.StatusCode.RESOURCE_EXHAUSTED,
-                f"simnpu: the daemon serves at most {self.daemon.config.max_sessions} sessions",
-            )
+        ticket = dict(context.invocation_metadata()).get(peer_credentials.TICKET_METADATA_KEY, "")
+        peer = self.daemon.peers.identify(context.peer(), ticket)
+        session = self.daemon.open_session(context.peer(), peer)
+        if isinstance(session, str):
+            context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, f"simnpu: {session}")
+        timeout_s = self.daemon.config.hello_timeout_s
+        hello_watch = threading.Timer(timeout_s, self._end_if_silent, (session, context, timeout_s))
+        hello_watch.daemon = True
+        hello_watch.start()
         reader = threading.Thread(
             target=self._read,
-            args=(session, request_iterator),
+            args=(session, request_iterator, hello_watch),
             name=f"simnpu-session-{session.id}",
             daemon=True,
         )
@@ -86,7 +92,16 @@ class NpuServicer:
             if item is None:
                 item = outbox.get()
 
-    def _read(self, session, request_iterator) -> None:
+    @staticmethod
+    def _end_if_silent(session, context, timeout_s: float) -> None:
+        """End `session` if its client has not said hello (the hello makes its staging
+        area)."""
+        if session.staging is None:
+            context.set_code(grpc.StatusCode.DEADLINE_EXCEEDED)
+            context.set_details(f"simnpu: no hello within {timeout_s:g} s (--hello-timeout)")
+            session.outbox.put(CLOSED)
+
+    def _read(self, session, request_iterator, hello_watch: threading.Timer) -> None:
         try:
             for message, chunk in request_iterator:
                 session.handle_message(message, chunk)
@@ -95,6 +110,7 @@ class NpuServicer:
         except Exception:
             log.exception("%r: reading the session failed", session)
         finally:
+            hello_watch.cancel()
             self.daemon.close_session(session)
 
     def Query(self, request, context):

@@ -15,6 +15,7 @@ under the scheduler lock; only the scheduler thread reads the pipes.
 
 from __future__ import annotations
 
+import ctypes
 import math
 import multiprocessing
 import os
@@ -342,10 +343,48 @@ def _describe(exc: BaseException) -> str:
     return "Traceback (most recent call last):\n" + "".join(lines)
 
 
+_PR_SET_PDEATHSIG = 1  # prctl(2): the signal this process gets when its parent dies
+_DAEMON_EXIT_WAIT_MS = 2000  # how long a dying daemon's last threads may take to end
+
+
+def _end_with_daemon() -> int:
+    """From now on this worker ends when the daemon does, even in the middle of a kernel
+    (prctl PR_SET_PDEATHSIG): the signal is SIGTERM, whose handler first unlinks the
+    segments of a daemon that died without stopping its workers (SIGKILL), then ends the
+    worker as the signal would. Returns the daemon's pid.
+
+    The signal comes when the daemon's thread that started this worker ends, which is
+    either the whole daemon dying or (a worker the scheduler thread replaced) the daemon
+    stopping; the daemon's pidfd tells which."""
+    parent = multiprocessing.parent_process()
+    daemon_pid = parent.pid if parent is not None and parent.pid else os.getppid()
+    try:
+        pidfd = os.pidfd_open(daemon_pid)
+    except ProcessLookupError:  # it died (and was reaped) before this worker came up
+        unlink_daemon_segments(daemon_pid)
+        raise SystemExit(0) from None
+    daemon = select.poll()  # readable once every thread of the daemon has ended
+    daemon.register(pidfd, select.POLLIN)
+
+    def daemon_ended(signum: int, frame: types.FrameType | None) -> None:
+        if daemon.poll(_DAEMON_EXIT_WAIT_MS):
+            unlink_daemon_segments(daemon_pid)
+        signal.signal(signum, signal.SIG_DFL)
+        os.kill(os.getpid(), signum)
+
+    signal.signal(signal.SIGTERM, daemon_ended)
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0) != 0:
+        raise OSError(ctypes.get_errno(), "prctl(PR_SET_PDEATHSIG) failed")
+    if os.getppid() != daemon_pid:  # it died before the signal was armed
+        daemon_ended(signal.SIGTERM, None)
+    return daemon_pid
+
+
 def main(core_id: int, device_segments: list[str], conn) -> None:
     """Entry point of a spawned worker process."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the daemon decides when workers stop
-    daemon_pid = os.getppid()
+    daemon_pid = _end_with_daemon()
     regions = [
         Region.attach(name, populate=True) for name in device_segments
     ]  # device memory is resident

@@ -42,7 +42,7 @@ def format_snapshot(blocks: list) -> str:
         ipc = b.get("ipc")
         shared = ""
         if ipc:
-            shared = f"{len(ipc['keys'])} key(s), {len(ipc['importers'])} importer(s)"
+            shared = f"{ipc['key_count']} key(s), {len(ipc['importers'])} importer(s)"
             if ipc.get("held_after_free"):
                 shared += ", freed by owner"
         rows.append(

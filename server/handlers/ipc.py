@@ -51,7 +51,9 @@ def set_import_pid(session: Session, request: pb.IpcMemSetImportPidRequest, repl
 def import_(
     session: Session, request: pb.IpcMemImportRequest, reply_to: int
 ) -> pb.IpcMemImportReply:
-    export = session.daemon.ipc.import_(session.owner, request.key, request.flags)
+    export = session.daemon.ipc.import_(
+        session.owner, request.key, request.flags, session.daemon.peer_of(session).pid
+    )
     session.memory.imported[export.key] = (export.address, export.size, export.device)
     if session.daemon.observer is not None:  # checking: the import's call site
         session.daemon.observer.imported(session.owner, session.seq, export.key)

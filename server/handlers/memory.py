@@ -69,7 +69,9 @@ def snapshot(
     session: Session, request: pb.MemorySnapshotRequest, reply_to: int
 ) -> pb.MemorySnapshotReply:
     return pb.MemorySnapshotReply(
-        json=json.dumps(memory_snapshot(session.daemon, session.device(request.device)))
+        json=json.dumps(
+            memory_snapshot(session.daemon, session.device(request.device), session.owner)
+        )
     )
 
 

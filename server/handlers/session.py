@@ -21,7 +21,9 @@ PROBE_BYTES = 16  # after the staging area's usable bytes: proof that the client
 @handles(pb.HelloRequest)
 def hello(session: Session, request: pb.HelloRequest, reply_to: int) -> pb.HelloReply:
     owner = session.owner
-    owner.pid = request.pid
+    # the pid the credentials socket verified (server/peers.py), else the one the client
+    # claims: what smi and messages show; IPC whitelists take only a verified one
+    owner.pid = session.daemon.peer_of(session).pid or request.pid
     owner.process_name = request.process_name or "?"
     if request.memory_limit:  # the client's SIMNPU_MEMORY_LIMIT (server/quotas.py)
         session.memory.limits.set(None, request.memory_limit)

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 
 from simnpu.proto import codes, npu_pb2
 from simnpu.proto.errors import NpuError
+from simnpu.server.untrusted import escaped
 from simnpu.shm import futex
 from simnpu.shm import notify as layout
 from simnpu.shm import ring as ring_layout
@@ -164,7 +165,7 @@ class RingReader:
                 else:
                     ring.sleep(_NAP_S)
             except RingCorrupt as error:  # the client broke the protocol
-                log.error("%r: %s; ending the session", session, error)
+                log.warning("%r: %s; ending the session", session, escaped(error))
                 session.abandon(f"its submission ring is corrupt ({error})")
                 return
             except Exception:  # a bug of ours: the session cannot go on in order

@@ -1,0 +1,111 @@
+"""What a client can make the daemon write in its log: nothing forged (its strings are
+escaped), nothing unbounded (rejections are counted, not each logged), no traceback for a
+message that does not parse; and what the log says when workers die or the daemon stops."""
+
+from __future__ import annotations
+
+import os
+import queue
+import re
+import time
+
+import grpc
+import pytest
+
+from simnpu.proto import bulk as wire
+from simnpu.proto import commands, messages, npu_pb2, service
+
+FORGED = "2024-01-01 00:00:00,000 simnpu ERROR forged by a client"
+
+
+class RawSession:
+    """A Session stream driven by hand, as a client not using our library could."""
+
+    def __init__(self, address: str, process_name: str):
+        self.channel = grpc.insecure_channel(address, options=service.CHANNEL_OPTIONS)
+        self.outgoing: queue.Queue = queue.Queue()
+        session = self.channel.stream_stream(
+            service.SESSION_METHOD,
+            request_serializer=lambda message: message,
+            response_deserializer=wire.parse_server,
+        )
+        self.call = session(iter(self.outgoing.get, None))
+        self.incoming = iter(self.call)
+        hello = npu_pb2.HelloRequest(pid=os.getpid(), process_name=process_name)
+        assert self.request(messages.request(1, 0, hello)).code == 0
+
+    def send(self, *items: npu_pb2.Item) -> None:
+        self.outgoing.put(npu_pb2.ClientMessage(items=items).SerializeToString())
+
+    def request(self, request: npu_pb2.Request, *before: npu_pb2.Item) -> npu_pb2.Reply:
+        """Send `before`, then `request`, in one message; its reply."""
+        self.send(*before, npu_pb2.Item(request=request))
+        return next(self.incoming).replies[0]
+
+    def close(self) -> None:
+        self.outgoing.put(None)
+        self.call.cancel()
+        self.channel.close()
+
+
+def wait_for_line(daemon, pattern: str, timeout: float = 30) -> str:
+    """The first line of `daemon`'s log matching `pattern`, waiting for it to be written."""
+    deadline = time.monotonic() + timeout
+    while True:
+        found = [line for line in daemon.output().splitlines() if re.search(pattern, line)]
+        if found:
+            return found[0]
+        assert time.monotonic() < deadline, f"no line matching {pattern!r}:\n{daemon.output()}"
+        time.sleep(0.05)
+
+
+def test_a_process_name_cannot_forge_a_log_line(start_daemon):
+    daemon = start_daemon("--log-level", "INFO")
+    raw = RawSession(daemon.address, f"app\n{FORGED}\x1b[2J")
+    bad_event = commands.RecordEvent.pack(1 << 40, 0)  # logged with the process name
+    assert raw.request(messages.request(2, 0, npu_pb2.GetMemInfoRequest(device=0))).code == 0
+    raw.send(npu_pb2.Item(commands=bad_event))
+    raw.close()
+    ended = wait_for_line(daemon, r"\) ended")
+    assert "(pid %d app\\n%s\\x1b[2J)" % (os.getpid(), FORGED) in ended
+    lines = daemon.output().splitlines()
+    assert not [line for line in lines if line.startswith(FORGED)]
+    assert "\x1b" not in daemon.output()
+
+
+def test_rejected_calls_are_counted_not_each_logged(start_daemon):
+    daemon = start_daemon("--log-level", "INFO")
+    raw = RawSession(daemon.address, "rejected")
+    bad_events = commands.RecordEvent.pack(1 << 40, 0) * 10_000
+    sync = messages.request(2, 0, npu_pb2.GetMemInfoRequest(device=0))
+    assert raw.request(sync, npu_pb2.Item(commands=bad_events)).code == 0
+    raw.close()
+    ended = wait_for_line(daemon, r"ended after")
+    assert "10002 calls, 10000 rejected" in ended  # and HELLO and the sync
+    lines = daemon.output().splitlines()
+    assert len([line for line in lines if "rejected asynchronous call" in line]) == 10
+    assert len(lines) < 30, daemon.output()
+
+
+def test_a_message_that_does_not_parse_is_one_log_line(start_daemon):
+    daemon = start_daemon()
+    with grpc.insecure_channel(daemon.address) as channel:
+        session = channel.stream_stream(
+            service.SESSION_METHOD,
+            request_serializer=lambda raw: raw,
+            response_deserializer=wire.parse_server,
+        )
+        answer = list(session(iter([b"\xff\xff"]), timeout=30))  # ended, not left hanging
+        notices = [notice for message in answer for notice in message.notices]
+        assert [notice.kind for notice in notices] == [npu_pb2.Notice.KIND_DEVICE_GONE]
+        assert "does not parse" in notices[0].message
+        query = channel.unary_unary(
+            service.QUERY_METHOD, request_serializer=lambda b: b, response_deserializer=lambda b: b
+        )
+        with pytest.raises(grpc.RpcError) as caught:
+            query(b"\xff\xff\xff", timeout=30)
+        assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    wait_for_line(daemon, r"a query from .* does not parse")
+    log = daemon.output()
+    assert "Traceback" not in log
+    assert len([line for line in log.splitlines() if "does not parse" in line]) == 2, log

@@ -331,7 +331,8 @@ def _describe(exc: BaseException) -> str:
 
 def main(core_id: int, device_segments: list[str], conn) -> None:
     """Entry point of a spawned worker process."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the daemon decides when workers stop
+    for signum in (signal.SIGINT, signal.SIGTERM):  # the daemon decides when workers stop:
+        signal.signal(signum, signal.SIG_IGN)  # a Ctrl-C or SIGTERM to its group is its alone
     daemon_pid = os.getppid()
     regions = [
         Region.attach(name, populate=True) for name in device_segments
@@ -376,6 +377,7 @@ def main(core_id: int, device_segments: list[str], conn) -> None:
 # ---- the daemon's executor -----------------------------------------------------------------------
 _SPAWN = multiprocessing.get_context("spawn")
 START_TIMEOUT_S = 60.0
+EXIT_WAIT_S = 2.0  # a worker that closed its pipe has this long to exit before it is killed
 
 
 def _keep_working_directory_off_import_path() -> None:
@@ -402,12 +404,26 @@ class _Process:
         self.process.start()
         child.close()
         self.conn: Connection = parent
+        self.hung_up = False  # its pipe was found closed: it is exiting
 
-    def ending(self) -> str:
-        code = self.process.exitcode
-        if code is None:
+    def end(self) -> str:
+        """Reap the process -- a worker that hung up is waited for, one that did not (it is
+        stuck) is killed at once -- and say how it ended: its own exit code or signal, or
+        "stopped responding" if it had to be killed."""
+        process = self.process
+        process.join(EXIT_WAIT_S if self.hung_up else 0)
+        if process.is_alive():
+            process.kill()
+            process.join(5)
             return "stopped responding"
-        return f"died with signal {-code}" if code < 0 else f"exited with code {code}"
+        code = process.exitcode
+        assert code is not None  # reaped: no longer alive
+        if code >= 0:
+            return f"exited with code {code}"
+        try:
+            return f"was killed by signal {-code} ({signal.Signals(-code).name})"
+        except ValueError:  # a number the signal module has no name for
+            return f"was killed by signal {-code}"
 
 
 class ProcessExecutor:
@@ -438,10 +454,14 @@ class ProcessExecutor:
             unit.ready = True
 
     def send(self, unit: Unit, batch: list) -> None:
+        process = self._processes[unit]
         try:
-            self._processes[unit].conn.send(batch)
+            process.conn.send(batch)
         except ValueError as error:  # a closed pipe
             raise OSError(str(error)) from None
+        except OSError:  # the worker closed its end: it is exiting
+            process.hung_up = True
+            raise
 
     def cancel(self, unit: Unit, tokens: list[int]) -> None:
         try:
@@ -469,6 +489,7 @@ class ProcessExecutor:
             try:
                 report = process.conn.recv()
             except (EOFError, OSError):
+                process.hung_up = True
                 reports.append((unit, generation, LOST))
                 continue
             reports.append((unit, generation, report))
@@ -495,10 +516,7 @@ class ProcessExecutor:
 
     def restart(self, unit: Unit) -> str:
         old = self._processes[unit]
-        if old.process.is_alive():
-            old.process.kill()
-        old.process.join(5)
-        how = old.ending()
+        how = old.end()
         old.conn.close()
         unit.generation += 1
         unit.restarts += 1

@@ -7,13 +7,19 @@ from __future__ import annotations
 import os
 import queue
 import re
+import signal
+import subprocess
+import sys
 import time
 
 import grpc
 import pytest
+from conftest import alive, children_of, round_trip, runtime_of, simnpu_segments
 
+from simnpu.client import autostart
 from simnpu.proto import bulk as wire
-from simnpu.proto import commands, messages, npu_pb2, service
+from simnpu.proto import codes, commands, messages, npu_pb2, service
+from simnpu.proto.errors import NpuError
 
 FORGED = "2024-01-01 00:00:00,000 simnpu ERROR forged by a client"
 
@@ -109,3 +115,67 @@ def test_a_message_that_does_not_parse_is_one_log_line(start_daemon):
     log = daemon.output()
     assert "Traceback" not in log
     assert len([line for line in log.splitlines() if "does not parse" in line]) == 2, log
+
+
+# ---- worker deaths -------------------------------------------------------------------------------
+# Kernel modules whose worker process ends as it loads them (on the module's first launch).
+# The first closes its pipe to the daemon a moment before it exits, as a worker busy ending
+# does: its end must still be told by its exit code, not by the daemon's own kill.
+ENDINGS = {
+    "exited with code 7": (
+        "import os, time\nos.closerange(3, 65536)\ntime.sleep(0.5)\nos._exit(7)\n"
+    ),
+    "was killed by signal 9 (SIGKILL)": "import os\nos.kill(os.getpid(), 9)\n",
+}
+
+
+@pytest.mark.parametrize("ending", ENDINGS)
+def test_a_worker_death_is_reported_with_its_cause(daemon, ending):
+    source = ENDINGS[ending] + "from simnpu import kernel\n@kernel()\ndef never(ctx):\n    pass\n"
+    with runtime_of(daemon.address) as rt:
+        never = rt.get_function(rt.binary_load(source, "ends.py"), "never")
+        stream = rt.create_stream()
+        rt.launch_kernel(never, 1, b"", stream)
+        with pytest.raises(NpuError) as caught:
+            rt.synchronize_stream(stream)
+        assert caught.value.code == codes.ACL_ERROR_RT_AICORE_EXCEPTION
+        assert re.search(
+            f"AI core [0-9]+ {re.escape(ending)} while running never", str(caught.value)
+        )
+        rt.destroy_stream(stream)
+
+
+def test_a_sigterm_to_the_daemons_process_group_logs_no_error(tmp_path):
+    """`docker stop`, or Ctrl-C of `simnpu serve` in a terminal, signals the daemon and its
+    workers alike: the workers leave stopping to the daemon, which stops them in order."""
+    address = f"unix://{tmp_path}/npu.sock"
+    log_path = tmp_path / "daemon.log"
+    with open(log_path, "wb") as log:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "simnpu.server", "--listen", address, "--memory", "64MiB"],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,  # its own process group, as a terminal's foreground job
+        )
+    workers: list[int] = []
+    try:
+        deadline = time.monotonic() + 60
+        while not autostart.reachable(address):
+            assert process.poll() is None and time.monotonic() < deadline, log_path.read_text()
+            time.sleep(0.02)
+        workers = children_of(process.pid)
+        with runtime_of(address) as rt:
+            round_trip(rt)  # every worker has done some work
+        os.killpg(process.pid, signal.SIGTERM)
+        assert process.wait(30) == 0
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait(5)
+    deadline = time.monotonic() + 10
+    while any(alive(pid) for pid in workers) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not [pid for pid in workers if alive(pid)]
+    assert not [name for name in simnpu_segments() if name.startswith(f"simnpu-{process.pid}-")]
+    output = log_path.read_text()
+    assert " ERROR " not in output and "Traceback" not in output, output

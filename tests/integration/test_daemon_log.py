@@ -117,6 +117,32 @@ def test_a_message_that_does_not_parse_is_one_log_line(start_daemon):
     assert len([line for line in log.splitlines() if "does not parse" in line]) == 2, log
 
 
+# ---- other clients' identity -----------------------------------------------------------------
+def test_messages_about_other_clients_memory_name_them_in_the_log_only(start_daemon):
+    daemon = start_daemon("--log-level", "INFO")
+    holder, intruder = RawSession(daemon.address, "holder-app"), RawSession(daemon.address, "x")
+    try:
+        malloc = npu_pb2.MallocRequest(device=0, size=200 << 20, policy=0)
+        held = holder.request(messages.request(2, 0, malloc))
+        assert held.code == 0
+        malloc = npu_pb2.MallocRequest(device=0, size=100 << 20, policy=0)
+        oom = intruder.request(messages.request(2, 0, malloc))
+        assert oom.code == codes.ACL_ERROR_RT_MEMORY_ALLOCATION
+        assert "by 1 other client(s)" in oom.message and "holder-app" not in oom.message
+        free = npu_pb2.FreeRequest(address=held.malloc.address)
+        refused = intruder.request(messages.request(3, 0, free))
+        assert refused.code == codes.ACL_ERROR_RT_PARAM_INVALID
+        assert "belongs to another client" in refused.message
+        assert "holder-app" not in refused.message
+    finally:
+        holder.close()
+        intruder.close()
+    top = wait_for_line(daemon, "top users")
+    assert "top users: session 1 (pid %d holder-app): " % os.getpid() in top
+    tried = wait_for_line(daemon, "aclrtFree of")
+    assert tried.endswith("an allocation of session 1 (pid %d holder-app)" % os.getpid())
+
+
 # ---- worker deaths -------------------------------------------------------------------------------
 # Kernel modules whose worker process ends as it loads them (on the module's first launch).
 # The first closes its pipe to the daemon a moment before it exits, as a worker busy ending

@@ -8,6 +8,7 @@ its checks of device ranges (Session.device_range) read it. Blocks belong to the
 
 from __future__ import annotations
 
+import logging
 from typing import TYPE_CHECKING, Any
 
 from simnpu.proto import codes
@@ -22,6 +23,8 @@ if TYPE_CHECKING:
     from simnpu.server.ipc_memory import IpcMemory
     from simnpu.server.mem_pools import MemPool
     from simnpu.server.objects import Owner
+
+log = logging.getLogger("simnpu.memory")
 
 
 class ClientMemory:
@@ -59,9 +62,11 @@ class ClientMemory:
                     f"{address:#x} is imported IPC memory: release it with aclrtIpcMemClose"
                 )
             other = self.owner_of(address)
+            if other is not None:  # who it belongs to: told the daemon's owner only
+                log.info("%r: aclrtFree of %#x, an allocation of %r", self.owner, address, other)
             raise invalid(
                 f"{address:#x} is not the start of a live allocation of this process"
-                + (f" (it belongs to {other})" if other else " (double free or bad pointer)")
+                + (" (it belongs to another client)" if other else " (double free or bad pointer)")
             )
         self.release_block(address, device)
 

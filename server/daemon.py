@@ -235,7 +235,7 @@ class Daemon:
             self._peer_of.pop(session.id, None)
             self._last_activity = time.monotonic()
         session.outbox.put(CLOSED)
-        log.info("%r ended; its resources are freed", session)
+        log.info("%r ended after %s; its resources are freed", session, session.tally())
 
     # ---- device-wide counters and helpers (any thread) -----------------------------------------
     def count_stream(self, device: int, delta: int) -> None:

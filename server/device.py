@@ -3,16 +3,21 @@ the streams whose head waits for a free unit."""
 
 from __future__ import annotations
 
+import logging
 import threading
 from typing import TYPE_CHECKING
 
+from simnpu.proto.errors import NpuMemoryError
 from simnpu.server.executor import Unit, UnitKind
+from simnpu.server.untrusted import escaped
 from simnpu.shm.addresses import device_address, split_device_address
 from simnpu.shm.allocator import Allocation, DeviceAllocator
 from simnpu.shm.region import Region, segment_name
 
 if TYPE_CHECKING:
     from simnpu.server.objects import Stream
+
+log = logging.getLogger("simnpu.memory")
 
 
 class Device:
@@ -48,7 +53,16 @@ class Device:
         """aclrtMalloc on this device: the device address of a new allocation. `limit` caps
         what `owner` may have reserved in all (its memory quota)."""
         with self.lock:
-            allocation = self.allocator.allocate(size, policy, owner, limit)
+            try:
+                allocation = self.allocator.allocate(size, policy, owner, limit)
+            except NpuMemoryError as error:  # who holds the memory: told the daemon's owner only
+                log.info(
+                    "%r: %s; top users: %s",
+                    owner,
+                    escaped(error.message),
+                    escaped(self.allocator.top_users()),
+                )
+                raise
         return device_address(self.index, allocation.offset)
 
     def free(self, address: int) -> Allocation:

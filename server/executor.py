@@ -89,7 +89,7 @@ class Executor(Protocol):
 
     def restart(self, unit: Unit) -> str:
         """Stop `unit` for good (it died or is stuck) and start a new one in its place; says
-        how the old one ended ("died with signal 9", ...)."""
+        how the old one ended ("exited with code 7", ...)."""
 
     def stop(self) -> None:
         """Stop every unit."""

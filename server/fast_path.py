@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 
 from simnpu.proto import codes, npu_pb2
 from simnpu.proto.errors import NpuError
+from simnpu.server.untrusted import escaped
 from simnpu.shm import futex
 from simnpu.shm import notify as layout
 from simnpu.shm import ring as ring_layout
@@ -29,6 +30,11 @@ if TYPE_CHECKING:
 log = logging.getLogger("simnpu.ring")
 
 _NAP_S = 1.0  # an idle ring thread re-checks whether its session ended this often
+# How long a request the ring marks may take to arrive by the gRPC stream. The client queues
+# it for sending as it writes the marker, so only its transfer is awaited: the largest
+# message (256 MiB) takes about 3 s on a 2-vCPU machine. A client still silent after this
+# marked a request it never sent.
+STREAM_ITEM_WAIT_S = 30.0
 _STOP = object()
 
 
@@ -139,8 +145,15 @@ class RingReader:
         self._thread.start()
 
     def _next_stream_item(self) -> npu_pb2.Item | None:
-        """The next Item of the gRPC stream (blocks); None once the session ended."""
-        item = self.stream_items.get()
+        """The next Item of the gRPC stream (blocks, up to STREAM_ITEM_WAIT_S); None once
+        the session ended. RingCorrupt if it does not come."""
+        try:
+            item = self.stream_items.get(timeout=STREAM_ITEM_WAIT_S)
+        except queue.Empty:
+            raise RingCorrupt(
+                "it marks a request sent by the stream that did not arrive within "
+                f"{STREAM_ITEM_WAIT_S:.0f} s"
+            ) from None
         return None if item is _STOP else item
 
     def stop(self) -> None:
@@ -164,7 +177,7 @@ class RingReader:
                 else:
                     ring.sleep(_NAP_S)
             except RingCorrupt as error:  # the client broke the protocol
-                log.error("%r: %s; ending the session", session, error)
+                log.warning("%r: %s; ending the session", session, escaped(error))
                 session.abandon(f"its submission ring is corrupt ({error})")
                 return
             except Exception:  # a bug of ours: the session cannot go on in order

@@ -13,6 +13,8 @@ from __future__ import annotations
 import logging
 import time
 
+from simnpu.server.untrusted import escaped
+
 log = logging.getLogger("simnpu.check")
 
 MAX_FINDINGS = 1000  # distinct findings kept per session and for the daemon
@@ -97,5 +99,5 @@ def task_line(ref: dict, blocks=None) -> str:
 
 def log_finding(finding: Finding) -> None:
     level = logging.ERROR if finding.severity == "error" else logging.WARNING
-    first = finding.text.splitlines()[0] if finding.text else ""
+    first = escaped(finding.text.splitlines()[0]) if finding.text else ""
     log.log(level, "%s %s: %s (%r)", finding.check, finding.kind, first, finding.session)

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from simnpu.proto import codes
+from simnpu.server.untrusted import escaped
 
 if TYPE_CHECKING:
     from simnpu.server.tasks import Task
@@ -55,7 +56,7 @@ class Owner:
         self.closed = False
 
     def __repr__(self) -> str:
-        return f"session {self.id} (pid {self.pid} {self.process_name})"
+        return f"session {self.id} (pid {self.pid} {escaped(self.process_name)})"
 
     def streams(self) -> list[Stream]:
         return [stream for context in self.contexts for stream in context.streams]

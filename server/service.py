@@ -12,13 +12,18 @@ import hmac
 import json
 import logging
 import threading
+from collections.abc import Callable
+from typing import Any
 
 import grpc
+from google.protobuf.message import DecodeError
 
 from simnpu.proto import bulk, npu_pb2, peer_credentials, service
 from simnpu.server.session import CLOSED
 
 log = logging.getLogger("simnpu.service")
+
+UNPARSED = object()  # what a request or message that does not parse is received as
 
 
 class NpuServicer:
@@ -31,12 +36,12 @@ class NpuServicer:
             {
                 "Session": grpc.stream_stream_rpc_method_handler(
                     self.Session,
-                    request_deserializer=bulk.parse_client,
+                    request_deserializer=_or_unparsed(bulk.parse_client),
                     response_serializer=bulk.serialize,
                 ),
                 "Query": grpc.unary_unary_rpc_method_handler(
                     self.Query,
-                    request_deserializer=npu_pb2.QueryRequest.FromString,
+                    request_deserializer=_or_unparsed(npu_pb2.QueryRequest.FromString),
                     response_serializer=npu_pb2.QueryReply.SerializeToString,
                 ),
             },
@@ -103,8 +108,11 @@ class NpuServicer:
 
     def _read(self, session, request_iterator, hello_watch: threading.Timer) -> None:
         try:
-            for message, chunk in request_iterator:
-                session.handle_message(message, chunk)
+            for parsed in request_iterator:
+                if parsed is UNPARSED:
+                    session.undecodable()
+                    return
+                session.handle_message(*parsed)
         except grpc.RpcError:
             pass  # the client went away; that is how most sessions end
         except Exception:
@@ -115,6 +123,22 @@ class NpuServicer:
 
     def Query(self, request, context):
         self._authorize(context)
+        if request is UNPARSED:
+            log.warning("a query from %s does not parse", context.peer())
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, "simnpu: the query does not parse")
         return npu_pb2.QueryReply(
             json=json.dumps(self.daemon.describe(request.what, request.device))
         )
+
+
+def _or_unparsed(parse: Callable[[bytes], Any]) -> Callable[[bytes], Any]:
+    """`parse`, giving UNPARSED for bytes that do not parse: the servicer then says so in one
+    log line (gRPC would log the parser's traceback)."""
+
+    def tolerant(raw: bytes) -> Any:
+        try:
+            return parse(raw)
+        except DecodeError:
+            return UNPARSED
+
+    return tolerant

@@ -34,6 +34,7 @@ from simnpu.server.handlers.registry import HANDLERS, LATER
 from simnpu.server.objects import Context, Event, Failure, Owner, Stream, Waiter
 from simnpu.server.resources import Pinned
 from simnpu.server.tasks import Task
+from simnpu.server.untrusted import escaped
 from simnpu.server.work import Span
 from simnpu.shm.region import Region
 from simnpu.shm.ring import RingCorrupt
@@ -48,6 +49,7 @@ log = logging.getLogger("simnpu.session")
 IMMEDIATE_PRIORITY = -1  # synchronous copies jump every stream queue, as aclrtMemcpy does
 RING_BATCH = 1024  # scheduler work is posted at most this many calls at a time from a ring
 CLOSED = object()  # the outbox item that ends a session's gRPC response stream
+REJECTIONS_LOGGED = 10  # a session's first rejected calls are logged; the rest only counted
 
 
 # ---- the handle table ----------------------------------------------------------------------------
@@ -126,6 +128,7 @@ class Session:
         self.fast_path = FastPath(self)
         self._batch: list[tuple[Callable, tuple]] = []
         self._ring_site: str | None = None  # the call site of the calls in the ring, when observed
+        self.rejections = 0  # asynchronous calls rejected so far
 
     def __repr__(self) -> str:
         return repr(self.owner)
@@ -225,8 +228,8 @@ class Session:
     ) -> None:
         """Run what the client wrote in its submission ring, in order (the ring thread of
         server/fast_path.py); `next_stream_item()` is the next request that went by the gRPC
-        stream instead (None: the session ended). A malformed record ends the session:
-        nothing after it can be found any more (RingCorrupt)."""
+        stream instead (None: the session ended; RingCorrupt: it never came). A malformed
+        record ends the session: nothing after it can be found any more (RingCorrupt)."""
         observer = self.daemon.observer
         if observer is not None:  # forget the call sites of what was submitted before
             observer.sites(self.owner, self.seq, (), ())
@@ -307,7 +310,17 @@ class Session:
     def reject(self, error: NpuError) -> None:
         """The asynchronous call being handled was refused: reported at the next synchronize."""
         seq = self.seq
-        log.info("%r: rejected asynchronous call %d: %s", self, seq, error)
+        self.rejections += 1
+        if self.rejections <= REJECTIONS_LOGGED:
+            log.info(
+                "%r: rejected asynchronous call %d: %s%s",
+                self,
+                seq,
+                escaped(error.message),
+                "; its later rejections are only counted"
+                if self.rejections == REJECTIONS_LOGGED
+                else "",
+            )
         if self.owner.rejected is None:
             self.owner.rejected = Failure(error.code, f"{error.message} (task {seq})", seq)
         self._batch.append((self.scheduler.rejected, (self.owner, seq)))
@@ -378,6 +391,16 @@ class Session:
         self.outbox.put(npu_pb2.Notice(kind=npu_pb2.Notice.KIND_HOST_CALLBACK, callback=callback))
 
     # ---- the end -------------------------------------------------------------------------------
+    def undecodable(self) -> None:
+        """A message of the session's stream does not parse: what the client meant is lost
+        with it, so the session ends."""
+        log.warning("%r: a message of its stream does not parse; ending the session", self)
+        self.abandon("a message it sent does not parse")
+
+    def tally(self) -> str:
+        """What the session did, for the daemon's one log line at its end."""
+        return f"{self.seq} calls, {self.rejections} rejected"
+
     def abandon(self, why: str) -> None:
         """End the session from the daemon's side (the client broke the protocol)."""
         self.outbox.put(

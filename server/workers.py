@@ -349,9 +349,10 @@ _DAEMON_EXIT_WAIT_MS = 2000  # how long a dying daemon's last threads may take t
 
 def _end_with_daemon() -> int:
     """From now on this worker ends when the daemon does, even in the middle of a kernel
-    (prctl PR_SET_PDEATHSIG): the signal is SIGTERM, whose handler first unlinks the
-    segments of a daemon that died without stopping its workers (SIGKILL), then ends the
-    worker as the signal would. Returns the daemon's pid.
+    (prctl PR_SET_PDEATHSIG): the signal is SIGUSR2, which nobody else sends (SIGTERM and
+    SIGINT to the daemon's process group are ignored: the daemon stops its workers itself);
+    its handler first unlinks the segments of a daemon that died without stopping its
+    workers (SIGKILL), then ends the worker as the signal would. Returns the daemon's pid.
 
     The signal comes when the daemon's thread that started this worker ends, which is
     either the whole daemon dying or (a worker the scheduler thread replaced) the daemon
@@ -372,18 +373,19 @@ def _end_with_daemon() -> int:
         signal.signal(signum, signal.SIG_DFL)
         os.kill(os.getpid(), signum)
 
-    signal.signal(signal.SIGTERM, daemon_ended)
+    signal.signal(signal.SIGUSR2, daemon_ended)
     libc = ctypes.CDLL(None, use_errno=True)
-    if libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0) != 0:
+    if libc.prctl(_PR_SET_PDEATHSIG, signal.SIGUSR2, 0, 0, 0) != 0:
         raise OSError(ctypes.get_errno(), "prctl(PR_SET_PDEATHSIG) failed")
     if os.getppid() != daemon_pid:  # it died before the signal was armed
-        daemon_ended(signal.SIGTERM, None)
+        daemon_ended(signal.SIGUSR2, None)
     return daemon_pid
 
 
 def main(core_id: int, device_segments: list[str], conn) -> None:
     """Entry point of a spawned worker process."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the daemon decides when workers stop
+    for signum in (signal.SIGINT, signal.SIGTERM):  # the daemon decides when workers stop:
+        signal.signal(signum, signal.SIG_IGN)  # a Ctrl-C or SIGTERM to its group is its alone
     daemon_pid = _end_with_daemon()
     regions = [
         Region.attach(name, populate=True) for name in device_segments
@@ -428,6 +430,7 @@ def main(core_id: int, device_segments: list[str], conn) -> None:
 # ---- the daemon's executor -----------------------------------------------------------------------
 _SPAWN = multiprocessing.get_context("spawn")
 START_TIMEOUT_S = 60.0
+EXIT_WAIT_S = 2.0  # a worker that closed its pipe has this long to exit before it is killed
 
 
 def _keep_working_directory_off_import_path() -> None:
@@ -454,12 +457,26 @@ class _Process:
         self.process.start()
         child.close()
         self.conn: Connection = parent
+        self.hung_up = False  # its pipe was found closed: it is exiting
 
-    def ending(self) -> str:
-        code = self.process.exitcode
-        if code is None:
+    def end(self) -> str:
+        """Reap the process -- a worker that hung up is waited for, one that did not (it is
+        stuck) is killed at once -- and say how it ended: its own exit code or signal, or
+        "stopped responding" if it had to be killed."""
+        process = self.process
+        process.join(EXIT_WAIT_S if self.hung_up else 0)
+        if process.is_alive():
+            process.kill()
+            process.join(5)
             return "stopped responding"
-        return f"died with signal {-code}" if code < 0 else f"exited with code {code}"
+        code = process.exitcode
+        assert code is not None  # reaped: no longer alive
+        if code >= 0:
+            return f"exited with code {code}"
+        try:
+            return f"was killed by signal {-code} ({signal.Signals(-code).name})"
+        except ValueError:  # a number the signal module has no name for
+            return f"was killed by signal {-code}"
 
 
 class ProcessExecutor:
@@ -490,10 +507,14 @@ class ProcessExecutor:
             unit.ready = True
 
     def send(self, unit: Unit, batch: list) -> None:
+        process = self._processes[unit]
         try:
-            self._processes[unit].conn.send(batch)
+            process.conn.send(batch)
         except ValueError as error:  # a closed pipe
             raise OSError(str(error)) from None
+        except OSError:  # the worker closed its end: it is exiting
+            process.hung_up = True
+            raise
 
     def cancel(self, unit: Unit, tokens: list[int]) -> None:
         try:
@@ -521,6 +542,7 @@ class ProcessExecutor:
             try:
                 report = process.conn.recv()
             except (EOFError, OSError):
+                process.hung_up = True
                 reports.append((unit, generation, LOST))
                 continue
             reports.append((unit, generation, report))
@@ -547,10 +569,7 @@ class ProcessExecutor:
 
     def restart(self, unit: Unit) -> str:
         old = self._processes[unit]
-        if old.process.is_alive():
-            old.process.kill()
-        old.process.join(5)
-        how = old.ending()
+        how = old.end()
         old.conn.close()
         unit.generation += 1
         unit.restarts += 1

@@ -539,11 +539,8 @@ class DeviceAllocator:
             )
         else:
             reserve = f"{_fmt_bytes(normal)} reserved as normal memory"
-        users = sorted(self.usage_by_owner().items(), key=lambda kv: kv[1], reverse=True)
-        top = ", ".join(f"{who!r}: {_fmt_bytes(n)}" for who, n in users[:_TOP_USERS]) or "none"
-        if len(users) > _TOP_USERS:
-            top += f" and {len(users) - _TOP_USERS} more"
         used = self._by_owner.get(owner, 0)
+        others = [n for who, n in self.usage_by_owner().items() if who != owner]
         smallest = granules if mode == _HUGE_ONLY else normal
         if limit is not None and used + smallest > limit:
             cause = (
@@ -558,8 +555,18 @@ class DeviceAllocator:
             f"{cause}"
             f"free {_fmt_bytes(self._free_bytes)} of {_fmt_bytes(self._capacity)}, "
             f"largest free block {_fmt_bytes(self._largest())}, {len(self._free)} free blocks; "
-            f"top users: {top}"
+            f"held by this client: {_fmt_bytes(used)}, by {len(others)} other client(s): "
+            f"{_fmt_bytes(sum(others))}"
         )
+
+    def top_users(self) -> str:
+        """The owners that reserve the most, biggest first: who holds the memory, for the
+        daemon's log (the out-of-memory message a client gets names no other owner)."""
+        users = sorted(self.usage_by_owner().items(), key=lambda kv: kv[1], reverse=True)
+        top = ", ".join(f"{who!r}: {_fmt_bytes(n)}" for who, n in users[:_TOP_USERS]) or "none"
+        if len(users) > _TOP_USERS:
+            top += f" and {len(users) - _TOP_USERS} more"
+        return top
 
     def _bad_free_message(self, offset: int) -> str:
         if not 0 <= offset < self._capacity:

@@ -1306,17 +1306,18 @@ def test_non_protobuf_bytes_on_the_session_stream(daemon, bystander):
         session = channel.stream_stream(
             service.SESSION_METHOD,
             request_serializer=lambda b: b,
-            response_deserializer=lambda b: b,
+            response_deserializer=wire.parse_server,
         )
-        call = session(iter([b"\xff\xff"]), timeout=30)
-        with pytest.raises(grpc.RpcError) as caught:
-            list(call)
-        assert caught.value.code() == grpc.StatusCode.INTERNAL  # refused, not left hanging
+        answer = list(session(iter([b"\xff\xff"]), timeout=30))  # refused, not left hanging
+        assert [notice.kind for message in answer for notice in message.notices] == [
+            npu_pb2.Notice.KIND_DEVICE_GONE
+        ]
         query = channel.unary_unary(
             service.QUERY_METHOD, request_serializer=lambda b: b, response_deserializer=lambda b: b
         )
-        with pytest.raises(grpc.RpcError):
+        with pytest.raises(grpc.RpcError) as caught:
             query(b"\xff\xff\xff", timeout=30)
+        assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT
         missing = channel.unary_unary("/simnpu.v1.Npu/NoSuchMethod")
         with pytest.raises(grpc.RpcError) as caught:
             missing(b"", timeout=30)

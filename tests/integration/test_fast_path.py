@@ -17,6 +17,7 @@ from simnpu.client.runtime import Runtime
 from simnpu.proto import codes, commands
 from simnpu.proto import observe as observe_bits
 from simnpu.proto.errors import NpuError
+from simnpu.server.fast_path import STREAM_ITEM_WAIT_S
 from simnpu.shm import futex
 
 pytestmark = pytest.mark.skipif(not futex.AVAILABLE, reason="futexes are not available here")
@@ -327,8 +328,18 @@ def garbage_record(victim: Runtime) -> None:
     victim.connection.ring.put(b"\xff\xff" + bytes(64))
 
 
+def marker_without_item(victim: Runtime) -> None:
+    """The ring marks a request as gone by the stream, which never sends it."""
+    victim.connection.ring.put(commands.RingStreamItem.RECORD)
+
+
 @pytest.mark.parametrize(
-    "corrupt, what", [(corrupt_head, "bytes apart"), (garbage_record, "unknown command op 65535")]
+    "corrupt, what",
+    [
+        (corrupt_head, "bytes apart"),
+        (garbage_record, "unknown command op 65535"),
+        pytest.param(marker_without_item, "did not arrive", marks=pytest.mark.slow),
+    ],
 )
 def test_a_corrupt_ring_ends_only_that_session(daemon, rt, corrupt, what):
     from conftest import round_trip
@@ -339,7 +350,7 @@ def test_a_corrupt_ring_ends_only_that_session(daemon, rt, corrupt, what):
         corrupt(victim)
         # The victim writes nothing more: its next put would publish a sane head over a
         # corrupt one. Its background reader sees the daemon end the session.
-        deadline = time.monotonic() + 30
+        deadline = time.monotonic() + 30 + STREAM_ITEM_WAIT_S
         while victim.connection.broken is None and time.monotonic() < deadline:
             time.sleep(0.01)
         assert victim.connection.broken is not None

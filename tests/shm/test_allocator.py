@@ -378,7 +378,7 @@ def test_huge1g_not_supported(policy):
 # ------------------------------------------------------------------ out of memory
 
 
-def test_oom_message_names_sizes_policy_free_space_and_top_users():
+def test_oom_message_names_sizes_policy_free_space_and_own_usage_not_other_users():
     a = DeviceAllocator(16 * MiB)
     a.allocate(size_for(6 * MiB), policy=NORMAL_ONLY, owner="alice")
     bob = a.allocate(size_for(2 * MiB), policy=NORMAL_ONLY, owner="bob")
@@ -397,9 +397,12 @@ def test_oom_message_names_sizes_policy_free_space_and_top_users():
     assert "ACL_MEM_MALLOC_HUGE_FIRST" in msg
     assert f"free {7 * MiB} B" in msg
     assert f"largest free block {5 * MiB} B" in msg
-    assert f"'alice': {6 * MiB} B" in msg and f"'carol': {3 * MiB} B" in msg
-    assert msg.index("'alice'") < msg.index("'carol'")  # biggest user first
-    assert "'bob'" not in msg and "'dave'" not in msg
+    assert f"held by this client: 0 B, by 2 other client(s): {9 * MiB} B" in msg
+    assert not [name for name in ("alice", "bob", "carol", "dave") if name in msg]
+    top = a.top_users()  # who holds it: for the daemon's log
+    assert f"'alice': {6 * MiB} B" in top and f"'carol': {3 * MiB} B" in top
+    assert top.index("'alice'") < top.index("'carol'")  # biggest user first
+    assert "'bob'" not in top and "'dave'" not in top
     assert a.stats()["num_ooms"] == 1
     # The error survives pickling (it crosses process boundaries in the daemon).
     back = pickle.loads(pickle.dumps(err))
@@ -745,7 +748,7 @@ def test_device_oom_under_a_limit_does_not_blame_the_limit():
     with pytest.raises(NpuMemoryError) as e:
         a.allocate(size_for(2 * MiB), policy=NORMAL_ONLY, owner="a", limit=1 << 30)
     assert "memory limit" not in e.value.message
-    assert "'big'" in e.value.message
+    assert f"by 1 other client(s): {3 * MiB} B" in e.value.message  # another owner holds it
 
 
 def test_limit_turns_huge_first_into_normal_when_granules_do_not_fit_it():

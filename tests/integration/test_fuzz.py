@@ -154,6 +154,8 @@ def test_every_request_with_random_fields_gets_a_reply(daemon, bystander, fuzzer
     fresh.close()
 
 
+# A blocking HostCallback holds its stream until this client answers it, by design: left
+# out, like the requests that wait for other ranks.
 _RECORDS = [
     commands.LaunchDeviceArgs,
     commands.Copy,
@@ -161,7 +163,6 @@ _RECORDS = [
     commands.RecordEvent,
     commands.ResetEvent,
     commands.WaitEvent,
-    commands.HostCallback,
     commands.HostDone,
     commands.Collective,
 ]
@@ -205,9 +206,14 @@ def test_random_command_records_are_refused_or_run(daemon, bystander, fuzzer):
     def synchronized(batch: list[bytes]) -> None:
         for record in batch:
             rt.connection.send_command(record, "fuzz")
-        for _ in range(2):  # what it reports, then a clean synchronize
-            code = _code(rt, npu_pb2.SynchronizeDeviceRequest(device=0, timeout_ms=60_000))
-            assert code != codes.ACL_ERROR_RT_INTERNAL_ERROR
+        # what the batch reports, then a clean synchronize (a valid launch of up to 65,535
+        # blocks may take a few seconds)
+        for _ in range(2):
+            code = _code(rt, npu_pb2.SynchronizeDeviceRequest(device=0, timeout_ms=30_000))
+            assert code not in (
+                codes.ACL_ERROR_RT_INTERNAL_ERROR,
+                codes.ACL_ERROR_RT_STREAM_SYNC_TIMEOUT,
+            ), code
         assert rt.connection.broken is None, rt.connection.broken
 
     synchronized()

@@ -82,17 +82,17 @@ def test_whitelist_and_pairing(ipc):
     a, b, c = FakeSession(1), FakeSession(2), FakeSession(3)
     key = _export(ipc, a)
     with pytest.raises(NpuError) as error:
-        ipc.import_(b, key, 0)
+        ipc.import_(b, key, 0, b.pid)
     assert error.value.code == codes.ACL_ERROR_RT_NO_PERMISSION
     with pytest.raises(NpuError):
         ipc.set_import_pid(b, key, [2])  # only the exporter may
     ipc.set_import_pid(a, key, [2])
-    assert ipc.import_(b, key, 0).address == 0x1000
-    assert ipc.import_(b, key, 0).size == 256  # a second import: a second close is owed
+    assert ipc.import_(b, key, 0, b.pid).address == 0x1000
+    assert ipc.import_(b, key, 0, b.pid).size == 256  # a second import: a second close is owed
     with pytest.raises(NpuError):
-        ipc.import_(c, key, 0)
+        ipc.import_(c, key, 0, c.pid)
     with pytest.raises(NpuError):
-        ipc.import_(a, key, 0)  # its own key
+        ipc.import_(a, key, 0, a.pid)  # its own key
     assert ipc.close(b, key) is None
     assert ipc.close(b, key) is not None  # the last close of b's imports
     with pytest.raises(NpuError):
@@ -105,12 +105,12 @@ def test_whitelist_and_pairing(ipc):
 def test_owner_free_while_imported_is_held_until_the_last_close(ipc):
     a, b, c = FakeSession(1), FakeSession(2), FakeSession(3)
     key = _export(ipc, a, flags=1)
-    ipc.import_(b, key, 0)
-    ipc.import_(c, key, 0)
+    ipc.import_(b, key, 0, b.pid)
+    ipc.import_(c, key, 0, c.pid)
     assert ipc.owner_frees(a, 0x1000) is True
     assert ipc.describe(0x1000)["held_after_free"] is True
     with pytest.raises(NpuError):
-        ipc.import_(FakeSession(4), key, 0)  # freed memory cannot be imported
+        ipc.import_(FakeSession(4), key, 0, 4)  # freed memory cannot be imported
     ipc.close(b, key)
     assert ipc.device.freed == []
     ipc.session_ended(c, [key])  # c exits without closing
@@ -122,10 +122,10 @@ def test_owner_free_while_imported_is_held_until_the_last_close(ipc):
 def test_exporter_close_before_importers_keeps_their_access(ipc):
     a, b = FakeSession(1), FakeSession(2)
     key = _export(ipc, a, flags=1)
-    ipc.import_(b, key, 0)
+    ipc.import_(b, key, 0, b.pid)
     assert ipc.close(a, key) is None  # out of ACL's order: logged, importers keep access
     with pytest.raises(NpuError):
-        ipc.import_(FakeSession(3), key, 0)
+        ipc.import_(FakeSession(3), key, 0, 3)
     assert ipc.close(b, key) is not None
     assert ipc.owner_frees(a, 0x1000) is False
 

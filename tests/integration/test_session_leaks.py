@@ -2,9 +2,10 @@
 not grow its memory.
 
 Python's allocator keeps memory it once used, so the daemon's resident size is compared
-between session 200 and session 1,000, not from its start: whatever a session keeps alive
-shows as growth (each kept session holds tens of KiB: its handles, queues, fast path,
-streams).
+between session 200 and session 1,000, not from its start. A session kept alive after its
+end (its handles, queues, fast path, streams) weighed 4-6 KiB of resident memory here:
+800 of them grew the daemon by 3-4.5 MiB, where ended sessions that are let go leave it
+within half a MiB of where it was; the bound is set between the two.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from simnpu.proto import commands
 SESSIONS = 1000
 MEASURED_FROM = 200
 MiB = 1 << 20
+BOUND = 2 * MiB
 
 
 def rss(pid: int) -> int:
@@ -66,7 +68,7 @@ def test_short_sessions_do_not_grow_the_daemon(start_daemon, monkeypatch, sessio
         f"daemon RSS {before / MiB:.1f} MiB at session {MEASURED_FROM}, "
         f"+{growth / MiB:.2f} MiB by session {SESSIONS}"
     )
-    assert growth <= 10 * MiB, (
+    assert growth <= BOUND, (
         f"the daemon grew by {growth / MiB:.1f} MiB over {SESSIONS - MEASURED_FROM} sessions "
         f"that had ended (pid {os.getpid()} made them)"
     )

@@ -26,7 +26,12 @@ from simnpu.client.copies import CopyPaths
 from simnpu.client.hostmem import HostMemory
 from simnpu.client.last_error import records_errors
 from simnpu.client.observe import ClientObserver
-from simnpu.client.runtime_memory import RuntimeMemory, env_memory_limit
+from simnpu.client.runtime_memory import (
+    RuntimeMemory,
+    check_allocatable,
+    env_memory_limit,
+    wire_int,
+)
 from simnpu.client.transport import Connection, caller_site
 from simnpu.proto import codes, commands
 from simnpu.proto import npu_pb2 as pb
@@ -224,6 +229,7 @@ class Runtime(RuntimeMemory):
     def synchronize_device(self, timeout_ms: int = -1) -> None:
         """aclrtSynchronizeDevice(WithTimeout): wait for all this process's work on the
         current device. Blocks; raises the first failure of that work."""
+        wire_int(timeout_ms, "timeout_ms")
         self._call(
             pb.SynchronizeDeviceRequest(device=self._current().device, timeout_ms=timeout_ms)
         )
@@ -241,6 +247,8 @@ class Runtime(RuntimeMemory):
     def create_stream(self, priority: int = 0, flags: int = 0) -> int:
         """aclrtCreateStreamWithConfig: priority 0 (highest) .. 7, clamped."""
         context = self._current()
+        wire_int(priority, "priority")
+        wire_int(flags, "flags")
         reply = self._call(
             pb.CreateStreamRequest(context=context.handle, priority=priority, flags=flags)
         )
@@ -272,6 +280,7 @@ class Runtime(RuntimeMemory):
 
         Decided on the stream's completion signal when that can prove it (client/fast_path.py)."""
         stream = self.stream(handle)
+        wire_int(timeout_ms, "timeout_ms")
         if self.signals is not None and not self.observer.flags:
             remaining = self.signals.synchronize(stream, timeout_ms)
             if remaining is None:
@@ -287,6 +296,7 @@ class Runtime(RuntimeMemory):
     @records_errors
     def set_stream_failure_mode(self, handle: int, mode: int) -> None:
         """aclrtSetStreamFailureMode: STOP_ON_FAILURE stops every stream of the context."""
+        wire_int(mode, "mode")
         self._call(pb.SetStreamFailureModeRequest(stream=self.stream(handle), mode=mode))
 
     # ---- events ----------------------------------------------------------------------------------
@@ -299,6 +309,7 @@ class Runtime(RuntimeMemory):
     def create_event(self, flags: int = 0) -> int:
         """aclrtCreateEvent / aclrtCreateEventWithFlag."""
         context = self._current()
+        wire_int(flags, "flags")
         handle = self._call(pb.CreateEventRequest(context=context.handle, flags=flags)).event
         context.events.add(handle)
         self.event_context[handle] = context
@@ -344,6 +355,7 @@ class Runtime(RuntimeMemory):
         stopped context's failure (ACL_STOP_ON_FAILURE); in ACL_CONTINUE_ON_FAILURE a task
         that failed before the record is reported by its stream's next synchronize, and
         this call warns about it on stderr."""
+        wire_int(timeout_ms, "timeout_ms")
         reply = self._call(
             pb.SynchronizeEventRequest(event=self._event(event), timeout_ms=timeout_ms)
         )
@@ -384,6 +396,8 @@ class Runtime(RuntimeMemory):
         """aclrtMalloc on the current device: a device address (not dereferenceable here)."""
         if not isinstance(size, int) or size <= 0:
             raise NpuError(codes.ACL_ERROR_INVALID_PARAM, f"cannot allocate {size!r} bytes")
+        check_allocatable(size, "device memory", padded=True)
+        wire_int(policy, "policy")
         device = self._current().device
         address = self._call(pb.MallocRequest(device=device, size=size, policy=policy)).address
         self._remember(address, size, device)
@@ -412,6 +426,7 @@ class Runtime(RuntimeMemory):
             raise NpuError(
                 codes.ACL_ERROR_INVALID_PARAM, f"cannot allocate {size!r} bytes of host memory"
             )
+        check_allocatable(size, "pinned host memory")
         if not self.copies.shared:
             return self.host.add_private(0, size).address
         reply = self._call(pb.MallocHostRequest(size=size))
@@ -534,8 +549,9 @@ class Runtime(RuntimeMemory):
                 f"bytes the kernel's parameters ({signature.to_wire()}) need"
             )
         stream = self.stream(stream)
+        args = bytes(args)[: signature.end]  # only what the parameters take: all the daemon reads
         self.connection.send_command(
-            commands.Launch.pack(num_blocks, stream, function, bytes(args)), caller_site(), stream
+            commands.Launch.pack(num_blocks, stream, function, args), caller_site(), stream
         )
 
     @records_errors
@@ -561,6 +577,7 @@ class Runtime(RuntimeMemory):
     @records_errors
     def set_op_execute_timeout(self, milliseconds: int) -> None:
         """aclrtSetOpExecuteTimeOutWithMs: 0 restores the daemon's default."""
+        wire_int(milliseconds, "milliseconds")
         self._call(pb.SetOpExecuteTimeoutRequest(milliseconds=milliseconds))
 
     # ---- host callbacks --------------------------------------------------------------------------

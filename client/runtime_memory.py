@@ -19,7 +19,7 @@ from simnpu.client.last_error import records_errors
 from simnpu.client.transport import caller_site
 from simnpu.proto import codes
 from simnpu.proto import npu_pb2 as pb
-from simnpu.proto.errors import NotSupportedError, NpuError, invalid
+from simnpu.proto.errors import NotSupportedError, NpuError, NpuMemoryError, invalid
 from simnpu.shm.sizes import parse_size
 
 if TYPE_CHECKING:
@@ -33,6 +33,34 @@ if TYPE_CHECKING:
 _MEM_ATTRS = range(codes.ACL_DDR_MEM, codes.ACL_MEM_P2P_HUGE1G + 1)
 IPC_KEY_LENGTH = 65
 """The length of the key buffer aclrtIpcMemGetExportKey fills (64 characters and a NUL)."""
+INT64_MAX = (1 << 63) - 1
+_SIZE_T_END = 1 << 64
+_ACL_MALLOC_PAD = 64  # aclrtMalloc adds 32 bytes of alignment and 32 of padding to a size
+
+
+def wire_int(value: int, name: str) -> int:
+    """`value`, checked to fit the int64 the daemon is told it in: else 107000 naming the
+    parameter, before anything is sent (the session stays in step)."""
+    if not -INT64_MAX - 1 <= value <= INT64_MAX:
+        raise invalid(f"{name} {value} is out of range (at most {INT64_MAX} in magnitude)")
+    return value
+
+
+def check_allocatable(size: int, what: str, padded: bool = False) -> None:
+    """Refuse a positive `size` beyond the int64 the daemon is told sizes in, as ACL does: a
+    size no size_t holds is 107000, one that wraps when aclrtMalloc pads it (`padded`) is
+    ACL's own overflow check (100000, GetAlignedAndPaddingSize), any other is the driver's
+    refusal (207001: no device or host has that much memory)."""
+    if size <= INT64_MAX:
+        return
+    if size >= _SIZE_T_END:
+        raise invalid(f"size {size} of {what} does not fit a size_t")
+    if padded and size > _SIZE_T_END - 1 - _ACL_MALLOC_PAD:
+        raise NpuError(
+            codes.ACL_ERROR_INVALID_PARAM,
+            f"size {size} of {what} overflows a size_t once aligned and padded",
+        )
+    raise NpuMemoryError(f"cannot allocate {size} bytes of {what}: more than any memory holds")
 
 
 def env_memory_limit() -> int:
@@ -144,6 +172,7 @@ class RuntimeMemory:
         refused (107000). Blocks."""
         if not isinstance(limit, int) or limit < 0:
             raise invalid(f"a memory limit must be a byte count >= 0, not {limit!r}")
+        wire_int(limit, "limit")
         if device is not None:
             self._check_device(device)
         self._call(pb.MemoryLimitRequest(device=device, limit=limit))
@@ -179,13 +208,14 @@ class RuntimeMemory:
         if address in self.imported.values():
             raise invalid(f"{address:#x} is imported IPC memory; only its owner can export it")
         self.device_range(address, size)
+        wire_int(flags, "flags")
         return self._call(pb.IpcMemExportRequest(address=address, size=size, flags=flags)).key
 
     @records_errors
     def ipc_mem_set_import_pid(self, key: str, pids) -> None:
         """aclrtIpcMemSetImportPid: whitelist processes (their device_get_bare_tgid) for `key`.
         Blocks."""
-        pids = [int(pid) for pid in pids]
+        pids = [wire_int(int(pid), "pid") for pid in pids]
         if not key or not pids:
             raise NpuError(
                 codes.ACL_ERROR_INVALID_PARAM, "ipc_mem_set_import_pid needs a key and pids"
@@ -199,6 +229,7 @@ class RuntimeMemory:
         if not key:
             raise NpuError(codes.ACL_ERROR_INVALID_PARAM, "empty IPC key")
         key = _key(key)
+        wire_int(flags, "flags")
         reply = self._call(pb.IpcMemImportRequest(key=key, flags=flags))
         with self._lock:
             self.imported_counts[key] = self.imported_counts.get(key, 0) + 1
@@ -246,6 +277,7 @@ class RuntimeMemory:
                 codes.ACL_ERROR_INVALID_PARAM,
                 f"maxSize must be a byte count >= 0, not {max_size!r}",
             )
+        wire_int(max_size, "maxSize")
         pool = self._call(pb.MemPoolCreateRequest(device=device, max_size=max_size)).pool
         self.pools[pool] = device
         return pool
@@ -267,6 +299,7 @@ class RuntimeMemory:
         from now on. Returns the address (blocks for it; no stream synchronisation)."""
         if not isinstance(size, int) or size <= 0:
             raise NpuError(codes.ACL_ERROR_INVALID_PARAM, f"cannot allocate {size!r} bytes")
+        check_allocatable(size, "memory pool memory")
         address = self._call(
             pb.MemPoolMallocRequest(pool=self._pool(pool), size=size, stream=self.stream(stream))
         ).address
@@ -293,12 +326,15 @@ class RuntimeMemory:
             raise NpuError(
                 codes.ACL_ERROR_INVALID_PARAM, f"attribute value must be an int >= 0, not {value!r}"
             )
+        wire_int(attr, "attr")
+        wire_int(value, "value")
         self._call(pb.MemPoolSetAttrRequest(pool=self._pool(pool), attr=attr, value=value))
 
     @records_errors
     def mem_pool_get_attr(self, pool: int, attr: int) -> int:
         """aclrtMemPoolGetAttr (used/reserved current and high-water bytes, and the settable ones).
         Blocks."""
+        wire_int(attr, "attr")
         return self._call(pb.MemPoolGetAttrRequest(pool=self._pool(pool), attr=attr)).value
 
     @records_errors

@@ -289,9 +289,16 @@ class Connection:
 
     def send_command(self, record: bytes, site: str, stream: int = 0) -> int:
         """Queue one packed asynchronous command (on `stream`, if it goes to one); returns its
-        sequence number. Never blocks, but for room in a full submission ring."""
+        sequence number. Never blocks, but for room in a full submission ring. A record too
+        big for the ring is refused (107000) before it takes a number."""
         if self._broken is not None:
             raise self._broken
+        if len(record) > ring_layout.MAX_RECORD and self.ring is not None:
+            raise NpuError(
+                codes.ACL_ERROR_RT_PARAM_INVALID,
+                f"a command of {len(record)} bytes is more than the submission ring takes "
+                f"({ring_layout.MAX_RECORD})",
+            )
         with self._lock:
             seq = self.log.take(site, stream, True)
             if self.ring is not None:
@@ -311,8 +318,9 @@ class Connection:
         """Queue a request; the returned handle is passed to wait(). `bulk` (a buffer, read
         when the message is sent) goes as the message's bulk bytes (proto/bulk.py); only
         in-stream copies have it, and they never have a ring."""
-        # the body's case before the lock: a bad body leaves no trace
-        case: dict[str, Any] = {messages.request_case(body): body}
+        # the message is built before a number and a slot are taken: a body it refuses
+        # leaves no trace, and the session stays in step with the daemon
+        request = messages.request(0, 0, body)
         with self._lock:  # under the lock: _fail_all cannot miss a request registered here
             if self._broken is not None:
                 raise self._broken
@@ -321,7 +329,7 @@ class Connection:
             pending = self._replies[seq] = _Pending(
                 seq, mailbox.free.pop() if mailbox is not None and mailbox.free else -1
             )
-            request = npu_pb2.Request(id=seq, mailbox=pending.slot + 1, **case)
+            request.id, request.mailbox = seq, pending.slot + 1
             if bulk is None:
                 self._queue_request(request, site)
             else:

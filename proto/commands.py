@@ -17,10 +17,10 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Iterator
-from typing import ClassVar, NamedTuple
+from typing import Any, ClassVar, NamedTuple
 
 from simnpu.proto import codes
-from simnpu.proto.errors import NpuError
+from simnpu.proto.errors import NpuError, invalid
 from simnpu.proto.npu_pb2 import SPACE_DEVICE, SPACE_PINNED, SPACE_STAGING, Space
 
 __all__ = [
@@ -77,7 +77,10 @@ class Launch(_LaunchFields):
 
     @staticmethod
     def pack(num_blocks: int, stream: int, function: int, args: bytes) -> bytes:
-        return Launch.LAYOUT.pack(Launch.OP, num_blocks, stream, function, len(args)) + args
+        try:
+            return Launch.LAYOUT.pack(Launch.OP, num_blocks, stream, function, len(args)) + args
+        except struct.error:
+            raise _refused(Launch, (num_blocks, stream, function, len(args))) from None
 
     @classmethod
     def unpack_from(cls, buffer: memoryview, at: int) -> tuple[Launch, int]:
@@ -106,9 +109,11 @@ class LaunchDeviceArgs(_LaunchDeviceArgsFields):
 
     @staticmethod
     def pack(num_blocks: int, stream: int, function: int, args_ptr: int, args_size: int) -> bytes:
-        return LaunchDeviceArgs.LAYOUT.pack(
-            LaunchDeviceArgs.OP, num_blocks, stream, function, args_ptr, args_size
-        )
+        fields = (num_blocks, stream, function, args_ptr, args_size)
+        try:
+            return LaunchDeviceArgs.LAYOUT.pack(LaunchDeviceArgs.OP, *fields)
+        except struct.error:
+            raise _refused(LaunchDeviceArgs, fields) from None
 
     @classmethod
     def unpack_from(cls, buffer: memoryview, at: int) -> tuple[LaunchDeviceArgs, int]:
@@ -131,7 +136,10 @@ class Copy(_CopyFields):
 
     @staticmethod
     def pack(stream: int, dst: Location, src: Location, count: int) -> bytes:
-        return Copy.LAYOUT.pack(Copy.OP, stream, *dst, *src, count)
+        try:
+            return Copy.LAYOUT.pack(Copy.OP, stream, *dst, *src, count)
+        except struct.error:
+            raise _refused(Copy, (stream, *dst, *src, count)) from None
 
     @classmethod
     def unpack_from(cls, buffer: memoryview, at: int) -> tuple[Copy, int]:
@@ -156,7 +164,10 @@ class Memset(_MemsetFields):
 
     @staticmethod
     def pack(stream: int, dst: Location, value: int, count: int) -> bytes:
-        return Memset.LAYOUT.pack(Memset.OP, stream, *dst, value, count)
+        try:
+            return Memset.LAYOUT.pack(Memset.OP, stream, *dst, value, count)
+        except struct.error:
+            raise _refused(Memset, (stream, *dst, value, count)) from None
 
     @classmethod
     def unpack_from(cls, buffer: memoryview, at: int) -> tuple[Memset, int]:
@@ -179,7 +190,10 @@ class _EventRecord(_EventFields):
 
     @classmethod
     def pack(cls, event: int, stream: int) -> bytes:
-        return cls.LAYOUT.pack(cls.OP, event, stream)
+        try:
+            return cls.LAYOUT.pack(cls.OP, event, stream)
+        except struct.error:
+            raise _refused(cls, (event, stream)) from None
 
     @classmethod
     def unpack_from(cls, buffer: memoryview, at: int):
@@ -222,7 +236,10 @@ class HostCallback(_HostCallbackFields):
 
     @classmethod
     def pack(cls, stream: int, callback: int, blocking: bool) -> bytes:
-        return cls.LAYOUT.pack(cls.OP, stream, callback, blocking)
+        try:
+            return cls.LAYOUT.pack(cls.OP, stream, callback, blocking)
+        except struct.error:
+            raise _refused(cls, (stream, callback, blocking)) from None
 
     @classmethod
     def unpack_from(cls, buffer: memoryview, at: int):
@@ -261,7 +278,10 @@ class Collective(_CollectiveFields):
     @staticmethod
     def pack(*fields: int) -> bytes:
         """The record of a collective with these fields, in the order above."""
-        return Collective.LAYOUT.pack(Collective.OP, *fields)
+        try:
+            return Collective.LAYOUT.pack(Collective.OP, *fields)
+        except struct.error:
+            raise _refused(Collective, fields) from None
 
     @classmethod
     def unpack_from(cls, buffer: memoryview, at: int) -> tuple[Collective, int]:
@@ -317,7 +337,7 @@ class RingSite(_RingSiteFields):
 
     @staticmethod
     def pack(site: str) -> bytes:
-        text = site.encode()
+        text = site.encode("utf-8", "backslashreplace")  # a file name may hold surrogates
         return _RING_BYTES.pack(RingSite.OP, len(text)) + text
 
     @classmethod
@@ -388,6 +408,26 @@ def decode(buffer, ring: bool = False) -> Iterator:
             raise _malformed(f"truncated command op {op} at byte {at}")
         record, at = entry[1](view, at)
         yield record
+
+
+def _refused(kind: Any, values: tuple) -> NpuError:
+    """107000 for a record of `kind` whose layout refuses one of `values` (its packed fields
+    in order, a location's three as three), naming the first that does not fit: pack's slow
+    path, so that the caller gets an ACL code rather than struct.error."""
+    names = []
+    for name in kind._fields:
+        if name in ("dst", "src"):
+            names += [f"{name}.{part}" for part in Location._fields]
+        else:
+            names.append(f"len({name})" if name == "args" else name)
+    letters = kind.LAYOUT.format.lstrip("<")[1:]  # after the op
+    for letter, name, value in zip(letters, names, values):
+        try:
+            struct.pack("<" + letter, value)
+        except struct.error:
+            field = f"{struct.calcsize(letter) * 8}-bit{' unsigned' if letter.isupper() else ''}"
+            return invalid(f"{kind.__name__}: {name} {value!r} does not fit its {field} field")
+    return invalid(f"{kind.__name__}: the values {values!r} do not fit its record")
 
 
 def _malformed(what: str) -> NpuError:

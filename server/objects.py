@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NoReturn
 
 from simnpu.proto import codes
 from simnpu.server.untrusted import escaped
@@ -119,4 +119,13 @@ class Waiter:
     def settle(self, timed_out: bool = False) -> None:
         if not self.finished:
             self.finished = True
-            self.finish(timed_out)
+            finish = self.finish
+            # settled, it holds nothing: it may stay among the scheduler's timers until its
+            # deadline, and what it would call holds its whole session
+            self.ready = self.finish = _settled
+            finish(timed_out)
+
+
+def _settled(*_: object) -> NoReturn:
+    """What a settled waiter holds in place of its callables (they are not called again)."""
+    raise AssertionError("a settled waiter was used again")

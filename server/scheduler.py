@@ -46,6 +46,7 @@ log = logging.getLogger("simnpu.scheduler")
 # work -- whose deadline is the operator timeout away, 300 s by default -- costs no
 # wake-up of this thread; an idle daemon wakes once per NAP_S, which costs nothing.
 NAP_S = 1.0
+TIMERS_KEPT = 64  # settled waiters stay among the timers until this many, or twice the live ones
 
 
 class Scheduler:
@@ -56,6 +57,7 @@ class Scheduler:
         self.lock = threading.RLock()  # held while any scheduler state is read or changed
         self._sleep_until = 0.0  # when the scheduler thread's wait returns by itself
         self._timers: list = []
+        self._timers_limit = TIMERS_KEPT  # the timers are rid of settled waiters at this length
         self._timer_ids = itertools.count()
         self._dirty: deque[Stream] = deque()  # streams whose head must be looked at again
         self._tokens = itertools.count(1)
@@ -381,7 +383,12 @@ class Scheduler:
         for task in tasks:
             task.waiters.append(waiter)
         if waiter.deadline is not None:
-            heapq.heappush(self._timers, (waiter.deadline, next(self._timer_ids), waiter))
+            timers = self._timers
+            if len(timers) >= self._timers_limit:  # a waiter settled early stays till its deadline
+                timers[:] = [timer for timer in timers if not timer[2].finished]
+                heapq.heapify(timers)
+                self._timers_limit = max(TIMERS_KEPT, 2 * len(timers))
+            heapq.heappush(timers, (waiter.deadline, next(self._timer_ids), waiter))
             self.note_deadline(waiter.deadline)
 
     def _recheck(self, stream: Stream) -> None:

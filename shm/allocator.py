@@ -129,6 +129,19 @@ class Allocation(NamedTuple):
 _new_allocation = tuple.__new__  # Allocation(...) without the generated __new__'s call overhead
 
 
+class _Former:
+    """The owner of a freed block, as messages name it: the owner itself, remembered, would
+    keep alive a client long gone and everything it held."""
+
+    __slots__ = ("text",)
+
+    def __init__(self, owner: Any):
+        self.text = repr(owner)
+
+    def __repr__(self) -> str:
+        return self.text
+
+
 def policy_name(policy: int) -> str:
     """`ACL_MEM_MALLOC_*` name of a policy, with its flag bits, for messages."""
     base = policy & 0xFF
@@ -184,9 +197,9 @@ class DeviceAllocator:
         self._live: dict[int, Allocation] = {}
         self._starts: dict[int, list[int]] = {}
         self._covers: dict[int, int] = {}
-        self._by_owner: dict[Any, int] = {}  # owner -> reserved bytes (0 once all freed)
-        # Starts freed lately (kept for messages only): a free of one of these that is not
-        # live again and not inside a live block is a double free.
+        self._by_owner: dict[Any, int] = {}  # owner -> reserved bytes, owners with live blocks only
+        # Starts freed lately (kept for messages only, their owners by name): a free of one
+        # of these that is not live again and not inside a live block is a double free.
         self._freed: dict[int, Allocation] = {}
 
         # Counters (torch.cuda.memory_stats names in stats()); "freed" = allocated - current.
@@ -321,7 +334,11 @@ class DeviceAllocator:
         last = (offset + reserved - 1) >> _PAGE_SHIFT
         if last != page:
             self._cover(page + 1, last + 1, None)
-        self._by_owner[owner] -= reserved
+        left = self._by_owner[owner] - reserved
+        if left:
+            self._by_owner[owner] = left
+        else:  # an owner without blocks is forgotten: it may be a session long gone
+            del self._by_owner[owner]
         # Return the block to the free set, merged with its free neighbours (as _release).
         self._free_bytes += reserved
         end = offset + reserved
@@ -340,7 +357,7 @@ class DeviceAllocator:
         free_at[start] = end - start
         free_end[end] = start
         freed = self._freed
-        freed[offset] = a
+        freed[offset] = _new_allocation(Allocation, (offset, size, reserved, _Former(owner), huge))
         if len(freed) > 2 * _FREED_MEMORY:  # keep the newest, trimmed in bulk
             self._freed = dict(list(freed.items())[-_FREED_MEMORY:])
         if huge:
@@ -359,7 +376,7 @@ class DeviceAllocator:
 
     def usage_by_owner(self) -> dict[Any, int]:
         """Reserved bytes per owner (only owners with live blocks)."""
-        return {owner: n for owner, n in self._by_owner.items() if n}
+        return dict(self._by_owner)
 
     def snapshot(self) -> list[dict[str, Any]]:
         """Live blocks in address order."""

@@ -4,7 +4,9 @@ aggregation, block chunks and operator timeouts -- no daemon, no socket, no proc
 
 from __future__ import annotations
 
+import gc
 import time
+import weakref
 
 import numpy as np
 import pytest
@@ -361,6 +363,33 @@ def test_a_waiter_is_settled_when_its_stream_gets_there_or_at_its_deadline(rig):
     scheduler.call(lambda: scheduler.watch(late, streams=[stream]))
     rig.until(lambda: settled == [False, True], timeout_s=5)  # timed out; the task still runs
     assert stream.tasks
+
+
+def test_waiters_settled_before_their_deadline_are_not_kept(rig):
+    """A synchronize with a long timeout that returns early leaves nothing of its caller
+    among the scheduler's timers (they would keep its whole session alive)."""
+
+    class Caller:  # what a synchronize's answer holds: its session
+        pass
+
+    stream = rig.stream()
+    scheduler = rig.scheduler
+    callers = []
+    for _ in range(200):
+        caller = Caller()
+        callers.append(weakref.ref(caller))
+        rig.kernel(stream, "sleep_ms", 5)  # still running when the waiter is watched
+        waiter = Waiter(
+            lambda: not stream.tasks,
+            lambda timed_out, caller=caller: None,
+            time.monotonic() + 3600,
+        )
+        scheduler.call(lambda waiter=waiter: scheduler.watch(waiter, streams=[stream]))
+        rig.drain(stream)
+        del caller, waiter
+    gc.collect()
+    assert not [ref for ref in callers if ref() is not None]
+    assert len(scheduler._timers) < 100  # the settled ones were shed, not kept
 
 
 def test_a_kernel_past_the_operator_timeout_fails_and_its_core_is_replaced():

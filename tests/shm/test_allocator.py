@@ -1,9 +1,11 @@
 """DeviceAllocator: ACL rounding and policies, best fit, split/merge, errors, stats, invariants."""
 
+import gc
 import itertools
 import math
 import pickle
 import random
+import weakref
 
 import pytest
 
@@ -636,6 +638,30 @@ def test_usage_by_owner():
     assert a.usage_by_owner() == {"a": 1088}
     a.free(a1.offset)
     assert a.usage_by_owner() == {}
+
+
+def test_an_owner_without_blocks_is_not_kept_alive():
+    """Once an owner's last block is freed the allocator holds no reference to it (a session
+    long gone stays alive with everything it held otherwise); a double free still names it."""
+
+    class Client:
+        def __repr__(self) -> str:
+            return "client 7"
+
+    a = DeviceAllocator(32 * MiB)
+    owner = Client()
+    blocks = [a.allocate(size, owner=owner) for size in (1000, 3 * MiB)]
+    alive = weakref.ref(owner)
+    del owner
+    a.free(blocks[0].offset)
+    assert alive() is not None  # one block left
+    a.free(blocks[1].offset)
+    blocks.clear()
+    gc.collect()
+    assert alive() is None, gc.get_referrers(alive())
+    assert a.usage_by_owner() == {} and a.used_by(Client()) == 0
+    with pytest.raises(NpuError, match="client 7"):
+        a.free(0)
 
 
 def test_allocation_is_immutable_value():

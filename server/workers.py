@@ -368,6 +368,7 @@ def _end_with_daemon() -> int:
     daemon.register(pidfd, select.POLLIN)
 
     def daemon_ended(signum: int, frame: types.FrameType | None) -> None:
+        signal.signal(signum, signal.SIG_IGN)  # once: the signal may come again meanwhile
         if daemon.poll(_DAEMON_EXIT_WAIT_MS):
             unlink_daemon_segments(daemon_pid)
         signal.signal(signum, signal.SIG_DFL)

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 from simnpu.proto import codes
 from simnpu.proto.errors import NpuError, invalid
 from simnpu.server import quotas
+from simnpu.server.kernel_processes import Grant, page_spans
 from simnpu.server.work import Span
 from simnpu.shm.addresses import is_device_address, split_device_address
 from simnpu.shm.allocator import Allocation
@@ -39,6 +40,8 @@ class ClientMemory:
         self.limits = quotas.Limits(default_limit, len(devices))
         self.pools: set[MemPool] = set()  # its live pools
         self.pool_blocks: dict[int, MemPool] = {}  # address -> its pool, until its FreeAsync
+        self._grant = Grant(-1, ())
+        owner.kernel_grant = self.kernel_grant
 
     # ---- blocks ---------------------------------------------------------------------------------
     def allocate(self, device: Device, size: int, policy: int) -> int:
@@ -47,6 +50,7 @@ class ClientMemory:
             raise NpuError(codes.ACL_ERROR_INVALID_PARAM, f"cannot allocate {size} bytes")
         address = device.allocate(size, policy, self.owner, self.limits.of(device.index))
         self.allocations[address] = device.index
+        self.owner.memory_generation += 1  # after the block is listed: see kernel_grant
         return address
 
     def free(self, address: int) -> None:
@@ -83,6 +87,33 @@ class ClientMemory:
         self.pool_blocks.clear()
         self._ipc.session_ended(self.owner, list(self.imported))
         self.imported.clear()
+
+    def imported_now(self, key: str, address: int, size: int, device: int) -> None:
+        """aclrtIpcMemImportByKey succeeded: `[address, +size)` of `device` is usable."""
+        self.imported[key] = (address, size, device)
+        self.owner.memory_generation += 1
+
+    def import_closed(self, key: str) -> None:
+        """aclrtIpcMemClose closed the last import of `key`."""
+        self.imported.pop(key, None)
+        self.owner.memory_generation += 1
+
+    def kernel_grant(self) -> Grant:
+        """The pages a process running this client's own kernels maps: its blocks and its
+        IPC imports (docs/kernel-isolation.md). Called with the kernel processes' lock held,
+        which frees of device memory take first."""
+        generation = self.owner.memory_generation  # read first: a change since recomputes
+        if self._grant.generation == generation:
+            return self._grant
+        ranges = []
+        for address, device in self.allocations.copy().items():
+            allocation = self._devices[device].lookup(address)
+            if allocation is not None and allocation.owner is self.owner:
+                ranges.append((device, allocation.offset, allocation.reserved))
+        for address, size, device in list(self.imported.values()):
+            ranges.append((device, split_device_address(address)[1], size))
+        self._grant = Grant(generation, page_spans(ranges))
+        return self._grant
 
     # ---- addresses -------------------------------------------------------------------------------
     def allocation_at(self, address: int) -> Allocation | None:

@@ -23,6 +23,7 @@ from simnpu.server import handlers, observe, smi_view  # noqa: F401 - handlers: 
 from simnpu.server.config import DaemonConfig
 from simnpu.server.device import Device
 from simnpu.server.ipc_memory import IpcMemory
+from simnpu.server.kernel_processes import KernelProcesses
 from simnpu.server.memory_views import memory_snapshot, memory_stats
 from simnpu.server.observe import Observer
 from simnpu.server.peers import Peer, Peers
@@ -67,6 +68,12 @@ class Daemon:
             1, source, "<simnpu builtin kernels>", discover_kernels(source)
         )
 
+    @property
+    def kernels(self) -> KernelProcesses:
+        """Where clients' own kernels run (server/kernel_processes.py)."""
+        assert self.executor is not None, "the daemon runs"
+        return self.executor.kernels
+
     # ---- start and stop --------------------------------------------------------------------------
     def start(self) -> None:
         """Create device memory, start workers and the scheduler, then serve gRPC."""
@@ -88,6 +95,8 @@ class Daemon:
             units = [unit for device in self.devices for unit in device.all_units()]
             self.executor = ProcessExecutor(units, [device.region.name for device in self.devices])
             self.executor.start()
+            for device in self.devices:  # frees end the kernel processes that map the block
+                device.kernels = self.executor.kernels
             self.scheduler = Scheduler(self.devices, self.executor, self.config.op_timeout_s)
             observe.install(self, self.scheduler)  # --trace / --check
             self.jobs = Jobs(self.scheduler)

@@ -4,17 +4,20 @@ the streams whose head waits for a free unit."""
 from __future__ import annotations
 
 import logging
+import mmap
 import threading
 from typing import TYPE_CHECKING
 
 from simnpu.proto.errors import NpuMemoryError
 from simnpu.server.executor import Unit, UnitKind
+from simnpu.server.objects import Owner
 from simnpu.server.untrusted import escaped
 from simnpu.shm.addresses import device_address, split_device_address
 from simnpu.shm.allocator import Allocation, DeviceAllocator
 from simnpu.shm.region import Region, segment_name
 
 if TYPE_CHECKING:
+    from simnpu.server.kernel_processes import KernelProcesses
     from simnpu.server.objects import Stream
 
 log = logging.getLogger("simnpu.memory")
@@ -28,8 +31,9 @@ class Device:
     ):
         self.index = index
         self.region = Region.create(segment_name(f"dev{index}"), memory_bytes)
-        self.allocator = DeviceAllocator(memory_bytes)
+        self.allocator = DeviceAllocator(memory_bytes, align=mmap.PAGESIZE)  # blocks own pages
         self.lock = threading.Lock()  # guards the allocator: sessions allocate concurrently
+        self.kernels: KernelProcesses | None = None  # the daemon's, once they run
         engines = first_core_id + ai_cores
         self.units: dict[UnitKind, list[Unit]] = {  # core ids are daemon-wide
             UnitKind.AI_CORE: [
@@ -66,9 +70,34 @@ class Device:
         return device_address(self.index, allocation.offset)
 
     def free(self, address: int) -> Allocation:
+        """aclrtFree on this device (and every other way a block goes back). Kernel
+        processes that map the block end first: no page reaches another client while a
+        process maps it. Blocks until they are gone."""
         _, offset = split_device_address(address)
+        kernels = self.kernels
+        if kernels is None:
+            with self.lock:
+                return self.allocator.free(offset)
+        with kernels.lock:
+            if kernels.mapped:
+                with self.lock:
+                    block = self.allocator.lookup(offset)
+                if (
+                    block is not None
+                    and block.offset == offset
+                    and not kernels.freeing(
+                        self.index, offset, block.reserved, lambda: self._release(offset)
+                    )
+                ):
+                    _changed(block.owner)
+                    return block  # released once the kernels that map it have ended
+            return self._release(offset)
+
+    def _release(self, offset: int) -> Allocation:
         with self.lock:
-            return self.allocator.free(offset)
+            allocation = self.allocator.free(offset)
+        _changed(allocation.owner)
+        return allocation
 
     def used_by(self, owner: object) -> int:
         """Bytes `owner`'s live blocks reserve on this device."""
@@ -83,3 +112,9 @@ class Device:
 
     def close(self) -> None:
         self.region.close()
+
+
+def _changed(owner: object) -> None:
+    """`owner`'s device memory changed (its kernel processes' grant with it)."""
+    if isinstance(owner, Owner):
+        owner.memory_generation += 1

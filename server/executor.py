@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
+    from simnpu.server.objects import Owner
     from simnpu.shm.notify import StreamSignal
 
 
@@ -73,8 +74,10 @@ class Executor(Protocol):
     def start(self) -> None:
         """Start every unit and wait until each reported Ready (daemon start). Blocks."""
 
-    def send(self, unit: Unit, batch: list) -> None:
-        """Hand `unit` a batch (server/work.py). Raises OSError if the unit is gone."""
+    def send(self, unit: Unit, batch: list, tenant: Owner | None = None) -> None:
+        """Hand `unit` a batch (server/work.py); a batch of `tenant`'s own kernels runs in
+        a process of that client alone (server/kernel_processes.py). Raises OSError if the
+        unit (or the tenant's process) is gone."""
 
     def cancel(self, unit: Unit, tokens: list[int]) -> None:
         """Ask `unit` to skip kernels of its running batch (best effort)."""

@@ -16,6 +16,7 @@ from simnpu.proto import codes
 from simnpu.server.untrusted import escaped
 
 if TYPE_CHECKING:
+    from simnpu.server.kernel_processes import Grant
     from simnpu.server.tasks import Task
     from simnpu.server.tasks.event import RecordTask
     from simnpu.server.tasks.host_callback import HostCallbackTask
@@ -54,6 +55,8 @@ class Owner:
         )
         self.waiting_callbacks: dict[int, HostCallbackTask] = {}  # blocking host callbacks by id
         self.closed = False
+        self.memory_generation = 0  # changes whenever the device memory it may use does
+        self.kernel_grant: Callable[[], Grant] | None = None  # what its kernel processes map
 
     def __repr__(self) -> str:
         return f"session {self.id} (pid {self.pid} {escaped(self.process_name)})"

@@ -302,16 +302,18 @@ class Scheduler:
         unit.lent = signal
 
     def send(self, unit: Unit, items: list) -> None:
-        """Hand `unit` a batch, with its operator-timeout deadline."""
-        if unit.forget:
+        """Hand `unit` a batch, with its operator-timeout deadline. A batch of a client's
+        own kernels goes to that client's kernel process for the unit (its tenant)."""
+        work = next(iter(unit.inflight.values()))
+        tenant = work.tenant
+        if unit.forget and tenant is None:
             items = [ForgetSegment.pack(name) for name in unit.forget] + items
             unit.forget = []
-        work = next(iter(unit.inflight.values()))
         timeout = work.stream.owner.op_timeout_s or self.op_timeout_s
         unit.deadline = time.monotonic() + timeout * len(unit.inflight)
         self.note_deadline(unit.deadline)
         try:
-            self.executor.send(unit, items)
+            self.executor.send(unit, items, tenant)
         except OSError:
             self._lost(unit, _lost_code(unit), None)
 

@@ -445,6 +445,7 @@ class Session:
         segments; forget the counts."""
         self.fast_path.stop_ring()
         self.memory.release_all()
+        self.daemon.kernels.end_owner(self.id)
         for context in self.contexts:
             self.daemon.count_stream(context.device, -len(context.streams))
         for _, obj in self.handles.items():

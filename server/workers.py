@@ -16,6 +16,7 @@ under the scheduler lock; only the scheduler thread reads the pipes.
 from __future__ import annotations
 
 import ctypes
+import logging
 import math
 import multiprocessing
 import os
@@ -37,6 +38,13 @@ from simnpu.proto import codes
 from simnpu.proto.kernel_abi import canonical_type
 from simnpu.server import reduce
 from simnpu.server.executor import LOST, Unit
+from simnpu.server.kernel_processes import (
+    MAX_REPORT,
+    BadReport,
+    KernelProcess,
+    KernelProcesses,
+    decode_report,
+)
 from simnpu.server.work import (
     ITEMS,
     Cancel,
@@ -58,6 +66,10 @@ from simnpu.shm.region import Region, unlink_daemon_segments
 
 if TYPE_CHECKING:
     import mmap
+
+    from simnpu.server.objects import Owner
+
+log = logging.getLogger("simnpu.workers")
 
 
 _NUMPY_OF_CANONICAL = {
@@ -151,7 +163,7 @@ class WorkRunner:
         self.modules: dict[int, types.ModuleType] = {}
         self._segments: dict[str, mmap.mmap | bytearray] = dict(zip(device_segments, device_maps))
         self._host: dict[str, Region] = {}
-        self._signals: dict[str, NotifyArea] = {}
+        self.signals: dict[str, NotifyArea] = {}
         self._cancelled: Callable[[], set[int]] = set
 
     def run(self, batch: list[tuple], cancelled: Callable[[], set[int]]) -> list[Result]:
@@ -315,16 +327,16 @@ class WorkRunner:
     def write_signal(self, segment: str, slot: int, seq: int) -> None:
         """A WriteSignal item (its fields): write a stream's completion signal and wake its
         client (docs/fast-path.md)."""
-        area = self._signals.get(segment)
+        area = self.signals.get(segment)
         if area is None:
             try:
-                area = self._signals[segment] = NotifyArea(self.host_segment(segment).map)
+                area = self.signals[segment] = NotifyArea(self.host_segment(segment).map)
             except posix_ipc.ExistentialError:  # the session ended meanwhile: nobody waits
                 return
         area.set_done(slot, seq, False)
 
     def forget(self, name: str) -> None:
-        area = self._signals.pop(name, None)
+        area = self.signals.pop(name, None)
         if area is not None:
             area.release()
         region = self._host.pop(name, None)
@@ -347,12 +359,13 @@ _PR_SET_PDEATHSIG = 1  # prctl(2): the signal this process gets when its parent 
 _DAEMON_EXIT_WAIT_MS = 2000  # how long a dying daemon's last threads may take to end
 
 
-def _end_with_daemon() -> int:
+def end_with_daemon(cleanup: Callable[[], None] = lambda: None) -> int:
     """From now on this worker ends when the daemon does, even in the middle of a kernel
     (prctl PR_SET_PDEATHSIG): the signal is SIGUSR2, which nobody else sends (SIGTERM and
     SIGINT to the daemon's process group are ignored: the daemon stops its workers itself);
     its handler first unlinks the segments of a daemon that died without stopping its
-    workers (SIGKILL), then ends the worker as the signal would. Returns the daemon's pid.
+    workers (SIGKILL) and calls `cleanup`, then ends the worker as the signal would.
+    Returns the daemon's pid.
 
     The signal comes when the daemon's thread that started this worker ends, which is
     either the whole daemon dying or (a worker the scheduler thread replaced) the daemon
@@ -371,6 +384,7 @@ def _end_with_daemon() -> int:
         signal.signal(signum, signal.SIG_IGN)  # once: the signal may come again meanwhile
         if daemon.poll(_DAEMON_EXIT_WAIT_MS):
             unlink_daemon_segments(daemon_pid)
+        cleanup()
         signal.signal(signum, signal.SIG_DFL)
         os.kill(os.getpid(), signum)
 
@@ -387,7 +401,7 @@ def main(core_id: int, device_segments: list[str], conn) -> None:
     """Entry point of a spawned worker process."""
     for signum in (signal.SIGINT, signal.SIGTERM):  # the daemon decides when workers stop:
         signal.signal(signum, signal.SIG_IGN)  # a Ctrl-C or SIGTERM to its group is its alone
-    daemon_pid = _end_with_daemon()
+    daemon_pid = end_with_daemon()
     regions = [
         Region.attach(name, populate=True) for name in device_segments
     ]  # device memory is resident
@@ -491,12 +505,17 @@ class ProcessExecutor:
         os.set_blocking(self._wake_r, False)
         os.set_blocking(self._wake_w, False)
         self._poller: select.poll | None = None  # rebuilt when a worker is replaced
-        self._by_fd: dict[int, Unit] = {}
+        self._by_fd: dict[int, tuple[Unit, KernelProcess | None]] = {}
+        self.kernels = KernelProcesses(segments)  # where clients' own kernels run
+        self._kernels_version = -1  # of the kernel processes the poller watches
+        # units whose batch a kernel process runs (or the error of getting one)
+        self._running: dict[Unit, KernelProcess | OSError] = {}
 
     def start(self) -> None:
         _keep_working_directory_off_import_path()
         for unit in self.units:
             self._processes[unit] = _Process(unit, self._segments)
+        self.kernels.start()
         deadline = time.monotonic() + START_TIMEOUT_S
         for unit in self.units:
             conn = self._processes[unit].conn
@@ -507,7 +526,10 @@ class ProcessExecutor:
                 raise RuntimeError(f"{unit.name} sent {report!r} instead of Ready")
             unit.ready = True
 
-    def send(self, unit: Unit, batch: list) -> None:
+    def send(self, unit: Unit, batch: list, tenant: Owner | None = None) -> None:
+        if tenant is not None:
+            self._send_to_kernel_process(unit, batch, tenant)
+            return
         process = self._processes[unit]
         try:
             process.conn.send(batch)
@@ -517,14 +539,46 @@ class ProcessExecutor:
             process.hung_up = True
             raise
 
-    def cancel(self, unit: Unit, tokens: list[int]) -> None:
+    def _send_to_kernel_process(self, unit: Unit, batch: list, tenant: Owner) -> None:
+        """A batch of `tenant`'s own kernels goes to its kernel process for `unit`
+        (server/kernel_processes.py), with the modules that process has not loaded yet."""
         try:
-            self._processes[unit].conn.send(Cancel(tokens))
+            process, _ = self.kernels.process_for(tenant, unit)
+        except OSError as error:
+            self._running[unit] = error
+            raise
+        items = []
+        tokens = []
+        for item in batch:
+            tag = item[0]
+            if tag == LoadModule.TAG:
+                if item[1] in process.loaded:
+                    continue
+                process.loaded.add(item[1])
+            elif tag == RunKernel.TAG:
+                tokens.append(item[1])
+            items.append(item)
+        process.tokens = tokens
+        process.sent_ns = time.monotonic_ns()
+        process.busy = True
+        self._running[unit] = process
+        if self._kernels_version != self.kernels.version:
+            self.wake()  # the scheduler thread polls the new process from its next wait
+        try:
+            process.conn.send(items)
+        except (OSError, ValueError) as error:
+            raise OSError(str(error)) from None
+
+    def cancel(self, unit: Unit, tokens: list[int]) -> None:
+        running = self._running.get(unit)
+        conn = running.conn if isinstance(running, KernelProcess) else self._processes[unit].conn
+        try:
+            conn.send(Cancel(tokens))
         except (OSError, ValueError):  # it died: its results never come, and it is replaced
             pass
 
     def wait(self, timeout_s: float) -> list[tuple[Unit, int, Any]]:
-        if self._poller is None:
+        if self._poller is None or self._kernels_version != self.kernels.version:
             self._rebuild_poller()
         assert self._poller is not None  # _rebuild_poller sets it
         by_fd = self._by_fd
@@ -536,8 +590,13 @@ class ProcessExecutor:
                 except BlockingIOError:
                     pass
                 continue
-            unit = by_fd.get(fd)
+            unit, kernel_process = by_fd.get(fd, (None, None))
             if unit is None:
+                continue
+            if kernel_process is not None:
+                report = self._kernel_report(unit, kernel_process)
+                if report is not None:
+                    reports.append((unit, unit.generation, report))
                 continue
             generation, process = unit.generation, self._processes[unit]
             try:
@@ -549,17 +608,53 @@ class ProcessExecutor:
             reports.append((unit, generation, report))
         return reports
 
+    def _kernel_report(self, unit: Unit, process: KernelProcess) -> Any:
+        """What `process` reported, checked (it is untrusted), or LOST; None if there is
+        nothing to report (it ended while idle, or it no longer runs the unit's batch)."""
+        running = self._running.get(unit) is process
+        if process.conn.closed:  # ended meanwhile (the poll set is rebuilt next time)
+            return None
+        try:
+            data = process.conn.recv_bytes(MAX_REPORT)
+            report = decode_report(data, process.tokens, process.sent_ns)
+        except (EOFError, OSError, BadReport) as error:
+            if isinstance(error, BadReport):
+                log.warning(
+                    "%s: the kernel process of %r sent a bad report (%s); ending it",
+                    unit.name,
+                    process.owner,
+                    error,
+                )
+            if running:
+                return LOST
+            self.kernels.lost(process)  # it died idle: its next batch gets a new one
+            return None
+        if not running:
+            return None
+        if report.__class__ is list:  # its batch is done
+            del self._running[unit]
+            self.kernels.batch_done(process)
+        return report
+
     def _rebuild_poller(self) -> None:
         poller = select.poll()
         poller.register(self._wake_r, select.POLLIN)
-        self._by_fd = {}
+        self._kernels_version = self.kernels.version
+        by_fd: dict[int, tuple[Unit, KernelProcess | None]] = {}
         for unit, process in self._processes.items():
             try:
                 fd = process.conn.fileno()
             except OSError:  # closed: replaced meanwhile, the next rebuild has it
                 continue
-            self._by_fd[fd] = unit
+            by_fd[fd] = (unit, None)
+        for kernel_process in self.kernels.processes():
+            try:
+                by_fd[kernel_process.conn.fileno()] = (kernel_process.unit, kernel_process)
+            except OSError:  # ended meanwhile
+                continue
+        for fd in by_fd:
             poller.register(fd, select.POLLIN)
+        self._by_fd = by_fd
         self._poller = poller
 
     def wake(self) -> None:
@@ -569,6 +664,16 @@ class ProcessExecutor:
             pass
 
     def restart(self, unit: Unit) -> str:
+        running = self._running.pop(unit, None)
+        if running is not None:  # a kernel process ran the batch: end it, keep the worker
+            unit.generation += 1
+            unit.inflight = {}
+            unit.deadline = None
+            unit.lent = None
+            if isinstance(running, KernelProcess):
+                how = self.kernels.lost(running)
+                return f"(the kernel process of {running.owner!r}) {how}"
+            return f"(no kernel process: {running})"
         old = self._processes[unit]
         how = old.end()
         old.conn.close()
@@ -581,6 +686,7 @@ class ProcessExecutor:
         return how
 
     def stop(self) -> None:
+        self.kernels.stop()
         for process in self._processes.values():
             try:
                 process.conn.send(None)

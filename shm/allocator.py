@@ -15,11 +15,13 @@ found in O(1) through the dicts `start -> size` and `end -> start`. Live blocks 
 indexed by 1 MiB page (the starts in each page, sorted, and the block covering each page's
 first byte), so `lookup` of any interior offset is O(1) plus a bisect within one page.
 
-Sizes follow ACL: `ALIGN_UP(size, 32) + 32`, then up to the 64-byte start alignment
-(so every block boundary stays 64-aligned and no split leaves a sliver under 64 bytes;
+Sizes follow ACL: `ALIGN_UP(size, 32) + 32`, then up to the start alignment `align` (so
+every block boundary stays aligned and no split leaves a sliver under `align` bytes;
 the only possible sliver, at an unaligned capacity end, is absorbed into the block next
 to it). Huge placement (a logical policy: /dev/shm is not huge-page backed) rounds up to
-a multiple of `huge_granule` and starts on a granule boundary.
+a multiple of `huge_granule` and starts on a granule boundary. `align` is 64 bytes by
+default; the daemon's devices use the 4 KiB page, so no two blocks share a page and a
+process can be given exactly one client's blocks (docs/kernel-isolation.md).
 
 Huge placement: one arena with an alignment constraint. Huge and normal blocks share one
 free set and one address order; a huge request takes the best-fit block among those that
@@ -68,7 +70,7 @@ from simnpu.proto.errors import NotSupportedError, NpuError, NpuMemoryError
 from simnpu.shm.freeset import FreeSet
 
 ALIGN = 64
-"""Start alignment of every block, and the smallest block the allocator keeps."""
+"""The smallest start alignment of a block (the default), and the smallest block kept."""
 
 PAD = 32
 """ACL adds 32 bytes after rounding the size up to 32."""
@@ -160,24 +162,37 @@ def _fmt_bytes(n: int) -> str:
 class DeviceAllocator:
     """Best-fit allocator of one device's memory region; mirrors the driver behind aclrtMalloc."""
 
-    def __init__(self, capacity: int, huge_granule: int = 2 << 20, huge_threshold: int = 1 << 20):
+    def __init__(
+        self,
+        capacity: int,
+        huge_granule: int = 2 << 20,
+        huge_threshold: int = 1 << 20,
+        align: int = ALIGN,
+    ):
         capacity = operator.index(capacity)
-        huge_granule = operator.index(huge_granule)
-        huge_threshold = operator.index(huge_threshold)
-        if capacity < ALIGN:
-            raise NpuError(
-                codes.ACL_ERROR_INVALID_PARAM, f"capacity {capacity} is below {ALIGN} bytes"
-            )
-        if huge_granule <= 0 or huge_granule % ALIGN:
+        align = operator.index(align)
+        if align < ALIGN or align & (align - 1):
             raise NpuError(
                 codes.ACL_ERROR_INVALID_PARAM,
-                f"huge_granule {huge_granule} must be a positive multiple of {ALIGN}",
+                f"align {align} must be a power of two of at least {ALIGN}",
+            )
+        huge_granule = operator.index(huge_granule)
+        huge_threshold = operator.index(huge_threshold)
+        if capacity < align:
+            raise NpuError(
+                codes.ACL_ERROR_INVALID_PARAM, f"capacity {capacity} is below {align} bytes"
+            )
+        if huge_granule <= 0 or huge_granule % align:
+            raise NpuError(
+                codes.ACL_ERROR_INVALID_PARAM,
+                f"huge_granule {huge_granule} must be a positive multiple of {align}",
             )
         if huge_threshold < 0:
             raise NpuError(
                 codes.ACL_ERROR_INVALID_PARAM, f"huge_threshold {huge_threshold} is negative"
             )
         self._capacity = capacity
+        self._align = align  # every block starts and ends on a multiple (bar the capacity end)
         self._granule = huge_granule
         self._threshold = huge_threshold
 
@@ -238,7 +253,8 @@ class DeviceAllocator:
         if size <= 0:
             raise NpuError(codes.ACL_ERROR_INVALID_PARAM, f"size must be positive, got {size}")
         mode = _MODE_OF_POLICY.get(policy & 0xFF, _HUGE_FIRST)
-        want = (((size + 31) & -32) + PAD + ALIGN - 1) & -ALIGN  # ACL: ALIGN_UP(size,32)+32
+        align = self._align
+        want = (((size + 31) & -32) + PAD + align - 1) & -align  # ACL: ALIGN_UP(size,32)+32
         huge = False
         if mode == _NORMAL_ONLY or (mode == _HUGE_FIRST and size <= self._threshold):
             # The common case, written out (_take_normal does the same for fallbacks).
@@ -253,7 +269,7 @@ class DeviceAllocator:
             end = offset + block
             del self._free_at[offset]
             tail = block - want
-            if tail < ALIGN:  # never leave a sliver; only an unaligned capacity end can
+            if tail < align:  # never leave a sliver; only an unaligned capacity end can
                 want = block  # cause one
                 del self._free_end[end]
             else:  # the remainder keeps the block's end
@@ -458,7 +474,7 @@ class DeviceAllocator:
         end = start + size
         del self._free_at[start]
         tail = size - want
-        if tail < ALIGN:  # never leave a sliver; only an unaligned capacity end can cause one
+        if tail < self._align:  # never a sliver; only an unaligned capacity end makes one
             want = size
             del self._free_end[end]
         else:  # the remainder keeps the block's end
@@ -497,7 +513,7 @@ class DeviceAllocator:
         end = start + size
         del self._free_end[end]
         tail = end - offset - want
-        if tail < ALIGN:  # never leave a sliver; only an unaligned capacity end can cause one
+        if tail < self._align:  # never a sliver; only an unaligned capacity end makes one
             want += tail
             tail = 0
         if offset > start:
@@ -544,7 +560,7 @@ class DeviceAllocator:
         self, size: int, policy: int, mode: int, owner: Hashable, limit: int | None
     ) -> str:
         padded = ((size + 31) & -32) + PAD
-        normal = (padded + ALIGN - 1) & -ALIGN
+        normal = (padded + self._align - 1) & -self._align
         granules = -(-padded // self._granule) * self._granule
         huge_wanted = mode == _HUGE_ONLY or (mode == _HUGE_FIRST and size > self._threshold)
         if mode == _HUGE_ONLY:

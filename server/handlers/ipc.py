@@ -54,7 +54,7 @@ def import_(
     export = session.daemon.ipc.import_(
         session.owner, request.key, request.flags, session.daemon.peer_of(session).pid
     )
-    session.memory.imported[export.key] = (export.address, export.size, export.device)
+    session.memory.imported_now(export.key, export.address, export.size, export.device)
     if session.daemon.observer is not None:  # checking: the import's call site
         session.daemon.observer.imported(session.owner, session.seq, export.key)
     return pb.IpcMemImportReply(address=export.address, size=export.size, device=export.device)
@@ -63,6 +63,7 @@ def import_(
 @handles(pb.IpcMemCloseRequest)
 def close(session: Session, request: pb.IpcMemCloseRequest, reply_to: int) -> None:
     if session.daemon.ipc.close(session.owner, request.key) is not None:
-        session.memory.imported.pop(request.key, None)
+        session.memory.import_closed(request.key)
+        session.daemon.kernels.end_owner(session.id)  # they mapped what it closed
         if session.daemon.observer is not None:
             session.daemon.observer.import_closed(session.owner, request.key)

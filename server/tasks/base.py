@@ -20,7 +20,7 @@ from simnpu.server.objects import Failure
 
 if TYPE_CHECKING:
     from simnpu.server.executor import Unit
-    from simnpu.server.objects import Stream
+    from simnpu.server.objects import Owner, Stream
     from simnpu.server.scheduler import Scheduler
 
 
@@ -119,6 +119,12 @@ class DeviceWork(Task):
         (items, the last task whose whole work these items hold or None, whether nothing is
         left to hand out)."""
         raise NotImplementedError
+
+    @property
+    def tenant(self) -> Owner | None:
+        """The client whose own code its items run (in that client's kernel processes,
+        server/kernel_processes.py); None: daemon code, run by trusted workers."""
+        return None
 
     def stop(self) -> bool:
         """Its session ended while it ran: nothing more of it is handed out (the pieces out

@@ -14,6 +14,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from simnpu.proto import codes
+from simnpu.proto.commands import BUILTIN_BINARY
 from simnpu.proto.errors import NpuError
 from simnpu.server.access_log import CheckedBounds
 from simnpu.server.executor import UnitKind
@@ -24,7 +25,7 @@ from .base import DeviceWork, Task, TaskState
 
 if TYPE_CHECKING:
     from simnpu.server.executor import Unit
-    from simnpu.server.objects import Stream
+    from simnpu.server.objects import Owner, Stream
     from simnpu.server.resources import Function
     from simnpu.server.scheduler import Scheduler
 
@@ -90,6 +91,10 @@ class KernelTask(DeviceWork):
     def what(self) -> str:
         return self.function.name
 
+    @property
+    def tenant(self) -> Owner | None:
+        return None if self.function.binary.id == BUILTIN_BINARY else self.stream.owner
+
     def start(self, scheduler: Scheduler) -> bool:
         if self.read_args is not None:
             try:
@@ -122,7 +127,9 @@ class KernelTask(DeviceWork):
         self, scheduler: Scheduler, unit: Unit, first: int, last: int, items: list
     ) -> None:
         binary = self.function.binary
-        if binary.id not in unit.loaded:
+        if binary.id != BUILTIN_BINARY:  # its kernel process loads it once (server/workers.py)
+            items.append(LoadModule.pack(binary.id, binary.source, binary.filename))
+        elif binary.id not in unit.loaded:
             items.append(LoadModule.pack(binary.id, binary.source, binary.filename))
             unit.loaded.add(binary.id)
         token = scheduler.hand(unit, self)
@@ -151,13 +158,15 @@ class KernelTask(DeviceWork):
         last task of the run."""
         following: list[KernelTask] = []
         blocks: list[int] = []
+        tenant = self.tenant
         for task in itertools.islice(self.stream.tasks, 1, MAX_RUN):
             if (
                 not isinstance(task, KernelTask)
                 or task.state != TaskState.PENDING
-                or task.args is None
+                or task.args is None  # arguments in device memory: read once the tasks before ran
+                or task.tenant is not tenant  # built-in and own kernels run in different places
             ):
-                break  # arguments in device memory are read only once the tasks before have run
+                break
             following.append(task)
             blocks.append(task.num_blocks)
         count = run_length(blocks)

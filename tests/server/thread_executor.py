@@ -108,7 +108,9 @@ class ThreadExecutor:
                 return
             self._reports.put((unit, generation, results))
 
-    def send(self, unit: Unit, batch: list) -> None:
+    def send(self, unit: Unit, batch: list, tenant: object = None) -> None:
+        """Every batch runs in the unit's thread, a client's own kernels too (the daemon
+        gives those processes of their own)."""
         self.batches.append((unit, batch))
         self._inboxes[unit].put(batch)
 

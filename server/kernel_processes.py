@@ -1,0 +1,592 @@
+"""Kernel processes: a client's own kernels run in processes of that client alone, which
+map only that client's device memory (docs/kernel-isolation.md).
+
+The daemon never forks (it is multi-threaded: gRPC lives in it). A trusted *zygote*,
+spawned at start with numpy and the kernel runner imported and the device segments open,
+forks kernel processes on request and reaps them. A kernel process maps exactly the pages
+of its client's grant (its blocks, its IPC imports) into one window per device whose other
+pages stay PROT_NONE, closes every descriptor but its pipe to the daemon, enters the
+sandbox (server/sandbox.py), then runs batches like a worker (`WorkRunner`,
+server/workers.py). What it sends back is untrusted: JSON, never pickle, checked by
+`decode_report` before the scheduler sees it.
+
+`KernelProcesses` is the daemon's side: one process per (client, AI core) that ran the
+client's kernels; made again when the client's memory changed since it was made (the
+grant's generation); ended -- and waited for -- before memory it maps is freed, so no page
+reaches another client while a kernel process still maps it; ended when the client goes.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import mmap
+import multiprocessing
+import os
+import select
+import shutil
+import signal
+import socket
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from multiprocessing import reduction
+from multiprocessing.connection import Connection
+from typing import TYPE_CHECKING, Any
+
+import posix_ipc
+
+from simnpu.proto import codes
+from simnpu.server import sandbox
+from simnpu.server.work import Accesses, Cancel, Ready
+
+if TYPE_CHECKING:
+    from simnpu.server.executor import Unit
+
+PAGE = mmap.PAGESIZE
+KERNEL_MEMORY = 2 << 30
+"""What a kernel process may map beyond its windows and what it had at start (RLIMIT_AS)."""
+MAX_REPORT = 4 << 20
+"""The longest report a kernel process may send; a longer one ends it."""
+MAX_MESSAGE = 64 << 10
+"""A result's message is cut to this many characters."""
+START_TIMEOUT_S = 60.0
+END_WAIT_S = 5.0  # how long an ended kernel process may take to be gone
+
+Span = tuple[int, int, int]  # (device, offset, length): whole pages of a device's segment
+
+
+@dataclass(frozen=True)
+class Grant:
+    """The device memory a client's kernel processes map: whole pages, sorted and merged.
+    `generation` changes whenever the client's memory does."""
+
+    generation: int
+    spans: tuple[Span, ...]
+
+
+def page_spans(ranges: Iterable[Span]) -> tuple[Span, ...]:
+    """(device, offset, length) byte ranges as sorted, merged, page-aligned spans."""
+    spans: list[list[int]] = []
+    for device, offset, length in sorted(
+        (d, o & -PAGE, ((o + n + PAGE - 1) & -PAGE) - (o & -PAGE)) for d, o, n in ranges if n > 0
+    ):
+        last = spans[-1] if spans else None
+        if last is not None and last[0] == device and offset <= last[1] + last[2]:
+            last[2] = max(last[2], offset + length - last[1])
+        else:
+            spans.append([device, offset, length])
+    return tuple((d, o, n) for d, o, n in spans)
+
+
+def overlaps(spans: tuple[Span, ...], device: int, offset: int, length: int) -> bool:
+    """Does any span hold a byte of device `device`'s `[offset, offset + length)`?"""
+    return any(d == device and o < offset + length and offset < o + n for d, o, n in spans)
+
+
+# ---- untrusted reports ---------------------------------------------------------------------------
+class BadReport(Exception):
+    """A kernel process sent something that is not a report it may send."""
+
+
+def encode_results(results: list) -> bytes:
+    return json.dumps(["results", [list(result) for result in results]]).encode()
+
+
+def encode_accesses(packed: tuple) -> bytes:
+    token, entries, fault = packed
+    return json.dumps(["accesses", token, entries, fault]).encode()
+
+
+def decode_report(data: bytes, expected: list[int], sent_ns: int) -> Any:
+    """A kernel process's report as the scheduler takes it: the list of result tuples of
+    the batch (their tokens exactly `expected`, in order; times clamped to since the batch
+    was sent) or the packed `Accesses` of one of its tokens. Raises BadReport."""
+    try:
+        report = json.loads(data)
+    except (ValueError, RecursionError) as error:
+        raise BadReport(f"not JSON: {error}") from None
+    if not isinstance(report, list) or not report:
+        raise BadReport("not a report")
+    if report[0] == "results" and len(report) == 2 and isinstance(report[1], list):
+        return _results(report[1], expected, sent_ns)
+    if report[0] == "accesses" and len(report) == 4:
+        return _accesses(report[1], report[2], report[3], expected)
+    raise BadReport("not a report")
+
+
+_KERNEL_CODES = (0, codes.ACL_ERROR_RT_AICORE_EXCEPTION, codes.ACL_ERROR_RT_DEVICE_MEM_ERROR)
+
+
+def _is_int(value: object) -> bool:
+    return value.__class__ is int
+
+
+def _results(results: list, expected: list[int], sent_ns: int) -> list[tuple]:
+    if len(results) != len(expected):
+        raise BadReport(f"{len(results)} results for a batch of {len(expected)} kernels")
+    now = time.monotonic_ns()
+    out = []
+    for result, token in zip(results, expected):
+        if not (isinstance(result, list) and len(result) == 5):
+            raise BadReport("a result is not (token, code, start, end, message)")
+        got, code, start, end, message = result
+        if got != token or not all(map(_is_int, (code, start, end))):
+            raise BadReport("a result names another task or is not numbers")
+        if not isinstance(message, str):
+            raise BadReport("a result's message is not text")
+        if code not in _KERNEL_CODES:
+            code = codes.ACL_ERROR_RT_AICORE_EXCEPTION
+        start = min(max(start, sent_ns), now)
+        end = min(max(end, start), now)
+        out.append((token, code, start, end, message[:MAX_MESSAGE]))
+    return out
+
+
+def _accesses(token: object, entries: object, fault: object, expected: list[int]) -> tuple:
+    if token not in expected or not isinstance(entries, list):
+        raise BadReport("accesses of another task")
+    checked = []
+    for entry in entries:
+        if not (isinstance(entry, list) and len(entry) == 5 and all(map(_is_int, entry))):
+            raise BadReport("an access is not (lo, hi, write, first block, last block)")
+        checked.append(tuple(entry))
+    if fault is not None:
+        if not (
+            isinstance(fault, list)
+            and len(fault) == 4
+            and _is_int(fault[0])
+            and _is_int(fault[1])
+            and fault[2] in ("r", "w", "rw")
+            and _is_int(fault[3])
+        ):
+            raise BadReport("a fault is not (address, bytes, access, block)")
+        fault = tuple(fault)
+    return Accesses.pack(token, checked, fault)
+
+
+# ---- the zygote (trusted: it never runs user code) -----------------------------------------------
+def zygote_main(conn: Connection, device_segments: list[str]) -> None:
+    """Entry point of the spawned zygote: open the device segments, import what kernels
+    use, then fork a kernel process per request."""
+    from simnpu.server import workers
+
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, signal.SIG_IGN)
+    scratch_root = tempfile.mkdtemp(prefix="simnpu-kernels-")
+    daemon_pid = workers.end_with_daemon(lambda: shutil.rmtree(scratch_root, True))
+    os.environ["OMP_NUM_THREADS"] = os.environ["OPENBLAS_NUM_THREADS"] = "1"  # one core each
+    import numpy  # noqa: F401 - kernels use it: imported once, shared by every fork
+
+    import simnpu  # noqa: F401 - the `kernel` decorator kernels import
+
+    memories = [posix_ipc.SharedMemory(name) for name in device_segments]
+    sizes = [memory.size for memory in memories]
+    readable = _readable_directories()
+    ended: dict[int, int] = {}  # pid -> wait status, of kernel processes reaped
+
+    def reap(signum: int, frame: object) -> None:
+        while True:
+            try:
+                pid, status = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                return
+            if pid == 0:
+                return
+            ended[pid] = status
+            shutil.rmtree(os.path.join(scratch_root, str(pid)), True)
+            while len(ended) > 4096:
+                del ended[next(iter(ended))]
+
+    signal.signal(signal.SIGCHLD, reap)
+    conn.send(Ready())
+    while True:
+        try:
+            request = conn.recv()
+        except EOFError:
+            break
+        if request is None:
+            break
+        if request[0] == "fork":
+            _, core_id, spans, notify = request
+            sock = reduction.recv_handle(conn)
+            try:
+                pid = os.fork()
+            except OSError as error:
+                os.close(sock)
+                conn.send(("error", f"fork failed: {error}"))
+                continue
+            if pid == 0:
+                code = 1
+                try:
+                    signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+                    conn.close()
+                    scratch = os.path.join(scratch_root, str(os.getpid()))
+                    os.mkdir(scratch, 0o700)
+                    _kernel_process(
+                        sock, core_id, spans, notify, memories, sizes, readable, scratch
+                    )
+                    code = 0
+                finally:
+                    os._exit(code)
+            os.close(sock)
+            pidfd = os.pidfd_open(pid)
+            conn.send(("forked", pid))
+            reduction.send_handle(conn, pidfd, daemon_pid)
+            os.close(pidfd)
+        else:  # ("ended", pid): how it ended, once reaped
+            pid = request[1]
+            deadline = time.monotonic() + END_WAIT_S
+            while pid not in ended and time.monotonic() < deadline:
+                reap(signal.SIGCHLD, None)
+                time.sleep(0.005)
+            conn.send(("ended", ended.pop(pid, None)))
+    shutil.rmtree(scratch_root, True)
+
+
+def _readable_directories() -> tuple[str, ...]:
+    """Where a kernel process may read (and map, and run) files: the Python installation
+    and the daemon's import path (the daemon never imports from its working directory)."""
+    places = {sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix}
+    places.update(path for path in sys.path if path and os.path.isdir(path))
+    import simnpu.server
+
+    places.add(os.path.dirname(os.path.dirname(os.path.abspath(simnpu.server.__file__))))
+    return tuple(sorted(places))
+
+
+# ---- a kernel process (untrusted once it has run a kernel) ---------------------------------------
+_libc = ctypes.CDLL(None, use_errno=True)
+_libc.mmap.restype = ctypes.c_void_p
+_libc.mmap.argtypes = [
+    ctypes.c_void_p,
+    ctypes.c_size_t,
+    ctypes.c_int,
+    ctypes.c_int,
+    ctypes.c_int,
+    ctypes.c_long,
+]
+_MAP_FAILED = ctypes.c_void_p(-1).value
+_PROT_NONE = 0
+_MAP_FIXED = 0x10
+_MAP_NORESERVE = 0x4000
+
+
+def _mmap(address: int | None, length: int, prot: int, flags: int, fd: int, offset: int) -> int:
+    result = _libc.mmap(address, length, prot, flags, fd, offset)
+    if result == _MAP_FAILED or result is None:
+        raise OSError(ctypes.get_errno(), "mmap of device memory failed")
+    return int(result)
+
+
+def map_windows(fds: list[int], sizes: list[int], spans: Iterable[Span]) -> list[Any]:
+    """One window per device, `sizes[device]` bytes of PROT_NONE, with the spans of the
+    device's segment (descriptor `fds[device]`) mapped shared at their own offsets: a
+    buffer per device that kernels' views index like the whole segment."""
+    windows = []
+    bases = []
+    for size in sizes:
+        length = (size + PAGE - 1) & -PAGE
+        flags = mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS | _MAP_NORESERVE
+        base = _mmap(None, length, _PROT_NONE, flags, -1, 0)
+        bases.append(base)
+        windows.append((ctypes.c_char * size).from_address(base))
+    fixed = mmap.MAP_SHARED | _MAP_FIXED  # into the window's reserved range
+    for device, offset, length in spans:
+        _mmap(
+            bases[device] + offset,
+            length,
+            mmap.PROT_READ | mmap.PROT_WRITE,
+            fixed,
+            fds[device],
+            offset,
+        )
+    return windows
+
+
+def _kernel_process(
+    sock: int,
+    core_id: int,
+    spans: tuple[Span, ...],
+    notify: str | None,
+    memories: list,
+    sizes: list[int],
+    readable: tuple[str, ...],
+    scratch: str,
+) -> None:
+    from simnpu.server.workers import WorkRunner
+    from simnpu.shm.notify import NotifyArea
+    from simnpu.shm.region import Region
+
+    maps = map_windows([memory.fd for memory in memories], sizes, spans)
+    area = NotifyArea(Region.attach(notify).map) if notify else None
+    null = os.open(os.devnull, os.O_RDWR)
+    for fd in (0, 1, 2):  # a kernel's prints go nowhere: never into the daemon's log
+        os.dup2(null, fd)
+    os.closerange(3, sock)
+    os.closerange(sock + 1, os.sysconf("SC_OPEN_MAX"))
+    with open("/proc/self/statm") as statm:
+        in_use = int(statm.read().split()[0]) * PAGE
+    sandbox.enter(
+        sandbox.Policy(
+            readable=readable,
+            scratch=scratch,
+            parent=os.getppid(),
+            address_space=in_use + KERNEL_MEMORY,
+        )
+    )
+    os.chdir(scratch)
+    conn = Connection(sock)
+
+    def report(packed: object) -> None:
+        assert isinstance(packed, tuple), "the packed Accesses of a checked kernel"
+        conn.send_bytes(encode_accesses(packed))
+
+    runner = WorkRunner(core_id, maps, [], report)
+    if notify is not None and area is not None:
+        runner.signals[notify] = area
+    incoming = select.poll()
+    incoming.register(sock, select.POLLIN)
+    cancelled: set[int] = set()
+
+    def take_cancellations() -> set[int]:
+        while incoming.poll(0):
+            message = conn.recv()
+            if message is None:
+                raise SystemExit(0)
+            cancelled.update(message.tokens)
+        return cancelled
+
+    while True:
+        try:
+            batch = conn.recv()
+        except EOFError:
+            return
+        if batch is None:
+            return
+        if isinstance(batch, Cancel):
+            continue
+        cancelled.clear()
+        conn.send_bytes(encode_results(runner.run(batch, take_cancellations)))
+
+
+# ---- the daemon's side ---------------------------------------------------------------------------
+class KernelProcess:
+    """One kernel process as the daemon sees it."""
+
+    __slots__ = (
+        "busy",
+        "conn",
+        "doomed",
+        "generation",
+        "loaded",
+        "owner",
+        "pid",
+        "pidfd",
+        "sent_ns",
+        "spans",
+        "tokens",
+        "unit",
+    )
+
+    def __init__(
+        self, owner: Any, unit: Unit, conn: Connection, pid: int, pidfd: int, grant: Grant
+    ):
+        self.owner = owner
+        self.unit = unit
+        self.busy = False  # it runs a batch
+        self.doomed = False  # memory it maps was freed: it ends after its batch
+        self.conn = conn
+        self.pid = pid
+        self.pidfd = pidfd
+        self.generation = grant.generation
+        self.spans = grant.spans
+        self.loaded: set[int] = set()  # binaries whose module it has executed
+        self.tokens: list[int] = []  # of the batch it runs
+        self.sent_ns = 0
+
+    def kill(self) -> None:
+        try:
+            signal.pidfd_send_signal(self.pidfd, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+    def gone(self, timeout_s: float) -> bool:
+        """Wait until the process has exited (its memory unmapped), up to `timeout_s`."""
+        poller = select.poll()
+        poller.register(self.pidfd, select.POLLIN)
+        return bool(poller.poll(int(timeout_s * 1000)))
+
+
+class KernelProcesses:
+    """The daemon's kernel processes and their zygote. `lock` orders every change of which
+    process maps what against frees of device memory (Device.free takes it first)."""
+
+    def __init__(self, device_segments: list[str]):
+        self._segments = device_segments
+        self.lock = threading.RLock()
+        self._by_key: dict[tuple[int, Unit], KernelProcess] = {}
+        self._zygote: Any = None
+        self._conn: Connection | None = None
+        self.version = 0  # bumped whenever a process comes or goes (the executor's poll set)
+        # frees waiting for busy processes that map the block: (those processes, release)
+        self._deferred: list[tuple[set[KernelProcess], Callable[[], object]]] = []
+
+    def start(self) -> None:
+        """Spawn the zygote and wait until it is ready. Blocks."""
+        spawn = multiprocessing.get_context("spawn")
+        parent, child = spawn.Pipe()
+        self._zygote = spawn.Process(
+            target=zygote_main,
+            args=(child, self._segments),
+            name="simnpu-kernel-zygote",
+            daemon=True,
+        )
+        self._zygote.start()
+        child.close()
+        self._conn = parent
+        if not parent.poll(START_TIMEOUT_S) or not isinstance(parent.recv(), Ready):
+            raise RuntimeError("the kernel zygote did not start")
+
+    def process_for(self, owner: Any, unit: Unit) -> tuple[KernelProcess, bool]:
+        """The kernel process that runs `owner`'s kernels on `unit`, and whether it is new:
+        made now if there is none, or if `owner`'s memory changed since it was made."""
+        with self.lock:
+            key = (owner.id, unit)
+            grant_of = owner.kernel_grant
+            assert grant_of is not None, "a session's owner knows its memory"
+            grant = grant_of()
+            process = self._by_key.get(key)
+            if process is not None:
+                if process.generation == grant.generation and not process.doomed:
+                    return process, False
+                self._end(key)
+            process = self._fork(owner, unit, grant)
+            self._by_key[key] = process
+            self.version += 1
+            return process, True
+
+    def _fork(self, owner: Any, unit: Unit, grant: Grant) -> KernelProcess:
+        assert self._conn is not None and self._zygote is not None, "started"
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        notify = owner.signals.name if owner.signals is not None else None
+        try:
+            self._conn.send(("fork", unit.core_id, grant.spans, notify))
+            reduction.send_handle(self._conn, theirs.fileno(), self._zygote.pid)
+        finally:
+            theirs.close()
+        reply = self._conn.recv()
+        if reply[0] != "forked":
+            ours.close()
+            raise OSError(f"no kernel process for {owner!r}: {reply[1]}")
+        pidfd = reduction.recv_handle(self._conn)
+        return KernelProcess(owner, unit, Connection(ours.detach()), reply[1], pidfd, grant)
+
+    def _end(self, key: tuple[int, Unit]) -> KernelProcess | None:
+        """Kill the process of `key` and wait until it is gone (caller holds the lock)."""
+        process = self._by_key.pop(key, None)
+        if process is not None:
+            self.version += 1
+            process.kill()
+            process.gone(END_WAIT_S)
+            process.conn.close()
+            os.close(process.pidfd)
+            self._settle(process)
+        return process
+
+    def _settle(self, ended: KernelProcess) -> None:
+        """Release the blocks whose last mapping went with `ended`."""
+        still = []
+        for holders, release in self._deferred:
+            holders.discard(ended)
+            if holders:
+                still.append((holders, release))
+            else:
+                release()
+        self._deferred = still
+
+    def freeing(self, device: int, offset: int, length: int, release: Callable[[], object]) -> bool:
+        """Device memory `[offset, +length)` of `device` is to be freed (aclrtFree does not
+        wait for tasks): end every idle kernel process that maps a page of it. True: free
+        it now; False: a busy one maps it too -- it ends when its batch is done, and
+        `release` frees the block then (caller holds the lock)."""
+        busy = set()
+        for key, process in list(self._by_key.items()):
+            if overlaps(process.spans, device, offset, length):
+                if process.busy:
+                    process.doomed = True
+                    busy.add(process)
+                else:
+                    self._end(key)
+        if busy:
+            self._deferred.append((busy, release))
+        return not busy
+
+    def batch_done(self, process: KernelProcess) -> None:
+        """`process` reported its batch: it is idle, or ends now if memory it maps was freed
+        meanwhile."""
+        with self.lock:
+            process.busy = False
+            if process.doomed:
+                self._end((process.owner.id, process.unit))
+
+    def end_owner(self, owner_id: int) -> None:
+        """A client is gone: end its kernel processes."""
+        with self.lock:
+            for key in [key for key in self._by_key if key[0] == owner_id]:
+                self._end(key)
+
+    def lost(self, process: KernelProcess) -> str:
+        """`process` died, is stuck or misbehaved: end it, say how it ended. Blocks until
+        it is gone."""
+        with self.lock:
+            key = (process.owner.id, process.unit)
+            if self._by_key.get(key) is process:
+                self._end(key)
+            assert self._conn is not None, "started"
+            self._conn.send(("ended", process.pid))
+            status = self._conn.recv()[1]
+        return describe_status(status)
+
+    @property
+    def mapped(self) -> bool:
+        """Does any kernel process map device memory now?"""
+        return bool(self._by_key)
+
+    def processes(self) -> list[KernelProcess]:
+        """Every live kernel process (for the executor's poll)."""
+        with self.lock:
+            return list(self._by_key.values())
+
+    def stop(self) -> None:
+        with self.lock:
+            for key in list(self._by_key):
+                self._end(key)
+        if self._conn is not None:
+            try:
+                self._conn.send(None)
+            except OSError:
+                pass
+        if self._zygote is not None:
+            self._zygote.join(5)
+            if self._zygote.is_alive():
+                self._zygote.kill()
+                self._zygote.join(5)
+        if self._conn is not None:
+            self._conn.close()
+
+
+def describe_status(status: int | None) -> str:
+    """How a kernel process ended, from its wait status."""
+    if status is None:
+        return "ended (how is unknown)"
+    if os.WIFSIGNALED(status):
+        number = os.WTERMSIG(status)
+        try:
+            return f"was killed by signal {number} ({signal.Signals(number).name})"
+        except ValueError:
+            return f"was killed by signal {number}"
+    return f"exited with code {os.WEXITSTATUS(status)}"

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import ctypes
 import json
+import logging
 import mmap
 import multiprocessing
 import os
@@ -41,10 +42,12 @@ import posix_ipc
 
 from simnpu.proto import codes
 from simnpu.server import sandbox
-from simnpu.server.work import Accesses, Cancel, Ready
+from simnpu.server.work import Accesses, Cancel
 
 if TYPE_CHECKING:
     from simnpu.server.executor import Unit
+
+log = logging.getLogger("simnpu.kernels")
 
 PAGE = mmap.PAGESIZE
 KERNEL_MEMORY = 2 << 30
@@ -202,7 +205,7 @@ def zygote_main(conn: Connection, device_segments: list[str]) -> None:
                 del ended[next(iter(ended))]
 
     signal.signal(signal.SIGCHLD, reap)
-    conn.send(Ready())
+    conn.send(("ready", sandbox.unavailable()))
     while True:
         try:
             request = conn.recv()
@@ -448,8 +451,15 @@ class KernelProcesses:
         self._zygote.start()
         child.close()
         self._conn = parent
-        if not parent.poll(START_TIMEOUT_S) or not isinstance(parent.recv(), Ready):
+        if not parent.poll(START_TIMEOUT_S):
             raise RuntimeError("the kernel zygote did not start")
+        _, missing = parent.recv()
+        if missing:
+            log.warning(
+                "kernel processes run without %s: this machine lacks it "
+                "(docs/kernel-isolation.md, docs/security.md)",
+                " and ".join(missing),
+            )
 
     def process_for(self, owner: Any, unit: Unit) -> tuple[KernelProcess, bool]:
         """The kernel process that runs `owner`'s kernels on `unit`, and whether it is new:

@@ -77,6 +77,16 @@ def enter(policy: Policy) -> InForce:
     return state
 
 
+def unavailable() -> list[str]:
+    """The parts `enter` cannot put in force on this machine (to be said once)."""
+    missing = []
+    if not landlock_abi():
+        missing.append("Landlock (file and network rules)")
+    if platform.machine() != "x86_64":
+        missing.append(f"seccomp (no filter for {platform.machine()})")
+    return missing
+
+
 def _die_with(parent: int) -> None:
     if _libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0) != 0:
         raise OSError(ctypes.get_errno(), "prctl(PR_SET_PDEATHSIG)")
@@ -229,6 +239,8 @@ def _seccomp() -> bool:
     fprog = struct.pack("=HxxxxxxQ", len(program), ctypes.addressof(buffer))
     fprog_buffer = ctypes.create_string_buffer(fprog, len(fprog))
     if _libc.prctl(_PR_SET_SECCOMP, _SECCOMP_MODE_FILTER, ctypes.addressof(fprog_buffer), 0, 0):
+        if ctypes.get_errno() in (errno.EINVAL, errno.EPERM, errno.ENOSYS):  # not allowed here
+            return False
         raise OSError(ctypes.get_errno(), "prctl(PR_SET_SECCOMP)")
     return True
 

@@ -667,6 +667,7 @@ class ProcessExecutor:
         running = self._running.pop(unit, None)
         if running is not None:  # a kernel process ran the batch: end it, keep the worker
             unit.generation += 1
+            unit.restarts += 1
             unit.inflight = {}
             unit.deadline = None
             unit.lent = None

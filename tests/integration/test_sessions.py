@@ -3,6 +3,7 @@ clients at once; the last-error slot; the in-stream fallback; autostart."""
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import os
 import signal
@@ -21,6 +22,7 @@ from conftest import (
     simnpu_segments,
     start_client,
 )
+from device_peek import peek
 
 from simnpu.client.runtime import Runtime
 from simnpu.client.tools.query import query
@@ -71,6 +73,12 @@ def assert_all_freed(daemon, observer: Runtime, session_id: int) -> None:
     """The session is gone from the daemon with everything it owned."""
     total = observer.get_mem_info()[1]
     eventually(lambda: observer.get_mem_info()[0] == total, what="device memory back to fully free")
+    wait_until_gone(daemon, session_id)
+    round_trip(observer)
+
+
+def wait_until_gone(daemon, session_id: int) -> None:
+    """The session's segments and the session itself are gone from the daemon."""
     eventually(
         lambda: not session_segments(daemon, session_id),
         what=f"session {session_id}'s segments gone",
@@ -79,7 +87,22 @@ def assert_all_freed(daemon, observer: Runtime, session_id: int) -> None:
         lambda: session_id not in sessions(daemon),
         what=f"session {session_id} gone from the daemon",
     )
-    round_trip(observer)
+
+
+@contextlib.contextmanager
+def shared_marks(daemon, observer: Runtime, nbytes: int):
+    """`nbytes` zeroed bytes of the observer's device memory that another client imports
+    and its kernels mark, one byte per run: they outlive that client. Yields the import key
+    and a function that counts the marked bytes (read from the device); freed after."""
+    address = observer.malloc(nbytes)
+    observer.memset(address, nbytes, 0, nbytes)
+    flags = codes.ACL_RT_IPC_MEM_EXPORT_FLAG_DISABLE_PID_VALIDATION
+    key = observer.ipc_mem_get_export_key(address, nbytes, flags)
+    try:
+        yield key, lambda: sum(peek(daemon.pid, address, nbytes))
+    finally:
+        observer.ipc_mem_close(key)
+        observer.free(address)
 
 
 # ---- a session ends: the daemon frees everything ------------------------------------------------
@@ -91,6 +114,7 @@ OWNER = """
     from simnpu.proto import commands
     rt = npu.connect()
     rt.set_device(0)
+    marks = {marks}
     nap = rt.get_function(rt.binary_load({nap!r}), "nap")
     big = rt.malloc(64 << 20)
     small = [rt.malloc(4096 * (i + 1)) for i in range(8)]
@@ -101,9 +125,9 @@ OWNER = """
     rt.create_context(0)  # a second context with its own default stream, made current
     extra = rt.create_stream()
     rt.set_device(0)
-    for stream in streams:
-        for _ in range({launches}):
-            rt.launch_kernel(nap, 1, rt.signature(nap).pack({seconds}), stream)
+    for first, stream in zip((0, {launches}), streams):
+        for slot in range(first, first + {launches}):
+            rt.launch_kernel(nap, 1, rt.signature(nap).pack(marks, slot, {seconds}), stream)
     rt.record_event(events[0], streams[0])
     rt.stream_wait_event(streams[1], events[0])
     rt.memcpy_async(big, 1 << 20, pinned, 1 << 20, 1, streams[1])
@@ -114,19 +138,18 @@ OWNER = """
 NAP = """
 from simnpu import kernel
 import time
-@kernel("f64")
-def nap(ctx, seconds):
-    with open(LOG, "a") as log:
-        log.write("ran\\n")
+@kernel("ptr", "u32", "f64")
+def nap(ctx, marks, slot, seconds):
+    ctx.gm(marks + slot, "uint8", 1)[0] = 1
     time.sleep(seconds)
 """
 
 
-def owner_code(log, launches: int, seconds: float, ending: str) -> str:
+def owner_code(marks: str, launches: int, seconds: float, ending: str) -> str:
     """A client that owns memory, pinned memory, streams, events and queued kernels, each
-    kernel run leaving a line in `log`; it prints its session id, then ends by `ending`."""
-    nap = f"LOG = {str(log)!r}\n" + NAP
-    return OWNER.format(nap=nap, launches=launches, seconds=seconds, ending=ending)
+    kernel run marking its own byte of the device buffer `marks` (an expression: at least
+    2 * launches bytes); it prints its session id, then ends by `ending`."""
+    return OWNER.format(marks=marks, nap=NAP, launches=launches, seconds=seconds, ending=ending)
 
 
 ENDINGS = {
@@ -137,9 +160,8 @@ ENDINGS = {
 
 
 @pytest.mark.parametrize("ending", ENDINGS)
-def test_ending_session_frees_everything(daemon, observer, tmp_path, ending):
-    log = tmp_path / "kernels.log"
-    code = owner_code(log, launches=2, seconds=0.0, ending=ENDINGS[ending])
+def test_ending_session_frees_everything(daemon, observer, ending):
+    code = owner_code("rt.malloc(4096)", launches=2, seconds=0.0, ending=ENDINGS[ending])
     result = run_client(daemon.address, code)
     assert result.returncode == (1 if ending == "exception" else 0), result.stderr
     if ending == "exception":
@@ -147,90 +169,97 @@ def test_ending_session_frees_everything(daemon, observer, tmp_path, ending):
     assert_all_freed(daemon, observer, int(result.stdout.split()[0]))
 
 
-def test_sigkill_mid_flight_frees_everything_and_drops_queued_work(daemon, observer, tmp_path):
-    log = tmp_path / "kernels.log"
+def test_sigkill_mid_flight_frees_everything_and_drops_queued_work(daemon, observer):
     launches = 10
-    code = owner_code(log, launches=launches, seconds=0.5, ending="time.sleep(120)")
-    process = start_client(daemon.address, code)
-    try:
-        line = process.stdout.readline()
-        assert line, process.stderr.read()
-        session_id = int(line)
-        eventually(lambda: log.exists() and log.read_text(), what="the first kernels running")
-        # mid-flight: its memory, segments, streams and queued kernels are all there
-        free, total = observer.get_mem_info()
-        assert total - free >= 64 * MiB
-        assert any("-pin" in name for name in session_segments(daemon, session_id))
-        assert any(name.endswith("-staging") for name in session_segments(daemon, session_id))
-        assert sessions(daemon)[session_id]["streams"] == 5  # 2 defaults + 3 created
-        process.send_signal(signal.SIGKILL)
-        process.wait(30)
-    finally:
-        if process.poll() is None:
-            process.kill()
-        process.communicate()
+    with shared_marks(daemon, observer, 2 * launches) as (key, marked):
+        marks = f"rt.ipc_mem_import_by_key({key!r})"
+        code = owner_code(marks, launches=launches, seconds=0.5, ending="time.sleep(120)")
+        process = start_client(daemon.address, code)
+        try:
+            line = process.stdout.readline()
+            assert line, process.stderr.read()
+            session_id = int(line)
+            eventually(marked, what="the first kernels running")
+            # mid-flight: its memory, segments, streams and queued kernels are all there
+            free, total = observer.get_mem_info()
+            assert total - free >= 64 * MiB
+            assert any("-pin" in name for name in session_segments(daemon, session_id))
+            assert any(name.endswith("-staging") for name in session_segments(daemon, session_id))
+            assert sessions(daemon)[session_id]["streams"] == 5  # 2 defaults + 3 created
+            process.send_signal(signal.SIGKILL)
+            process.wait(30)
+        finally:
+            if process.poll() is None:
+                process.kill()
+            process.communicate()
+        wait_until_gone(daemon, session_id)
+        ran = marked()
+        time.sleep(1.0)  # long enough for two more 0.5 s kernels, had the queue been kept
+        assert marked() == ran, "queued kernels of the dead client still ran"
+        assert ran < 2 * launches
     assert_all_freed(daemon, observer, session_id)
-    ran = len(log.read_text().split())
-    time.sleep(1.0)  # long enough for two more 0.5 s kernels, had the queue been kept
-    assert len(log.read_text().split()) == ran, "queued kernels of the dead client still ran"
-    assert ran < 2 * launches
     # the kernel running at the kill completed after the session was gone: nothing failed
     assert not internal_errors(daemon.output())
 
 
 INTERRUPTED = """
-import sys
+import os, sys, time
 import simnpu.client as npu
 
-LOG = {log!r}
 SOURCE = '''
 import time
 from simnpu import kernel
 
 
-@kernel("f64")
-def nap(ctx, seconds):
+@kernel("ptr", "u32", "f64")
+def nap(ctx, marks, slot, seconds):
     time.sleep(seconds)
-    with open({log!r}, "a") as log:
-        log.write("ran\\\\n")
+    ctx.gm(marks + slot, "uint8", 1)[0] = 1
 '''
 try:
     with npu.Device(0):
         stream = npu.Stream()
+        marks = npu.DeviceBuffer.ipc_import({key!r})
         nap = npu.Module.from_source(SOURCE, "naps.py").function("nap")
-        for _ in range({launches}):
-            nap.launch(1, 0.05, stream=stream)
+        for slot in range({launches}):
+            nap.launch(1, marks, slot, 0.05, stream=stream)
         print("queued", flush=True)
         {wait}
 except KeyboardInterrupt:
-    with open(LOG) as log:
-        print("ran", len(log.read().split()), flush=True)
+    print("interrupted", flush=True)  # out of the `with` block: the device was reset
+    deadline = time.monotonic() + 60
+    while not os.path.exists({done!r}) and time.monotonic() < deadline:
+        time.sleep(0.01)
     sys.exit(130)
 """
 
 
 @pytest.mark.parametrize("wait", ["stream.synchronize()", "stream.record().synchronize()"])
-def test_ctrl_c_in_the_pythonic_api_drops_queued_work(daemon, tmp_path, wait):
+def test_ctrl_c_in_the_pythonic_api_drops_queued_work(daemon, observer, tmp_path, wait):
     """Ctrl-C while a `with Device(...)` block waits: leaving the block drops the device
     work not started yet (aclrtResetDevice would otherwise wait for all of it)."""
-    log, launches = tmp_path / "naps.log", 400  # 20 s of work, had it been kept
-    log.write_text("")
-    code = INTERRUPTED.format(log=str(log), launches=launches, wait=wait)
-    process = start_client(daemon.address, code)
-    try:
-        assert process.stdout.readline() == "queued\n", process.stderr.read()
-        eventually(lambda: log.read_text(), what="the first kernel running")
-        process.send_signal(signal.SIGINT)
-        out, err = process.communicate(timeout=60)
-    finally:
-        if process.poll() is None:
-            process.kill()
-            process.communicate()
+    launches, done = 400, tmp_path / "done"  # 20 s of work, had it been kept
+    with shared_marks(daemon, observer, launches) as (key, marked):
+        code = INTERRUPTED.format(key=key, launches=launches, wait=wait, done=str(done))
+        process = start_client(daemon.address, code)
+        try:
+            assert process.stdout.readline() == "queued\n", process.stderr.read()
+            eventually(marked, what="the first kernel running")
+            process.send_signal(signal.SIGINT)
+            assert process.stdout.readline() == "interrupted\n", process.stderr.read()
+            ran = marked()  # while the interrupted client still lives
+            assert 1 <= ran < launches
+            time.sleep(0.5)  # long enough for ten more kernels, had the queue been kept
+            assert marked() == ran, "queued kernels ran after the interrupt"
+        finally:
+            done.write_text("")
+            try:
+                _, err = process.communicate(timeout=60)
+            finally:
+                if process.poll() is None:
+                    process.kill()
+                    process.communicate()
     assert process.returncode == 130, err
-    ran = int(out.split()[-1])
-    assert 1 <= ran < launches, out
-    time.sleep(0.5)  # long enough for ten more kernels, had the queue been kept
-    assert len(log.read_text().split()) == ran, "queued kernels ran after the interrupt"
 
 
 def test_an_in_process_close_frees_what_it_owned(daemon, observer):

@@ -1,0 +1,504 @@
+"""Kernel isolation (docs/kernel-isolation.md): a client's own kernels run in processes of
+that client alone, which map only its device memory and live in the sandbox; built-in
+kernels stay in the trusted workers.
+
+Hostile kernels try to reach other clients' memory, the daemon's files and processes, and
+code other clients share. Kernels cannot write files, so each reports how its attempt
+ended into a device buffer of its own, which the test copies back.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import uuid
+
+import numpy as np
+import pytest
+from conftest import DaemonProcess, round_trip, run_client, runtime_of
+
+from simnpu.proto import codes
+from simnpu.proto.errors import NpuError
+
+PAGE = 4096
+SPAN = 32  # bytes a memory attack reads or overwrites; also the victim's secret
+OUT = 64  # an attacker's buffer: int64 status and errno, then at DATA the bytes it read
+DATA = 32
+HOWS = ("maps", "base", "as_strided", "string_at", "scan")  # ways of reaching memory
+MODES = ("read", "write")
+WORKED, REFUSED, OS_ERROR, RAISED = 1, 2, 3, 4  # how an attempt ended, as kernels report it
+REFUSALS = (errno.EACCES, errno.EPERM)  # the errno of a PermissionError
+
+REPORT = """
+WORKED, REFUSED, OS_ERROR, RAISED = 1, 2, 3, 4
+
+
+def report(ctx, out, action):
+    \"\"\"Run action(); write how it ended into out: int64 status, errno.\"\"\"
+    cells = ctx.gm(out, "int64", 2)
+    try:
+        action()
+        cells[:] = WORKED, 0
+    except PermissionError as error:
+        cells[:] = REFUSED, error.errno or 0
+    except OSError as error:
+        cells[:] = OS_ERROR, error.errno or 0
+    except Exception:
+        cells[:] = RAISED, 0
+"""
+
+# ---- another client's memory --------------------------------------------------------------------
+MEMORY_ATTACKS = (
+    f"""
+import ctypes
+import gc
+import mmap
+
+import numpy as np
+from simnpu import kernel
+
+HOWS = {HOWS!r}
+SPAN, OUT, DATA = {SPAN}, {OUT}, {DATA}
+DEVICE_BASE, DEVICE_SPAN = 1 << 47, 1 << 40
+JUNK = b"\\xee" * SPAN
+"""
+    + REPORT
+    + '''
+
+def view(ctx, mine, own, victim, how):
+    """A writable view of SPAN bytes at device address `victim`, reached from `mine`, the
+    kernel's view of its own buffer at device address `own`."""
+    if how == "maps":
+        device, offset = divmod(victim - DEVICE_BASE, DEVICE_SPAN)
+        return np.frombuffer(ctx._maps[device], np.uint8, SPAN, offset)
+    if how == "base":
+        root = mine
+        while isinstance(root, np.ndarray):
+            root = root.base
+        whole = np.frombuffer(root, np.uint8)
+        start = mine.ctypes.data - whole.ctypes.data + victim - own
+        if not 0 <= start <= whole.size - SPAN:
+            raise IndexError("the address is outside the mapping behind the view")
+        return whole[start : start + SPAN]
+    rows = np.lib.stride_tricks.as_strided(mine, shape=(2, SPAN), strides=(victim - own, 1))
+    return rows[1]
+
+
+def mappings(ctx):
+    """Every mmap gc can reach in this process, ctx._maps' first."""
+    found = {}
+    for holder in [getattr(ctx, "_maps", ())] + gc.get_objects():
+        if isinstance(holder, dict):
+            items = list(holder.values())
+        elif isinstance(holder, (list, tuple)):
+            items = holder
+        else:
+            continue
+        for item in items:
+            if isinstance(item, mmap.mmap) and not item.closed:
+                found[id(item)] = item
+    return list(found.values())
+
+
+def places(ctx, secret):
+    """(mapping, position) of every copy of `secret` in this process's mappings."""
+    for mapping in mappings(ctx):
+        position = mapping.find(secret)
+        while position >= 0:
+            yield mapping, position
+            position = mapping.find(secret, position + 1)
+
+
+def read(ctx, mine, own, victim, how, secret):
+    if how == "string_at":
+        return ctypes.string_at(mine.ctypes.data + victim - own, SPAN)
+    if how == "scan":
+        for mapping, position in places(ctx, secret):
+            return mapping[position : position + SPAN]
+        raise LookupError("the secret is in no mapping of this process")
+    return view(ctx, mine, own, victim, how).tobytes()
+
+
+def write(ctx, mine, own, victim, how, secret):
+    if how == "string_at":
+        ctypes.memmove(mine.ctypes.data + victim - own, JUNK, SPAN)
+    elif how == "scan":
+        for mapping, position in list(places(ctx, secret)):
+            mapping[position : position + SPAN] = JUNK
+    else:
+        view(ctx, mine, own, victim, how)[:] = np.frombuffer(JUNK, np.uint8)
+
+
+@kernel("ptr", "u64", "u32", "u32", "u64", "u64", "u64", "u64")
+def attack(ctx, out, victim, how, mode, s0, s1, s2, s3):
+    """Read (mode 0) or overwrite (mode 1) the SPAN bytes at device address `victim`, which
+    this kernel was not given, by HOWS[how]; the secret is the inverted words s0..s3 (for
+    the scan). Reports into out, with the bytes read at DATA."""
+    mine = ctx.gm(out, "uint8", OUT)
+    secret = b"".join((~word & ((1 << 64) - 1)).to_bytes(8, "little") for word in (s0, s1, s2, s3))
+
+    def attempt():
+        if mode == 0:
+            mine[DATA:] = np.frombuffer(read(ctx, mine, out, victim, HOWS[how], secret), np.uint8)
+        else:
+            write(ctx, mine, out, victim, HOWS[how], secret)
+
+    report(ctx, out, attempt)
+
+
+@kernel("ptr")
+def mark(ctx, out):
+    ctx.gm(out, "int64", 1)[0] = 7
+'''
+)
+
+VICTIM = """
+import json, sys
+import numpy as np
+import simnpu.client as npu
+
+PATTERN = bytes.fromhex(sys.argv[1]) * 128
+with npu.Device(0):
+    buffer = npu.DeviceBuffer.from_array(np.frombuffer(PATTERN, np.uint8))
+    print(buffer.ptr, flush=True)
+    while sys.stdin.readline():
+        intact = buffer.to_numpy().tobytes() == PATTERN
+        a = np.arange(4096, dtype=np.float32)
+        x, y, z = (npu.DeviceBuffer.from_array(v) for v in (a, 2 * a, np.zeros_like(a)))
+        npu.builtin("add_f32").launch(4, x, y, z, a.size)
+        npu.current_stream().synchronize()
+        works = bool(np.array_equal(z.to_numpy(np.float32), 3 * a))
+        for used in (x, y, z):
+            used.free()
+        print(json.dumps({"intact": intact, "works": works}), flush=True)
+"""
+
+
+class Victim:
+    """Another client (a process of its own) holding a page of device memory filled with a
+    secret; check() tells whether the secret is intact and its calls still work."""
+
+    def __init__(self, address: str):
+        self.secret = os.urandom(SPAN)
+        self.errors = ""
+        self.process = subprocess.Popen(
+            [sys.executable, "-c", VICTIM, self.secret.hex()],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env={**os.environ, "SIMNPU_ADDRESS": address},
+        )
+        line = self.process.stdout.readline()
+        if not line:
+            raise AssertionError(f"the victim did not start:\n{self.close()}")
+        self.ptr = int(line)
+
+    def check(self) -> dict:
+        """{"intact": its buffer still holds the secret, "works": malloc, copies and
+        add_f32 still give it exact results}."""
+        self.process.stdin.write("check\n")
+        self.process.stdin.flush()
+        line = self.process.stdout.readline()
+        assert line, f"the victim failed:\n{self.close()}"
+        return json.loads(line)
+
+    def close(self) -> str:
+        """End the victim (idempotent); its stderr."""
+        if self.process.returncode is None:
+            try:
+                _, self.errors = self.process.communicate("", timeout=60)
+            finally:
+                if self.process.poll() is None:
+                    self.process.kill()
+                    self.process.communicate()
+        return self.errors
+
+
+@pytest.fixture(scope="module")
+def token_file(tmp_path_factory):
+    path = tmp_path_factory.mktemp("secrets") / "token"
+    path.write_text(uuid.uuid4().hex)
+    path.chmod(0o600)
+    return path
+
+
+@pytest.fixture(scope="module")
+def daemon(tmp_path_factory, token_file):
+    """This module's daemon (as conftest's), its command line naming a token file."""
+    process = DaemonProcess(tmp_path_factory.mktemp("npu"), "--token-file", str(token_file))
+    yield process
+    assert process.stop() == 0, process.output()
+
+
+@contextlib.contextmanager
+def client_of(address: str):
+    """This test process as a Pythonic-API client of the daemon at `address`, device 0 set."""
+    import simnpu.client as npu
+
+    npu.connect(address)
+    try:
+        with npu.Device(0):
+            yield npu
+    finally:
+        npu.shutdown()
+
+
+@pytest.fixture
+def attacker(daemon):
+    with client_of(daemon.address) as npu:
+        yield npu
+
+
+@pytest.fixture
+def victim(daemon):
+    made = Victim(daemon.address)
+    yield made
+    made.close()
+
+
+def synchronize(npu) -> int:
+    """0 if the current stream's work succeeded, else the code its synchronize reported
+    (reported once: the stream works again after)."""
+    try:
+        npu.current_stream().synchronize()
+    except NpuError as error:
+        return error.code
+    return 0
+
+
+def inverted(secret: bytes) -> list[int]:
+    """The secret as four u64 kernel arguments, inverted: no copy of it travels."""
+    return [~int.from_bytes(secret[i : i + 8], "little") & ((1 << 64) - 1) for i in (0, 8, 16, 24)]
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("how", HOWS)
+def test_a_kernel_cannot_reach_another_clients_memory(daemon, attacker, victim, how, mode):
+    """The victim's device address, passed as a plain integer: through the worker's maps,
+    a view's base, as_strided, ctypes or a scan of every mapping, the kernel finds nothing
+    of the victim or faults (507015), and its client's next launch works."""
+    module = attacker.Module.from_source(MEMORY_ATTACKS, "attacks.py")
+    out = attacker.DeviceBuffer(OUT)
+    out.fill(0)
+    args = (out, victim.ptr, HOWS.index(how), MODES.index(mode), *inverted(victim.secret))
+    module.function("attack").launch(1, *args)
+    code = synchronize(attacker)
+    assert code in (0, codes.ACL_ERROR_RT_AICORE_EXCEPTION), code
+    leaked = out.to_numpy().tobytes()
+    assert not [i for i in range(0, SPAN, 8) if victim.secret[i : i + 8] in leaked], (
+        f"the kernel read the victim's secret by {how}"
+    )
+    out.fill(0)
+    module.function("mark").launch(1, out)
+    assert synchronize(attacker) == 0, "the attacker's next launch failed"
+    assert out.to_numpy(np.int64)[0] == 7
+    assert victim.check() == {"intact": True, "works": True}, f"the victim was hurt by {how}"
+    assert daemon.process.poll() is None
+
+
+def pages(blocks: list[tuple[int, int]]) -> set[int]:
+    """The 4 KiB pages of device memory that (address, size) blocks touch."""
+    return {
+        page
+        for address, size in blocks
+        for page in range(address // PAGE, (address + size - 1) // PAGE + 1)
+    }
+
+
+def assert_apart(ours: list[tuple[int, int]], theirs: list[tuple[int, int]]) -> None:
+    shared = sorted(pages(ours) & pages(theirs))
+    assert not shared, (
+        f"{len(shared)} pages hold blocks of both sessions, first at {shared[0] * PAGE:#x}"
+    )
+
+
+def test_allocations_of_different_sessions_never_share_a_page(daemon):
+    sizes = [1, 31, 32, 100, 512, 1000, 2048, 4095, 4096, 4097, 10000]
+    with runtime_of(daemon.address) as first, runtime_of(daemon.address) as second:
+        ours: list[tuple[int, int]] = []
+        theirs: list[tuple[int, int]] = []
+        for size in sizes:  # interleaved: each could land right after the other's last block
+            ours.append((first.malloc(size), size))
+            theirs.append((second.malloc(size), size))
+        assert_apart(ours, theirs)
+        for address, _ in ours[::2]:  # holes in the first session's pages
+            first.free(address)
+        del ours[::2]
+        theirs += [(second.malloc(size), size) for size in sizes]
+        assert_apart(ours, theirs)
+        round_trip(first)
+        round_trip(second)
+
+
+# ---- the sandbox --------------------------------------------------------------------------------
+ATTEMPT = (
+    """
+import os, signal, socket, subprocess, sys
+from simnpu import kernel
+"""
+    + REPORT
+    + """
+
+def action():
+ACTION
+
+
+@kernel("ptr")
+def attempt(ctx, out):
+    report(ctx, out, action)
+"""
+)
+
+
+def attempt(npu, action: str) -> tuple[int, int]:
+    """Run `action` (Python statements) in a kernel of this client: (status, errno) as the
+    kernel reported them. Raises NpuError if the launch failed."""
+    body = textwrap.indent(textwrap.dedent(action).strip(), "    ")
+    module = npu.Module.from_source(ATTEMPT.replace("ACTION", body), "attempt.py")
+    out = npu.DeviceBuffer(16)
+    out.fill(0)
+    module.function("attempt").launch(1, out)
+    npu.current_stream().synchronize()
+    status, error = (int(value) for value in out.to_numpy(np.int64))
+    out.free()
+    module.unload()
+    return status, error
+
+
+def assert_refused(outcome: tuple[int, int], what: str) -> None:
+    status, error = outcome
+    assert status == REFUSED and error in REFUSALS, f"{what}: {outcome} (status, errno)"
+
+
+@pytest.mark.parametrize("target", ["cmdline", "environ", "token file"])
+def test_a_kernel_cannot_read_the_daemons_command_line_or_token_file(
+    daemon, attacker, token_file, target
+):
+    path = str(token_file) if target == "token file" else f"/proc/{daemon.pid}/{target}"
+    assert_refused(attempt(attacker, f"open({path!r}, 'rb').read()"), f"reading {path}")
+    assert daemon.process.poll() is None
+
+
+@pytest.mark.parametrize("action", ["open a segment", "list /dev/shm"])
+def test_a_kernel_cannot_reach_shared_memory_segments(daemon, attacker, action):
+    segment = f"/dev/shm/simnpu-{daemon.pid}-dev0"  # every client's device memory
+    assert os.path.exists(segment)
+    code = (
+        f"open({segment!r}, 'rb').read(16)"
+        if action == "open a segment"
+        else "os.listdir('/dev/shm')"
+    )
+    assert_refused(attempt(attacker, code), action)
+
+
+@pytest.mark.parametrize("what", ["file", "folder"])
+def test_a_kernel_cannot_write_outside_its_scratch_directory(attacker, tmp_path, what):
+    path = tmp_path / "planted"
+    code = f"open({str(path)!r}, 'w').write('x')" if what == "file" else f"os.mkdir({str(path)!r})"
+    assert_refused(attempt(attacker, code), f"making a {what} in {tmp_path}")
+    assert not path.exists()
+
+
+def processes_running(marker: str) -> list[int]:
+    """The processes whose command line holds `marker`."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/cmdline", "rb") as handle:
+                    if marker.encode() in handle.read():
+                        found.append(int(entry))
+            except OSError:
+                continue
+    return found
+
+
+SPAWNS = {
+    "fork": """
+        child = os.fork()
+        if child == 0:
+            os._exit(0)
+        os.waitpid(child, 0)
+    """,
+    "Popen": "subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)', MARKER])",
+    "socket": "socket.socket(socket.AF_INET, socket.SOCK_STREAM).close()",
+}
+
+
+@pytest.mark.parametrize("how", SPAWNS)
+def test_a_kernel_cannot_start_processes_or_open_sockets(daemon, attacker, how):
+    marker = f"simnpu-test-{uuid.uuid4().hex}"
+    try:
+        status, error = attempt(attacker, SPAWNS[how].replace("MARKER", repr(marker)))
+        assert status in (REFUSED, OS_ERROR), f"{how}: {(status, error)} (status, errno)"
+        assert not processes_running(marker), "the kernel left a process behind"
+    finally:
+        for pid in processes_running(marker):
+            os.kill(pid, signal.SIGKILL)
+    assert daemon.process.poll() is None
+
+
+@pytest.mark.parametrize("target", ["daemon", "worker"])
+def test_a_kernel_cannot_kill_the_daemon_or_its_workers(start_daemon, target):
+    daemon = start_daemon()
+    pid = daemon.pid if target == "daemon" else daemon.workers[0]
+    with client_of(daemon.address) as npu:
+        assert_refused(attempt(npu, f"os.kill({pid}, signal.SIGKILL)"), f"killing the {target}")
+    assert daemon.process.poll() is None
+    with runtime_of(daemon.address) as rt:
+        round_trip(rt)
+
+
+POISON = '''
+import numpy as np
+from simnpu import kernel
+
+np.add = np.subtract  # when the module is loaded, wherever that is
+
+
+@kernel("ptr")
+def poison(ctx, out):
+    """np.add = np.subtract here too; out[block] = np.add(2, 1) as this process computes it."""
+    np.add = np.subtract
+    ctx.gm(out, "int64", ctx.block_num)[ctx.block_idx] = np.add(2, 1)
+'''
+
+BYSTANDER = """
+import numpy as np
+import simnpu.client as npu
+
+rng = np.random.default_rng(7)
+with npu.Device(0):
+    for round_ in range(50):
+        a, b = (rng.standard_normal(4096).astype(np.float32) for _ in range(2))
+        x, y, z = (npu.DeviceBuffer.from_array(v) for v in (a, b, np.zeros_like(a)))
+        npu.builtin("add_f32").launch(4, x, y, z, a.size)
+        npu.current_stream().synchronize()
+        if not np.array_equal(z.to_numpy(np.float32), a + b):
+            print("wrong in round", round_)
+            break
+        for used in (x, y, z):
+            used.free()
+    else:
+        print("exact")
+"""
+
+
+def test_replacing_a_numpy_function_changes_only_the_kernels_own_process(start_daemon):
+    daemon = start_daemon()
+    blocks = 16  # more than every AI core takes
+    with client_of(daemon.address) as npu:
+        out = npu.DeviceBuffer(8 * blocks)
+        npu.Module.from_source(POISON, "poison.py").function("poison").launch(blocks, out)
+        npu.current_stream().synchronize()
+        assert list(out.to_numpy(np.int64)) == [1] * blocks  # its own np.add subtracts
+        bystander = run_client(daemon.address, BYSTANDER)
+    assert bystander.returncode == 0, bystander.stderr
+    assert bystander.stdout.strip() == "exact", "another client's add_f32 used the kernel's np.add"

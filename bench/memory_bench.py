@@ -89,9 +89,16 @@ def timer_overhead_us(n=20000) -> float:
 
 
 # ---- 2. traces -----------------------------------------------------------------------------------
+def _paged(capacity: int) -> DeviceAllocator:
+    """The allocator as the daemon's devices use it: every block owns whole 4 KiB pages."""
+    return DeviceAllocator(capacity, align=4096)
+
+
 ALLOCATORS = [
     ("simnpu best fit, NORMAL_ONLY", DeviceAllocator, NORMAL_ONLY),
     ("simnpu best fit, HUGE_FIRST", DeviceAllocator, HUGE_FIRST),
+    ("simnpu as the daemon (4 KiB pages), NORMAL_ONLY", _paged, NORMAL_ONLY),
+    ("simnpu as the daemon (4 KiB pages), HUGE_FIRST", _paged, HUGE_FIRST),
     ("naive first fit", FirstFit, NORMAL_ONLY),
     ("binary buddy", Buddy, NORMAL_ONLY),
 ]

@@ -57,7 +57,11 @@ MAX_REPORT = 4 << 20
 MAX_MESSAGE = 64 << 10
 """A result's message is cut to this many characters."""
 START_TIMEOUT_S = 60.0
-END_WAIT_S = 5.0  # how long an ended kernel process may take to be gone
+SCRATCH_PREFIX = "simnpu-kernels-"
+"""The zygote's scratch root, in the temporary directory: this, the daemon's pid, "-", and a
+random part; kernel process `pid` writes in `<root>/<pid>` only."""
+END_WAIT_S = 5.0  # how long a killed kernel process may take to be gone
+EXIT_WAIT_S = 2.0  # how long one that closed its socket has to exit by itself
 
 Span = tuple[int, int, int]  # (device, offset, length): whole pages of a device's segment
 
@@ -179,7 +183,7 @@ def zygote_main(conn: Connection, device_segments: list[str]) -> None:
 
     for signum in (signal.SIGINT, signal.SIGTERM):
         signal.signal(signum, signal.SIG_IGN)
-    scratch_root = tempfile.mkdtemp(prefix="simnpu-kernels-")
+    scratch_root = tempfile.mkdtemp(prefix=f"{SCRATCH_PREFIX}{os.getppid()}-")
     daemon_pid = workers.end_with_daemon(lambda: shutil.rmtree(scratch_root, True))
     os.environ["OMP_NUM_THREADS"] = os.environ["OPENBLAS_NUM_THREADS"] = "1"  # one core each
     import numpy  # noqa: F401 - kernels use it: imported once, shared by every fork
@@ -385,6 +389,7 @@ class KernelProcess:
         "conn",
         "doomed",
         "generation",
+        "hung_up",
         "loaded",
         "owner",
         "pid",
@@ -402,6 +407,7 @@ class KernelProcess:
         self.unit = unit
         self.busy = False  # it runs a batch
         self.doomed = False  # memory it maps was freed: it ends after its batch
+        self.hung_up = False  # its socket was found closed: it is exiting by itself
         self.conn = conn
         self.pid = pid
         self.pidfd = pidfd
@@ -496,12 +502,15 @@ class KernelProcesses:
         return KernelProcess(owner, unit, Connection(ours.detach()), reply[1], pidfd, grant)
 
     def _end(self, key: tuple[int, Unit]) -> KernelProcess | None:
-        """Kill the process of `key` and wait until it is gone (caller holds the lock)."""
+        """End the process of `key` and wait until it is gone (caller holds the lock): one
+        that hung up may take EXIT_WAIT_S to exit by itself (so its own exit status tells
+        how it ended), then it is killed."""
         process = self._by_key.pop(key, None)
         if process is not None:
             self.version += 1
-            process.kill()
-            process.gone(END_WAIT_S)
+            if not (process.hung_up and process.gone(EXIT_WAIT_S)):
+                process.kill()
+                process.gone(END_WAIT_S)
             process.conn.close()
             os.close(process.pidfd)
             self._settle(process)

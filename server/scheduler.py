@@ -360,7 +360,7 @@ class Scheduler:
                 code,
                 now,
                 f"{unit.name} {how} while running {work.what} (task {work.seq}); "
-                "the worker was replaced",
+                "its process was replaced",
             )
 
     def rejected(self, owner: Owner, seq: int) -> None:

@@ -618,6 +618,7 @@ class ProcessExecutor:
             data = process.conn.recv_bytes(MAX_REPORT)
             report = decode_report(data, process.tokens, process.sent_ns)
         except (EOFError, OSError, BadReport) as error:
+            process.hung_up = not isinstance(error, BadReport)
             if isinstance(error, BadReport):
                 log.warning(
                     "%s: the kernel process of %r sent a bad report (%s); ending it",

@@ -8,16 +8,19 @@ still running; after the run, none may exist and no daemon or worker may be aliv
 from __future__ import annotations
 
 import contextlib
+import glob
 import os
 import signal
 import subprocess
 import sys
+import tempfile
 import textwrap
 import time
 
 import pytest
 
 from simnpu.client import autostart
+from simnpu.server.kernel_processes import SCRATCH_PREFIX
 
 os.environ["SIMNPU_AUTOSTART"] = "0"  # a test that wants autostart says so itself
 os.environ.pop("SIMNPU_ADDRESS", None)
@@ -42,6 +45,14 @@ def children_of(pid: int) -> list[int]:
                 continue
             if int(fields[1]) == pid:
                 found.append(int(entry))
+    return found
+
+
+def descendants(pid: int) -> list[int]:
+    """Every process below `pid`: a daemon's workers, its kernel zygote and kernel processes."""
+    found = []
+    for child in children_of(pid):
+        found += [child, *descendants(child)]
     return found
 
 
@@ -106,6 +117,7 @@ class DaemonProcess:
 
     def stop(self, sig: int = signal.SIGTERM) -> int:
         """Stop the daemon; assert its segments and worker processes are gone."""
+        below = descendants(self.pid)  # kernel processes are the zygote's children
         if self.process.poll() is None:
             self.process.send_signal(sig)
             try:
@@ -118,9 +130,11 @@ class DaemonProcess:
         deadline = time.monotonic() + 10
         while any(alive(pid) for pid in self.workers) and time.monotonic() < deadline:
             time.sleep(0.05)
-        assert not [pid for pid in self.workers if alive(pid)], (
-            "worker processes outlived the daemon"
+        assert not [pid for pid in self.workers + below if alive(pid)], (
+            "worker or kernel processes outlived the daemon"
         )
+        scratch = glob.glob(os.path.join(tempfile.gettempdir(), f"{SCRATCH_PREFIX}{self.pid}-*"))
+        assert not scratch, f"kernel scratch directories outlived the daemon: {scratch}"
         assert not self.segments(), f"daemon left shared memory behind: {self.segments()}"
         failures = internal_errors(self.output())
         assert not failures, "the daemon failed inside:\n" + "\n\n".join(failures)

@@ -143,9 +143,9 @@ def test_messages_about_other_clients_memory_name_them_in_the_log_only(start_dae
     assert tried.endswith("an allocation of session 1 (pid %d holder-app)" % os.getpid())
 
 
-# ---- worker deaths -------------------------------------------------------------------------------
-# Kernel modules whose worker process ends as it loads them (on the module's first launch).
-# The first closes its pipe to the daemon a moment before it exits, as a worker busy ending
+# ---- kernel process deaths -----------------------------------------------------------------------
+# Kernel modules whose kernel process ends as it loads them (on the module's first launch).
+# The first closes its pipe to the daemon a moment before it exits, as a process busy ending
 # does: its end must still be told by its exit code, not by the daemon's own kill.
 ENDINGS = {
     "exited with code 7": (
@@ -156,7 +156,7 @@ ENDINGS = {
 
 
 @pytest.mark.parametrize("ending", ENDINGS)
-def test_a_worker_death_is_reported_with_its_cause(daemon, ending):
+def test_a_kernel_process_death_is_reported_with_its_cause(daemon, ending):
     source = ENDINGS[ending] + "from simnpu import kernel\n@kernel()\ndef never(ctx):\n    pass\n"
     with runtime_of(daemon.address) as rt:
         never = rt.get_function(rt.binary_load(source, "ends.py"), "never")
@@ -166,8 +166,12 @@ def test_a_worker_death_is_reported_with_its_cause(daemon, ending):
             rt.synchronize_stream(stream)
         assert caught.value.code == codes.ACL_ERROR_RT_AICORE_EXCEPTION
         assert re.search(
-            f"AI core [0-9]+ {re.escape(ending)} while running never", str(caught.value)
+            rf"AI core [0-9]+ \(the kernel process of session [0-9]+ \(pid [0-9]+ [^)]*\)\) "
+            f"{re.escape(ending)} while running never",
+            str(caught.value),
         )
+        logged = wait_for_line(daemon, re.escape(f"{ending} while running 1 task"))
+        assert "the kernel process of session" in logged
         rt.destroy_stream(stream)
 
 

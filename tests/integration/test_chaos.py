@@ -22,7 +22,14 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import DaemonProcess, alive, children_of, internal_errors, runtime_of
+from conftest import (
+    DaemonProcess,
+    alive,
+    children_of,
+    internal_errors,
+    runtime_of,
+    simnpu_segments,
+)
 
 from simnpu.proto import codes
 
@@ -370,7 +377,12 @@ class Client:
     def kill(self) -> None:
         self.process.kill()
         self.process.wait(30)
+        self._close()
+
+    def _close(self) -> None:
         self._reader.join(30)
+        assert self.process.stdout is not None
+        self.process.stdout.close()
 
     def finish(self) -> str | None:
         """Wait for the process to end after the stop file appeared; what went wrong."""
@@ -379,7 +391,7 @@ class Client:
         if self.process.poll() is None:
             self.kill()
             return f"{self.name} made no progress for {HANG_S:.0f} s"
-        self._reader.join(30)
+        self._close()
         if self.process.returncode != 0 or not self.done:
             errors = self.stderr_path.read_text(errors="replace")[-3000:]
             return f"{self.name} exited with {self.process.returncode}:\n{errors}"
@@ -441,18 +453,31 @@ def chaos(daemon: DaemonProcess, tmp_path: Path, seconds: float) -> None:
     bad = [line for c in gone + clients for line in c.bad]
     assert not problems and not bad, f"{summary}\n" + "\n".join(problems + bad)
     assert tally["ok"] > 0, summary
-    assert daemon.process.poll() is None, f"{summary}: the daemon died\n{daemon.output()}"
+    pids = [c.process.pid for c in gone + clients]
+    given_back(daemon, summary, initial_free, own_segments, pids)
 
+
+def given_back(
+    daemon: DaemonProcess,
+    summary: str,
+    initial_free: int,
+    own_segments: list[str],
+    clients: list[int],
+) -> None:
+    """With every client (pids `clients`) gone: the daemon is alive, has `initial_free`
+    bytes of device memory free again and only `own_segments`, no segment is named after a
+    client, its log has no traceback; and once stopped, none of its processes is left."""
+    assert daemon.process.poll() is None, f"{summary}: the daemon died\n{daemon.output()}"
     deadline = time.monotonic() + SETTLE_S
     while (free := free_memory(daemon.address)) != initial_free and time.monotonic() < deadline:
         time.sleep(0.2)
     assert free == initial_free, f"{summary}: {initial_free - free} bytes of device memory kept"
-    client_pids = {str(c.process.pid) for c in gone + clients}
+    client_prefixes = tuple(f"simnpu-{pid}-" for pid in clients)
     deadline = time.monotonic() + SETTLE_S
     while daemon.segments() != own_segments and time.monotonic() < deadline:
         time.sleep(0.2)
     assert daemon.segments() == own_segments, f"{summary}: segments left {daemon.segments()}"
-    assert not [n for n in os.listdir("/dev/shm") if set(n.split("-")) & client_pids], summary
+    assert not [n for n in simnpu_segments() if n.startswith(client_prefixes)], summary
     assert not internal_errors(daemon.output()), f"{summary}\n{daemon.output()}"
 
     processes = descendants(daemon.pid)

@@ -138,6 +138,7 @@ class Job:
     out: int = 0
     what = "collective work"  # how a lost unit's message names it
     probe = None  # never observed itself (its ranks' tasks are)
+    tenant = None  # daemon code: trusted workers run it (Scheduler.send)
 
     @property
     def stream(self):

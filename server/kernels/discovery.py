@@ -10,7 +10,8 @@ space and CPU time before it reads the source and prints the kernels it found as
 session's thread waits for it without the GIL or any lock; at most one parse per CPU runs
 at a time, so what all of them may take together is bounded too. Whatever stops the parse
 -- a syntax error, a module nested too deeply (RecursionError, or the parser's MemoryError),
-the memory or CPU cap -- is ACL_ERROR_INVALID_FILE.
+the memory or CPU cap -- is ACL_ERROR_INVALID_FILE. A parser killed from outside (SIGKILL:
+the CPU cap sends SIGXCPU) says nothing of the module: ACL_ERROR_RT_INTERNAL_ERROR.
 """
 
 from __future__ import annotations
@@ -63,6 +64,12 @@ def discover(source: str, filename: str, max_bytes: int) -> dict[str, KernelSign
     except ValueError:
         if child.stderr:
             log.warning("the parser of kernel module %s: %s", filename, child.stderr.decode())
+        if child.returncode == -signal.SIGKILL:
+            raise NpuError(
+                codes.ACL_ERROR_RT_INTERNAL_ERROR,
+                f"cannot load kernel module {filename}: its parser was killed from outside "
+                "the daemon; load it again",
+            ) from None
         raise _invalid_file(filename, f"the parser {_ending(child.returncode)}") from None
     if "error" in found:
         raise _invalid_file(filename, found["error"])
@@ -74,7 +81,7 @@ def _invalid_file(filename: str, why: str) -> NpuError:
 
 
 def _ending(returncode: int) -> str:
-    if returncode == -signal.SIGXCPU or returncode == -signal.SIGKILL:
+    if returncode == -signal.SIGXCPU:
         return "ran out of CPU time"
     if returncode < 0:
         return f"died with signal {-returncode}"

@@ -25,7 +25,7 @@ import pytest
 from conftest import (
     DaemonProcess,
     alive,
-    children_of,
+    descendants,
     internal_errors,
     runtime_of,
     simnpu_segments,
@@ -56,7 +56,7 @@ from simnpu.proto import codes, commands
 from simnpu.proto.errors import NpuError
 
 LOST = {codes.ACL_ERROR_RT_AICORE_EXCEPTION, codes.ACL_ERROR_RT_SYS_DMA}  # a worker was killed
-PARSER_LOST = codes.ACL_ERROR_INVALID_FILE  # what a load says when its parser was killed
+PARSER_LOST = codes.ACL_ERROR_RT_INTERNAL_ERROR  # what a load says when its parser was killed
 WAIT_MS = int(os.environ["CHAOS_WAIT_MS"])
 STOP = os.environ["CHAOS_STOP"]
 MiB = 1 << 20
@@ -302,16 +302,6 @@ rt.binary_unload(binary)
 rt.close()
 say("done")
 '''
-
-
-def descendants(pid: int) -> list[int]:
-    """Every process below `pid`: its children, theirs, and so on."""
-    found, frontier = [], [pid]
-    while frontier:
-        children = [child for parent in frontier for child in children_of(parent)]
-        found += children
-        frontier = children
-    return found
 
 
 def kill_descendant(daemon_pid: int, pid: int) -> bool:

@@ -10,8 +10,7 @@ import subprocess
 import time
 
 import pytest
-from conftest import DaemonProcess, alive, start_client
-from test_chaos import descendants
+from conftest import DaemonProcess, alive, descendants, start_client
 
 from simnpu.proto import codes
 

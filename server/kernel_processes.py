@@ -176,14 +176,13 @@ def _accesses(token: object, entries: object, fault: object, expected: list[int]
 
 
 # ---- the zygote (trusted: it never runs user code) -----------------------------------------------
-def zygote_main(conn: Connection, device_segments: list[str]) -> None:
+def zygote_main(conn: Connection, device_segments: list[str], scratch_root: str) -> None:
     """Entry point of the spawned zygote: open the device segments, import what kernels
-    use, then fork a kernel process per request."""
+    use, then fork a kernel process per request (its scratch directory in `scratch_root`)."""
     from simnpu.server import workers
 
     for signum in (signal.SIGINT, signal.SIGTERM):
         signal.signal(signum, signal.SIG_IGN)
-    scratch_root = tempfile.mkdtemp(prefix=f"{SCRATCH_PREFIX}{os.getppid()}-")
     daemon_pid = workers.end_with_daemon(lambda: shutil.rmtree(scratch_root, True))
     os.environ["OMP_NUM_THREADS"] = os.environ["OPENBLAS_NUM_THREADS"] = "1"  # one core each
     import numpy  # noqa: F401 - kernels use it: imported once, shared by every fork
@@ -251,7 +250,6 @@ def zygote_main(conn: Connection, device_segments: list[str]) -> None:
                 reap(signal.SIGCHLD, None)
                 time.sleep(0.005)
             conn.send(("ended", ended.pop(pid, None)))
-    shutil.rmtree(scratch_root, True)
 
 
 def _readable_directories() -> tuple[str, ...]:
@@ -440,17 +438,31 @@ class KernelProcesses:
         self._by_key: dict[tuple[int, Unit], KernelProcess] = {}
         self._zygote: Any = None
         self._conn: Connection | None = None
+        self._scratch = (
+            ""  # the zygote's scratch root (kernel process `pid` writes in <root>/<pid>)
+        )
         self.version = 0  # bumped whenever a process comes or goes (the executor's poll set)
         # frees waiting for busy processes that map the block: (those processes, release)
         self._deferred: list[tuple[set[KernelProcess], Callable[[], object]]] = []
 
     def start(self) -> None:
-        """Spawn the zygote and wait until it is ready. Blocks."""
+        """Make the scratch root, spawn the zygote and wait until it is ready. Blocks."""
+        self._scratch = tempfile.mkdtemp(prefix=f"{SCRATCH_PREFIX}{os.getpid()}-")
+        missing = self._spawn()
+        if missing:
+            log.warning(
+                "kernel processes run without %s: this machine lacks it "
+                "(docs/kernel-isolation.md, docs/security.md)",
+                " and ".join(missing),
+            )
+
+    def _spawn(self) -> list[str]:
+        """A new zygote; what of the sandbox this machine lacks."""
         spawn = multiprocessing.get_context("spawn")
         parent, child = spawn.Pipe()
         self._zygote = spawn.Process(
             target=zygote_main,
-            args=(child, self._segments),
+            args=(child, self._segments, self._scratch),
             name="simnpu-kernel-zygote",
             daemon=True,
         )
@@ -460,12 +472,39 @@ class KernelProcesses:
         if not parent.poll(START_TIMEOUT_S):
             raise RuntimeError("the kernel zygote did not start")
         _, missing = parent.recv()
-        if missing:
-            log.warning(
-                "kernel processes run without %s: this machine lacks it "
-                "(docs/kernel-isolation.md, docs/security.md)",
-                " and ".join(missing),
-            )
+        return missing
+
+    def _respawn(self) -> None:
+        """The zygote died (its kernel processes die with it): start another."""
+        assert self._conn is not None and self._zygote is not None, "started"
+        self._conn.close()
+        self._zygote.join(EXIT_WAIT_S)
+        if self._zygote.is_alive():
+            self._zygote.kill()
+            self._zygote.join(END_WAIT_S)
+        log.error("the kernel zygote %s; starting another", _exit_of(self._zygote.exitcode))
+        shutil.rmtree(self._scratch, True)
+        os.mkdir(self._scratch, 0o700)
+        self._spawn()
+
+    def _ask(self, request: tuple, send_fd: int | None = None) -> tuple:
+        """Send `request` (and the descriptor `send_fd`) to the zygote, return its answer;
+        a dead zygote is replaced and asked once more. Raises OSError if that fails too."""
+        for attempt in (1, 2):
+            assert self._conn is not None and self._zygote is not None, "started"
+            try:
+                self._conn.send(request)
+                if send_fd is not None:
+                    reduction.send_handle(self._conn, send_fd, self._zygote.pid)
+                reply = self._conn.recv()
+                if reply[0] == "forked":
+                    reply = (*reply, reduction.recv_handle(self._conn))
+                return reply
+            except (EOFError, OSError) as error:
+                if attempt == 2:
+                    raise OSError(f"the kernel zygote failed: {error}") from None
+                self._respawn()
+        raise AssertionError("unreachable")
 
     def process_for(self, owner: Any, unit: Unit) -> tuple[KernelProcess, bool]:
         """The kernel process that runs `owner`'s kernels on `unit`, and whether it is new:
@@ -486,20 +525,20 @@ class KernelProcesses:
             return process, True
 
     def _fork(self, owner: Any, unit: Unit, grant: Grant) -> KernelProcess:
-        assert self._conn is not None and self._zygote is not None, "started"
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         notify = owner.signals.name if owner.signals is not None else None
         try:
-            self._conn.send(("fork", unit.core_id, grant.spans, notify))
-            reduction.send_handle(self._conn, theirs.fileno(), self._zygote.pid)
+            reply = self._ask(("fork", unit.core_id, grant.spans, notify), theirs.fileno())
+        except OSError:
+            ours.close()
+            raise
         finally:
             theirs.close()
-        reply = self._conn.recv()
         if reply[0] != "forked":
             ours.close()
             raise OSError(f"no kernel process for {owner!r}: {reply[1]}")
-        pidfd = reduction.recv_handle(self._conn)
-        return KernelProcess(owner, unit, Connection(ours.detach()), reply[1], pidfd, grant)
+        _, pid, pidfd = reply
+        return KernelProcess(owner, unit, Connection(ours.detach()), pid, pidfd, grant)
 
     def _end(self, key: tuple[int, Unit]) -> KernelProcess | None:
         """End the process of `key` and wait until it is gone (caller holds the lock): one
@@ -553,10 +592,15 @@ class KernelProcesses:
                 self._end((process.owner.id, process.unit))
 
     def end_owner(self, owner_id: int) -> None:
-        """A client is gone: end its kernel processes."""
+        """A client is gone, or closed an IPC import: end its kernel processes -- those
+        running a batch once it is done (its session's are cancelled, docs/architecture.md)."""
         with self.lock:
-            for key in [key for key in self._by_key if key[0] == owner_id]:
-                self._end(key)
+            for key, process in list(self._by_key.items()):
+                if key[0] == owner_id:
+                    if process.busy:
+                        process.doomed = True
+                    else:
+                        self._end(key)
 
     def lost(self, process: KernelProcess) -> str:
         """`process` died, is stuck or misbehaved: end it, say how it ended. Blocks until
@@ -565,9 +609,10 @@ class KernelProcesses:
             key = (process.owner.id, process.unit)
             if self._by_key.get(key) is process:
                 self._end(key)
-            assert self._conn is not None, "started"
-            self._conn.send(("ended", process.pid))
-            status = self._conn.recv()[1]
+            try:
+                status = self._ask(("ended", process.pid))[1]
+            except OSError:  # the zygote died with it: that is how it ended
+                return "ended with the kernel zygote"
         return describe_status(status)
 
     @property
@@ -581,6 +626,7 @@ class KernelProcesses:
             return list(self._by_key.values())
 
     def stop(self) -> None:
+        """End every kernel process and the zygote, remove the scratch root. Blocks."""
         with self.lock:
             for key in list(self._by_key):
                 self._end(key)
@@ -590,12 +636,22 @@ class KernelProcesses:
             except OSError:
                 pass
         if self._zygote is not None:
-            self._zygote.join(5)
+            self._zygote.join(END_WAIT_S)
             if self._zygote.is_alive():
                 self._zygote.kill()
-                self._zygote.join(5)
+                self._zygote.join(END_WAIT_S)
         if self._conn is not None:
             self._conn.close()
+        if self._scratch:
+            shutil.rmtree(self._scratch, True)
+
+
+def _exit_of(code: int | None) -> str:
+    if code is None:
+        return "did not end"
+    if code < 0:
+        return describe_status(-code)  # a signal number is its own wait status
+    return f"exited with code {code}"
 
 
 def describe_status(status: int | None) -> str:

@@ -613,7 +613,7 @@ class ProcessExecutor:
         nothing to report (it ended while idle, or it no longer runs the unit's batch)."""
         running = self._running.get(unit) is process
         if process.conn.closed:  # ended meanwhile (the poll set is rebuilt next time)
-            return None
+            return LOST if running else None
         try:
             data = process.conn.recv_bytes(MAX_REPORT)
             report = decode_report(data, process.tokens, process.sent_ns)

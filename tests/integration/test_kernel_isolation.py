@@ -17,6 +17,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import time
 import uuid
 
 import numpy as np
@@ -502,3 +503,65 @@ def test_replacing_a_numpy_function_changes_only_the_kernels_own_process(start_d
         bystander = run_client(daemon.address, BYSTANDER)
     assert bystander.returncode == 0, bystander.stderr
     assert bystander.stdout.strip() == "exact", "another client's add_f32 used the kernel's np.add"
+
+
+# ---- what a kernel process says of itself --------------------------------------------------------
+FORGER = '''
+import json, os, socket, stat, struct
+from simnpu import kernel
+
+
+def forge(payload: bytes) -> int:
+    """Write a framed report on every socket this process holds: the count written."""
+    written = 0
+    for fd in range(3, 64):
+        try:
+            if not stat.S_ISSOCK(os.fstat(fd).st_mode):
+                continue
+            os.write(fd, struct.pack("!i", len(payload)) + payload)
+            written += 1
+        except OSError:
+            pass
+    return written
+
+
+@kernel("i64")
+def forge_results(ctx, token):
+    """Say that kernels of other tasks (any token) succeeded, then go on."""
+    reports = [[t, 0, 0, 0, ""] for t in range(max(1, token - 50), token + 50)]
+    forge(json.dumps(["results", reports]).encode())
+
+
+@kernel()
+def forge_pickle(ctx):
+    """Send a pickle that would run a command if the daemon unpickled it."""
+    forge(b"cos\\nsystem\\n(S'touch /tmp/pwned'\\ntR.")
+'''
+
+
+@pytest.mark.parametrize("kernel", ["forge_results", "forge_pickle"])
+def test_a_forged_report_ends_only_the_forgers_kernel_process(daemon, attacker, victim, kernel):
+    """A kernel that writes its own 'results' on its process's socket to the daemon gets its
+    process ended (507015 for its launch); nothing it wrote is believed or unpickled, the
+    victim's work and memory are untouched, and the attacker's next launch works.
+
+    (The kernel process writes its own client's completion signal, so the first
+    synchronize may believe the kernel's batch went well: a kernel can mislead only its
+    own client. The daemon's verdict is reported once it has ended the process.)"""
+    module = attacker.Module.from_source(FORGER, "forger.py")
+    args = (1000,) if kernel == "forge_results" else ()
+    module.function(kernel).launch(1, *args)
+    first = synchronize(attacker)
+    deadline = time.monotonic() + 60
+    while "restarting it" not in daemon.output().split("bad report")[-1]:
+        assert time.monotonic() < deadline, daemon.output()
+        time.sleep(0.02)
+    assert codes.ACL_ERROR_RT_AICORE_EXCEPTION in (first, synchronize(attacker))
+    assert not os.path.exists("/tmp/pwned")
+    out = attacker.DeviceBuffer(OUT)
+    module = attacker.Module.from_source(MEMORY_ATTACKS, "attacks.py")
+    module.function("mark").launch(1, out)
+    assert synchronize(attacker) == 0, "the attacker's next launch failed"
+    assert out.to_numpy(np.int64)[0] == 7
+    assert victim.check() == {"intact": True, "works": True}
+    assert "bad report" in daemon.output()

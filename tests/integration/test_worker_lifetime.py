@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import os
 import signal
 import time
 
-from conftest import alive, descendants
+from conftest import alive, children_of, descendants
 from device_peek import peek
 
 from simnpu.client.runtime import Runtime
+from simnpu.proto import codes
+from simnpu.proto.errors import NpuError
 
 SLEEPER = """
 import time
@@ -49,5 +52,44 @@ def test_a_process_busy_in_a_kernel_dies_with_a_killed_daemon(start_daemon):
             assert time.monotonic() < deadline, "a process outlived its killed daemon"
             time.sleep(0.05)
         assert not daemon.segments(), "the killed daemon's segments were not unlinked"
+    finally:
+        runtime.close()
+
+
+MARKER = """
+from simnpu import kernel
+
+
+@kernel("ptr", "u8")
+def mark(ctx, cell, value):
+    ctx.gm(cell, "u8", 1)[0] = value
+"""
+
+
+def test_a_killed_kernel_zygote_is_replaced(start_daemon):
+    """The zygote that forks kernel processes is SIGKILLed (its kernel processes die with
+    it): the daemon starts another, says so in its log, and clients' kernels run again."""
+    daemon = start_daemon()
+    runtime = Runtime(daemon.address)
+    try:
+        runtime.set_device(0)
+        cell = runtime.malloc(4096, 0)
+        mark = runtime.get_function(runtime.binary_load(MARKER), "mark")
+        stream = runtime.create_stream()
+        runtime.launch_kernel(mark, 1, runtime.signature(mark).pack(cell, 1), stream)
+        runtime.synchronize_stream(stream)
+        zygotes = [pid for pid in children_of(daemon.pid) if children_of(pid)]
+        assert len(zygotes) == 1, "one child of the daemon has kernel processes"
+        os.kill(zygotes[0], signal.SIGKILL)
+        for value in (2, 3):  # the launch after the kill may find its process dead
+            runtime.launch_kernel(mark, 1, runtime.signature(mark).pack(cell, value), stream)
+            try:
+                runtime.synchronize_stream(stream)
+            except NpuError as error:
+                assert error.code == codes.ACL_ERROR_RT_AICORE_EXCEPTION
+        assert peek(daemon.pid, cell, 1) == b"\x03"
+        assert "the kernel zygote was killed by signal 9 (SIGKILL); starting another" in (
+            daemon.output()
+        )
     finally:
         runtime.close()

@@ -99,6 +99,42 @@ def round_trip(rounds: str = "3000"):
     return {"p50": samples[len(samples) // 2] * 1e6, "p99": samples[int(len(samples) * 0.99)] * 1e6}
 
 
+OWN_EMPTY = """
+from simnpu import kernel
+
+
+@kernel()
+def empty(ctx):
+    pass
+"""
+
+
+def own_round_trip(rounds: str = "3000"):
+    """A client's own empty kernel (it runs in the client's kernel process,
+    docs/kernel-isolation.md): the first launch + synchronize, which forks that process,
+    in ms; then launch + synchronize p50 and p99 in µs, as round_trip."""
+    stream = setup()
+    binary = value(acl.rt.binary_load_from_data(OWN_EMPTY.encode(), None), "binary_load")
+    empty = value(acl.rt.binary_get_function(binary, "empty"), "binary_get_function")
+    start = time.perf_counter()
+    check(launch(empty, 1, stream), "launch")
+    check(acl.rt.synchronize_stream(stream))
+    first = time.perf_counter() - start
+    samples = []
+    for i in range(int(rounds) + 200):
+        start = time.perf_counter()
+        check(launch(empty, 1, stream))
+        check(acl.rt.synchronize_stream(stream))
+        if i >= 200:
+            samples.append(time.perf_counter() - start)
+    samples.sort()
+    return {
+        "first_ms": first * 1e3,
+        "p50": samples[len(samples) // 2] * 1e6,
+        "p99": samples[int(len(samples) * 0.99)] * 1e6,
+    }
+
+
 def device_throughput(streams: str = "1", count: str = "50000"):
     """Tiny (empty) kernels completed per second over 1 or more streams."""
     setup()
@@ -334,6 +370,7 @@ PROBES = {
         pipeline,
         first_call,
         facade_overhead,
+        own_round_trip,
     )
 }
 

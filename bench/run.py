@@ -175,6 +175,25 @@ def run(args) -> Table:
                     "(printed)",
                     True,
                 )
+                own = probe(address, "own_round_trip", 1000 if quick else 3000)
+                table.add(
+                    "own kernel (in the client's kernel process): launch + sync p50",
+                    own["p50"],
+                    "us",
+                    figures["p50"],
+                    "built-in kernel, same run",
+                    "(printed)",
+                    True,
+                )
+                table.add(
+                    "own kernel: first launch + sync (forks its kernel process)",
+                    own["first_ms"],
+                    "ms",
+                    figures["p50"] / 1e3,
+                    "built-in kernel launch + sync p50",
+                    "(printed)",
+                    True,
+                )
             if selected("throughput"):
                 one_at_a_time = baselines.pipe_dispatch_rate(10_000, 1)
                 runs_of_ten = baselines.pipe_dispatch_rate(50_000, 10)

@@ -814,3 +814,21 @@ def test_lookup_of_blocks_spanning_many_index_pages():
         assert a.lookup(probe) is None
     assert a.lookup(after.offset) is after
     check_invariants(a)
+
+
+def test_page_alignment_gives_every_block_whole_pages():
+    """The daemon's devices align blocks to the 4 KiB page: no two blocks share one."""
+    allocator = DeviceAllocator(1 << 22, align=4096)
+    blocks = [allocator.allocate(size) for size in (1, 100, 4064, 4065, 5000, 1 << 20)]
+    for block in blocks:
+        assert block.offset % 4096 == 0 and block.reserved % 4096 == 0
+    assert [block.reserved for block in blocks[:5]] == [4096, 4096, 4096, 8192, 8192]
+    pages = [set(range(b.offset // 4096, (b.offset + b.reserved) // 4096)) for b in blocks]
+    assert sum(map(len, pages)) == len(set().union(*pages))
+
+
+@pytest.mark.parametrize("align", [32, 100, 4097])
+def test_alignment_must_be_a_power_of_two_of_at_least_64(align):
+    with pytest.raises(NpuError) as error:
+        DeviceAllocator(1 << 20, align=align)
+    assert error.value.code == codes.ACL_ERROR_INVALID_PARAM

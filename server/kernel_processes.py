@@ -24,6 +24,7 @@ import logging
 import mmap
 import multiprocessing
 import os
+import queue
 import select
 import shutil
 import signal
@@ -457,7 +458,27 @@ class KernelProcesses:
             )
 
     def _spawn(self) -> list[str]:
-        """A new zygote; what of the sandbox this machine lacks."""
+        """A new zygote; what of the sandbox this machine lacks. It is started from a thread
+        of its own that lives until the zygote is replaced or stopped: a child's death
+        signal (PR_SET_PDEATHSIG) comes when the thread that started it ends, and the
+        caller may be a session's thread."""
+        started: queue.SimpleQueue = queue.SimpleQueue()
+        retire = self._retire = threading.Event()
+
+        def keeper() -> None:
+            try:
+                started.put(self._start_zygote())
+            except BaseException as error:  # noqa: BLE001 - raised by the caller
+                started.put(error)
+            retire.wait()
+
+        threading.Thread(target=keeper, name="simnpu-zygote-keeper", daemon=True).start()
+        result = started.get()
+        if isinstance(result, BaseException):
+            raise result
+        return result
+
+    def _start_zygote(self) -> list[str]:
         spawn = multiprocessing.get_context("spawn")
         parent, child = spawn.Pipe()
         self._zygote = spawn.Process(
@@ -469,9 +490,14 @@ class KernelProcesses:
         self._zygote.start()
         child.close()
         self._conn = parent
-        if not parent.poll(START_TIMEOUT_S):
-            raise RuntimeError("the kernel zygote did not start")
-        _, missing = parent.recv()
+        try:
+            if not parent.poll(START_TIMEOUT_S):
+                raise OSError(f"the kernel zygote did not start within {START_TIMEOUT_S:.0f} s")
+            _, missing = parent.recv()
+        except EOFError:
+            raise OSError(
+                f"the kernel zygote {_exit_of(self._zygote.exitcode)} as it started"
+            ) from None
         return missing
 
     def _respawn(self) -> None:
@@ -483,6 +509,7 @@ class KernelProcesses:
             self._zygote.kill()
             self._zygote.join(END_WAIT_S)
         log.error("the kernel zygote %s; starting another", _exit_of(self._zygote.exitcode))
+        self._retire.set()
         shutil.rmtree(self._scratch, True)
         os.mkdir(self._scratch, 0o700)
         self._spawn()
@@ -503,7 +530,10 @@ class KernelProcesses:
             except (EOFError, OSError) as error:
                 if attempt == 2:
                     raise OSError(f"the kernel zygote failed: {error}") from None
-                self._respawn()
+                try:
+                    self._respawn()
+                except OSError as again:
+                    raise OSError(f"the kernel zygote failed: {again}") from None
         raise AssertionError("unreachable")
 
     def process_for(self, owner: Any, unit: Unit) -> tuple[KernelProcess, bool]:
@@ -642,6 +672,7 @@ class KernelProcesses:
                 self._zygote.join(END_WAIT_S)
         if self._conn is not None:
             self._conn.close()
+        self._retire.set()
         if self._scratch:
             shutil.rmtree(self._scratch, True)
 

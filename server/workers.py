@@ -364,7 +364,7 @@ def end_with_daemon(cleanup: Callable[[], None] = lambda: None) -> int:
     (prctl PR_SET_PDEATHSIG): the signal is SIGUSR2, which nobody else sends (SIGTERM and
     SIGINT to the daemon's process group are ignored: the daemon stops its workers itself);
     its handler first unlinks the segments of a daemon that died without stopping its
-    workers (SIGKILL) and calls `cleanup`, then ends the worker as the signal would.
+    workers (SIGKILL), after `cleanup`, then ends the worker as the signal would.
     Returns the daemon's pid.
 
     The signal comes when the daemon's thread that started this worker ends, which is
@@ -382,11 +382,13 @@ def end_with_daemon(cleanup: Callable[[], None] = lambda: None) -> int:
 
     def daemon_ended(signum: int, frame: types.FrameType | None) -> None:
         signal.signal(signum, signal.SIG_IGN)  # once: the signal may come again meanwhile
-        if daemon.poll(_DAEMON_EXIT_WAIT_MS):
-            unlink_daemon_segments(daemon_pid)
-        cleanup()
-        signal.signal(signum, signal.SIG_DFL)
-        os.kill(os.getpid(), signum)
+        try:
+            cleanup()
+            if daemon.poll(_DAEMON_EXIT_WAIT_MS):
+                unlink_daemon_segments(daemon_pid)
+        finally:
+            signal.signal(signum, signal.SIG_DFL)
+            os.kill(os.getpid(), signum)
 
     signal.signal(signal.SIGUSR2, daemon_ended)
     libc = ctypes.CDLL(None, use_errno=True)

@@ -133,8 +133,10 @@ class DaemonProcess:
         assert not [pid for pid in self.workers + below if alive(pid)], (
             "worker or kernel processes outlived the daemon"
         )
-        scratch = glob.glob(os.path.join(tempfile.gettempdir(), f"{SCRATCH_PREFIX}{self.pid}-*"))
-        assert not scratch, f"kernel scratch directories outlived the daemon: {scratch}"
+        pattern = os.path.join(tempfile.gettempdir(), f"{SCRATCH_PREFIX}{self.pid}-*")
+        while glob.glob(pattern) and time.monotonic() < deadline:  # the zygote removes it
+            time.sleep(0.05)
+        assert not glob.glob(pattern), "kernel scratch directories outlived the daemon"
         assert not self.segments(), f"daemon left shared memory behind: {self.segments()}"
         failures = internal_errors(self.output())
         assert not failures, "the daemon failed inside:\n" + "\n\n".join(failures)

@@ -53,7 +53,7 @@ class ExceptionCallbacks:
         self._legacy: Callable[[int], object] | None = None  # aclrtSetExceptionInfoCallback's
         self._infos: dict[int, ExceptionInfo] = {}  # handle -> info, while its callbacks run
         self._handles = itertools.count(1)
-        self._reported: deque[int] = deque(maxlen=256)  # task numbers already reported
+        self._reported: deque[tuple[int, int]] = deque(maxlen=256)  # (session, task) reported
         self.kernel_failed: set[int] = set()  # devices on which a kernel of this process failed
 
     def register(self, callback: Callable[[int], object]) -> None:
@@ -86,9 +86,10 @@ class ExceptionCallbacks:
             if info.function and info.device_id != U32:
                 self.kernel_failed.add(info.device_id)
             callbacks = [*self._callbacks, *([self._legacy] if self._legacy else [])]
-            if not callbacks or seq in self._reported:
+            key = (runtime.session_id, seq)
+            if not callbacks or key in self._reported:
                 return
-            self._reported.append(seq)
+            self._reported.append(key)
             handle = next(self._handles)
             self._infos[handle] = info
         runner = threading.Thread(

@@ -107,7 +107,7 @@ def get_error_code_from_exception_info(info):
     return found.error_code if found is not None else _U32
 
 
-@api("O", (0, 0), needs_session=False)
+@api("O", ((0, 0),), needs_session=False)
 def get_args_from_exception_info(rt, info):
     """aclrtGetArgsFromExceptionInfo: `(dev_args_ptr, dev_args_len), ret` of a kernel
     launched with aclrtLaunchKernel (arguments in device memory). -1 (0xFFFFFFFF as an

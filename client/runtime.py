@@ -23,6 +23,7 @@ from google.protobuf.message import Message
 from simnpu.client import fast_path, last_error
 from simnpu.client.callbacks import HostCallbacks
 from simnpu.client.copies import CopyPaths
+from simnpu.client.exceptions import EXCEPTIONS
 from simnpu.client.hostmem import HostMemory
 from simnpu.client.last_error import records_errors
 from simnpu.client.observe import ClientObserver
@@ -32,6 +33,8 @@ from simnpu.client.runtime_memory import (
     env_memory_limit,
     wire_int,
 )
+from simnpu.client.runtime_streams import RuntimeStreams
+from simnpu.client.stream_states import STREAM_STATES
 from simnpu.client.transport import Connection, caller_site
 from simnpu.proto import codes, commands
 from simnpu.proto import npu_pb2 as pb
@@ -61,7 +64,7 @@ class ContextInfo:
         self.events = set()
 
 
-class Runtime(RuntimeMemory):
+class Runtime(RuntimeMemory, RuntimeStreams):
     """This process's view of the simulated NPU. Thread-safe; one per process is usual."""
 
     def __init__(self, address: str | None = None, token: str | None = None):
@@ -96,6 +99,7 @@ class Runtime(RuntimeMemory):
         self.device_refs: dict[int, int] = {}
         self.device_contexts: dict[int, int] = {}  # device -> its default context (aclrtSetDevice)
         self.stream_context: dict[int, ContextInfo] = {}
+        self.stream_attrs: dict[int, tuple[int, int]] = {}  # stream -> (priority, flags)
         self.event_context: dict[int, ContextInfo] = {}
         self.allocation_starts: list[int] = []
         self.allocations: dict[int, tuple[int, int]] = {}  # address -> (size, device)
@@ -115,8 +119,14 @@ class Runtime(RuntimeMemory):
         return self.copies.shared
 
     def _call(self, body: Message) -> Any:
-        """Send a request and wait for its reply body (the path of every call that answers)."""
-        return self.connection.call(body, caller_site())
+        """Send a request and wait for its reply body (the path of every call that answers).
+        A task failure it reports goes to the exception-info callbacks first."""
+        try:
+            return self.connection.call(body, caller_site())
+        except NpuError as error:
+            if error.task_seq:
+                EXCEPTIONS.report(self, error)
+            raise
 
     # ---- devices and contexts ---------------------------------------------------------------
     def _current(self) -> ContextInfo:
@@ -201,6 +211,7 @@ class Runtime(RuntimeMemory):
         context = self.contexts.pop(handle)
         for stream in context.streams:
             self.stream_context.pop(stream, None)
+            self.stream_attrs.pop(stream, None)
             if self.signals is not None:
                 self.signals.remove(stream)
         for event in context.events:
@@ -255,8 +266,10 @@ class Runtime(RuntimeMemory):
         handle = reply.stream
         context.streams.add(handle)
         self.stream_context[handle] = context
+        self.stream_attrs[handle] = (priority, flags)
         if self.signals is not None and reply.HasField("signal_slot"):
             self.signals.add(handle, reply.signal_slot)
+        STREAM_STATES.notify(handle, codes.ACL_RT_STREAM_STATE_CREATE_POST)
         return handle
 
     @records_errors
@@ -268,9 +281,11 @@ class Runtime(RuntimeMemory):
             raise bad_handle("stream", handle)
         if handle == context.default_stream:
             raise invalid("the default stream cannot be destroyed")
+        STREAM_STATES.notify(handle, codes.ACL_RT_STREAM_STATE_DESTROY_PRE)
         self._call(pb.DestroyStreamRequest(stream=handle, force=force))
         context.streams.discard(handle)
         self.stream_context.pop(handle, None)
+        self.stream_attrs.pop(handle, None)
         if self.signals is not None:
             self.signals.remove(handle)
 

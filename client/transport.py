@@ -75,9 +75,11 @@ def caller_site() -> str:
 
 class CallLog:
     """The sequence numbers of this session's calls, as the daemon numbers them, and what the
-    client keeps of each: its call site (the last 65,536), the last command of each stream,
-    and the last call whose failure is reported later; once the session is observed, which
-    sites the daemon has been told. Used under the connection's lock."""
+    client keeps of each: its call site (the last 65,536; for a command also its stream, the
+    thread that sent it and its record, which an exception-info callback reports), the last
+    command of each stream and of each thread, and the last call whose failure is reported
+    later; once the session is observed, which sites the daemon has been told. Used under
+    the connection's lock."""
 
     __slots__ = (
         "_sites",
@@ -87,12 +89,14 @@ class CallLog:
         "seq",
         "sites_sent",
         "stream_seq",
+        "thread_seq",
     )
 
     def __init__(self) -> None:
         self.seq = 0
         self._sites: list = [None] * _SITE_RING
         self.stream_seq: dict[int, int] = {}  # stream -> sequence number of its last command
+        self.thread_seq: dict[int, int] = {}  # thread ident -> sequence number of its last command
         self.deferred_seq = 0  # the last call whose failure is reported later (a command, a free)
         self.observed = False  # tracing or checking: call sites travel with the calls
         self.sites_sent = 0  # sequence numbers up to here have had their sites sent (no ring)
@@ -103,11 +107,18 @@ class CallLog:
         self.sites_sent = self.seq
         self.observed = True
 
-    def take(self, site: str, stream: int = 0, deferred: bool = False) -> int:
-        """The next sequence number, for a call at `site` (a command on `stream`, or one whose
-        failure is reported later)."""
+    def take(
+        self, site: str, stream: int = 0, deferred: bool = False, record: bytes | None = None
+    ) -> int:
+        """The next sequence number, for a call at `site` (a command on `stream` with its
+        packed `record`, or a call whose failure is reported later)."""
         self.seq = seq = self.seq + 1
-        self._sites[seq & _SITE_MASK] = (seq, site)
+        if record is None:
+            self._sites[seq & _SITE_MASK] = (seq, site)
+        else:
+            thread = threading.get_ident()
+            self._sites[seq & _SITE_MASK] = (seq, site, stream, thread, record)
+            self.thread_seq[thread] = seq
         if deferred:
             self.deferred_seq = seq
             if stream:
@@ -117,6 +128,13 @@ class CallLog:
     def site_of(self, seq: int) -> str | None:
         entry = self._sites[seq & _SITE_MASK]
         return entry[1] if entry is not None and entry[0] == seq and entry[1] else None
+
+    def command(self, seq: int) -> tuple[int, int, bytes] | None:
+        """(stream, thread ident, packed record) of command `seq`, if it is still known."""
+        entry = self._sites[seq & _SITE_MASK]
+        if entry is None or entry[0] != seq or len(entry) < 5:
+            return None
+        return entry[2], entry[3], entry[4]
 
     def unsent_sites(self) -> tuple[list[int], list[str]]:
         """The sites of every sequence number used since the last call of this (observed
@@ -300,7 +318,7 @@ class Connection:
                 f"({ring_layout.MAX_RECORD})",
             )
         with self._lock:
-            seq = self.log.take(site, stream, True)
+            seq = self.log.take(site, stream, True, record)
             if self.ring is not None:
                 self._put(record, site, wake=False)
                 return seq
@@ -397,7 +415,9 @@ class Connection:
             raise reply
         assert reply is not None  # its event is set: the reply (or the error) is in
         if reply.code:
-            raise error_for(reply.code, self.log.describe_failure(reply))
+            error = error_for(reply.code, self.log.describe_failure(reply))
+            error.task_seq = reply.task_seq
+            raise error
         return reply
 
     def _wait_mailbox(self, pending: _Pending) -> None:

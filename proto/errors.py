@@ -8,7 +8,10 @@ from simnpu.proto import codes
 
 
 class NpuError(Exception):
-    """An ACL-level failure: `.code` is the ACL return code, `.message` says why."""
+    """An ACL-level failure: `.code` is the ACL return code, `.message` says why; a task's
+    failure reported by the daemon has the task's sequence number in `.task_seq`."""
+
+    task_seq: int = 0
 
     def __init__(self, code: int, message: str = ""):
         self.code = int(code)

@@ -21,7 +21,9 @@ from simnpu.proto import codes
 from simnpu.proto.errors import NpuError as _NpuError
 from simnpu.shm.addresses import DEVICE_BASE
 
+from . import rt_exceptions as _exceptions
 from . import rt_memory as _memory
+from . import rt_streams as _streams
 
 _FLOAT = struct.Struct("<f")
 
@@ -478,7 +480,6 @@ _IPC = (
 _NOTIFY = "notifies are not simulated (use events)"
 _ARGS = "the kernel-arguments builder is not simulated (pack the argument struct yourself)"
 _ALLOC = "user allocators for streams are not simulated"
-_EXC = "exception-info callbacks are not simulated (errors are returned by synchronize)"
 _CAPS = "the simulated device has no such attribute or capability to report"
 _BINARY = (
     "aclrtCreateBinary objects are not simulated: use binary_load_from_file or "
@@ -619,8 +620,13 @@ _UNSUPPORTED = {
         None,
         "aborting running tasks is not simulated (destroy_stream_force drops queued ones)",
     ),
+    "stream_stop": (
+        "aclrtStreamStop",
+        None,
+        "stopping a stream's running tasks is not simulated (destroy_stream_force drops "
+        "queued ones)",
+    ),
     "device_task_abort": ("aclrtDeviceTaskAbort", None, "aborting running tasks is not simulated"),
-    "stream_get_id": ("aclrtStreamGetId", (0,), "streams have no hardware id"),
     "get_stream_available_num": (
         "aclrtGetStreamAvailableNum",
         (0,),
@@ -636,16 +642,10 @@ _UNSUPPORTED = {
         ({},),
         "stream attributes are not simulated",
     ),
-    "get_thread_last_task_id": ("aclrtGetThreadLastTaskId", (0,), "task ids are not reported"),
     "query_event_wait_status": (
         "aclrtQueryEventWaitStatus",
         (codes.ACL_EVENT_WAIT_STATUS_RESERVED,),
         "the daemon does not report whether an event's waiters have passed",
-    ),
-    "event_get_timestamp": (
-        "aclrtEventGetTimestamp",
-        (0,),
-        "absolute event timestamps are not reported (event_elapsed_time works)",
     ),
     "get_event_id": ("aclrtGetEventId", (0,), "events have no hardware id"),
     "get_event_avail_num": (
@@ -673,7 +673,6 @@ _UNSUPPORTED = {
         (0,),
         "the operator timeout is not reported",
     ),
-    "set_exception_info_callback": ("aclrtSetExceptionInfoCallback", None, _EXC),
     "get_device_utilization_rate": ("aclrtGetDeviceUtilizationRate", ({},), _CAPS),
     "query_device_status": ("aclrtQueryDeviceStatus", (0,), _CAPS),
     "get_device_info": ("aclrtGetDeviceInfo", (0,), _CAPS),
@@ -786,11 +785,6 @@ _UNSUPPORTED = {
 _UNSUPPORTED_VALUES = {
     "create_binary": ("aclrtCreateBinary", 0, _BINARY),
     "allocator_create_desc": ("aclrtAllocatorCreateDesc", 0, _ALLOC),
-    "get_error_code_from_exception_info": ("aclrtGetErrorCodeFromExceptionInfo", _U32, _EXC),
-    "get_task_id_from_exception_info": ("aclrtGetTaskIdFromExceptionInfo", _U32, _EXC),
-    "get_stream_id_from_exception_info": ("aclrtGetStreamIdFromExceptionInfo", _U32, _EXC),
-    "get_thread_id_from_exception_info": ("aclrtGetThreadIdFromExceptionInfo", _U32, _EXC),
-    "get_device_id_from_exception_info": ("aclrtGetDeviceIdFromExceptionInfo", _U32, _EXC),
 }
 UNSUPPORTED = sorted([*_UNSUPPORTED, *_UNSUPPORTED_VALUES])
 for _name, (_call, _outputs, _why) in _UNSUPPORTED.items():
@@ -801,4 +795,4 @@ del _name, _call, _outputs, _why, _value, api, not_supported
 
 # Device memory, IPC sharing and stream-ordered pools are acl.rt calls too, written in
 # client/acl/rt_memory.py by the device-memory work (docs/memory.md).
-__getattr__, __dir__ = _on_demand(globals(), _memory)
+__getattr__, __dir__ = _on_demand(globals(), _memory, _streams, _exceptions)

@@ -1,0 +1,128 @@
+"""acl.rt stream and event calls beyond the basics: stream config handles and
+aclrtCreateStreamV2, stream introspection, stream state callbacks, events recorded and
+waited with a flag or timeout, event timestamps.
+
+Written like the rest of acl.rt (client/acl/rt.py, which offers the calls this module lists
+in `__all__` as its own): pyACL's argument checks and return shapes, the ACL code last.
+"""
+
+from __future__ import annotations
+
+from simnpu.client.facade import api
+from simnpu.client.facade import on_demand as _on_demand
+from simnpu.client.runtime_streams import STREAM_CONFIGS as _CONFIGS
+from simnpu.client.stream_states import STREAM_STATES as _STATES
+from simnpu.proto import codes
+from simnpu.proto.errors import NpuError as _NpuError
+
+__all__ = [
+    "create_stream_config_handle",
+    "create_stream_v2",
+    "destroy_stream_config_handle",
+    "event_get_timestamp",
+    "record_event_with_flag",
+    "reg_stream_state_callback",
+    "set_stream_config_opt",
+    "stream_get_flags",
+    "stream_get_id",
+    "stream_get_priority",
+    "stream_wait_event_with_flag",
+    "stream_wait_event_with_timeout",
+]
+
+
+# ---- stream config handles and aclrtCreateStreamV2 --------------------------------------------
+def create_stream_config_handle():
+    """aclrtCreateStreamConfigHandle: a config handle (an int; its fields are 0). Host only."""
+    return _CONFIGS.create()
+
+
+@api("kIO", needs_session=False)
+def set_stream_config_opt(rt, handle, attr, value):
+    """aclrtSetStreamConfigOpt: set ACL_RT_STREAM_FLAG, _PRIORITY, _WORK_ADDR_PTR or
+    _WORK_SIZE of a config handle to the int `value` (the C call's attrValue and its size).
+    100000 for a null or unknown handle, another attribute or a value that is not an int."""
+    _CONFIGS.set(handle, attr, value)
+
+
+@api("k", needs_session=False)
+def destroy_stream_config_handle(rt, handle):
+    """aclrtDestroyStreamConfigHandle: 100000 for a null or unknown handle. Host only."""
+    _CONFIGS.destroy(handle)
+
+
+@api("k", (0,))
+def create_stream_v2(rt, handle):
+    """aclrtCreateStreamV2: `stream, ret` with the config handle's priority (clamped to
+    0..7) and flags; the work memory fields change nothing. 100000 for a null handle."""
+    return rt.create_stream_v2(handle)
+
+
+# ---- stream introspection and state callbacks ------------------------------------------------
+@api("k", (0,))
+def stream_get_id(rt, stream):
+    """aclrtStreamGetId: `stream_id, ret`, the number the timeline and exception infos use."""
+    return rt.stream_get_id(stream)
+
+
+@api("k", (0,))
+def stream_get_priority(rt, stream):
+    """aclrtStreamGetPriority: `priority, ret` (0 highest .. 7)."""
+    return rt.stream_get_priority(stream)
+
+
+@api("k", (0,))
+def stream_get_flags(rt, stream):
+    """aclrtStreamGetFlags: `flags, ret` (the ACL_STREAM_* flags it was created with)."""
+    return rt.stream_get_flags(stream)
+
+
+@api("OOO", needs_session=False)
+def reg_stream_state_callback(rt, reg_name, callback, args):
+    """aclrtRegStreamStateCallback: `callback(stream, state, args)` runs on the creating
+    thread after a stream is created (ACL_RT_STREAM_STATE_CREATE_POST) and before one is
+    destroyed (_DESTROY_PRE); None removes the callback of that name. 100000 for a null
+    name."""
+    if reg_name is None:
+        raise _NpuError(codes.ACL_ERROR_INVALID_PARAM, "reg_name is null")
+    if not isinstance(reg_name, str):
+        raise TypeError("acl.rt.reg_stream_state_callback: reg_name must be a str")
+    if callback is not None and not callable(callback):
+        raise TypeError("acl.rt.reg_stream_state_callback: callback must be callable or None")
+    _STATES.register(reg_name, callback, args)
+
+
+# ---- events ----------------------------------------------------------------------------------
+@api("kkI")
+def record_event_with_flag(rt, event, stream, flag):
+    """aclrtRecordEventWithFlag (async): ACL_EVENT_RECORD_DEFAULT records as record_event;
+    ACL_EVENT_RECORD_EXTERNAL needs a stream being captured (107029). 100000 for a null
+    event or another flag."""
+    rt.record_event_with_flag(event, stream, flag)
+
+
+@api("kkII")
+def stream_wait_event_with_flag(rt, stream, event, timeout, flag):
+    """aclrtStreamWaitEventWithFlag (async): ACL_EVENT_WAIT_DEFAULT waits as
+    stream_wait_event_with_timeout; ACL_EVENT_WAIT_EXTERNAL (timeout 0 only, else 100000)
+    needs a stream being captured (107029). 100000 for a null event or another flag."""
+    rt.stream_wait_event_with_flag(stream, event, timeout, flag)
+
+
+@api("kki")
+def stream_wait_event_with_timeout(rt, stream, event, timeout):
+    """aclrtStreamWaitEventWithTimeout (async; timeout in seconds): 0 waits as
+    stream_wait_event; below 0 is 107000; a timeout above 0 is 207000 (a wait task's own
+    timeout is not simulated)."""
+    rt.stream_wait_event_with_timeout(stream, event, timeout)
+
+
+@api("k", (0,))
+def event_get_timestamp(rt, event):
+    """aclrtEventGetTimestamp: `microseconds, ret` -- when the event's latest record ran,
+    on the device clock (time since the host system started). Blocks. 100000 for a null
+    event, 507000 if it was never recorded, 107006 if that record has not run yet."""
+    return rt.event_get_timestamp(event)
+
+
+__getattr__, __dir__ = _on_demand(globals())

@@ -32,6 +32,7 @@ from simnpu.client.runtime_memory import (
     env_memory_limit,
     wire_int,
 )
+from simnpu.client.runtime_peers import RuntimePeers
 from simnpu.client.transport import Connection, caller_site
 from simnpu.proto import codes, commands
 from simnpu.proto import npu_pb2 as pb
@@ -61,7 +62,7 @@ class ContextInfo:
         self.events = set()
 
 
-class Runtime(RuntimeMemory):
+class Runtime(RuntimeMemory, RuntimePeers):
     """This process's view of the simulated NPU. Thread-safe; one per process is usual."""
 
     def __init__(self, address: str | None = None, token: str | None = None):
@@ -95,6 +96,9 @@ class Runtime(RuntimeMemory):
         self.contexts: dict[int, ContextInfo] = {}
         self.device_refs: dict[int, int] = {}
         self.device_contexts: dict[int, int] = {}  # device -> its default context (aclrtSetDevice)
+        self.peer_access: set[tuple[int, int]] = (
+            set()
+        )  # (device, peer): aclrtDeviceEnablePeerAccess
         self.stream_context: dict[int, ContextInfo] = {}
         self.event_context: dict[int, ContextInfo] = {}
         self.allocation_starts: list[int] = []

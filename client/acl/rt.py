@@ -22,6 +22,7 @@ from simnpu.proto.errors import NpuError as _NpuError
 from simnpu.shm.addresses import DEVICE_BASE
 
 from . import rt_memory as _memory
+from . import rt_peers as _peers
 
 _FLOAT = struct.Struct("<f")
 
@@ -594,26 +595,6 @@ _UNSUPPORTED = {
         (0,),
         "registering pageable host memory is not simulated",
     ),
-    "device_can_access_peer": (
-        "aclrtDeviceCanAccessPeer",
-        (0,),
-        "peer access between devices is not simulated",
-    ),
-    "device_enable_peer_access": (
-        "aclrtDeviceEnablePeerAccess",
-        None,
-        "peer access between devices is not simulated",
-    ),
-    "device_disable_peer_access": (
-        "aclrtDeviceDisablePeerAccess",
-        None,
-        "peer access between devices is not simulated",
-    ),
-    "device_peer_access_status": (
-        "aclrtDevicePeerAccessStatus",
-        (0,),
-        "peer access between devices is not simulated",
-    ),
     "stream_abort": (
         "aclrtStreamAbort",
         None,
@@ -800,5 +781,6 @@ for _name, (_call, _value, _why) in _UNSUPPORTED_VALUES.items():
 del _name, _call, _outputs, _why, _value, api, not_supported
 
 # Device memory, IPC sharing and stream-ordered pools are acl.rt calls too, written in
-# client/acl/rt_memory.py by the device-memory work (docs/memory.md).
-__getattr__, __dir__ = _on_demand(globals(), _memory)
+# client/acl/rt_memory.py by the device-memory work (docs/memory.md); peer access between
+# devices in client/acl/rt_peers.py.
+__getattr__, __dir__ = _on_demand(globals(), _memory, _peers)

@@ -32,6 +32,7 @@ from simnpu.client.runtime_memory import (
     env_memory_limit,
     wire_int,
 )
+from simnpu.client.runtime_notify import RuntimeNotify
 from simnpu.client.runtime_peers import RuntimePeers
 from simnpu.client.transport import Connection, caller_site
 from simnpu.proto import codes, commands
@@ -62,7 +63,7 @@ class ContextInfo:
         self.events = set()
 
 
-class Runtime(RuntimeMemory, RuntimePeers):
+class Runtime(RuntimeMemory, RuntimePeers, RuntimeNotify):
     """This process's view of the simulated NPU. Thread-safe; one per process is usual."""
 
     def __init__(self, address: str | None = None, token: str | None = None):
@@ -96,9 +97,8 @@ class Runtime(RuntimeMemory, RuntimePeers):
         self.contexts: dict[int, ContextInfo] = {}
         self.device_refs: dict[int, int] = {}
         self.device_contexts: dict[int, int] = {}  # device -> its default context (aclrtSetDevice)
-        self.peer_access: set[tuple[int, int]] = (
-            set()
-        )  # (device, peer): aclrtDeviceEnablePeerAccess
+        self.peer_access: set[tuple[int, int]] = set()  # (device, peer) enabled
+        self.notifies: dict[int, int] = {}  # notify handle -> its device (created or imported)
         self.stream_context: dict[int, ContextInfo] = {}
         self.event_context: dict[int, ContextInfo] = {}
         self.allocation_starts: list[int] = []

@@ -108,6 +108,8 @@ class CopyPaths:
                     f"memcpy kind {kind} does not match the pointers: source is "
                     f"{src_side} memory, destination is {dst_side} memory"
                 )
+        if src_side == DEVICE and dst_side == DEVICE:
+            self.runtime.check_peer_copy(src, dst, self._running_device(dst, stream))
         if src_side == PAGEABLE:
             check_pageable(src, count, False, "src")
         if dst_side == PAGEABLE:
@@ -130,6 +132,14 @@ class CopyPaths:
             self.runtime.connection.send_command(
                 commands.Copy.pack(stream, dst_loc, src_loc, count), caller_site(), stream
             )
+
+    def _running_device(self, dst: int, stream: int | None) -> int:
+        """The device a device-to-device copy runs on: its stream's; for aclrtMemcpy the
+        current context's (the destination's when the thread has none)."""
+        if stream is not None:
+            return self.runtime.stream_context[stream].device
+        context = getattr(self.runtime._local, "context", None)
+        return self.runtime.device_of(dst) if context is None else context.device
 
     def _staged(self, dst, dst_side, src, src_side, count, stream) -> None:
         """Chunks through the staging area, `depth` in flight (one per slot of it). Blocks."""

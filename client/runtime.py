@@ -35,6 +35,8 @@ from simnpu.client.runtime_memory import (
 )
 from simnpu.client.runtime_streams import RuntimeStreams
 from simnpu.client.stream_states import STREAM_STATES
+from simnpu.client.runtime_notify import RuntimeNotify
+from simnpu.client.runtime_peers import RuntimePeers
 from simnpu.client.transport import Connection, caller_site
 from simnpu.proto import codes, commands
 from simnpu.proto import npu_pb2 as pb
@@ -64,7 +66,7 @@ class ContextInfo:
         self.events = set()
 
 
-class Runtime(RuntimeMemory, RuntimeStreams):
+class Runtime(RuntimeMemory, RuntimeStreams, RuntimePeers, RuntimeNotify):
     """This process's view of the simulated NPU. Thread-safe; one per process is usual."""
 
     def __init__(self, address: str | None = None, token: str | None = None):
@@ -98,6 +100,8 @@ class Runtime(RuntimeMemory, RuntimeStreams):
         self.contexts: dict[int, ContextInfo] = {}
         self.device_refs: dict[int, int] = {}
         self.device_contexts: dict[int, int] = {}  # device -> its default context (aclrtSetDevice)
+        self.peer_access: set[tuple[int, int]] = set()  # (device, peer) enabled
+        self.notifies: dict[int, int] = {}  # notify handle -> its device (created or imported)
         self.stream_context: dict[int, ContextInfo] = {}
         self.stream_attrs: dict[int, tuple[int, int]] = {}  # stream -> (priority, flags)
         self.event_context: dict[int, ContextInfo] = {}

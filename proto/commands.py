@@ -37,12 +37,14 @@ __all__ = [
     "Location",
     "Memset",
     "RecordEvent",
+    "RecordNotify",
     "ResetEvent",
     "RING_END",
     "RingRequest",
     "RingSite",
     "RingStreamItem",
     "WaitEvent",
+    "WaitNotify",
     "decode",
 ]
 
@@ -288,6 +290,56 @@ class Collective(_CollectiveFields):
         return _record(cls, cls.LAYOUT.unpack_from(buffer, at)[1:]), at + cls.LAYOUT.size
 
 
+# ---- notifies ----------------------------------------------------------------------------------
+class _NotifyFields(NamedTuple):
+    notify: int
+    stream: int
+
+
+class RecordNotify(_NotifyFields):
+    """aclrtRecordNotify."""
+
+    __slots__ = ()
+    OP: ClassVar[int] = 45
+    LAYOUT: ClassVar[struct.Struct] = struct.Struct("<HQQ")  # op, notify, stream
+
+    @classmethod
+    def pack(cls, notify: int, stream: int) -> bytes:
+        try:
+            return cls.LAYOUT.pack(cls.OP, notify, stream)
+        except struct.error:
+            raise _refused(cls, (notify, stream)) from None
+
+    @classmethod
+    def unpack_from(cls, buffer: memoryview, at: int):
+        return _record(cls, cls.LAYOUT.unpack_from(buffer, at)[1:]), at + cls.LAYOUT.size
+
+
+class _WaitNotifyFields(NamedTuple):
+    notify: int
+    stream: int
+    timeout: int  # seconds; 0 waits forever
+
+
+class WaitNotify(_WaitNotifyFields):
+    """aclrtWaitAndResetNotify."""
+
+    __slots__ = ()
+    OP: ClassVar[int] = 46
+    LAYOUT: ClassVar[struct.Struct] = struct.Struct("<HQQI")  # op, notify, stream, timeout
+
+    @classmethod
+    def pack(cls, notify: int, stream: int, timeout: int) -> bytes:
+        try:
+            return cls.LAYOUT.pack(cls.OP, notify, stream, timeout)
+        except struct.error:
+            raise _refused(cls, (notify, stream, timeout)) from None
+
+    @classmethod
+    def unpack_from(cls, buffer: memoryview, at: int):
+        return _record(cls, cls.LAYOUT.unpack_from(buffer, at)[1:]), at + cls.LAYOUT.size
+
+
 # ---- records only a submission ring carries (simnpu.shm.ring, docs/fast-path.md) --------------
 _RING_BYTES = struct.Struct("<HI")  # op, length of what follows
 
@@ -371,6 +423,8 @@ _KINDS = (
     HostCallback,
     HostDone,
     Collective,
+    RecordNotify,
+    WaitNotify,
 )
 # op -> (the smallest size of its record, its kind's unpack_from)
 _COMMANDS = {kind.OP: (kind.LAYOUT.size, kind.unpack_from) for kind in _KINDS}

@@ -25,6 +25,7 @@ from simnpu.server.device import Device
 from simnpu.server.ipc_memory import IpcMemory
 from simnpu.server.kernel_processes import KernelProcesses
 from simnpu.server.memory_views import memory_snapshot, memory_stats
+from simnpu.server.notifies import Notifies
 from simnpu.server.observe import Observer
 from simnpu.server.peers import Peer, Peers
 from simnpu.server.rendezvous import Jobs
@@ -44,6 +45,7 @@ class Daemon:
         self.config = config
         self.devices: list[Device] = []
         self.ipc = IpcMemory(self.devices)  # exported device memory (aclrtIpcMem*)
+        self.notifies = Notifies()  # notifies, exported ones by key
         self.sessions: dict[int, Session] = {}
         self.peers = Peers()  # the credentials sockets: who a client is (server/peers.py)
         self._peer_of: dict[int, Peer] = {}  # session id -> its peer

@@ -31,6 +31,7 @@ from simnpu.proto.errors import NpuError, bad_handle, invalid
 from simnpu.server.client_memory import ClientMemory
 from simnpu.server.fast_path import FastPath
 from simnpu.server.handlers.registry import HANDLERS, LATER
+from simnpu.server.notifies import Notify
 from simnpu.server.objects import Context, Event, Failure, Owner, Stream, Waiter
 from simnpu.server.resources import Pinned
 from simnpu.server.tasks import Task
@@ -68,6 +69,7 @@ class HandleKind(enum.IntEnum):
     FUNCTION = 5
     PINNED = 6
     MEM_POOL = 7
+    NOTIFY = 45
     COMMUNICATOR = 16
 
 
@@ -453,6 +455,8 @@ class Session:
                 self.release_segment(obj.region)
             elif isinstance(obj, Event):
                 self.daemon.count_event(obj.context.device, -1)
+            elif isinstance(obj, Notify):
+                self.daemon.notifies.release(obj)
         self.handles.clear()
         if self.staging is not None:
             self.release_segment(self.staging)

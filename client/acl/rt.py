@@ -24,6 +24,8 @@ from simnpu.shm.addresses import DEVICE_BASE
 from . import rt_exceptions as _exceptions
 from . import rt_memory as _memory
 from . import rt_streams as _streams
+from . import rt_notify as _notify
+from . import rt_peers as _peers
 
 _FLOAT = struct.Struct("<f")
 
@@ -474,10 +476,11 @@ def peek_at_last_error(level=codes.ACL_RT_THREAD_LEVEL):
 # name: (C call, values returned before ret (None: ret only), why)
 _VMM = "virtual memory management (reserve/map physical memory) is not simulated"
 _IPC = (
-    "sharing VMM handles, events or notifies between processes is not simulated "
-    "(device memory is: acl.rt.ipc_mem_*)"
+    "sharing VMM handles or events between processes is not simulated "
+    "(device memory and notifies are: acl.rt.ipc_mem_*, acl.rt.notify_get_export_key)"
 )
-_NOTIFY = "notifies are not simulated (use events)"
+_NOTIFY = "notify ids and batch resets are not simulated"
+_CNT_NOTIFY = "count notifies are not simulated (notifies are: acl.rt.create_notify)"
 _ARGS = "the kernel-arguments builder is not simulated (pack the argument struct yourself)"
 _ALLOC = "user allocators for streams are not simulated"
 _CAPS = "the simulated device has no such attribute or capability to report"
@@ -594,26 +597,6 @@ _UNSUPPORTED = {
         "aclrtHostGetDevicePointer",
         (0,),
         "registering pageable host memory is not simulated",
-    ),
-    "device_can_access_peer": (
-        "aclrtDeviceCanAccessPeer",
-        (0,),
-        "peer access between devices is not simulated",
-    ),
-    "device_enable_peer_access": (
-        "aclrtDeviceEnablePeerAccess",
-        None,
-        "peer access between devices is not simulated",
-    ),
-    "device_disable_peer_access": (
-        "aclrtDeviceDisablePeerAccess",
-        None,
-        "peer access between devices is not simulated",
-    ),
-    "device_peer_access_status": (
-        "aclrtDevicePeerAccessStatus",
-        (0,),
-        "peer access between devices is not simulated",
     ),
     "stream_abort": (
         "aclrtStreamAbort",
@@ -755,15 +738,16 @@ _UNSUPPORTED = {
         (0,),
         "device id mapping is not simulated",
     ),
-    "create_notify": ("aclrtCreateNotify", (0,), _NOTIFY),
-    "destroy_notify": ("aclrtDestroyNotify", None, _NOTIFY),
-    "record_notify": ("aclrtRecordNotify", None, _NOTIFY),
-    "wait_and_reset_notify": ("aclrtWaitAndResetNotify", None, _NOTIFY),
     "get_notify_id": ("aclrtGetNotifyId", (0,), _NOTIFY),
     "notify_batch_reset": ("aclrtNotifyBatchReset", None, _NOTIFY),
-    "notify_get_export_key": ("aclrtNotifyGetExportKey", ("",), _NOTIFY),
-    "notify_set_import_pid": ("aclrtNotifySetImportPid", None, _NOTIFY),
-    "notify_import_by_key": ("aclrtNotifyImportByKey", (0,), _NOTIFY),
+    "cnt_notify_create": ("aclrtCntNotifyCreate", (0,), _CNT_NOTIFY),
+    "cnt_notify_destroy": ("aclrtCntNotifyDestroy", None, _CNT_NOTIFY),
+    "cnt_notify_get_id": ("aclrtCntNotifyGetId", (0,), _CNT_NOTIFY),
+    "cnt_notify_record": ("aclrtCntNotifyRecord", None, _CNT_NOTIFY),
+    "cnt_notify_reset": ("aclrtCntNotifyReset", None, _CNT_NOTIFY),
+    "cnt_notify_wait_with_timeout": ("aclrtCntNotifyWaitWithTimeout", None, _CNT_NOTIFY),
+    "ipc_get_event_handle": ("aclrtIpcGetEventHandle", (b"",), _IPC),
+    "ipc_open_event_handle": ("aclrtIpcOpenEventHandle", (0,), _IPC),
     "allocator_destroy_desc": ("aclrtAllocatorDestroyDesc", None, _ALLOC),
     "allocator_set_obj_to_desc": ("aclrtAllocatorSetObjToDesc", None, _ALLOC),
     "allocator_set_alloc_func_to_desc": ("aclrtAllocatorSetAllocFuncToDesc", None, _ALLOC),
@@ -794,5 +778,6 @@ for _name, (_call, _value, _why) in _UNSUPPORTED_VALUES.items():
 del _name, _call, _outputs, _why, _value, api, not_supported
 
 # Device memory, IPC sharing and stream-ordered pools are acl.rt calls too, written in
-# client/acl/rt_memory.py by the device-memory work (docs/memory.md).
-__getattr__, __dir__ = _on_demand(globals(), _memory, _streams, _exceptions)
+# client/acl/rt_memory.py by the device-memory work (docs/memory.md); peer access between
+# devices in client/acl/rt_peers.py, notifies in client/acl/rt_notify.py.
+__getattr__, __dir__ = _on_demand(globals(), _memory, _streams, _exceptions, _peers, _notify)

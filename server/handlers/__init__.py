@@ -12,6 +12,7 @@ from simnpu.server.handlers import (  # noqa: F401 - imported for their registra
     jobs,
     kernels,
     memory,
+    notifies,
     observation,
     pools,
     session,

@@ -9,6 +9,7 @@ from simnpu.server.tasks.event import RecordTask, ResetTask, WaitTask
 from simnpu.server.tasks.host_callback import HostCallbackTask
 from simnpu.server.tasks.kernel import KernelTask
 from simnpu.server.tasks.memset import MemsetTask
+from simnpu.server.tasks.notify import NotifyRecordTask, NotifyWaitTask
 
 __all__ = [
     "CollectiveTask",
@@ -17,6 +18,8 @@ __all__ = [
     "HostCallbackTask",
     "KernelTask",
     "MemsetTask",
+    "NotifyRecordTask",
+    "NotifyWaitTask",
     "RecordTask",
     "ResetTask",
     "Task",

@@ -55,6 +55,14 @@ CASES = {
         commands.WaitEvent.pack(U64, U64),
         commands.WaitEvent(U64, U64),
     ),
+    "record notify": (
+        commands.RecordNotify.pack(0x2D0000000001, 3),
+        commands.RecordNotify(0x2D0000000001, 3),
+    ),
+    "wait notify": (
+        commands.WaitNotify.pack(U64, U64, 0xFFFFFFFF),
+        commands.WaitNotify(U64, U64, 0xFFFFFFFF),
+    ),
     "host callback": (
         commands.HostCallback.pack(2, 99, True),
         commands.HostCallback(2, 99, True),

@@ -21,6 +21,7 @@ from simnpu.proto import codes
 from simnpu.proto.errors import NpuError as _NpuError
 from simnpu.shm.addresses import DEVICE_BASE
 
+from . import rt_kernel_args as _kernel_args
 from . import rt_memory as _memory
 
 _FLOAT = struct.Struct("<f")
@@ -476,7 +477,6 @@ _IPC = (
     "(device memory is: acl.rt.ipc_mem_*)"
 )
 _NOTIFY = "notifies are not simulated (use events)"
-_ARGS = "the kernel-arguments builder is not simulated (pack the argument struct yourself)"
 _ALLOC = "user allocators for streams are not simulated"
 _EXC = "exception-info callbacks are not simulated (errors are returned by synchronize)"
 _CAPS = "the simulated device has no such attribute or capability to report"
@@ -490,16 +490,6 @@ _UNSUPPORTED = {
     "register_cpu_func": ("aclrtRegisterCpuFunc", (0,), "AI CPU kernels are not simulated"),
     "binary_load": ("aclrtBinaryLoad", (0,), _BINARY),
     "destroy_binary": ("aclrtDestroyBinary", None, "aclrtCreateBinary objects are not simulated"),
-    "kernel_args_init": ("aclrtKernelArgsInit", (0,), _ARGS),
-    "kernel_args_init_by_user_mem": ("aclrtKernelArgsInitByUserMem", None, _ARGS),
-    "kernel_args_get_mem_size": ("aclrtKernelArgsGetMemSize", (0,), _ARGS),
-    "kernel_args_get_handle_mem_size": ("aclrtKernelArgsGetHandleMemSize", (0,), _ARGS),
-    "kernel_args_append": ("aclrtKernelArgsAppend", (0,), _ARGS),
-    "kernel_args_append_place_holder": ("aclrtKernelArgsAppendPlaceHolder", (0,), _ARGS),
-    "kernel_args_get_place_holder_buffer": ("aclrtKernelArgsGetPlaceHolderBuffer", (0,), _ARGS),
-    "kernel_args_para_update": ("aclrtKernelArgsParaUpdate", None, _ARGS),
-    "kernel_args_finalize": ("aclrtKernelArgsFinalize", None, _ARGS),
-    "launch_kernel_with_config": ("aclrtLaunchKernelWithConfig", None, _ARGS),
     "set_device_sat_mode": (
         "aclrtSetDeviceSatMode",
         None,
@@ -801,4 +791,4 @@ del _name, _call, _outputs, _why, _value, api, not_supported
 
 # Device memory, IPC sharing and stream-ordered pools are acl.rt calls too, written in
 # client/acl/rt_memory.py by the device-memory work (docs/memory.md).
-__getattr__, __dir__ = _on_demand(globals(), _memory)
+__getattr__, __dir__ = _on_demand(globals(), _memory, _kernel_args)

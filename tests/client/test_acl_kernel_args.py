@@ -303,3 +303,32 @@ def test_user_memory_handle(acl, setup):
     assert acl.rt.launch_kernel_with_config(func, 1, stream, None, handle, 0) == 0
     assert acl.rt.synchronize_stream(stream) == 0
     assert np.array_equal(_read(acl, pointers[2], 4, np.float32), np.full(4, 3.0, np.float32))
+
+
+def test_daemon_checks_forged_place_holders(acl, setup):
+    """A record the builder would not make (a place holder on a scalar, or too much data)
+    is refused by the daemon with 107000; the session and the daemon go on."""
+    from simnpu.client import facade
+    from simnpu.client.transport import caller_site
+    from simnpu.proto import commands
+
+    binary, stream, pointers, _ = setup
+    rt = facade.session()
+    func, _ = acl.rt.binary_get_function(binary, "fill")
+    args = struct.pack("<QIf", pointers[2], 4, 1.0)
+    free_before = acl.rt.get_mem_info(0)[0]
+    for place_holders in ([(8, b"\x01\x00\x00\x00")], [(0, bytes(65 * 1024))], [(0, b"")]):
+        record = commands.LaunchWithConfig.pack(1, rt.stream(stream), func, 0, args, place_holders)
+        rt.connection.send_command(record, caller_site(), rt.stream(stream))
+        assert acl.rt.synchronize_stream(stream) == acl.ACL_ERROR_RT_PARAM_INVALID
+        acl.get_recent_err_msg()
+    assert acl.rt.get_mem_info(0)[0] == free_before
+    handle, _ = acl.rt.kernel_args_init(func)
+    _append_pointer(acl, handle, pointers[2])
+    count, value = ctypes.c_uint32(4), ctypes.c_float(7.0)
+    acl.rt.kernel_args_append(handle, ctypes.addressof(count), 4)
+    acl.rt.kernel_args_append(handle, ctypes.addressof(value), 4)
+    assert acl.rt.kernel_args_finalize(handle) == 0
+    assert acl.rt.launch_kernel_with_config(func, 1, stream, None, handle, 0) == 0
+    assert acl.rt.synchronize_stream(stream) == 0
+    assert np.array_equal(_read(acl, pointers[2], 4, np.float32), np.full(4, 7.0, np.float32))

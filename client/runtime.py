@@ -25,6 +25,7 @@ from simnpu.client.callbacks import HostCallbacks
 from simnpu.client.copies import CopyPaths
 from simnpu.client.exceptions import EXCEPTIONS
 from simnpu.client.hostmem import HostMemory
+from simnpu.client.kernel_args import KernelArgs
 from simnpu.client.last_error import records_errors
 from simnpu.client.observe import ClientObserver
 from simnpu.client.runtime_memory import (
@@ -114,6 +115,7 @@ class Runtime(RuntimeMemory, RuntimeStreams, RuntimePeers, RuntimeNotify):
         self.functions: dict[int, KernelSignature] = {}
         self.function_binary: dict[int, int] = {}  # function handle -> its binary
         self.binaries: set[int] = {commands.BUILTIN_BINARY}
+        self.kernel_args = KernelArgs(self)  # aclrtKernelArgs* handles
         # tracing and checking: SIMNPU_TRACE / SIMNPU_CHECK, or the daemon's --trace / --check
         self.observer = ClientObserver(self, hello.observe_flags)
 
@@ -592,6 +594,17 @@ class Runtime(RuntimeMemory, RuntimeStreams, RuntimePeers, RuntimeNotify):
             caller_site(),
             stream,
         )
+
+    @records_errors
+    def launch_kernel_with_config(
+        self, function: int, num_blocks: int, stream: int, cfg, args_handle: int, reserve: int
+    ) -> None:
+        """aclrtLaunchKernelWithConfig (async): the arguments of a finalized kernel-args
+        handle (client/kernel_args.py), with the launch attributes of `cfg`."""
+        record, stream = self.kernel_args.launch(
+            function, num_blocks, stream, cfg, args_handle, reserve
+        )
+        self.connection.send_command(record, caller_site(), stream)
 
     @records_errors
     def set_op_execute_timeout(self, milliseconds: int) -> None:

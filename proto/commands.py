@@ -34,6 +34,7 @@ __all__ = [
     "HostDone",
     "Launch",
     "LaunchDeviceArgs",
+    "LaunchWithConfig",
     "Location",
     "Memset",
     "RecordEvent",
@@ -120,6 +121,67 @@ class LaunchDeviceArgs(_LaunchDeviceArgsFields):
     @classmethod
     def unpack_from(cls, buffer: memoryview, at: int) -> tuple[LaunchDeviceArgs, int]:
         return _record(cls, cls.LAYOUT.unpack_from(buffer, at)[1:]), at + cls.LAYOUT.size
+
+
+class _LaunchWithConfigFields(NamedTuple):
+    num_blocks: int
+    stream: int
+    function: int
+    timeout_us: int  # the launch's own timeout: 0 none (the session's), 2**64 - 1 forever
+    args: bytes  # the packed parameter struct
+    place_holders: tuple  # ((parameter offset in args, data), ...): data the daemon places
+
+
+class LaunchWithConfig(_LaunchWithConfigFields):
+    """aclrtLaunchKernelWithConfig: the argument struct, then each place holder's parameter
+    offset, length and data."""
+
+    __slots__ = ()
+    OP: ClassVar[int] = 50
+    LAYOUT: ClassVar[struct.Struct] = struct.Struct(
+        "<HIQQQIH"
+    )  # op, blocks, stream, function, timeout_us, args length, place holders
+    PLACE_HOLDER: ClassVar[struct.Struct] = struct.Struct("<II")  # offset, data length
+
+    @staticmethod
+    def pack(
+        num_blocks: int,
+        stream: int,
+        function: int,
+        timeout_us: int,
+        args: bytes,
+        place_holders: list[tuple[int, bytes]],
+    ) -> bytes:
+        fields = (num_blocks, stream, function, timeout_us, len(args), len(place_holders))
+        try:
+            head = LaunchWithConfig.LAYOUT.pack(LaunchWithConfig.OP, *fields)
+        except struct.error:
+            raise _refused(LaunchWithConfig, fields) from None
+        parts = [head, args]
+        for offset, data in place_holders:
+            parts += [LaunchWithConfig.PLACE_HOLDER.pack(offset, len(data)), data]
+        return b"".join(parts)
+
+    @classmethod
+    def unpack_from(cls, buffer: memoryview, at: int) -> tuple[LaunchWithConfig, int]:
+        _, blocks, stream, function, timeout_us, length, count = cls.LAYOUT.unpack_from(buffer, at)
+        start = at + cls.LAYOUT.size
+        if len(buffer) - start < length:
+            raise _malformed(f"launch arguments truncated at byte {start}")
+        args = bytes(buffer[start : start + length])
+        start += length
+        place_holders = []
+        for _ in range(count):
+            if len(buffer) - start < cls.PLACE_HOLDER.size:
+                raise _malformed(f"place holder truncated at byte {start}")
+            offset, size = cls.PLACE_HOLDER.unpack_from(buffer, start)
+            start += cls.PLACE_HOLDER.size
+            if len(buffer) - start < size:
+                raise _malformed(f"place-holder data truncated at byte {start}")
+            place_holders.append((offset, bytes(buffer[start : start + size])))
+            start += size
+        fields = (blocks, stream, function, timeout_us, args, tuple(place_holders))
+        return _record(cls, fields), start
 
 
 class _CopyFields(NamedTuple):
@@ -415,6 +477,7 @@ def _ring_bytes(buffer: memoryview, at: int) -> tuple[bytes, int]:
 _KINDS = (
     Launch,
     LaunchDeviceArgs,
+    LaunchWithConfig,
     Copy,
     Memset,
     RecordEvent,

@@ -309,7 +309,9 @@ class Scheduler:
         if unit.forget and tenant is None:
             items = [ForgetSegment.pack(name) for name in unit.forget] + items
             unit.forget = []
-        timeout = work.stream.owner.op_timeout_s or self.op_timeout_s
+        timeout = (
+            getattr(work, "timeout_s", None) or work.stream.owner.op_timeout_s or self.op_timeout_s
+        )
         unit.deadline = time.monotonic() + timeout * len(unit.inflight)
         self.note_deadline(unit.deadline)
         try:

@@ -22,6 +22,7 @@ from simnpu.proto.errors import NpuError as _NpuError
 from simnpu.shm.addresses import DEVICE_BASE
 
 from . import rt_exceptions as _exceptions
+from . import rt_kernel_args as _kernel_args
 from . import rt_memory as _memory
 from . import rt_streams as _streams
 from . import rt_notify as _notify
@@ -481,7 +482,6 @@ _IPC = (
 )
 _NOTIFY = "notify ids and batch resets are not simulated"
 _CNT_NOTIFY = "count notifies are not simulated (notifies are: acl.rt.create_notify)"
-_ARGS = "the kernel-arguments builder is not simulated (pack the argument struct yourself)"
 _ALLOC = "user allocators for streams are not simulated"
 _CAPS = "the simulated device has no such attribute or capability to report"
 _BINARY = (
@@ -494,16 +494,6 @@ _UNSUPPORTED = {
     "register_cpu_func": ("aclrtRegisterCpuFunc", (0,), "AI CPU kernels are not simulated"),
     "binary_load": ("aclrtBinaryLoad", (0,), _BINARY),
     "destroy_binary": ("aclrtDestroyBinary", None, "aclrtCreateBinary objects are not simulated"),
-    "kernel_args_init": ("aclrtKernelArgsInit", (0,), _ARGS),
-    "kernel_args_init_by_user_mem": ("aclrtKernelArgsInitByUserMem", None, _ARGS),
-    "kernel_args_get_mem_size": ("aclrtKernelArgsGetMemSize", (0,), _ARGS),
-    "kernel_args_get_handle_mem_size": ("aclrtKernelArgsGetHandleMemSize", (0,), _ARGS),
-    "kernel_args_append": ("aclrtKernelArgsAppend", (0,), _ARGS),
-    "kernel_args_append_place_holder": ("aclrtKernelArgsAppendPlaceHolder", (0,), _ARGS),
-    "kernel_args_get_place_holder_buffer": ("aclrtKernelArgsGetPlaceHolderBuffer", (0,), _ARGS),
-    "kernel_args_para_update": ("aclrtKernelArgsParaUpdate", None, _ARGS),
-    "kernel_args_finalize": ("aclrtKernelArgsFinalize", None, _ARGS),
-    "launch_kernel_with_config": ("aclrtLaunchKernelWithConfig", None, _ARGS),
     "set_device_sat_mode": (
         "aclrtSetDeviceSatMode",
         None,
@@ -778,6 +768,5 @@ for _name, (_call, _value, _why) in _UNSUPPORTED_VALUES.items():
 del _name, _call, _outputs, _why, _value, api, not_supported
 
 # Device memory, IPC sharing and stream-ordered pools are acl.rt calls too, written in
-# client/acl/rt_memory.py by the device-memory work (docs/memory.md); peer access between
-# devices in client/acl/rt_peers.py, notifies in client/acl/rt_notify.py.
-__getattr__, __dir__ = _on_demand(globals(), _memory, _streams, _exceptions, _peers, _notify)
+# client/acl/rt_memory.py by the device-memory work (docs/memory.md).
+__getattr__, __dir__ = _on_demand(globals(), _memory, _streams, _exceptions, _peers, _notify, _kernel_args)

@@ -11,6 +11,7 @@ from simnpu.server.handlers import (  # noqa: F401 - imported for their registra
     ipc,
     jobs,
     kernels,
+    launch_config,
     memory,
     notifies,
     observation,

@@ -58,7 +58,7 @@ def get_function(
     return pb.GetFunctionReply(function=handle, signature=signature.to_wire())
 
 
-def _bounds(session: Session, function: Function, values: tuple) -> tuple:
+def launch_bounds(session: Session, function: Function, values: tuple) -> tuple:
     """The allocations a kernel may touch: its client's, passed to it as pointers."""
     bounds = []
     for kind, value in zip(function.signature.types, values):
@@ -89,7 +89,7 @@ def launch(session: Session, record: commands.Launch) -> None:
             function,
             record.num_blocks,
             values,
-            _bounds(session, function, values),
+            launch_bounds(session, function, values),
         )
     )
 
@@ -109,7 +109,7 @@ def launch_device_args(session: Session, record: commands.LaunchDeviceArgs) -> N
         values = function.signature.unpack(
             bytes(device.region.map[span.offset : span.offset + size])
         )
-        return values, _bounds(session, function, values)
+        return values, launch_bounds(session, function, values)
 
     session.submit(
         KernelTask(session.seq, stream, function, record.num_blocks, None, read_args=read_args)

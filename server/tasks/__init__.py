@@ -4,6 +4,7 @@ completes or is dropped lives with its kind (server/tasks/base.py)."""
 
 from simnpu.server.tasks.base import DeviceWork, Task, TaskState
 from simnpu.server.tasks.collective import CollectiveTask
+from simnpu.server.tasks.configured_kernel import ConfiguredKernelTask
 from simnpu.server.tasks.copy import CopyTask
 from simnpu.server.tasks.event import RecordTask, ResetTask, WaitTask
 from simnpu.server.tasks.host_callback import HostCallbackTask
@@ -13,6 +14,7 @@ from simnpu.server.tasks.notify import NotifyRecordTask, NotifyWaitTask
 
 __all__ = [
     "CollectiveTask",
+    "ConfiguredKernelTask",
     "CopyTask",
     "DeviceWork",
     "HostCallbackTask",

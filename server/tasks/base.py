@@ -104,6 +104,7 @@ class DeviceWork(Task):
     unit_kind: ClassVar[UnitKind]
     moves_clock = True
     timed = True
+    timeout_s: float | None = None  # its own operator timeout (None: its session's)
     handed: int  # pieces handed out so far (kernels: blocks)
     out: int  # pieces out and not reported yet
     total: int  # pieces in all (a copy's are decided at its first hand-out)

@@ -31,6 +31,14 @@ CASES = {
         commands.LaunchDeviceArgs.pack(48, 2, 5, (1 << 47) + 64, 24),
         commands.LaunchDeviceArgs(48, 2, 5, (1 << 47) + 64, 24),
     ),
+    "launch with config": (
+        commands.LaunchWithConfig.pack(8, 2, 5, U64, b"\x01" * 24, [(8, b"\x02" * 4), (16, b"")]),
+        commands.LaunchWithConfig(8, 2, 5, U64, b"\x01" * 24, ((8, b"\x02" * 4), (16, b""))),
+    ),
+    "launch with config, no place holders": (
+        commands.LaunchWithConfig.pack(1, 7, 9, 0, b"", []),
+        commands.LaunchWithConfig(1, 7, 9, 0, b"", ()),
+    ),
     "copy pinned -> device": (
         commands.Copy.pack(11, DEV, PIN, 4097),
         commands.Copy(11, DEV, PIN, 4097),

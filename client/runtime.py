@@ -26,6 +26,7 @@ from simnpu.client.copies import CopyPaths
 from simnpu.client.hostmem import HostMemory
 from simnpu.client.last_error import records_errors
 from simnpu.client.observe import ClientObserver
+from simnpu.client.runtime_devices import RuntimeDevices
 from simnpu.client.runtime_memory import (
     RuntimeMemory,
     check_allocatable,
@@ -61,7 +62,7 @@ class ContextInfo:
         self.events = set()
 
 
-class Runtime(RuntimeMemory):
+class Runtime(RuntimeMemory, RuntimeDevices):
     """This process's view of the simulated NPU. Thread-safe; one per process is usual."""
 
     def __init__(self, address: str | None = None, token: str | None = None):
@@ -607,6 +608,21 @@ class Runtime(RuntimeMemory):
     def process_report(self, timeout_ms: int = -1) -> None:
         """aclrtProcessReport: run one callback of this thread's streams. Blocks."""
         self.callbacks.process_report(timeout_ms)
+
+    @records_errors
+    def subscribe_host_func(self, thread_id: int, stream: int) -> None:
+        """aclrtSubscribeHostFunc: thread `thread_id` runs the stream's host functions."""
+        self.callbacks.subscribe_host_func(thread_id, self.stream(stream))
+
+    @records_errors
+    def unsubscribe_host_func(self, thread_id: int, stream: int) -> None:
+        """aclrtUnSubscribeHostFunc: the runtime's own thread runs them again."""
+        self.callbacks.unsubscribe_host_func(thread_id, self.stream(stream))
+
+    @records_errors
+    def process_host_func(self, timeout_ms: int = -1) -> None:
+        """aclrtProcessHostFunc: run one host function of this thread's streams. Blocks."""
+        self.callbacks.process_host_func(timeout_ms)
 
     @records_errors
     def launch_host_func(self, stream: int, function, data) -> None:

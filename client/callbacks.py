@@ -4,7 +4,8 @@ aclrtLaunchCallback queues a callback task; when the stream reaches it the daemo
 this process, and the thread subscribed to that stream (aclrtSubscribeReport) runs it in
 its aclrtProcessReport loop. A blocking callback holds its stream until it returns.
 aclrtLaunchHostFunc needs no subscription: a thread owned by the runtime runs it, and the
-stream always waits for it.
+stream always waits for it; once a thread subscribed to the stream with
+aclrtSubscribeHostFunc, that thread runs them instead, in its aclrtProcessHostFunc loop.
 """
 
 from __future__ import annotations
@@ -29,6 +30,8 @@ class HostCallbacks:
         self._subscriptions: dict[int, int] = {}  # stream -> thread id
         self._reports: dict[int, queue.SimpleQueue] = {}  # thread id -> callbacks for it to run
         self._host_functions: queue.SimpleQueue | None = None
+        self._host_subscriptions: dict[int, int] = {}  # stream -> thread id (host functions)
+        self._host_reports: dict[int, queue.SimpleQueue] = {}  # thread id -> host functions
 
     # ---- aclrtSubscribeReport / aclrtUnSubscribeReport --------------------------------------
     def subscribe(self, thread_id: int, stream: int) -> None:
@@ -49,6 +52,26 @@ class HostCallbacks:
                 )
             del self._subscriptions[stream]
 
+    # ---- aclrtSubscribeHostFunc / aclrtUnSubscribeHostFunc ----------------------------------
+    def subscribe_host_func(self, thread_id: int, stream: int) -> None:
+        with self._lock:
+            if stream in self._host_subscriptions:
+                raise NpuError(
+                    codes.ACL_ERROR_REPEAT_SUBSCRIBE,
+                    f"stream {stream:#x} already has a host function thread",
+                )
+            self._host_subscriptions[stream] = thread_id
+            self._host_reports.setdefault(thread_id, queue.SimpleQueue())
+
+    def unsubscribe_host_func(self, thread_id: int, stream: int) -> None:
+        with self._lock:
+            if self._host_subscriptions.get(stream) != thread_id:
+                raise NpuError(
+                    codes.ACL_ERROR_STREAM_NOT_SUBSCRIBE,
+                    f"stream {stream:#x} is not subscribed to host function thread {thread_id}",
+                )
+            del self._host_subscriptions[stream]
+
     # ---- queueing ---------------------------------------------------------------------------
     def launch_callback(self, function, data, blocking: bool, stream: int) -> None:
         """aclrtLaunchCallback (async)."""
@@ -63,7 +86,15 @@ class HostCallbacks:
         self._queue(function, data, blocking, stream, target)
 
     def launch_host_func(self, function, data, stream: int) -> None:
-        """aclrtLaunchHostFunc (async): the stream waits until `function(data)` has returned."""
+        """aclrtLaunchHostFunc (async): the stream waits until `function(data)` has returned,
+        run by the stream's subscribed host function thread, else by the runtime's own."""
+        with self._lock:
+            thread_id = self._host_subscriptions.get(stream)
+            if thread_id is not None:
+                target = self._host_reports[thread_id]
+        if thread_id is not None:
+            self._queue(function, data, True, stream, target)
+            return
         with self._lock:
             if self._host_functions is None:
                 self._host_functions = queue.SimpleQueue()
@@ -92,18 +123,27 @@ class HostCallbacks:
     def process_report(self, timeout_ms: int) -> None:
         """aclrtProcessReport: run the next callback for this thread's streams. Blocks up to
         `timeout_ms` (-1: forever); 507012 when none arrives in time."""
+        self._process(self._reports, timeout_ms, "callback")
+
+    def process_host_func(self, timeout_ms: int) -> None:
+        """aclrtProcessHostFunc: run the next host function of the streams this thread
+        subscribed to. Blocks up to `timeout_ms` (-1: forever); 507012 when none arrives."""
+        self._process(self._host_reports, timeout_ms, "host function")
+
+    def _process(self, runners: dict[int, queue.SimpleQueue], timeout_ms: int, what: str) -> None:
         if timeout_ms < -1:
             raise NpuError(codes.ACL_ERROR_RT_PARAM_INVALID, f"timeout {timeout_ms} ms")
-        reports = self._reports.get(threading.get_ident())
+        reports = runners.get(threading.get_ident())
         if reports is None:
             raise NpuError(
-                codes.ACL_ERROR_RT_THREAD_SUBSCRIBE, "no stream is subscribed to this thread"
+                codes.ACL_ERROR_RT_THREAD_SUBSCRIBE,
+                f"no stream is subscribed to this thread ({what}s)",
             )
         try:
             callback, entry = reports.get(timeout=None if timeout_ms == -1 else timeout_ms / 1000)
         except queue.Empty:
             raise NpuError(
-                codes.ACL_ERROR_RT_REPORT_TIMEOUT, f"no callback within {timeout_ms} ms"
+                codes.ACL_ERROR_RT_REPORT_TIMEOUT, f"no {what} within {timeout_ms} ms"
             ) from None
         self._run(callback, entry)
 

@@ -28,6 +28,7 @@ from simnpu.client.hostmem import HostMemory
 from simnpu.client.kernel_args import KernelArgs
 from simnpu.client.last_error import records_errors
 from simnpu.client.observe import ClientObserver
+from simnpu.client.runtime_devices import RuntimeDevices
 from simnpu.client.runtime_memory import (
     RuntimeMemory,
     check_allocatable,
@@ -67,7 +68,7 @@ class ContextInfo:
         self.events = set()
 
 
-class Runtime(RuntimeMemory, RuntimeStreams, RuntimePeers, RuntimeNotify):
+class Runtime(RuntimeMemory, RuntimeStreams, RuntimePeers, RuntimeNotify, RuntimeDevices):
     """This process's view of the simulated NPU. Thread-safe; one per process is usual."""
 
     def __init__(self, address: str | None = None, token: str | None = None):
@@ -639,6 +640,21 @@ class Runtime(RuntimeMemory, RuntimeStreams, RuntimePeers, RuntimeNotify):
     def process_report(self, timeout_ms: int = -1) -> None:
         """aclrtProcessReport: run one callback of this thread's streams. Blocks."""
         self.callbacks.process_report(timeout_ms)
+
+    @records_errors
+    def subscribe_host_func(self, thread_id: int, stream: int) -> None:
+        """aclrtSubscribeHostFunc: thread `thread_id` runs the stream's host functions."""
+        self.callbacks.subscribe_host_func(thread_id, self.stream(stream))
+
+    @records_errors
+    def unsubscribe_host_func(self, thread_id: int, stream: int) -> None:
+        """aclrtUnSubscribeHostFunc: the runtime's own thread runs them again."""
+        self.callbacks.unsubscribe_host_func(thread_id, self.stream(stream))
+
+    @records_errors
+    def process_host_func(self, timeout_ms: int = -1) -> None:
+        """aclrtProcessHostFunc: run one host function of this thread's streams. Blocks."""
+        self.callbacks.process_host_func(timeout_ms)
 
     @records_errors
     def launch_host_func(self, stream: int, function, data) -> None:

@@ -19,7 +19,7 @@ from simnpu.client.last_error import records_errors
 from simnpu.client.transport import caller_site
 from simnpu.proto import codes
 from simnpu.proto import npu_pb2 as pb
-from simnpu.proto.errors import NotSupportedError, NpuError, NpuMemoryError, invalid
+from simnpu.proto.errors import NpuError, NpuMemoryError, invalid
 from simnpu.shm.sizes import parse_size
 
 if TYPE_CHECKING:
@@ -339,8 +339,10 @@ class RuntimeMemory:
 
     @records_errors
     def mem_pool_trim_to(self, pool: int, keep: int) -> None:
-        """aclrtMemPoolTrimTo: "reserved and not supported currently" in ACL itself (207000)."""
-        raise NotSupportedError("aclrtMemPoolTrimTo (reserved in ACL)")
+        """aclrtMemPoolTrimTo: release the pool's unused reserved memory beyond `keep` bytes
+        (a simnpu pool keeps none: freed blocks go back to the device at once). Blocks."""
+        wire_int(keep, "minBytesToKeep")
+        self._call(pb.MemPoolTrimToRequest(pool=self._pool(pool), min_bytes_to_keep=keep))
 
 
 def _key(key) -> str:

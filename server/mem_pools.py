@@ -6,8 +6,8 @@ carved at MallocAsync (immediately: new memory has no pending users, so it is us
 work queued on any stream after the call) and goes back to the device pool when the
 stream of its FreeAsync reaches the free, i.e. once every task queued on that stream
 before the free has run. Nothing is held back, so reserved == used and the release
-threshold and reuse attributes are stored and reported but change nothing; TrimTo is
-"reserved and not supported" in ACL itself (207000 from the client).
+threshold and reuse attributes are stored and reported but change nothing, and TrimTo
+has nothing to release.
 
 A pool belongs to the session that created it; blocks count against that client's memory
 limit, and `max_size` (aclrtMemPoolProps.maxSize, 0 = unlimited) caps the pool itself. The

@@ -57,6 +57,11 @@ class Owner:
         self.closed = False
         self.memory_generation = 0  # changes whenever the device memory it may use does
         self.kernel_grant: Callable[[], Grant] | None = None  # what its kernel processes map
+        # aclrtSetDeviceResLimit: device -> {aclrtDevResLimitType: cores}, as set; and
+        # device -> the AI cores its work may run on (the smaller of the two), which the
+        # scheduler reads; a device not listed has no limit
+        self.res_limits: dict[int, dict[int, int]] = {}
+        self.core_limits: dict[int, int] = {}
 
     def __repr__(self) -> str:
         return f"session {self.id} (pid {self.pid} {escaped(self.process_name)})"

@@ -276,7 +276,10 @@ class Scheduler:
                     stream = ready[index]
                     task = stream.tasks[0]
                     assert isinstance(task, DeviceWork)
-                    items, whole, finished = task.hand_out(self, unit, len(units))
+                    share = len(units)
+                    if kind is UnitKind.AI_CORE and stream.owner.core_limits:
+                        share = min(share, stream.owner.core_limits.get(device.index, share))
+                    items, whole, finished = task.hand_out(self, unit, share)
                     if finished:
                         ready.pop(index)
                         stream.queued_ready = False
@@ -442,8 +445,20 @@ def _idle_with_work(units: Sequence[Unit], ready: list[Stream]) -> Iterator[tupl
     for unit in units:
         if not ready:
             return
-        if unit.ready and not unit.inflight:
+        if not unit.ready or unit.inflight:
+            continue
+        if unit.kind is UnitKind.AI_CORE and any(s.owner.core_limits for s in ready):
+            allowed = [i for i, s in enumerate(ready) if _may_run(s, unit)]
+            if allowed:
+                yield unit, allowed[pick_stream([ready[i].priority for i in allowed])]
+        else:
             yield unit, (pick_stream([s.priority for s in ready]) if len(ready) > 1 else 0)
+
+
+def _may_run(stream: Stream, unit: Unit) -> bool:
+    """Whether `unit` (an AI core) may run `stream`'s work: its owner's core limit on the
+    device (aclrtSetDeviceResLimit) admits only the first cores."""
+    return unit.index < stream.owner.core_limits.get(unit.device, unit.index + 1)
 
 
 def pick_stream(priorities: list[int]) -> int:

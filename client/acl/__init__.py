@@ -37,9 +37,18 @@ from simnpu.proto import codes as _codes
 from simnpu.proto import commands as _commands
 from simnpu.proto.errors import NpuError as _NpuError
 
-from . import rt  # noqa: F401 - the pyACL submodules; acl.media and acl.util on first use
+from . import identity as _identity
+from . import rt  # noqa: F401 - the pyACL submodules; acl.media, acl.sys, acl.util on first use
+from .data_buffer import (  # noqa: F401 - acl's own calls
+    create_data_buffer,
+    destroy_data_buffer,
+    get_data_buffer_addr,
+    get_data_buffer_size,
+    get_data_buffer_size_v2,
+    update_data_buffer,
+)
 
-_ON_FIRST_USE = ("media", "util")
+_ON_FIRST_USE = ("media", "sys", "util")
 
 for _name in dir(_codes):
     if _name.startswith("ACL_"):
@@ -166,26 +175,34 @@ def data_type_size(data_type):
 
 
 def get_soc_name():
-    """aclrtGetSocName: None -- the simulated NPU is no Ascend SoC (see get_recent_err_msg)."""
-    _api.failed(
-        _NpuError(
-            _codes.ACL_ERROR_RT_FEATURE_NOT_SUPPORT,
-            "aclrtGetSocName: the simulated NPU has no Ascend SoC name",
-        ),
-        "acl.get_soc_name",
-    )
+    """aclrtGetSocName: simnpu's own SoC name, "simnpu-simulated-npu" (no Ascend chip)."""
+    return _identity.SOC_NAME
 
 
 def get_version():
-    """aclrtGetVersion: `major, minor, patch, ret` -- not supported (simnpu is not a CANN
-    release)."""
-    code = _api.failed(
-        _NpuError(
-            _codes.ACL_ERROR_RT_FEATURE_NOT_SUPPORT, "aclrtGetVersion: simnpu is not a CANN release"
-        ),
-        "acl.get_version",
-    )
-    return 0, 0, 0, code
+    """aclrtGetVersion (deprecated: use acl.sys.get_version_num): `major, minor, patch, ret`
+    of simnpu's own version (not a CANN release's)."""
+    return (*_identity.version_parts(), _codes.ACL_SUCCESS)
+
+
+def get_cann_attribute(cann_attr):
+    """aclGetCannAttribute: `value, ret` -- 1 if the simulated NPU has the aclCannAttr."""
+    if not isinstance(cann_attr, int):
+        raise TypeError(
+            f"acl.get_cann_attribute args parse failed: must be int, not {type(cann_attr).__name__}"
+        )
+    value = _identity.CANN_ATTRIBUTES.get(cann_attr)
+    if value is None:
+        return 0, _api.failed(
+            _NpuError(_codes.ACL_ERROR_INVALID_PARAM, f"unknown aclCannAttr {cann_attr}"),
+            "acl.get_cann_attribute",
+        )
+    return value, _codes.ACL_SUCCESS
+
+
+def get_cann_attribute_list():
+    """aclGetCannAttributeList: `[aclCannAttr, ...], ret`, every attribute it answers."""
+    return sorted(_identity.CANN_ATTRIBUTES), _codes.ACL_SUCCESS
 
 
 _NOT_PROVIDED = {

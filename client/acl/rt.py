@@ -23,6 +23,7 @@ from simnpu.shm.addresses import DEVICE_BASE
 
 from . import rt_exceptions as _exceptions
 from . import rt_kernel_args as _kernel_args
+from . import rt_devices as _devices
 from . import rt_memory as _memory
 from . import rt_streams as _streams
 from . import rt_notify as _notify
@@ -646,19 +647,8 @@ _UNSUPPORTED = {
         (0,),
         "the operator timeout is not reported",
     ),
-    "get_device_utilization_rate": ("aclrtGetDeviceUtilizationRate", ({},), _CAPS),
-    "query_device_status": ("aclrtQueryDeviceStatus", (0,), _CAPS),
-    "get_device_info": ("aclrtGetDeviceInfo", (0,), _CAPS),
-    "get_device_capability": ("aclrtGetDeviceCapability", (0,), _CAPS),
     "device_get_uuid": ("aclrtDeviceGetUuid", ({},), _CAPS),
     "get_devices_topo": ("aclrtGetDevicesTopo", (0,), _CAPS),
-    "get_device_res_limit": ("aclrtGetDeviceResLimit", (0,), "resource limits are not simulated"),
-    "set_device_res_limit": ("aclrtSetDeviceResLimit", None, "resource limits are not simulated"),
-    "reset_device_res_limit": (
-        "aclrtResetDeviceResLimit",
-        None,
-        "resource limits are not simulated",
-    ),
     "get_stream_res_limit": ("aclrtGetStreamResLimit", (0,), "resource limits are not simulated"),
     "set_stream_res_limit": ("aclrtSetStreamResLimit", None, "resource limits are not simulated"),
     "reset_stream_res_limit": (
@@ -674,11 +664,6 @@ _UNSUPPORTED = {
     "unuse_stream_res_in_current_thread": (
         "aclrtUnuseStreamResInCurrentThread",
         None,
-        "resource limits are not simulated",
-    ),
-    "get_res_in_current_thread": (
-        "aclrtGetResInCurrentThread",
-        (0,),
         "resource limits are not simulated",
     ),
     "device_set_limit": ("aclrtDeviceSetLimit", None, "device limits are not simulated"),
@@ -768,5 +753,6 @@ for _name, (_call, _value, _why) in _UNSUPPORTED_VALUES.items():
 del _name, _call, _outputs, _why, _value, api, not_supported
 
 # Device memory, IPC sharing and stream-ordered pools are acl.rt calls too, written in
-# client/acl/rt_memory.py by the device-memory work (docs/memory.md).
-__getattr__, __dir__ = _on_demand(globals(), _memory, _streams, _exceptions, _peers, _notify, _kernel_args)
+# client/acl/rt_memory.py by the device-memory work (docs/memory.md); device queries,
+# resource limits, memory helpers and host-function threads in client/acl/rt_devices.py.
+__getattr__, __dir__ = _on_demand(globals(), _memory, _streams, _exceptions, _peers, _notify, _kernel_args, _devices)

@@ -6,6 +6,7 @@ from simnpu.server.handlers import (  # noqa: F401 - imported for their registra
     collectives,
     contexts,
     copies,
+    devices,
     event_timestamps,
     events,
     ipc,

@@ -144,3 +144,13 @@ def set_attr(
         raise invalid(f"memory pool attribute {attr} cannot be set to {value}")
     setattr(pool, SETTABLE[attr], value)
     return pb.MemPoolSetAttrReply(value=value)
+
+
+@handles(pb.MemPoolTrimToRequest)
+def trim_to(session: Session, request: pb.MemPoolTrimToRequest, reply_to: int) -> None:
+    """aclrtMemPoolTrimTo: release unused reserved memory beyond `min_bytes_to_keep`. A
+    simnpu pool holds no unused memory (a freed block goes back to the device), so there
+    is never anything to release."""
+    _pool(session, request.pool)
+    if request.min_bytes_to_keep < 0:
+        raise invalid(f"minBytesToKeep cannot be negative ({request.min_bytes_to_keep})")

@@ -91,10 +91,9 @@ def test_host_helpers():
             999,
         )
     ] == [4, 2, 1, 8, 2, 0, 0]
-    assert acl.get_soc_name() is None
-    assert "no Ascend SoC" in acl.get_recent_err_msg()
-    assert acl.get_version() == (0, 0, 0, acl.ACL_ERROR_RT_FEATURE_NOT_SUPPORT)
-    acl.get_recent_err_msg()
+    assert acl.get_soc_name() == "simnpu-simulated-npu"  # simnpu's own: no Ascend SoC
+    major, minor, patch, ret = acl.get_version()
+    assert ret == 0 and all(isinstance(part, int) for part in (major, minor, patch))
 
 
 def test_docs_list_every_unsupported_call():

@@ -1,0 +1,169 @@
+"""acl.rt device queries, resource limits, memory helpers and host-function threads.
+
+Written like the rest of acl.rt (client/acl/rt.py offers the calls this module lists in
+`__all__` as its own): pyACL's argument checks and return shapes, the ACL code last. The
+device is simulated: its SoC name and figures are simnpu's own (docs/acl.md).
+"""
+
+from __future__ import annotations
+
+from simnpu.client.facade import api
+from simnpu.client.facade import on_demand as _on_demand
+from simnpu.proto import codes
+from simnpu.proto.errors import NpuError
+
+from . import identity as _identity
+
+__all__ = [
+    "check_arch_compatibility",
+    "check_mem_type",
+    "free_host_with_dev_sync",
+    "free_with_dev_sync",
+    "get_device_capability",
+    "get_device_info",
+    "get_device_res_limit",
+    "get_device_utilization_rate",
+    "get_res_in_current_thread",
+    "get_soc_name",
+    "memset_d32",
+    "memset_d32_async",
+    "process_host_func",
+    "query_device_status",
+    "reset_device_res_limit",
+    "set_device_res_limit",
+    "subscribe_host_func",
+    "unsubscribe_host_func",
+]
+
+
+# ---- device queries --------------------------------------------------------------------------
+def get_soc_name():
+    """aclrtGetSocName: simnpu's own SoC name (the device is simulated; no Ascend chip)."""
+    return _identity.SOC_NAME
+
+
+@api("s", (0,), needs_session=False)
+def check_arch_compatibility(rt, soc_version):
+    """aclrtCheckArchCompatibility: `can_compatible, ret` -- 1 only for simnpu's own SoC name
+    (code built for a real chip cannot run on the simulated NPU)."""
+    if not soc_version:
+        raise NpuError(codes.ACL_ERROR_INVALID_PARAM, "socVersion is empty")
+    return int(soc_version == _identity.SOC_NAME)
+
+
+@api("Ii", (0,))
+def get_device_info(rt, device_id, attr):
+    """aclrtGetDeviceInfo: `value, ret` (AI cores, memory size, ...); 207000 for attributes
+    the simulated device has no figure for. Blocks."""
+    return rt.get_device_info(device_id, attr)
+
+
+@api("ii", (0,))
+def get_device_capability(rt, device_id, dev_feature_type):
+    """aclrtGetDeviceCapability: `value, ret` -- 0: the feature is not available."""
+    return rt.get_device_capability(device_id, dev_feature_type)
+
+
+@api("i", (codes.ACL_RT_DEVICE_STATUS_END,))
+def query_device_status(rt, device_id):
+    """aclrtQueryDeviceStatus: `status, ret` (ACL_RT_DEVICE_STATUS_NORMAL). Blocks."""
+    return rt.query_device_status(device_id)
+
+
+@api("i", ({},))
+def get_device_utilization_rate(rt, device_id):
+    """aclrtGetDeviceUtilizationRate: `{"cube_utilization", "vector_utilization",
+    "aicpu_utilization", "memory_utilization"}, ret` in percent (-1: not measured). Blocks."""
+    return rt.get_device_utilization_rate(device_id)
+
+
+# ---- resource limits ---------------------------------------------------------------------------
+@api("iI", (0,))
+def get_device_res_limit(rt, device_id, type):  # noqa: A002 - pyACL's parameter name
+    """aclrtGetDeviceResLimit: `value, ret`, cores of the type this process may use. Blocks."""
+    return rt.get_device_res_limit(device_id, type)
+
+
+@api("iII")
+def set_device_res_limit(rt, device_id, type, value):  # noqa: A002 - pyACL's parameter name
+    """aclrtSetDeviceResLimit: this process's kernels run on at most `value` AI cores of the
+    device (enforced by the daemon's scheduler). Blocks."""
+    rt.set_device_res_limit(device_id, type, value)
+
+
+@api("i")
+def reset_device_res_limit(rt, device_id):
+    """aclrtResetDeviceResLimit: every AI core again. Blocks."""
+    rt.reset_device_res_limit(device_id)
+
+
+@api("I", (0,))
+def get_res_in_current_thread(rt, type):  # noqa: A002 - pyACL's parameter name
+    """aclrtGetResInCurrentThread: `value, ret`, the limit of this thread's current device."""
+    return rt.get_res_in_current_thread(type)
+
+
+# ---- memory helpers ----------------------------------------------------------------------------
+@api("kkIk")
+def memset_d32(rt, dev_ptr, mem_size, value, count):
+    """aclrtMemsetD32: `count` 32-bit words of `value` (host or device memory). Blocks."""
+    rt.memset_d32(dev_ptr, mem_size, value, count, None)
+
+
+@api("kkIkk")
+def memset_d32_async(rt, dev_ptr, mem_size, value, count, stream):
+    """aclrtMemsetD32Async: stream-ordered for device memory; host memory is filled at once."""
+    rt.memset_d32(dev_ptr, mem_size, value, count, stream)
+
+
+@api("k")
+def free_with_dev_sync(rt, dev_ptr):
+    """aclrtFreeWithDevSync: waits for the current device's work, then frees. Blocks."""
+    rt.free_with_dev_sync(dev_ptr)
+
+
+@api("k")
+def free_host_with_dev_sync(rt, host_ptr):
+    """aclrtFreeHostWithDevSync: waits for the current device's work, then frees. Blocks."""
+    rt.free_host_with_dev_sync(host_ptr)
+
+
+@api("OII", (0,))
+def check_mem_type(rt, addr_list, mem_type, reserve):
+    """aclrtCheckMemType: `check_result, ret` -- 1 if every address of the list is device
+    memory of this process and `mem_type` includes ACL_RT_MEM_TYPE_DEV or _DVPP, else 0."""
+    if not isinstance(addr_list, (list, tuple)) or not all(
+        isinstance(address, int) for address in addr_list
+    ):
+        raise TypeError("acl.rt.check_mem_type: addr_list must be a list of ints")
+    return rt.check_mem_type(list(addr_list), mem_type, reserve)
+
+
+# ---- host-function threads ---------------------------------------------------------------------
+@api("Kk")
+def subscribe_host_func(rt, host_func_thread_id, exe_stream):
+    """aclrtSubscribeHostFunc: that thread runs the stream's launch_host_func functions in
+    process_host_func; 100033 if the stream already has one."""
+    rt.subscribe_host_func(host_func_thread_id, exe_stream)
+
+
+@api("i")
+def process_host_func(rt, timeout):
+    """aclrtProcessHostFunc: run one host function of this thread's streams (ms > 0, or -1
+    forever); 507012 when none arrives in time, 107012 while no stream is subscribed to this
+    thread. Blocks."""
+    if timeout < -1 or timeout == 0:
+        raise NpuError(
+            codes.ACL_ERROR_INVALID_PARAM,
+            f"timeout {timeout}: -1 waits forever, a positive value waits that many milliseconds",
+        )
+    rt.process_host_func(timeout)
+
+
+@api("Kk")
+def unsubscribe_host_func(rt, host_func_thread_id, exe_stream):
+    """aclrtUnSubscribeHostFunc: 100034 if not subscribed."""
+    rt.unsubscribe_host_func(host_func_thread_id, exe_stream)
+
+
+__getattr__, __dir__ = _on_demand(globals())

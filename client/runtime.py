@@ -35,10 +35,10 @@ from simnpu.client.runtime_memory import (
     env_memory_limit,
     wire_int,
 )
-from simnpu.client.runtime_streams import RuntimeStreams
-from simnpu.client.stream_states import STREAM_STATES
 from simnpu.client.runtime_notify import RuntimeNotify
 from simnpu.client.runtime_peers import RuntimePeers
+from simnpu.client.runtime_streams import RuntimeStreams
+from simnpu.client.stream_states import STREAM_STATES
 from simnpu.client.transport import Connection, caller_site
 from simnpu.proto import codes, commands
 from simnpu.proto import npu_pb2 as pb

@@ -21,13 +21,13 @@ from simnpu.proto import codes
 from simnpu.proto.errors import NpuError as _NpuError
 from simnpu.shm.addresses import DEVICE_BASE
 
+from . import rt_devices as _devices
 from . import rt_exceptions as _exceptions
 from . import rt_kernel_args as _kernel_args
-from . import rt_devices as _devices
 from . import rt_memory as _memory
-from . import rt_streams as _streams
 from . import rt_notify as _notify
 from . import rt_peers as _peers
+from . import rt_streams as _streams
 
 _FLOAT = struct.Struct("<f")
 
@@ -755,4 +755,6 @@ del _name, _call, _outputs, _why, _value, api, not_supported
 # Device memory, IPC sharing and stream-ordered pools are acl.rt calls too, written in
 # client/acl/rt_memory.py by the device-memory work (docs/memory.md); device queries,
 # resource limits, memory helpers and host-function threads in client/acl/rt_devices.py.
-__getattr__, __dir__ = _on_demand(globals(), _memory, _streams, _exceptions, _peers, _notify, _kernel_args, _devices)
+__getattr__, __dir__ = _on_demand(
+    globals(), _memory, _streams, _exceptions, _peers, _notify, _kernel_args, _devices
+)

@@ -128,8 +128,8 @@ class DaemonProcess:
                 raise AssertionError(f"daemon ignored signal {sig}:\n{self.output()}")
         self.log.close()
         deadline = time.monotonic() + 10
-        while any(alive(pid) for pid in self.workers) and time.monotonic() < deadline:
-            time.sleep(0.05)
+        while any(alive(pid) for pid in self.workers + below) and time.monotonic() < deadline:
+            time.sleep(0.05)  # kernel processes end after their zygote
         assert not [pid for pid in self.workers + below if alive(pid)], (
             "worker or kernel processes outlived the daemon"
         )

@@ -72,7 +72,6 @@ class HandleKind(enum.IntEnum):
     MEM_POOL = 7
     NOTIFY = 45
     CNT_NOTIFY = 170
-    IPC_EVENT = 171  # an event another client shared (aclrtIpcOpenEventHandle)
     COMMUNICATOR = 16
 
 

@@ -28,6 +28,7 @@ from simnpu.client.hostmem import HostMemory
 from simnpu.client.kernel_args import KernelArgs
 from simnpu.client.last_error import records_errors
 from simnpu.client.observe import ClientObserver
+from simnpu.client.runtime_cnt_notify import RuntimeCntNotify
 from simnpu.client.runtime_devices import RuntimeDevices
 from simnpu.client.runtime_memory import (
     RuntimeMemory,
@@ -38,6 +39,7 @@ from simnpu.client.runtime_memory import (
 from simnpu.client.runtime_notify import RuntimeNotify
 from simnpu.client.runtime_peers import RuntimePeers
 from simnpu.client.runtime_streams import RuntimeStreams
+from simnpu.client.runtime_values import RuntimeValues
 from simnpu.client.stream_states import STREAM_STATES
 from simnpu.client.transport import Connection, caller_site
 from simnpu.proto import codes, commands
@@ -68,7 +70,15 @@ class ContextInfo:
         self.events = set()
 
 
-class Runtime(RuntimeMemory, RuntimeStreams, RuntimePeers, RuntimeNotify, RuntimeDevices):
+class Runtime(
+    RuntimeMemory,
+    RuntimeStreams,
+    RuntimePeers,
+    RuntimeNotify,
+    RuntimeCntNotify,
+    RuntimeValues,
+    RuntimeDevices,
+):
     """This process's view of the simulated NPU. Thread-safe; one per process is usual."""
 
     def __init__(self, address: str | None = None, token: str | None = None):
@@ -104,6 +114,7 @@ class Runtime(RuntimeMemory, RuntimeStreams, RuntimePeers, RuntimeNotify, Runtim
         self.device_contexts: dict[int, int] = {}  # device -> its default context (aclrtSetDevice)
         self.peer_access: set[tuple[int, int]] = set()  # (device, peer) enabled
         self.notifies: dict[int, int] = {}  # notify handle -> its device (created or imported)
+        self.cnt_notifies: dict[int, int] = {}  # count notify handle -> its id
         self.stream_context: dict[int, ContextInfo] = {}
         self.stream_attrs: dict[int, tuple[int, int]] = {}  # stream -> (priority, flags)
         self.event_context: dict[int, ContextInfo] = {}

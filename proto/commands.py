@@ -29,6 +29,8 @@ __all__ = [
     "SPACE_PINNED",
     "SPACE_STAGING",
     "Collective",
+    "CntNotifyRecord",
+    "CntNotifyWait",
     "Copy",
     "HostCallback",
     "HostDone",
@@ -40,12 +42,16 @@ __all__ = [
     "RecordEvent",
     "RecordNotify",
     "ResetEvent",
+    "ValueWait",
+    "ValueWrite",
     "RING_END",
     "RingRequest",
     "RingSite",
     "RingStreamItem",
     "WaitEvent",
     "WaitNotify",
+    "check_cnt_notify",
+    "check_value_flag",
     "decode",
 ]
 
@@ -402,6 +408,125 @@ class WaitNotify(_WaitNotifyFields):
         return _record(cls, cls.LAYOUT.unpack_from(buffer, at)[1:]), at + cls.LAYOUT.size
 
 
+# ---- value writes and waits on device words, count notifies ---------------------------------
+class _ValueFields(NamedTuple):
+    address: int  # the device address of the 64-bit word
+    value: int
+    flag: int  # ValueWrite: 0; ValueWait: an ACL_STREAM_WAIT_VALUE_* condition
+    stream: int
+
+
+class ValueWrite(_ValueFields):
+    """aclrtValueWrite."""
+
+    __slots__ = ()
+    OP: ClassVar[int] = 63
+    LAYOUT: ClassVar[struct.Struct] = struct.Struct("<HQQIQ")  # op, address, value, flag, stream
+
+    @classmethod
+    def pack(cls, address: int, value: int, flag: int, stream: int) -> bytes:
+        try:
+            return cls.LAYOUT.pack(cls.OP, address, value, flag, stream)
+        except struct.error:
+            raise _refused(cls, (address, value, flag, stream)) from None
+
+    @classmethod
+    def unpack_from(cls, buffer: memoryview, at: int):
+        return _record(cls, cls.LAYOUT.unpack_from(buffer, at)[1:]), at + cls.LAYOUT.size
+
+
+class ValueWait(ValueWrite):
+    """aclrtValueWait."""
+
+    __slots__ = ()
+    OP: ClassVar[int] = 64
+
+
+class _CntNotifyRecordFields(NamedTuple):
+    notify: int
+    stream: int
+    mode: int  # ACL_RT_CNT_NOTIFY_RECORD_*
+    value: int
+
+
+class CntNotifyRecord(_CntNotifyRecordFields):
+    """aclrtCntNotifyRecord (and aclrtCntNotifyReset: SET_VALUE 0, as the CANN runtime does)."""
+
+    __slots__ = ()
+    OP: ClassVar[int] = 65
+    LAYOUT: ClassVar[struct.Struct] = struct.Struct("<HQQII")  # op, notify, stream, mode, value
+
+    @classmethod
+    def pack(cls, notify: int, stream: int, mode: int, value: int) -> bytes:
+        try:
+            return cls.LAYOUT.pack(cls.OP, notify, stream, mode, value)
+        except struct.error:
+            raise _refused(cls, (notify, stream, mode, value)) from None
+
+    @classmethod
+    def unpack_from(cls, buffer: memoryview, at: int):
+        return _record(cls, cls.LAYOUT.unpack_from(buffer, at)[1:]), at + cls.LAYOUT.size
+
+
+class _CntNotifyWaitFields(NamedTuple):
+    notify: int
+    stream: int
+    mode: int  # ACL_RT_CNT_NOTIFY_WAIT_*
+    value: int
+    timeout: int  # seconds; 0 waits forever
+    clear: int  # 1: the count goes to 0 when the wait is satisfied
+
+
+class CntNotifyWait(_CntNotifyWaitFields):
+    """aclrtCntNotifyWaitWithTimeout."""
+
+    __slots__ = ()
+    OP: ClassVar[int] = 66
+    # op, notify, stream, mode, value, timeout, clear
+    LAYOUT: ClassVar[struct.Struct] = struct.Struct("<HQQIIIB")
+
+    @classmethod
+    def pack(cls, notify: int, stream: int, mode: int, value: int, timeout: int, clear: int):
+        try:
+            return cls.LAYOUT.pack(cls.OP, notify, stream, mode, value, timeout, clear)
+        except struct.error:
+            raise _refused(cls, (notify, stream, mode, value, timeout, clear)) from None
+
+    @classmethod
+    def unpack_from(cls, buffer: memoryview, at: int):
+        return _record(cls, cls.LAYOUT.unpack_from(buffer, at)[1:]), at + cls.LAYOUT.size
+
+
+_CNT_NOTIFY_RECORD_MODES = (
+    codes.ACL_RT_CNT_NOTIFY_RECORD_SET_VALUE_MODE,
+    codes.ACL_RT_CNT_NOTIFY_RECORD_ADD_MODE,
+    codes.ACL_RT_CNT_NOTIFY_RECORD_BIT_OR_MODE,
+    codes.ACL_RT_CNT_NOTIFY_RECORD_BIT_AND_MODE,
+)
+
+
+def check_value_flag(kind: type[ValueWrite], flag: int) -> None:
+    """107000 for a flag aclrtValueWrite (reserved: 0) or aclrtValueWait (a condition)
+    refuses; both sides check it."""
+    if kind is ValueWrite and flag != 0:
+        raise invalid(f"aclrtValueWrite flag {flag}: it is reserved and must be 0")
+    if kind is ValueWait and not 0 <= flag <= codes.ACL_STREAM_WAIT_VALUE_NOR:
+        raise invalid(f"aclrtValueWait flag {flag}: use GEQ (0), EQ (1), AND (2) or NOR (3)")
+
+
+def check_cnt_notify(record: bool, mode: int, value: int) -> None:
+    """107000 for a mode or value aclrtCntNotifyRecord (`record`) or
+    aclrtCntNotifyWaitWithTimeout refuses; both sides check it."""
+    if record and mode not in _CNT_NOTIFY_RECORD_MODES:
+        raise invalid(
+            f"count notify record mode {mode}: use SET_VALUE 0, ADD 1, BIT_OR 2, BIT_AND 4"
+        )
+    if not record and not 0 <= mode <= codes.ACL_RT_CNT_NOTIFY_WAIT_EQUAL_WITH_BITMASK_MODE:
+        raise invalid(f"count notify wait mode {mode}: use 0 (LESS) ... 4 (EQUAL_WITH_BITMASK)")
+    if not 0 <= value <= 0xFFFFFFFF:
+        raise invalid(f"count notify value {value} does not fit 32 bits")
+
+
 # ---- records only a submission ring carries (simnpu.shm.ring, docs/fast-path.md) --------------
 _RING_BYTES = struct.Struct("<HI")  # op, length of what follows
 
@@ -488,6 +613,10 @@ _KINDS = (
     Collective,
     RecordNotify,
     WaitNotify,
+    ValueWrite,
+    ValueWait,
+    CntNotifyRecord,
+    CntNotifyWait,
 )
 # op -> (the smallest size of its record, its kind's unpack_from)
 _COMMANDS = {kind.OP: (kind.LAYOUT.size, kind.unpack_from) for kind in _KINDS}

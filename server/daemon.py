@@ -20,6 +20,7 @@ from simnpu.proto import codes, npu_pb2, service, socket_folder
 from simnpu.proto.errors import NpuError
 from simnpu.proto.kernel_abi import discover_kernels
 from simnpu.server import handlers, observe, smi_view  # noqa: F401 - handlers: registers every handler
+from simnpu.server.cnt_notifies import CntNotifies
 from simnpu.server.config import DaemonConfig
 from simnpu.server.device import Device
 from simnpu.server.ipc_memory import IpcMemory
@@ -46,6 +47,7 @@ class Daemon:
         self.devices: list[Device] = []
         self.ipc = IpcMemory(self.devices)  # exported device memory (aclrtIpcMem*)
         self.notifies = Notifies()  # notifies, exported ones by key
+        self.cnt_notifies = CntNotifies()  # count notifies' ids
         self.sessions: dict[int, Session] = {}
         self.peers = Peers()  # the credentials sockets: who a client is (server/peers.py)
         self._peer_of: dict[int, Peer] = {}  # session id -> its peer

@@ -60,6 +60,7 @@ class Scheduler:
         self._timers_limit = TIMERS_KEPT  # the timers are rid of settled waiters at this length
         self._timer_ids = itertools.count()
         self._dirty: deque[Stream] = deque()  # streams whose head must be looked at again
+        self._at_completions: list[Stream] = []  # streams whose head waits on a device word
         self._tokens = itertools.count(1)
         self._stopping = False
         self._thread = threading.Thread(target=self._run, name="simnpu-scheduler", daemon=True)
@@ -176,6 +177,9 @@ class Scheduler:
             self._release(task)
         if stream.watchers:
             self._recheck(stream)
+        if self._at_completions:  # any completion may have written the word they wait on
+            self._dirty.extend(self._at_completions)
+            self._at_completions.clear()
         if stream.tasks:
             self._dirty.append(stream)
         else:
@@ -377,6 +381,15 @@ class Scheduler:
                 stream.signal.publish(seq, True)
 
     # ---- waiting ------------------------------------------------------------------------------
+    def recheck(self, stream: Stream) -> None:
+        """Start the head of `stream` again (a wait whose condition may hold now)."""
+        self._dirty.append(stream)
+
+    def recheck_at_completions(self, stream: Stream) -> None:
+        """Start the head of `stream` again when the next task completes (aclrtValueWait)."""
+        if stream not in self._at_completions:
+            self._at_completions.append(stream)
+
     def watch(
         self, waiter: Waiter, streams: Sequence[Stream] = (), tasks: Sequence[Task] = ()
     ) -> None:

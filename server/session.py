@@ -29,6 +29,7 @@ from google.protobuf.message import DecodeError, Message
 from simnpu.proto import codes, commands, messages, npu_pb2
 from simnpu.proto.errors import NpuError, bad_handle, invalid
 from simnpu.server.client_memory import ClientMemory
+from simnpu.server.cnt_notifies import CntNotify
 from simnpu.server.fast_path import FastPath
 from simnpu.server.handlers.registry import HANDLERS, LATER
 from simnpu.server.notifies import Notify
@@ -70,6 +71,7 @@ class HandleKind(enum.IntEnum):
     PINNED = 6
     MEM_POOL = 7
     NOTIFY = 45
+    CNT_NOTIFY = 170
     COMMUNICATOR = 16
 
 
@@ -457,6 +459,8 @@ class Session:
                 self.daemon.count_event(obj.context.device, -1)
             elif isinstance(obj, Notify):
                 self.daemon.notifies.release(obj)
+            elif isinstance(obj, CntNotify):
+                self.daemon.cnt_notifies.release(obj)
         self.handles.clear()
         if self.staging is not None:
             self.release_segment(self.staging)

@@ -21,6 +21,7 @@ from simnpu.proto import codes
 from simnpu.proto.errors import NpuError as _NpuError
 from simnpu.shm.addresses import DEVICE_BASE
 
+from . import rt_cnt_notify as _cnt_notify
 from . import rt_devices as _devices
 from . import rt_exceptions as _exceptions
 from . import rt_kernel_args as _kernel_args
@@ -28,6 +29,7 @@ from . import rt_memory as _memory
 from . import rt_notify as _notify
 from . import rt_peers as _peers
 from . import rt_streams as _streams
+from . import rt_values as _values
 
 _FLOAT = struct.Struct("<f")
 
@@ -482,7 +484,6 @@ _IPC = (
     "(device memory and notifies are: acl.rt.ipc_mem_*, acl.rt.notify_get_export_key)"
 )
 _NOTIFY = "notify ids and batch resets are not simulated"
-_CNT_NOTIFY = "count notifies are not simulated (notifies are: acl.rt.create_notify)"
 _ALLOC = "user allocators for streams are not simulated"
 _CAPS = "the simulated device has no such attribute or capability to report"
 _BINARY = (
@@ -552,8 +553,6 @@ _UNSUPPORTED = {
     ),
     "reduce_async": ("aclrtReduceAsync", None, "reducing copies are not simulated"),
     "cmo_async": ("aclrtCmoAsync", None, "cache maintenance operations are not simulated"),
-    "value_write": ("aclrtValueWrite", None, "stream memory operations are not simulated"),
-    "value_wait": ("aclrtValueWait", None, "stream memory operations are not simulated"),
     "reserve_mem_address": ("aclrtReserveMemAddress", (0,), _VMM),
     "release_mem_address": ("aclrtReleaseMemAddress", None, _VMM),
     "malloc_physical": ("aclrtMallocPhysical", (0,), _VMM),
@@ -715,12 +714,6 @@ _UNSUPPORTED = {
     ),
     "get_notify_id": ("aclrtGetNotifyId", (0,), _NOTIFY),
     "notify_batch_reset": ("aclrtNotifyBatchReset", None, _NOTIFY),
-    "cnt_notify_create": ("aclrtCntNotifyCreate", (0,), _CNT_NOTIFY),
-    "cnt_notify_destroy": ("aclrtCntNotifyDestroy", None, _CNT_NOTIFY),
-    "cnt_notify_get_id": ("aclrtCntNotifyGetId", (0,), _CNT_NOTIFY),
-    "cnt_notify_record": ("aclrtCntNotifyRecord", None, _CNT_NOTIFY),
-    "cnt_notify_reset": ("aclrtCntNotifyReset", None, _CNT_NOTIFY),
-    "cnt_notify_wait_with_timeout": ("aclrtCntNotifyWaitWithTimeout", None, _CNT_NOTIFY),
     "ipc_get_event_handle": ("aclrtIpcGetEventHandle", (b"",), _IPC),
     "ipc_open_event_handle": ("aclrtIpcOpenEventHandle", (0,), _IPC),
     "allocator_destroy_desc": ("aclrtAllocatorDestroyDesc", None, _ALLOC),
@@ -756,5 +749,14 @@ del _name, _call, _outputs, _why, _value, api, not_supported
 # client/acl/rt_memory.py by the device-memory work (docs/memory.md); device queries,
 # resource limits, memory helpers and host-function threads in client/acl/rt_devices.py.
 __getattr__, __dir__ = _on_demand(
-    globals(), _memory, _streams, _exceptions, _peers, _notify, _kernel_args, _devices
+    globals(),
+    _memory,
+    _streams,
+    _exceptions,
+    _peers,
+    _notify,
+    _kernel_args,
+    _devices,
+    _cnt_notify,
+    _values,
 )

@@ -3,6 +3,7 @@
 
 from simnpu.server.handlers import (  # noqa: F401 - imported for their registrations
     callbacks,
+    cnt_notifies,
     collectives,
     contexts,
     copies,
@@ -19,6 +20,7 @@ from simnpu.server.handlers import (  # noqa: F401 - imported for their registra
     pools,
     session,
     streams,
+    values,
 )
 from simnpu.server.handlers.registry import HANDLERS, LATER
 

@@ -3,6 +3,7 @@ what happens when a task is submitted, reaches the head of its stream, is handed
 completes or is dropped lives with its kind (server/tasks/base.py)."""
 
 from simnpu.server.tasks.base import DeviceWork, Task, TaskState
+from simnpu.server.tasks.cnt_notify import CntNotifyRecordTask, CntNotifyWaitTask
 from simnpu.server.tasks.collective import CollectiveTask
 from simnpu.server.tasks.configured_kernel import ConfiguredKernelTask
 from simnpu.server.tasks.copy import CopyTask
@@ -11,8 +12,11 @@ from simnpu.server.tasks.host_callback import HostCallbackTask
 from simnpu.server.tasks.kernel import KernelTask
 from simnpu.server.tasks.memset import MemsetTask
 from simnpu.server.tasks.notify import NotifyRecordTask, NotifyWaitTask
+from simnpu.server.tasks.value import ValueWaitTask, ValueWriteTask
 
 __all__ = [
+    "CntNotifyRecordTask",
+    "CntNotifyWaitTask",
     "CollectiveTask",
     "ConfiguredKernelTask",
     "CopyTask",
@@ -26,5 +30,7 @@ __all__ = [
     "ResetTask",
     "Task",
     "TaskState",
+    "ValueWaitTask",
+    "ValueWriteTask",
     "WaitTask",
 ]

@@ -71,6 +71,22 @@ CASES = {
         commands.WaitNotify.pack(U64, U64, 0xFFFFFFFF),
         commands.WaitNotify(U64, U64, 0xFFFFFFFF),
     ),
+    "value write": (
+        commands.ValueWrite.pack(U64, U64, 0, 7),
+        commands.ValueWrite(U64, U64, 0, 7),
+    ),
+    "value wait": (
+        commands.ValueWait.pack(1 << 47, U64, 3, U64),
+        commands.ValueWait(1 << 47, U64, 3, U64),
+    ),
+    "count notify record": (
+        commands.CntNotifyRecord.pack(U64, 5, 4, 0xFFFFFFFF),
+        commands.CntNotifyRecord(U64, 5, 4, 0xFFFFFFFF),
+    ),
+    "count notify wait": (
+        commands.CntNotifyWait.pack(U64, U64, 4, 0xFFFFFFFF, 0xFFFFFFFF, 1),
+        commands.CntNotifyWait(U64, U64, 4, 0xFFFFFFFF, 0xFFFFFFFF, 1),
+    ),
     "host callback": (
         commands.HostCallback.pack(2, 99, True),
         commands.HostCallback(2, 99, True),

@@ -344,4 +344,6 @@ def not_supported(
         f"Not supported ({call}): {why}. Returns ACL_ERROR_RT_FEATURE_NOT_SUPPORT (207000)."
     )
     unsupported.not_supported = True  # type: ignore[attr-defined]
+    unsupported.acl_call = call  # type: ignore[attr-defined]
+    unsupported.why = why  # type: ignore[attr-defined]
     return unsupported

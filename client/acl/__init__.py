@@ -205,8 +205,56 @@ def get_cann_attribute_list():
     return sorted(_identity.CANN_ATTRIBUTES), _codes.ACL_SUCCESS
 
 
+# name: (C call, values returned before ret (None: ret only), why)
+_UNSUPPORTED = {
+    "finalize_reference": (
+        "aclFinalizeReference",
+        (0,),
+        "reference-counted finalization is not simulated (acl.finalize ends the session)",
+    ),
+    "init_callback_register": (
+        "aclInitCallbackRegister",
+        None,
+        "init and finalize callbacks are not simulated",
+    ),
+    "init_callback_unregister": (
+        "aclInitCallbackUnRegister",
+        None,
+        "init and finalize callbacks are not simulated",
+    ),
+    "finalize_callback_register": (
+        "aclFinalizeCallbackRegister",
+        None,
+        "init and finalize callbacks are not simulated",
+    ),
+    "finalize_callback_unregister": (
+        "aclFinalizeCallbackUnRegister",
+        None,
+        "init and finalize callbacks are not simulated",
+    ),
+    "get_device_capability": (
+        "aclGetDeviceCapability",
+        (0,),
+        "aclDeviceInfo is not simulated (acl.rt.get_device_info reports the AI cores)",
+    ),
+}
+UNSUPPORTED = sorted([*_UNSUPPORTED, "app_log"])
+for _name, (_call, _outputs, _why) in _UNSUPPORTED.items():
+    globals()[_name] = _api.not_supported(f"acl.{_name}", _call, _why, _outputs)
+app_log = _api.not_supported(
+    "acl.app_log",
+    "aclAppLog",
+    "the CANN application log is not simulated",
+    (None,),
+    returns_code=False,
+)
+del _name, _call, _outputs, _why
+
 _NOT_PROVIDED = {
-    "mdl": "offline models (.om) cannot run on the simulated NPU",
+    "mdl": (
+        "offline models (.om), model run instances (aclmdlRI*, stream capture) and model "
+        "dumps are not simulated"
+    ),
     "op": "single-operator execution (acl.op) is not simulated: launch kernels with acl.rt",
     "blas": (
         "acl.blas is not simulated: launch kernels with acl.rt "

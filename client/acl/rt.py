@@ -5,8 +5,9 @@ handles and pointers are ints; stream 0 is the current context's default stream.
 Python argument types raise TypeError (as pyACL's argument parsing does); nothing raises
 for an ACL-level error. Calls marked "async" return at once; the rest block.
 
-The pyACL calls simnpu does not simulate are at the end of this module: each returns
-ACL_ERROR_RT_FEATURE_NOT_SUPPORT (207000) and says why in acl.get_recent_err_msg().
+The pyACL calls simnpu does not simulate are at the end of this module and in
+rt_unsupported.py: each returns ACL_ERROR_RT_FEATURE_NOT_SUPPORT (207000) and says why in
+acl.get_recent_err_msg().
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from . import rt_memory as _memory
 from . import rt_notify as _notify
 from . import rt_peers as _peers
 from . import rt_streams as _streams
+from . import rt_unsupported as _more
 from . import rt_values as _values
 
 _FLOAT = struct.Struct("<f")
@@ -738,12 +740,12 @@ _UNSUPPORTED_VALUES = {
     "create_binary": ("aclrtCreateBinary", 0, _BINARY),
     "allocator_create_desc": ("aclrtAllocatorCreateDesc", 0, _ALLOC),
 }
-UNSUPPORTED = sorted([*_UNSUPPORTED, *_UNSUPPORTED_VALUES])
-for _name, (_call, _outputs, _why) in _UNSUPPORTED.items():
+UNSUPPORTED = sorted([*_UNSUPPORTED, *_UNSUPPORTED_VALUES, *_more.CALLS, *_more.VALUES])
+for _name, (_call, _outputs, _why) in [*_UNSUPPORTED.items(), *_more.CALLS.items()]:
     globals()[_name] = not_supported(f"acl.rt.{_name}", _call, _why, _outputs)
-for _name, (_call, _value, _why) in _UNSUPPORTED_VALUES.items():
+for _name, (_call, _value, _why) in [*_UNSUPPORTED_VALUES.items(), *_more.VALUES.items()]:
     globals()[_name] = not_supported(f"acl.rt.{_name}", _call, _why, (_value,), returns_code=False)
-del _name, _call, _outputs, _why, _value, api, not_supported
+del _name, _call, _outputs, _why, _value, _more, api, not_supported
 
 # Device memory, IPC sharing and stream-ordered pools are acl.rt calls too, written in
 # client/acl/rt_memory.py by the device-memory work (docs/memory.md); device queries,

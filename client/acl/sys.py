@@ -7,7 +7,7 @@ and "runtime" (simnpu stands in for it); any other package is not installed here
 
 from __future__ import annotations
 
-from simnpu.client.facade import api
+from simnpu.client.facade import api, not_supported
 from simnpu.client.facade import on_demand as _on_demand
 from simnpu.proto import codes
 from simnpu.proto.errors import NpuError
@@ -39,5 +39,14 @@ def get_version_num(rt, pkg_name):
     _package(pkg_name)
     return _identity.version_number()
 
+
+get_cann_version = not_supported(
+    "acl.sys.get_cann_version",
+    "aclsysGetCANNVersion",
+    "CANN packages are not installed with simnpu (deprecated: use get_version_str / "
+    "get_version_num)",
+    ({},),
+)
+UNSUPPORTED = ["get_cann_version"]
 
 __getattr__, __dir__ = _on_demand(globals())

@@ -56,6 +56,16 @@ def descendants(pid: int) -> list[int]:
     return found
 
 
+def born(pid: int) -> str | None:
+    """When process `pid` started (clock ticks since boot), or None if there is none: with
+    the pid, it names one process even after the pid is reused."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[19]
+    except (OSError, IndexError):
+        return None
+
+
 def alive(pid: int) -> bool:
     try:
         with open(f"/proc/{pid}/stat") as stat:
@@ -91,6 +101,7 @@ class DaemonProcess:
         self.pid = self.process.pid
         _started.append(self)
         self.workers: list[int] = []
+        self._born: dict[int, str | None] = {}  # pid -> start time, of workers and kernel processes
         self._wait_ready()
 
     def _wait_ready(self, timeout: float = 60.0) -> None:
@@ -105,6 +116,12 @@ class DaemonProcess:
                 raise RuntimeError(f"daemon did not come up:\n{self.output()}")
             time.sleep(0.02)
         self.workers = children_of(self.pid)
+        self._born = {pid: born(pid) for pid in self.workers}
+
+    def outliving(self, pids: list[int]) -> list[int]:
+        """Those of `pids` (recorded processes of this daemon) still running, pids reused by
+        other processes since aside."""
+        return [pid for pid in pids if alive(pid) and born(pid) == self._born.get(pid)]
 
     def output(self) -> str:
         if not self.log.closed:
@@ -118,6 +135,7 @@ class DaemonProcess:
     def stop(self, sig: int = signal.SIGTERM) -> int:
         """Stop the daemon; assert its segments and worker processes are gone."""
         below = descendants(self.pid)  # kernel processes are the zygote's children
+        self._born.update((pid, born(pid)) for pid in below)
         if self.process.poll() is None:
             self.process.send_signal(sig)
             try:
@@ -128,9 +146,9 @@ class DaemonProcess:
                 raise AssertionError(f"daemon ignored signal {sig}:\n{self.output()}")
         self.log.close()
         deadline = time.monotonic() + 10
-        while any(alive(pid) for pid in self.workers + below) and time.monotonic() < deadline:
+        while self.outliving(self.workers + below) and time.monotonic() < deadline:
             time.sleep(0.05)  # kernel processes end after their zygote
-        assert not [pid for pid in self.workers + below if alive(pid)], (
+        assert not self.outliving(self.workers + below), (
             "worker or kernel processes outlived the daemon"
         )
         pattern = os.path.join(tempfile.gettempdir(), f"{SCRATCH_PREFIX}{self.pid}-*")
@@ -305,9 +323,10 @@ def no_leaked_segments():
 def pytest_sessionfinish(session, exitstatus):
     """After the run: no daemon or worker we started is alive, no simnpu segment exists."""
     leftovers = [p.pid for p in _started if p.process.poll() is None]
-    workers = [pid for p in _started for pid in p.workers if alive(pid)]
+    workers = [pid for p in _started for pid in p.outliving(p.workers)]
     for pid in leftovers + workers:
-        os.kill(pid, signal.SIGKILL)
+        with contextlib.suppress(ProcessLookupError):  # it ended meanwhile
+            os.kill(pid, signal.SIGKILL)
     segments = [n for n in simnpu_segments() if int(n.split("-")[1]) in {p.pid for p in _started}]
     if leftovers or workers or segments:
         print(

@@ -193,6 +193,7 @@ class Result(NamedTuple):
     start_ns: int
     end_ns: int
     message: str
+    output: str = ""  # what the kernel printed (server/device_printf.py), formatted
 
 
 def pack_results(results: list[Result]) -> list[tuple]:

@@ -15,13 +15,15 @@ import re
 from typing import Any
 
 TASK_SPACE = 64 << 10
-"""Characters (DumpHead lines included) one piece of a launch may print; the rest is cut."""
+"""Characters (DumpHead lines included) one piece of a launch may print; the rest is cut.
+The daemon keeps MAX_OUTPUT of a launch's pieces together."""
 BATCH_SPACE = 128 << 10
 """Characters all the launches of one batch may print together."""
 PENDING_SPACE = 1 << 20
 """Characters the daemon keeps for one client until a synchronize takes them."""
 MAX_OUTPUT = TASK_SPACE + 1024
-"""The longest output a kernel process may report for one result (decode_report cuts it)."""
+"""The longest output a kernel process may report for one result (decode_report cuts it),
+and what the daemon keeps of all the pieces of one launch."""
 
 MAGIC = 0x5AA5BCCD  # the real dump's magic number, printed in every DumpHead
 OFF_LIMIT_RSV = 7  # the real dump's rsv of a block whose space ran out
@@ -194,12 +196,14 @@ def c_format(fmt: str, args: tuple) -> str:
 
 class PendingOutput:
     """A client's device output that no synchronize has taken yet (daemon side, under the
-    scheduler lock): pieces kept in task order, PENDING_SPACE characters at most."""
+    scheduler lock): pieces kept in task order, about MAX_OUTPUT characters per task and
+    PENDING_SPACE in all."""
 
-    __slots__ = ("_dropped", "_pieces", "_size")
+    __slots__ = ("_dropped", "_pieces", "_size", "_tasks")
 
     def __init__(self) -> None:
         self._pieces: list[tuple[int, int, str]] = []  # (task seq, token, text)
+        self._tasks: dict[int, int] = {}  # task seq -> characters kept of its pieces
         self._size = 0
         self._dropped = 0
 
@@ -209,8 +213,15 @@ class PendingOutput:
 
     def add(self, seq: int, token: int, text: str) -> None:
         """A piece's output (`token`: pieces of one task are handed out in block order).
-        Text that is not valid Unicode (a lone surrogate) gets "?" in its place."""
+        A task's pieces together keep MAX_OUTPUT characters: the piece that crosses it is cut
+        and says so. Text that is not valid Unicode (a lone surrogate) gets "?" instead."""
         text = text.encode("utf-8", "replace").decode("utf-8")
+        used = self._tasks.get(seq, 0)
+        if used >= MAX_OUTPUT:
+            return
+        if used + len(text) > MAX_OUTPUT:
+            text = text[: MAX_OUTPUT - used] + "\n" + INCOMPLETE
+        self._tasks[seq] = used + len(text)
         if self._size + len(text) > PENDING_SPACE:
             self._dropped += len(text)
             return
@@ -229,4 +240,5 @@ class PendingOutput:
                 f"{PENDING_SPACE} waited for a synchronize\n"
             )
         self._pieces, self._size, self._dropped = [], 0, 0
+        self._tasks.clear()
         return text

@@ -7,6 +7,7 @@ import pytest
 
 from simnpu.server.device_printf import (
     INCOMPLETE,
+    MAX_OUTPUT,
     PENDING_SPACE,
     TASK_SPACE,
     PendingOutput,
@@ -124,6 +125,11 @@ def test_pending_output_comes_in_task_then_block_order_and_is_bounded():
     assert pending.pending
     assert pending.take() == "task 3\ntask 5 first piece\ntask 5 second piece\nbad ? text\n"
     assert not pending.pending
+    pending.add(1, 1, "a" * TASK_SPACE)
+    pending.add(1, 2, "b" * TASK_SPACE)  # a launch's pieces keep MAX_OUTPUT together
+    pending.add(1, 3, "c" * 10)
+    cut = "a" * TASK_SPACE + "b" * (MAX_OUTPUT - TASK_SPACE) + "\n" + INCOMPLETE
+    assert pending.take() == cut
     for seq in range(PENDING_SPACE // TASK_SPACE + 3):
         pending.add(seq, seq, "y" * TASK_SPACE)
     text = pending.take()

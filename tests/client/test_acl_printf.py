@@ -23,6 +23,10 @@ def talk(ctx, tag):
     print("print", tag, ctx.block_idx)
 
 @kernel("u32")
+def hello(ctx, unused):
+    ctx.printf("Hello World\\\\n")
+
+@kernel("u32")
 def flood(ctx, lines):
     for _ in range(lines):
         print("x" * 99)
@@ -74,8 +78,8 @@ HEAD = re.compile(
 )
 
 
-def run(daemon, body: str) -> str:
-    done = run_client(daemon.address, PROGRAM + body + END)
+def run(daemon, body: str, env=None) -> str:
+    done = run_client(daemon.address, PROGRAM + body + END, env=env)
     assert done.returncode == 0, done.stderr
     return done.stdout
 
@@ -146,6 +150,45 @@ check(acl.rt.destroy_stream(s2), "destroy_stream")
         if line.startswith("opType="):
             block = HEAD.fullmatch(line)[2]  # type: ignore[index]
             assert re.fullmatch(rf"tag \d block {block} of \d", lines[index + 1])
+
+
+def test_the_runtime_print_sample(daemon):
+    """CANN's example/kernel_func/kernel_print.cpp: AscendC::printf("Hello World\\n") on 8
+    blocks, then aclrtSynchronizeStream."""
+    out = run(
+        daemon,
+        """
+stream, ret = acl.rt.create_stream()
+check(launch("hello", 8, 0, stream), "launch")
+check(acl.rt.synchronize_stream(stream), "synchronize_stream")
+check(acl.rt.destroy_stream(stream), "destroy_stream")
+""",
+    )
+    assert heads(out) == [("hello", block, 8, 0) for block in range(8)]
+    assert [line for line in out.splitlines() if not line.startswith("opType=")] == [
+        "Hello World"
+    ] * 8
+
+
+def test_checked_and_traced_launches_print_the_same(daemon, tmp_path):
+    """Under SIMNPU_CHECK and SIMNPU_TRACE (every synchronize asks the daemon; checked
+    kernels run in a recording context) the output is the same."""
+    body = """
+stream, ret = acl.rt.create_stream()
+check(launch("talk", 2, 4, stream), "launch")
+check(acl.rt.synchronize_stream(stream), "synchronize_stream")
+say("synchronized")
+check(acl.rt.destroy_stream(stream), "destroy_stream")
+"""
+    expected = ["tag 4 block 0 of 2", "print 4 0", "tag 4 block 1 of 2", "print 4 1"]
+    for env in (
+        {"SIMNPU_CHECK": "memcheck", "SIMNPU_CHECK_REPORT": str(tmp_path / "check.txt")},
+        {"SIMNPU_TRACE": str(tmp_path / "trace.json")},
+    ):
+        out = run(daemon, body, env)
+        text = [line for line in out.splitlines() if not line.startswith("opType=")]
+        assert text == [*expected, "synchronized"], env
+        assert heads(out) == [("talk", 0, 2, 0), ("talk", 1, 2, 0)]
 
 
 def test_a_failed_synchronize_and_the_device_synchronize_print_too(daemon):

@@ -36,6 +36,7 @@ from simnpu.client.runtime_memory import (
     wire_int,
 )
 from simnpu.client.runtime_notify import RuntimeNotify
+from simnpu.client.runtime_overflow import RuntimeOverflow
 from simnpu.client.runtime_peers import RuntimePeers
 from simnpu.client.runtime_streams import RuntimeStreams
 from simnpu.client.stream_states import STREAM_STATES
@@ -68,7 +69,9 @@ class ContextInfo:
         self.events = set()
 
 
-class Runtime(RuntimeMemory, RuntimeStreams, RuntimePeers, RuntimeNotify, RuntimeDevices):
+class Runtime(
+    RuntimeMemory, RuntimeStreams, RuntimePeers, RuntimeNotify, RuntimeDevices, RuntimeOverflow
+):
     """This process's view of the simulated NPU. Thread-safe; one per process is usual."""
 
     def __init__(self, address: str | None = None, token: str | None = None):
@@ -106,6 +109,7 @@ class Runtime(RuntimeMemory, RuntimeStreams, RuntimePeers, RuntimeNotify, Runtim
         self.notifies: dict[int, int] = {}  # notify handle -> its device (created or imported)
         self.stream_context: dict[int, ContextInfo] = {}
         self.stream_attrs: dict[int, tuple[int, int]] = {}  # stream -> (priority, flags)
+        self.overflow_switches: dict[int, int] = {}  # stream -> 1 (aclrtSetStreamOverflowSwitch)
         self.event_context: dict[int, ContextInfo] = {}
         self.allocation_starts: list[int] = []
         self.allocations: dict[int, tuple[int, int]] = {}  # address -> (size, device)
@@ -219,6 +223,7 @@ class Runtime(RuntimeMemory, RuntimeStreams, RuntimePeers, RuntimeNotify, Runtim
         for stream in context.streams:
             self.stream_context.pop(stream, None)
             self.stream_attrs.pop(stream, None)
+            self.overflow_switches.pop(stream, None)
             if self.signals is not None:
                 self.signals.remove(stream)
         for event in context.events:
@@ -293,6 +298,7 @@ class Runtime(RuntimeMemory, RuntimeStreams, RuntimePeers, RuntimeNotify, Runtim
         context.streams.discard(handle)
         self.stream_context.pop(handle, None)
         self.stream_attrs.pop(handle, None)
+        self.overflow_switches.pop(handle, None)
         if self.signals is not None:
             self.signals.remove(handle)
 

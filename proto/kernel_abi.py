@@ -99,6 +99,10 @@ class KernelContext(Protocol):
         """AscendC::printf (a C format): printed by the launching client when it synchronizes."""
         ...
 
+    def raise_overflow(self) -> None:
+        """Raise the float overflow flag (aclrtGetOverflowStatus reports it)."""
+        ...
+
 
 def canonical_type(name: str) -> str:
     """The canonical name ("u32") of a parameter type name ("u32", "uint32"); else ValueError."""

@@ -48,7 +48,7 @@ def run_checked(runner, token, function, args, first, last, block_num, bounds):
     error = None
     for block in range(first, last):
         context = RecordingContext(
-            block, block_num, runner.core_id, bounds, runner.maps, runner.output
+            block, block_num, runner.core_id, bounds, runner.maps, runner.output, runner.overflow
         )
         try:
             function(context, *args)

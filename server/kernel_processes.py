@@ -44,6 +44,7 @@ import posix_ipc
 from simnpu.proto import codes
 from simnpu.server import sandbox
 from simnpu.server.device_printf import MAX_OUTPUT
+from simnpu.server.overflow import watch_numpy
 from simnpu.server.work import Accesses, Cancel
 
 if TYPE_CHECKING:
@@ -141,10 +142,14 @@ def _results(results: list, expected: list[int], sent_ns: int) -> list[tuple]:
     now = time.monotonic_ns()
     out = []
     for result, token in zip(results, expected):
-        if not (isinstance(result, list) and len(result) == 6):
-            raise BadReport("a result is not (token, code, start, end, message, output)")
-        got, code, start, end, message, output = result
-        if got != token or not all(map(_is_int, (code, start, end))):
+        if not (isinstance(result, list) and len(result) == 7):
+            raise BadReport("a result is not (token, code, start, end, message, output, overflow)")
+        got, code, start, end, message, output, overflow = result
+        if (
+            got != token
+            or not all(map(_is_int, (code, start, end)))
+            or overflow.__class__ is not bool
+        ):
             raise BadReport("a result names another task or is not numbers")
         if not isinstance(message, str) or not isinstance(output, str):
             raise BadReport("a result's message or output is not text")
@@ -152,7 +157,7 @@ def _results(results: list, expected: list[int], sent_ns: int) -> list[tuple]:
             code = codes.ACL_ERROR_RT_AICORE_EXCEPTION
         start = min(max(start, sent_ns), now)
         end = min(max(end, start), now)
-        out.append((token, code, start, end, message[:MAX_MESSAGE], output[:MAX_OUTPUT]))
+        out.append((token, code, start, end, message[:MAX_MESSAGE], output[:MAX_OUTPUT], overflow))
     return out
 
 
@@ -355,6 +360,7 @@ def _kernel_process(
         conn.send_bytes(encode_accesses(packed))
 
     runner = WorkRunner(core_id, maps, [], report)
+    watch_numpy(runner.overflow)  # a kernel's float overflow raises the flag
     if notify is not None and area is not None:
         runner.signals[notify] = area
     incoming = select.poll()

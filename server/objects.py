@@ -81,6 +81,7 @@ class Context:
     failure: Failure | None = None  # ACL_STOP_ON_FAILURE: the first failure, sticky
     streams: list[Stream] = field(default_factory=list)
     events: int = 0  # how many events of it are not destroyed
+    overflow: bool = False  # a kernel of it raised the overflow flag (server/overflow.py)
 
 
 @dataclass(eq=False)

@@ -344,11 +344,13 @@ class Scheduler:
             unit.lent.take_back()
             unit.lent = None
         inflight = unit.inflight
-        for token, code, start_ns, end_ns, message, output in results:
+        for token, code, start_ns, end_ns, message, output, overflow in results:
             unit.busy_ns += end_ns - start_ns
             work = inflight.pop(token)
             if output:  # a kernel printed: its client takes it at its next synchronize
                 work.stream.owner.output.add(work.seq, token, output)
+            if overflow:  # its context's overflow status (aclrtGetOverflowStatus)
+                work.stream.context.overflow = True
             work.piece_done(self, code, end_ns, message)
 
     def _lost(self, unit: Unit, code: int, how: str | None) -> None:

@@ -194,6 +194,7 @@ class Result(NamedTuple):
     end_ns: int
     message: str
     output: str = ""  # what the kernel printed (server/device_printf.py), formatted
+    overflow: bool = False  # the kernel raised the overflow flag (server/overflow.py)
 
 
 def pack_results(results: list[Result]) -> list[tuple]:

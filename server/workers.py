@@ -46,6 +46,7 @@ from simnpu.server.kernel_processes import (
     KernelProcesses,
     decode_report,
 )
+from simnpu.server.overflow import OverflowFlag, watch_numpy
 from simnpu.server.work import (
     ITEMS,
     Cancel,
@@ -95,19 +96,25 @@ class MemoryFault(Exception):
 
 
 class KernelContext:
-    """What a kernel sees as `ctx`: its block, its core, bounded views of device memory, and
-    the device printf."""
+    """What a kernel sees as `ctx`: its block, its core, bounded views of device memory, the
+    device printf and the overflow flag."""
 
-    __slots__ = ("_bounds", "_maps", "_output", "block_idx", "block_num", "core_id")
+    __slots__ = ("_bounds", "_maps", "_output", "_overflow", "block_idx", "block_num", "core_id")
 
-    def __init__(self, block_idx, block_num, core_id, bounds, maps, output):
+    def __init__(self, block_idx, block_num, core_id, bounds, maps, output, overflow):
         self.block_idx = block_idx
         self.block_num = block_num
         self.core_id = core_id
         self._bounds = bounds
         self._maps = maps
         self._output = output
+        self._overflow = overflow
         output.block(block_idx)
+
+    def raise_overflow(self) -> None:
+        """Raise the launch's float overflow flag: its context's overflow status is set once
+        the launch has run (aclrtGetOverflowStatus reads it)."""
+        self._overflow.set()
 
     def printf(self, fmt: str, *args) -> None:
         """AscendC::printf: `fmt` is a C format. The text reaches the launching client's
@@ -175,6 +182,7 @@ class WorkRunner:
         self.signals: dict[str, NotifyArea] = {}
         self._cancelled: Callable[[], set[int]] = set
         self.output = KernelOutput()  # what the running launch prints
+        self.overflow = OverflowFlag()  # whether it raised the overflow flag
 
     def run(self, batch: list[tuple], cancelled: Callable[[], set[int]]) -> list[Result]:
         """Run `batch` (packed items, server/work.py) in order; `cancelled()` gives the tokens
@@ -239,11 +247,16 @@ class WorkRunner:
         num_blocks: int,
         bounds: tuple,
     ) -> Result:
-        """A RunKernel item (its fields, in order), with what its blocks printed."""
+        """A RunKernel item (its fields, in order), with what its blocks printed and whether
+        they raised the overflow flag."""
         self.output.start(name, num_blocks)
+        overflow = self.overflow
+        overflow.raised = False
         result = self._run_blocks(token, binary, name, args, first, last, num_blocks, bounds)
         output = self.output.finish()
-        return result._replace(output=output) if output else result
+        if output or overflow.raised:
+            return result._replace(output=output, overflow=overflow.raised)
+        return result
 
     def _run_blocks(
         self,
@@ -279,10 +292,11 @@ class WorkRunner:
                 if error is not None:
                     raise error
             else:
+                overflow = self.overflow
                 check_at = start + CANCEL_CHECK_NS
                 for block in range(first, last):
                     context = KernelContext(
-                        block, num_blocks, self.core_id, bounds, self.maps, self.output
+                        block, num_blocks, self.core_id, bounds, self.maps, self.output, overflow
                     )
                     function(context, *args)
                     now = time.monotonic_ns()
@@ -438,6 +452,7 @@ def main(core_id: int, device_segments: list[str], conn) -> None:
         Region.attach(name, populate=True) for name in device_segments
     ]  # device memory is resident
     runner = WorkRunner(core_id, [region.map for region in regions], device_segments, conn.send)
+    watch_numpy(runner.overflow)  # the built-in kernels raise the flag on float overflow
     incoming = select.poll()  # one poll object: Connection.poll() builds a selector per call
     incoming.register(conn.fileno(), select.POLLIN)
     cancelled: set[int] = set()

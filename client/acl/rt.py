@@ -26,6 +26,7 @@ from . import rt_exceptions as _exceptions
 from . import rt_kernel_args as _kernel_args
 from . import rt_memory as _memory
 from . import rt_notify as _notify
+from . import rt_overflow as _overflow
 from . import rt_peers as _peers
 from . import rt_streams as _streams
 
@@ -495,33 +496,7 @@ _UNSUPPORTED = {
     "register_cpu_func": ("aclrtRegisterCpuFunc", (0,), "AI CPU kernels are not simulated"),
     "binary_load": ("aclrtBinaryLoad", (0,), _BINARY),
     "destroy_binary": ("aclrtDestroyBinary", None, "aclrtCreateBinary objects are not simulated"),
-    "set_device_sat_mode": (
-        "aclrtSetDeviceSatMode",
-        None,
-        "float overflow modes are not simulated",
-    ),
-    "get_device_sat_mode": (
-        "aclrtGetDeviceSatMode",
-        (0,),
-        "float overflow modes are not simulated",
-    ),
     "set_ts_device": ("aclrtSetTsDevice", None, "task schedulers cannot be chosen"),
-    "get_overflow_status": ("aclrtGetOverflowStatus", None, "overflow detection is not simulated"),
-    "reset_overflow_status": (
-        "aclrtResetOverflowStatus",
-        None,
-        "overflow detection is not simulated",
-    ),
-    "set_stream_overflow_switch": (
-        "aclrtSetStreamOverflowSwitch",
-        None,
-        "overflow detection is not simulated",
-    ),
-    "get_stream_overflow_switch": (
-        "aclrtGetStreamOverflowSwitch",
-        (0,),
-        "overflow detection is not simulated",
-    ),
     "malloc_cached": ("aclrtMallocCached", (0,), "cacheable device memory is not simulated"),
     "mem_flush": ("aclrtMemFlush", None, "cacheable device memory is not simulated"),
     "mem_invalidate": ("aclrtMemInvalidate", None, "cacheable device memory is not simulated"),
@@ -756,5 +731,5 @@ del _name, _call, _outputs, _why, _value, api, not_supported
 # client/acl/rt_memory.py by the device-memory work (docs/memory.md); device queries,
 # resource limits, memory helpers and host-function threads in client/acl/rt_devices.py.
 __getattr__, __dir__ = _on_demand(
-    globals(), _memory, _streams, _exceptions, _peers, _notify, _kernel_args, _devices
+    globals(), _memory, _streams, _exceptions, _peers, _notify, _kernel_args, _devices, _overflow
 )

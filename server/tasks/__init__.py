@@ -11,6 +11,7 @@ from simnpu.server.tasks.host_callback import HostCallbackTask
 from simnpu.server.tasks.kernel import KernelTask
 from simnpu.server.tasks.memset import MemsetTask
 from simnpu.server.tasks.notify import NotifyRecordTask, NotifyWaitTask
+from simnpu.server.tasks.overflow import OverflowResetTask, OverflowStatusTask
 
 __all__ = [
     "CollectiveTask",
@@ -22,6 +23,8 @@ __all__ = [
     "MemsetTask",
     "NotifyRecordTask",
     "NotifyWaitTask",
+    "OverflowResetTask",
+    "OverflowStatusTask",
     "RecordTask",
     "ResetTask",
     "Task",

@@ -114,7 +114,8 @@ def encode_accesses(packed: tuple) -> bytes:
 def decode_report(data: bytes, expected: list[int], sent_ns: int) -> Any:
     """A kernel process's report as the scheduler takes it: the list of result tuples of
     the batch (their tokens exactly `expected`, in order; times clamped to since the batch
-    was sent; messages cut to MAX_MESSAGE, device output to MAX_OUTPUT characters) or the
+    was sent; messages cut to MAX_MESSAGE characters, any lone surrogate replaced, device
+    output cut to MAX_OUTPUT characters) or the
     packed `Accesses` of one of its tokens. Raises BadReport."""
     try:
         report = json.loads(data)
@@ -157,7 +158,9 @@ def _results(results: list, expected: list[int], sent_ns: int) -> list[tuple]:
             code = codes.ACL_ERROR_RT_AICORE_EXCEPTION
         start = min(max(start, sent_ns), now)
         end = min(max(end, start), now)
-        out.append((token, code, start, end, message[:MAX_MESSAGE], output[:MAX_OUTPUT], overflow))
+        if message:  # a lone surrogate could not go into the client's reply: "?" instead
+            message = message[:MAX_MESSAGE].encode("utf-8", "replace").decode("utf-8")
+        out.append((token, code, start, end, message, output[:MAX_OUTPUT], overflow))
     return out
 
 

@@ -37,6 +37,11 @@ def prints_then_fails(ctx, tag):
     raise ValueError("boom")
 
 @kernel("u32")
+def odd_text(ctx, tag):
+    print("lone \\ud800 surrogate")
+    raise ValueError("lone \\ud800 surrogate")
+
+@kernel("u32")
 def bad_format(ctx, tag):
     ctx.printf("%d and %d\\\\n", tag)
 """
@@ -194,7 +199,8 @@ check(acl.rt.destroy_stream(stream), "destroy_stream")
 def test_a_failed_synchronize_and_the_device_synchronize_print_too(daemon):
     """A kernel's output before it failed comes with the synchronize that reports the
     failure; aclrtSynchronizeDevice prints every stream's output; a format whose arguments do
-    not match fails the launch like any exception of a kernel."""
+    not match fails the launch like any exception of a kernel; text that is not Unicode (a
+    lone surrogate) in the output or the failure's message comes with "?" in its place."""
     out = run(
         daemon,
         """
@@ -208,6 +214,8 @@ say("device synchronized")
 check(launch("bad_format", 1, 1, stream), "launch")
 say(f"bad format: {acl.rt.synchronize_stream(stream)}")
 say("needs more arguments" in acl.get_recent_err_msg())
+check(launch("odd_text", 1, 0, stream), "launch")
+say(f"odd text: {acl.rt.synchronize_stream(stream)}")
 check(launch("talk", 1, 10, stream), "launch")
 check(acl.rt.synchronize_stream(stream), "synchronize_stream")
 check(acl.rt.destroy_stream(stream), "destroy_stream")
@@ -224,10 +232,18 @@ check(acl.rt.destroy_stream(stream), "destroy_stream")
         "device synchronized",
         "bad format: 507015",
         "True",
+        "lone ? surrogate",
+        "odd text: 507015",
         "tag 10 block 0 of 1",
         "print 10 0",
     ]
-    assert [head[0] for head in heads(out)] == ["prints_then_fails", "talk", "talk", "talk"]
+    assert [head[0] for head in heads(out)] == [
+        "prints_then_fails",
+        "talk",
+        "talk",
+        "odd_text",
+        "talk",
+    ]
 
 
 def test_a_flood_is_cut_and_says_so(daemon):

@@ -109,3 +109,10 @@ def test_codes_other_than_a_kernels_become_507015_and_messages_and_output_are_cu
 def test_accesses_of_the_batch_pass():
     data = encode_accesses((7, [(1, 2, 1, 0, 1)], (5, 4, "rw", 0)))
     assert decode_report(data, [7], 0) == (7, [(1, 2, 1, 0, 1)], (5, 4, "rw", 0))
+
+
+def test_a_message_that_is_not_unicode_is_made_so():
+    """A lone surrogate (valid JSON, not UTF-8) would break the reply the message goes in."""
+    data = encode_results([(7, codes.ACL_ERROR_RT_AICORE_EXCEPTION, 0, 0, "a\ud800b", "", False)])
+    ((_, _, _, _, message, _, _),) = decode_report(data, [7], 0)
+    assert message == "a?b"

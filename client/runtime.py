@@ -37,6 +37,7 @@ from simnpu.client.runtime_memory import (
     wire_int,
 )
 from simnpu.client.runtime_notify import RuntimeNotify
+from simnpu.client.runtime_overflow import RuntimeOverflow
 from simnpu.client.runtime_peers import RuntimePeers
 from simnpu.client.runtime_streams import RuntimeStreams
 from simnpu.client.runtime_values import RuntimeValues
@@ -78,6 +79,7 @@ class Runtime(
     RuntimeCntNotify,
     RuntimeValues,
     RuntimeDevices,
+    RuntimeOverflow,
 ):
     """This process's view of the simulated NPU. Thread-safe; one per process is usual."""
 
@@ -117,6 +119,7 @@ class Runtime(
         self.cnt_notifies: dict[int, int] = {}  # count notify handle -> its id
         self.stream_context: dict[int, ContextInfo] = {}
         self.stream_attrs: dict[int, tuple[int, int]] = {}  # stream -> (priority, flags)
+        self.overflow_switches: dict[int, int] = {}  # stream -> 1 (aclrtSetStreamOverflowSwitch)
         self.event_context: dict[int, ContextInfo] = {}
         self.allocation_starts: list[int] = []
         self.allocations: dict[int, tuple[int, int]] = {}  # address -> (size, device)
@@ -230,6 +233,7 @@ class Runtime(
         for stream in context.streams:
             self.stream_context.pop(stream, None)
             self.stream_attrs.pop(stream, None)
+            self.overflow_switches.pop(stream, None)
             if self.signals is not None:
                 self.signals.remove(stream)
         for event in context.events:
@@ -304,6 +308,7 @@ class Runtime(
         context.streams.discard(handle)
         self.stream_context.pop(handle, None)
         self.stream_attrs.pop(handle, None)
+        self.overflow_switches.pop(handle, None)
         if self.signals is not None:
             self.signals.remove(handle)
 

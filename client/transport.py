@@ -414,6 +414,8 @@ class Connection:
         if isinstance(reply, NpuError):
             raise reply
         assert reply is not None  # its event is set: the reply (or the error) is in
+        if reply.WhichOneof("body") == "device_output":  # a synchronize's: kernels printed
+            write_device_output(reply.device_output.text)
         if reply.code:
             error = error_for(reply.code, self.log.describe_failure(reply))
             error.task_seq = reply.task_seq
@@ -596,3 +598,10 @@ def _describe_rpc_error(address: str, error: grpc.RpcError) -> tuple[int, str]:
     if status == grpc.StatusCode.RESOURCE_EXHAUSTED:
         return codes.ACL_ERROR_RT_RESOURCE_ALLOC_FAIL, f"the simnpu daemon at {address}: {details}"
     return codes.ACL_ERROR_RT_DRV_INTERNAL_ERROR, f"lost the simnpu daemon at {address}: {details}"
+
+
+def write_device_output(text: str) -> None:
+    """Device printf output (ctx.printf, print in a kernel module) to this process's stdout,
+    as the runtime prints it when a synchronize flushes the device's printf buffers."""
+    sys.stdout.write(text)
+    sys.stdout.flush()

@@ -95,6 +95,14 @@ class KernelContext(Protocol):
         """A 1-D view of `count` `dtype` elements at device address `ptr`; "r": read-only."""
         ...
 
+    def printf(self, fmt: str, *args: Any) -> None:
+        """AscendC::printf (a C format): printed by the launching client when it synchronizes."""
+        ...
+
+    def raise_overflow(self) -> None:
+        """Raise the float overflow flag (aclrtGetOverflowStatus reports it)."""
+        ...
+
 
 def canonical_type(name: str) -> str:
     """The canonical name ("u32") of a parameter type name ("u32", "uint32"); else ValueError."""

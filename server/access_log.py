@@ -47,7 +47,9 @@ def run_checked(runner, token, function, args, first, last, block_num, bounds):
     block = first
     error = None
     for block in range(first, last):
-        context = RecordingContext(block, block_num, runner.core_id, bounds, runner.maps)
+        context = RecordingContext(
+            block, block_num, runner.core_id, bounds, runner.maps, runner.output, runner.overflow
+        )
         try:
             function(context, *args)
         except BaseException as exc:  # noqa: BLE001 - reported by the caller

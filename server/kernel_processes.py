@@ -43,6 +43,8 @@ import posix_ipc
 
 from simnpu.proto import codes
 from simnpu.server import sandbox
+from simnpu.server.device_printf import MAX_OUTPUT
+from simnpu.server.overflow import watch_numpy
 from simnpu.server.work import Accesses, Cancel
 
 if TYPE_CHECKING:
@@ -112,7 +114,9 @@ def encode_accesses(packed: tuple) -> bytes:
 def decode_report(data: bytes, expected: list[int], sent_ns: int) -> Any:
     """A kernel process's report as the scheduler takes it: the list of result tuples of
     the batch (their tokens exactly `expected`, in order; times clamped to since the batch
-    was sent) or the packed `Accesses` of one of its tokens. Raises BadReport."""
+    was sent; messages cut to MAX_MESSAGE characters, any lone surrogate replaced, device
+    output cut to MAX_OUTPUT characters) or the
+    packed `Accesses` of one of its tokens. Raises BadReport."""
     try:
         report = json.loads(data)
     except (ValueError, RecursionError) as error:
@@ -139,18 +143,24 @@ def _results(results: list, expected: list[int], sent_ns: int) -> list[tuple]:
     now = time.monotonic_ns()
     out = []
     for result, token in zip(results, expected):
-        if not (isinstance(result, list) and len(result) == 5):
-            raise BadReport("a result is not (token, code, start, end, message)")
-        got, code, start, end, message = result
-        if got != token or not all(map(_is_int, (code, start, end))):
+        if not (isinstance(result, list) and len(result) == 7):
+            raise BadReport("a result is not (token, code, start, end, message, output, overflow)")
+        got, code, start, end, message, output, overflow = result
+        if (
+            got != token
+            or not all(map(_is_int, (code, start, end)))
+            or overflow.__class__ is not bool
+        ):
             raise BadReport("a result names another task or is not numbers")
-        if not isinstance(message, str):
-            raise BadReport("a result's message is not text")
+        if not isinstance(message, str) or not isinstance(output, str):
+            raise BadReport("a result's message or output is not text")
         if code not in _KERNEL_CODES:
             code = codes.ACL_ERROR_RT_AICORE_EXCEPTION
         start = min(max(start, sent_ns), now)
         end = min(max(end, start), now)
-        out.append((token, code, start, end, message[:MAX_MESSAGE]))
+        if message:  # a lone surrogate could not go into the client's reply: "?" instead
+            message = message[:MAX_MESSAGE].encode("utf-8", "replace").decode("utf-8")
+        out.append((token, code, start, end, message, output[:MAX_OUTPUT], overflow))
     return out
 
 
@@ -330,7 +340,8 @@ def _kernel_process(
     maps = map_windows([memory.fd for memory in memories], sizes, spans)
     area = NotifyArea(Region.attach(notify).map) if notify else None
     null = os.open(os.devnull, os.O_RDWR)
-    for fd in (0, 1, 2):  # a kernel's prints go nowhere: never into the daemon's log
+    for fd in (0, 1, 2):  # never into the daemon's log (a kernel module's print is device
+        # printf: its output travels in the results, server/device_printf.py)
         os.dup2(null, fd)
     os.closerange(3, sock)
     os.closerange(sock + 1, os.sysconf("SC_OPEN_MAX"))
@@ -352,6 +363,7 @@ def _kernel_process(
         conn.send_bytes(encode_accesses(packed))
 
     runner = WorkRunner(core_id, maps, [], report)
+    watch_numpy(runner.overflow)  # a kernel's float overflow raises the flag
     if notify is not None and area is not None:
         runner.signals[notify] = area
     incoming = select.poll()

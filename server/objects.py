@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, NoReturn
 
 from simnpu.proto import codes
+from simnpu.server.device_printf import PendingOutput
 from simnpu.server.untrusted import escaped
 
 if TYPE_CHECKING:
@@ -62,6 +63,7 @@ class Owner:
         # scheduler reads; a device not listed has no limit
         self.res_limits: dict[int, dict[int, int]] = {}
         self.core_limits: dict[int, int] = {}
+        self.output = PendingOutput()  # what its kernels printed, for its next synchronize
 
     def __repr__(self) -> str:
         return f"session {self.id} (pid {self.pid} {escaped(self.process_name)})"
@@ -79,6 +81,7 @@ class Context:
     failure: Failure | None = None  # ACL_STOP_ON_FAILURE: the first failure, sticky
     streams: list[Stream] = field(default_factory=list)
     events: int = 0  # how many events of it are not destroyed
+    overflow: bool = False  # a kernel of it raised the overflow flag (server/overflow.py)
 
 
 @dataclass(eq=False)

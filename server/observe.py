@@ -206,7 +206,7 @@ class Observer:
         of traced tasks (an HCCL collective's data movement has no probe)."""
         inflight, blocks = unit.inflight, self.blocks
         runs = []
-        for token, code, start, end, _ in results:
+        for token, code, start, end, *_ in results:
             task = inflight[token]
             chunk = blocks.pop(token, None) if blocks else None
             probe = task.probe

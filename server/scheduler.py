@@ -348,9 +348,14 @@ class Scheduler:
             unit.lent.take_back()
             unit.lent = None
         inflight = unit.inflight
-        for token, code, start_ns, end_ns, message in results:
+        for token, code, start_ns, end_ns, message, output, overflow in results:
             unit.busy_ns += end_ns - start_ns
-            inflight.pop(token).piece_done(self, code, end_ns, message)
+            work = inflight.pop(token)
+            if output:  # a kernel printed: its client takes it at its next synchronize
+                work.stream.owner.output.add(work.seq, token, output)
+            if overflow:  # its context's overflow status (aclrtGetOverflowStatus)
+                work.stream.context.overflow = True
+            work.piece_done(self, code, end_ns, message)
 
     def _lost(self, unit: Unit, code: int, how: str | None) -> None:
         """A unit died or timed out (`how` says which; None: find out): fail what it was
@@ -485,11 +490,13 @@ def pick_stream(priorities: list[int]) -> int:
 
 
 def _failure_pending(stream: Stream) -> bool:
-    """Would a synchronize of `stream` report a failure now?"""
+    """Would a synchronize of `stream` have something to report now: a failure, or device
+    output (server/device_printf.py) that its reply carries?"""
     return (
         stream.failure is not None
         or stream.context.failure is not None
         or stream.owner.rejected is not None
+        or stream.owner.output.pending
     )
 
 

@@ -302,13 +302,16 @@ class Session:
             if not self.fast_path.post_reply(reply):
                 self.outbox.put(reply)
 
-    def respond_failure(self, request_id: int, failure: Failure | None) -> None:
-        """Answer with `failure` (a task's, or a rejected call's), or success."""
+    def respond_failure(
+        self, request_id: int, failure: Failure | None, body: Message | None = None
+    ) -> None:
+        """Answer with `failure` (a task's, or a rejected call's), or success; `body`
+        either way."""
         if failure is None:
-            self.respond(request_id)
+            self.respond(request_id, body)
         else:
             self.respond(
-                request_id, code=failure.code, message=failure.message, task_seq=failure.seq
+                request_id, body, code=failure.code, message=failure.message, task_seq=failure.seq
             )
 
     def reject(self, error: NpuError) -> None:

@@ -193,6 +193,8 @@ class Result(NamedTuple):
     start_ns: int
     end_ns: int
     message: str
+    output: str = ""  # what the kernel printed (server/device_printf.py), formatted
+    overflow: bool = False  # the kernel raised the overflow flag (server/overflow.py)
 
 
 def pack_results(results: list[Result]) -> list[tuple]:

@@ -37,6 +37,7 @@ import posix_ipc
 from simnpu.proto import codes
 from simnpu.proto.kernel_abi import canonical_type
 from simnpu.server import reduce
+from simnpu.server.device_printf import KernelOutput
 from simnpu.server.executor import LOST, Unit
 from simnpu.server.kernel_processes import (
     MAX_REPORT,
@@ -45,6 +46,7 @@ from simnpu.server.kernel_processes import (
     KernelProcesses,
     decode_report,
 )
+from simnpu.server.overflow import OverflowFlag, watch_numpy
 from simnpu.server.work import (
     ITEMS,
     Cancel,
@@ -94,16 +96,30 @@ class MemoryFault(Exception):
 
 
 class KernelContext:
-    """What a kernel sees as `ctx`: its block, its core, and bounded views of device memory."""
+    """What a kernel sees as `ctx`: its block, its core, bounded views of device memory, the
+    device printf and the overflow flag."""
 
-    __slots__ = ("_bounds", "_maps", "block_idx", "block_num", "core_id")
+    __slots__ = ("_bounds", "_maps", "_output", "_overflow", "block_idx", "block_num", "core_id")
 
-    def __init__(self, block_idx, block_num, core_id, bounds, maps):
+    def __init__(self, block_idx, block_num, core_id, bounds, maps, output, overflow):
         self.block_idx = block_idx
         self.block_num = block_num
         self.core_id = core_id
         self._bounds = bounds
         self._maps = maps
+        self._output = output
+        self._overflow = overflow
+        output.block(block_idx)
+
+    def raise_overflow(self) -> None:
+        """Raise the launch's float overflow flag: its context's overflow status is set once
+        the launch has run (aclrtGetOverflowStatus reads it)."""
+        self._overflow.set()
+
+    def printf(self, fmt: str, *args) -> None:
+        """AscendC::printf: `fmt` is a C format. The text reaches the launching client's
+        stdout when it synchronizes, after a DumpHead line naming this block."""
+        self._output.printf(fmt, *args)
 
     def gm(self, ptr, dtype, count, access="rw"):
         """A numpy view of `count` elements of device memory at `ptr` (global memory).
@@ -165,12 +181,15 @@ class WorkRunner:
         self._host: dict[str, Region] = {}
         self.signals: dict[str, NotifyArea] = {}
         self._cancelled: Callable[[], set[int]] = set
+        self.output = KernelOutput()  # what the running launch prints
+        self.overflow = OverflowFlag()  # whether it raised the overflow flag
 
     def run(self, batch: list[tuple], cancelled: Callable[[], set[int]]) -> list[Result]:
         """Run `batch` (packed items, server/work.py) in order; `cancelled()` gives the tokens
         cancelled so far (asked before a kernel that is not the batch's first: the head of a
         run never is; and between the blocks of a chunk, every CANCEL_CHECK_NS)."""
         self._cancelled = cancelled
+        self.output.new_batch()
         results: list[Result] = []
         clean = True  # every item so far succeeded and ran: a WriteSignal may be written
         for index, packed in enumerate(batch):
@@ -201,14 +220,16 @@ class WorkRunner:
                 self.forget(ForgetSegment.unpack(packed).name)
                 continue
             results.append(result)
-            if result.code or result.message:  # it failed, or a Cancel cut it short
-                clean = False
+            if result.code or result.message or result.output:
+                clean = False  # it failed, a Cancel cut it short, or it printed: the
+                # scheduler publishes the signal (dirty: the client asks for the output)
         return results
 
     # ---- kernels --------------------------------------------------------------------------
     def load(self, item: LoadModule) -> None:
         module = types.ModuleType(f"simnpu_kernels_{item.binary}")
         module.__file__ = item.filename
+        module.__dict__["print"] = self.output.print  # a kernel's print is device printf
         try:
             exec(compile(item.source, item.filename, "exec"), module.__dict__)  # noqa: S102 - the kernel module
         except BaseException as exc:  # reported by every launch from this binary
@@ -226,7 +247,28 @@ class WorkRunner:
         num_blocks: int,
         bounds: tuple,
     ) -> Result:
-        """A RunKernel item (its fields, in order)."""
+        """A RunKernel item (its fields, in order), with what its blocks printed and whether
+        they raised the overflow flag."""
+        self.output.start(name, num_blocks)
+        overflow = self.overflow
+        overflow.raised = False
+        result = self._run_blocks(token, binary, name, args, first, last, num_blocks, bounds)
+        output = self.output.finish()
+        if output or overflow.raised:
+            return result._replace(output=output, overflow=overflow.raised)
+        return result
+
+    def _run_blocks(
+        self,
+        token: int,
+        binary: int,
+        name: str,
+        args: tuple,
+        first: int,
+        last: int,
+        num_blocks: int,
+        bounds: tuple,
+    ) -> Result:
         start = time.monotonic_ns()
         module = self.modules[binary]
         load_error = module.__dict__.get("__simnpu_load_error__")
@@ -250,11 +292,13 @@ class WorkRunner:
                 if error is not None:
                     raise error
             else:
+                overflow = self.overflow
                 check_at = start + CANCEL_CHECK_NS
                 for block in range(first, last):
-                    function(
-                        KernelContext(block, num_blocks, self.core_id, bounds, self.maps), *args
+                    context = KernelContext(
+                        block, num_blocks, self.core_id, bounds, self.maps, self.output, overflow
                     )
+                    function(context, *args)
                     now = time.monotonic_ns()
                     if now >= check_at:  # its session may have ended: skip the rest then
                         if token in self._cancelled():
@@ -408,6 +452,7 @@ def main(core_id: int, device_segments: list[str], conn) -> None:
         Region.attach(name, populate=True) for name in device_segments
     ]  # device memory is resident
     runner = WorkRunner(core_id, [region.map for region in regions], device_segments, conn.send)
+    watch_numpy(runner.overflow)  # the built-in kernels raise the flag on float overflow
     incoming = select.poll()  # one poll object: Connection.poll() builds a selector per call
     incoming.register(conn.fileno(), select.POLLIN)
     cancelled: set[int] = set()

@@ -28,6 +28,7 @@ from . import rt_exceptions as _exceptions
 from . import rt_kernel_args as _kernel_args
 from . import rt_memory as _memory
 from . import rt_notify as _notify
+from . import rt_overflow as _overflow
 from . import rt_peers as _peers
 from . import rt_streams as _streams
 from . import rt_unsupported as _more
@@ -498,33 +499,7 @@ _UNSUPPORTED = {
     "register_cpu_func": ("aclrtRegisterCpuFunc", (0,), "AI CPU kernels are not simulated"),
     "binary_load": ("aclrtBinaryLoad", (0,), _BINARY),
     "destroy_binary": ("aclrtDestroyBinary", None, "aclrtCreateBinary objects are not simulated"),
-    "set_device_sat_mode": (
-        "aclrtSetDeviceSatMode",
-        None,
-        "float overflow modes are not simulated",
-    ),
-    "get_device_sat_mode": (
-        "aclrtGetDeviceSatMode",
-        (0,),
-        "float overflow modes are not simulated",
-    ),
     "set_ts_device": ("aclrtSetTsDevice", None, "task schedulers cannot be chosen"),
-    "get_overflow_status": ("aclrtGetOverflowStatus", None, "overflow detection is not simulated"),
-    "reset_overflow_status": (
-        "aclrtResetOverflowStatus",
-        None,
-        "overflow detection is not simulated",
-    ),
-    "set_stream_overflow_switch": (
-        "aclrtSetStreamOverflowSwitch",
-        None,
-        "overflow detection is not simulated",
-    ),
-    "get_stream_overflow_switch": (
-        "aclrtGetStreamOverflowSwitch",
-        (0,),
-        "overflow detection is not simulated",
-    ),
     "malloc_cached": ("aclrtMallocCached", (0,), "cacheable device memory is not simulated"),
     "mem_flush": ("aclrtMemFlush", None, "cacheable device memory is not simulated"),
     "mem_invalidate": ("aclrtMemInvalidate", None, "cacheable device memory is not simulated"),
@@ -761,4 +736,5 @@ __getattr__, __dir__ = _on_demand(
     _devices,
     _cnt_notify,
     _values,
+    _overflow,
 )

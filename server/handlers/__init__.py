@@ -17,6 +17,7 @@ from simnpu.server.handlers import (  # noqa: F401 - imported for their registra
     memory,
     notifies,
     observation,
+    overflow,
     pools,
     session,
     streams,

@@ -60,21 +60,25 @@ def wait_streams(
     session: Session, reply_to: int, streams: list[Stream], until: float | None
 ) -> None:
     """Answer `reply_to` when `streams` have run all they had when this runs (under the
-    scheduler), with the failure a synchronize reports; 507046 at the deadline."""
+    scheduler), with the failure a synchronize reports (507046 at the deadline) and the
+    client's device output."""
     targets = [(s, s.tasks[-1].seq) for s in streams if s.tasks]
     observer = session.scheduler.observer
     if observer is not None:  # the host will have seen these streams finish
         observer.host_synced(session.owner, streams)
 
     def finish(timed_out: bool) -> None:
+        text = session.owner.output.take()  # what kernels printed (server/device_printf.py)
+        output = pb.DeviceOutput(text=text) if text else None
         if timed_out:
             session.respond(
                 reply_to,
+                output,
                 code=codes.ACL_ERROR_RT_STREAM_SYNC_TIMEOUT,
                 message="synchronize timed out",
             )
         else:
-            session.respond_failure(reply_to, session.take_failure(streams))
+            session.respond_failure(reply_to, session.take_failure(streams), output)
 
     waiter = Waiter(lambda: all(s.drained_upto(seq) for s, seq in targets), finish, until)
     session.scheduler.watch(waiter, streams=[s for s, _ in targets])

@@ -12,6 +12,7 @@ from simnpu.server.tasks.host_callback import HostCallbackTask
 from simnpu.server.tasks.kernel import KernelTask
 from simnpu.server.tasks.memset import MemsetTask
 from simnpu.server.tasks.notify import NotifyRecordTask, NotifyWaitTask
+from simnpu.server.tasks.overflow import OverflowResetTask, OverflowStatusTask
 from simnpu.server.tasks.value import ValueWaitTask, ValueWriteTask
 
 __all__ = [
@@ -26,6 +27,8 @@ __all__ = [
     "MemsetTask",
     "NotifyRecordTask",
     "NotifyWaitTask",
+    "OverflowResetTask",
+    "OverflowStatusTask",
     "RecordTask",
     "ResetTask",
     "Task",

@@ -10,6 +10,7 @@ import time
 import pytest
 
 from simnpu.proto import codes
+from simnpu.server.device_printf import MAX_OUTPUT
 from simnpu.server.kernel_processes import (
     MAX_MESSAGE,
     PAGE,
@@ -41,24 +42,31 @@ def test_overlap_is_by_device_and_byte():
 
 def test_results_of_the_batch_pass_with_times_clamped():
     sent = time.monotonic_ns()
-    data = encode_results([(7, 0, sent + 1, sent + 2, ""), (8, 507015, 0, 1 << 62, "boom")])
+    data = encode_results(
+        [
+            (7, 0, sent + 1, sent + 2, "", "printed", False),
+            (8, 507015, 0, 1 << 62, "boom", "", True),
+        ]
+    )
     (first, second) = decode_report(data, [7, 8], sent)
-    assert first == (7, 0, sent + 1, sent + 2, "")
-    token, code, start, end, message = second
-    assert (token, code, message) == (8, 507015, "boom")
+    assert first == (7, 0, sent + 1, sent + 2, "", "printed", False)
+    token, code, start, end, message, output, overflow = second
+    assert (token, code, message, output, overflow) == (8, 507015, "boom", "", True)
     assert start == sent and sent <= end <= time.monotonic_ns()
 
 
 @pytest.mark.parametrize(
     "report",
     [
-        ["results", [[9, 0, 0, 0, ""]]],  # another task's token
-        ["results", [[7, 0, 0, 0, ""], [8, 0, 0, 0, ""]]],  # more results than kernels
+        ["results", [[9, 0, 0, 0, "", "", False]]],  # another task's token
+        ["results", [[7, 0, 0, 0, "", "", False], [8, 0, 0, 0, "", "", False]]],  # too many
         ["results", []],  # fewer
-        ["results", [[7, "0", 0, 0, ""]]],  # a code that is not a number
-        ["results", [[7, 0, 0.5, 0, ""]]],
-        ["results", [[7, 0, 0, 0, 5]]],  # a message that is not text
-        ["results", [[7, 0, 0, 0]]],
+        ["results", [[7, "0", 0, 0, "", "", False]]],  # a code that is not a number
+        ["results", [[7, 0, 0.5, 0, "", "", False]]],
+        ["results", [[7, 0, 0, 0, 5, "", False]]],  # a message that is not text
+        ["results", [[7, 0, 0, 0, "", ["x"], False]]],  # an output that is not text
+        ["results", [[7, 0, 0, 0, "", "", 1]]],  # an overflow flag that is not a bool
+        ["results", [[7, 0, 0, 0, "", ""]]],  # no overflow flag
         ["accesses", 9, [], None],  # accesses of another task
         ["accesses", 7, [[1, 2, 3]], None],
         ["accesses", 7, [], [1, 2, "x", 3]],
@@ -78,13 +86,33 @@ def test_not_json_is_a_bad_report():
         decode_report(b"[" * 100_000, [7], 0)
 
 
-def test_codes_other_than_a_kernels_become_507015_and_messages_are_cut():
-    data = encode_results([(7, codes.ACL_ERROR_RT_PARAM_INVALID, 0, 0, "x" * (2 * MAX_MESSAGE))])
-    ((_, code, _, _, message),) = decode_report(data, [7], 0)
+def test_codes_other_than_a_kernels_become_507015_and_messages_and_output_are_cut():
+    data = encode_results(
+        [
+            (
+                7,
+                codes.ACL_ERROR_RT_PARAM_INVALID,
+                0,
+                0,
+                "x" * (2 * MAX_MESSAGE),
+                "y" * 4 * MAX_OUTPUT,
+                False,
+            )
+        ]
+    )
+    ((_, code, _, _, message, output, _),) = decode_report(data, [7], 0)
     assert code == codes.ACL_ERROR_RT_AICORE_EXCEPTION
     assert len(message) == MAX_MESSAGE
+    assert len(output) == MAX_OUTPUT
 
 
 def test_accesses_of_the_batch_pass():
     data = encode_accesses((7, [(1, 2, 1, 0, 1)], (5, 4, "rw", 0)))
     assert decode_report(data, [7], 0) == (7, [(1, 2, 1, 0, 1)], (5, 4, "rw", 0))
+
+
+def test_a_message_that_is_not_unicode_is_made_so():
+    """A lone surrogate (valid JSON, not UTF-8) would break the reply the message goes in."""
+    data = encode_results([(7, codes.ACL_ERROR_RT_AICORE_EXCEPTION, 0, 0, "a\ud800b", "", False)])
+    ((_, _, _, _, message, _, _),) = decode_report(data, [7], 0)
+    assert message == "a?b"

@@ -1,0 +1,42 @@
+"""Float overflow: what a kernel raises and what aclrtGetOverflowStatus reads.
+
+A kernel raises its launch's overflow flag with `ctx.raise_overflow()`; in the daemon's
+workers and kernel processes any numpy floating-point overflow raises it too (`watch_numpy`),
+so the built-in kernels raise it on float overflow. The flag travels in the launch's Result;
+the scheduler sets the overflow status of the launch's context (`Context.overflow`), which
+the overflow status tasks read and clear (server/tasks/overflow.py). The simulated device
+computes in Inf/NaN mode only (ACL_RT_OVERFLOW_MODE_INFNAN).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+OUTPUT_SIZE = 64
+"""The bytes aclrtGetOverflowStatus writes (the runtime's OVERFLOW_OUTPUT_SIZE)."""
+
+
+class OverflowFlag:
+    """A unit's overflow flag for the kernel it runs."""
+
+    __slots__ = ("raised",)
+
+    def __init__(self) -> None:
+        self.raised = False
+
+    def set(self, *_: object) -> None:
+        """Raise it (also numpy's error callback: it passes the error and its flag)."""
+        self.raised = True
+
+
+def watch_numpy(flag: OverflowFlag) -> None:
+    """Any floating-point overflow numpy meets in this process raises `flag` (a worker's or
+    a kernel process's: one unit each)."""
+    np.seterrcall(flag.set)
+    np.seterr(over="call")
+
+
+def status_bytes(overflow: bool) -> bytes:
+    """What aclrtGetOverflowStatus writes: a little-endian uint64, 1 after an overflow, else
+    0, then zeros up to OUTPUT_SIZE."""
+    return (1 if overflow else 0).to_bytes(8, "little") + bytes(OUTPUT_SIZE - 8)

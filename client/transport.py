@@ -414,8 +414,8 @@ class Connection:
         if isinstance(reply, NpuError):
             raise reply
         assert reply is not None  # its event is set: the reply (or the error) is in
-        if reply.WhichOneof("body") == "device_output":  # a synchronize's: kernels printed
-            write_device_output(reply.device_output.text)
+        if reply.device_output:  # a synchronize's: kernels printed
+            write_device_output(reply.device_output)
         if reply.code:
             error = error_for(reply.code, self.log.describe_failure(reply))
             error.task_seq = reply.task_seq

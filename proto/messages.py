@@ -46,9 +46,13 @@ def reply(
     code: int = 0,
     message: str = "",
     task_seq: int = 0,
+    device_output: str = "",
 ) -> npu_pb2.Reply:
-    """The Reply to `request_id`, carrying `body` (a reply body message) if given."""
-    answer = npu_pb2.Reply(id=request_id, code=code, message=message, task_seq=task_seq)
+    """The Reply to `request_id`, carrying `body` (a reply body message) if given, and what
+    the client's kernels printed (a synchronize's)."""
+    answer = npu_pb2.Reply(
+        id=request_id, code=code, message=message, task_seq=task_seq, device_output=device_output
+    )
     if body is not None:
         getattr(answer, reply_case(body)).CopyFrom(body)
     return answer

@@ -295,23 +295,28 @@ class Session:
         code: int = 0,
         message: str = "",
         task_seq: int = 0,
+        device_output: str = "",
     ) -> None:
         """Send the reply to request `request_id` (any thread; nothing if it is 0)."""
         if request_id:
-            reply = messages.reply(request_id, body, code, message, task_seq)
+            reply = messages.reply(request_id, body, code, message, task_seq, device_output)
             if not self.fast_path.post_reply(reply):
                 self.outbox.put(reply)
 
     def respond_failure(
-        self, request_id: int, failure: Failure | None, body: Message | None = None
+        self, request_id: int, failure: Failure | None, device_output: str = ""
     ) -> None:
-        """Answer with `failure` (a task's, or a rejected call's), or success; `body`
-        either way."""
+        """Answer with `failure` (a task's, or a rejected call's), or success; with what the
+        client's kernels printed either way (a synchronize's)."""
         if failure is None:
-            self.respond(request_id, body)
+            self.respond(request_id, device_output=device_output)
         else:
             self.respond(
-                request_id, body, code=failure.code, message=failure.message, task_seq=failure.seq
+                request_id,
+                code=failure.code,
+                message=failure.message,
+                task_seq=failure.seq,
+                device_output=device_output,
             )
 
     def reject(self, error: NpuError) -> None:

@@ -68,14 +68,13 @@ def wait_streams(
         observer.host_synced(session.owner, streams)
 
     def finish(timed_out: bool) -> None:
-        text = session.owner.output.take()  # what kernels printed (server/device_printf.py)
-        output = pb.DeviceOutput(text=text) if text else None
+        output = session.owner.output.take()  # what kernels printed (server/device_printf.py)
         if timed_out:
             session.respond(
                 reply_to,
-                output,
                 code=codes.ACL_ERROR_RT_STREAM_SYNC_TIMEOUT,
                 message="synchronize timed out",
+                device_output=output,
             )
         else:
             session.respond_failure(reply_to, session.take_failure(streams), output)

@@ -11,7 +11,10 @@ import socket
 from simnpu.client import config
 from simnpu.proto import peer_credentials
 
-TIMEOUT_S = 5.0
+TIMEOUT_S = 30.0
+"""The daemon answers at once; this bounds only a daemon that stopped answering. A shorter
+bound let a client on a starved machine go on without its ticket, unverified: outside its
+process's session limit and every IPC whitelist."""
 
 
 def ask(address: str) -> tuple[int, list[tuple[str, str]]]:

@@ -201,8 +201,10 @@ def get_cann_attribute(cann_attr):
 
 
 def get_cann_attribute_list():
-    """aclGetCannAttributeList: `[aclCannAttr, ...], ret`, every attribute it answers."""
-    return sorted(_identity.CANN_ATTRIBUTES), _codes.ACL_SUCCESS
+    """aclGetCannAttributeList: `[aclCannAttr, ...], ret`, the attributes the simulated NPU
+    supports (value 1), in enum order; as in the runtime, unsupported ones are not listed."""
+    supported = [attr for attr, value in _identity.CANN_ATTRIBUTES.items() if value]
+    return sorted(supported), _codes.ACL_SUCCESS
 
 
 # name: (C call, values returned before ret (None: ret only), why)

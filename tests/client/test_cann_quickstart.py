@@ -60,10 +60,11 @@ def test_runtime_compatibility(daemon):
     )
     assert f"[INFO] package runtime: version {identity.VERSION}\n" in out
     assert f"[INFO] package runtime: version number {identity.version_number()}\n" in out
-    assert "[INFO] CANN attributes: 3\n" in out
+    # Only supported attributes are listed: simnpu's NPU has infinities and NaNs, no
+    # bfloat16 kernels and no operator compilation.
+    assert "[INFO] CANN attributes: 1\n" in out
     assert "[INFO] CANN attribute ACL_CANN_ATTR_INF_NAN: 1\n" in out
-    assert "[INFO] CANN attribute ACL_CANN_ATTR_BF16: 0\n" in out
-    assert "[INFO] CANN attribute ACL_CANN_ATTR_JIT_COMPILE: 0\n" in out
+    assert "ACL_CANN_ATTR_BF16" not in out and "ACL_CANN_ATTR_JIT_COMPILE" not in out
     assert "[INFO] code built for simnpu-simulated-npu runs here: 1\n" in out
     assert "[INFO] device capability ACL_FEATURE_TSCPU_TASK_UPDATE_SUPPORT_AIC_AIV: 0\n" in out
     assert out.endswith("[INFO] runtime compatibility checks: all done\n")

@@ -6,8 +6,9 @@ acl.get_cann_attribute), whether code built for this SoC can run here
 (acl.rt.get_device_capability).
 
 The answers are simnpu's own: its version, SoC name ("simnpu-simulated-npu") and
-attributes (infinities and NaNs yes; bfloat16 kernels and operator compilation no), and
-no device capability of the TS CPU's task updates.
+attributes -- the list holds the supported ones only, infinities and NaNs (no bfloat16
+kernels, no operator compilation) -- and no device capability of the TS CPU's task
+updates.
 """
 
 import sys

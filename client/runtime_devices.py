@@ -16,15 +16,18 @@ from typing import TYPE_CHECKING, Any
 
 from google.protobuf.message import Message
 
+from simnpu.client.hostmem import PAGEABLE, PINNED
 from simnpu.client.last_error import records_errors
-from simnpu.proto import codes
+from simnpu.client.transport import caller_site
+from simnpu.proto import codes, commands
 from simnpu.proto import npu_pb2 as pb
 from simnpu.proto.errors import NotSupportedError, NpuError, invalid
-from simnpu.shm.addresses import DEVICE_BASE
 
 if TYPE_CHECKING:
     from simnpu.client.copies import CopyPaths
+    from simnpu.client.hostmem import HostMemory
     from simnpu.client.runtime import ContextInfo
+    from simnpu.client.transport import Connection
 
 LIMIT_TYPES = (codes.ACL_RT_DEV_RES_CUBE_CORE, codes.ACL_RT_DEV_RES_VECTOR_CORE)
 UTILIZATION_NOT_SUPPORTED = -1  # aclrtUtilizationInfo's value for what is not measured
@@ -60,6 +63,8 @@ class RuntimeDevices:
 
     copies: CopyPaths
     allocations: dict[int, tuple[int, int]]
+    connection: Connection
+    host: HostMemory
 
     if TYPE_CHECKING:
 
@@ -161,8 +166,9 @@ class RuntimeDevices:
         self, address: int, mem_size: int, value: int, count: int, stream: int | None
     ) -> None:
         """aclrtMemsetD32 (stream None; blocks) or aclrtMemsetD32Async: `count` 32-bit words
-        of `value`. Host memory is filled at once; device memory by a copy of the pattern
-        (stream-ordered for the async form)."""
+        of `value`, into memory of aclrtMalloc or aclrtMallocHost only (as the runtime's
+        IsAclPinnedMemory check). Device memory is written by a copy of the pattern; pinned
+        memory at once (aclrtMemsetD32) or by a task of the stream (the async form)."""
         if count == 0:
             return
         if not address:
@@ -176,14 +182,21 @@ class RuntimeDevices:
                 codes.ACL_ERROR_INVALID_PARAM,
                 f"N * 4 ({4 * count}) is greater than memSize ({mem_size})",
             )
+        side = self.host.classify(address)
+        if side == PAGEABLE:
+            raise NpuError(
+                codes.ACL_ERROR_INVALID_PARAM,
+                f"{address:#x}: only memory allocated by aclrtMalloc or aclrtMallocHost is "
+                "supported",
+            )
         if not 0 <= value <= 0xFFFFFFFF:
             raise invalid(f"value {value} is not a uint32")
         if stream is not None:
             stream = self.stream(stream)
-        pattern = ctypes.create_string_buffer(_WORD.pack(value) * count, 4 * count)
-        if address < DEVICE_BASE:
-            ctypes.memmove(address, pattern, 4 * count)
+        if side == PINNED:
+            self._fill_pinned(address, value, count, stream)
             return
+        pattern = ctypes.create_string_buffer(_WORD.pack(value) * count, 4 * count)
         self.device_range(address, 4 * count)
         self.copies.copy(
             address,
@@ -192,6 +205,24 @@ class RuntimeDevices:
             4 * count,
             codes.ACL_MEMCPY_HOST_TO_DEVICE,
             stream,
+        )
+
+    def _fill_pinned(self, address: int, value: int, count: int, stream: int | None) -> None:
+        """Words of `value` into pinned memory: at once without a stream, or when a client's
+        pinned memory is its own (in-stream mode: no task can touch it); else in stream order."""
+        block = self.host.find(address)
+        assert block is not None, "classified as pinned"
+        if address + 4 * count > block.address + block.size:
+            raise invalid(
+                f"{4 * count} bytes at {address:#x} run past the end of pinned memory "
+                f"[{block.address:#x}, +{block.size})"
+            )
+        if stream is None or not self.copies.shared:
+            ctypes.memmove(address, _WORD.pack(value) * count, 4 * count)
+            return
+        dst = commands.Location(commands.SPACE_PINNED, block.handle, address - block.address)
+        self.connection.send_command(
+            commands.MemsetD32.pack(stream, dst, value, count), caller_site(), stream
         )
 
     @records_errors

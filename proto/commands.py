@@ -39,6 +39,7 @@ __all__ = [
     "LaunchWithConfig",
     "Location",
     "Memset",
+    "MemsetD32",
     "RecordEvent",
     "RecordNotify",
     "ResetEvent",
@@ -241,6 +242,33 @@ class Memset(_MemsetFields):
 
     @classmethod
     def unpack_from(cls, buffer: memoryview, at: int) -> tuple[Memset, int]:
+        f = cls.LAYOUT.unpack_from(buffer, at)
+        return _record(cls, (f[1], _record(Location, f[2:5]), f[5], f[6])), at + cls.LAYOUT.size
+
+
+class _MemsetD32Fields(NamedTuple):
+    stream: int
+    dst: Location  # pinned memory (device memory travels as a copy of the pattern)
+    value: int  # the 32-bit word
+    count: int  # type: ignore[assignment]  # words, not bytes
+
+
+class MemsetD32(_MemsetD32Fields):
+    """aclrtMemsetD32Async of pinned host memory: `count` words of `value`."""
+
+    __slots__ = ()
+    OP: ClassVar[int] = 80
+    LAYOUT: ClassVar[struct.Struct] = struct.Struct("<HQBQQIQ")  # op, stream, dst, value, count
+
+    @staticmethod
+    def pack(stream: int, dst: Location, value: int, count: int) -> bytes:
+        try:
+            return MemsetD32.LAYOUT.pack(MemsetD32.OP, stream, *dst, value, count)
+        except struct.error:
+            raise _refused(MemsetD32, (stream, *dst, value, count)) from None
+
+    @classmethod
+    def unpack_from(cls, buffer: memoryview, at: int) -> tuple[MemsetD32, int]:
         f = cls.LAYOUT.unpack_from(buffer, at)
         return _record(cls, (f[1], _record(Location, f[2:5]), f[5], f[6])), at + cls.LAYOUT.size
 
@@ -605,6 +633,7 @@ _KINDS = (
     LaunchWithConfig,
     Copy,
     Memset,
+    MemsetD32,
     RecordEvent,
     ResetEvent,
     WaitEvent,

@@ -15,6 +15,7 @@ from simnpu.server.handlers import (  # noqa: F401 - imported for their registra
     kernels,
     launch_config,
     memory,
+    memset_d32,
     notifies,
     observation,
     overflow,

@@ -11,6 +11,7 @@ from simnpu.server.tasks.event import RecordTask, ResetTask, WaitTask
 from simnpu.server.tasks.host_callback import HostCallbackTask
 from simnpu.server.tasks.kernel import KernelTask
 from simnpu.server.tasks.memset import MemsetTask
+from simnpu.server.tasks.memset_d32 import MemsetD32Task
 from simnpu.server.tasks.notify import NotifyRecordTask, NotifyWaitTask
 from simnpu.server.tasks.overflow import OverflowResetTask, OverflowStatusTask
 from simnpu.server.tasks.value import ValueWaitTask, ValueWriteTask
@@ -24,6 +25,7 @@ __all__ = [
     "DeviceWork",
     "HostCallbackTask",
     "KernelTask",
+    "MemsetD32Task",
     "MemsetTask",
     "NotifyRecordTask",
     "NotifyWaitTask",

@@ -51,6 +51,10 @@ CASES = {
         commands.Memset.pack(12, DEV, 0xAB, 3 << 20),
         commands.Memset(12, DEV, 0xAB, 3 << 20),
     ),
+    "memset d32": (
+        commands.MemsetD32.pack(12, PIN, 0xDEADBEEF, 3 << 20),
+        commands.MemsetD32(12, PIN, 0xDEADBEEF, 3 << 20),
+    ),
     "record event": (
         commands.RecordEvent.pack(0x30000000001, 2),
         commands.RecordEvent(0x30000000001, 2),

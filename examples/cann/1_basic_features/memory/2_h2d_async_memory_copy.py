@@ -13,15 +13,9 @@ import acl
 
 SIZE = 1 << 20
 VALUE = 123
-# The vendor's kernels (a write and a read of one int per block, each printing it), in Python.
+# The vendor's read kernel (one int per block, printed), in Python.
 KERNELS = """
 from simnpu import kernel
-
-
-@kernel("ptr", "i32")
-def device_write(ctx, dev_ptr, value):
-    ctx.gm(dev_ptr + 4 * ctx.block_idx, "int32", 1, access="w")[0] = value
-    ctx.printf("Source data: %d\\n", value)
 
 
 @kernel("ptr")
@@ -62,8 +56,6 @@ def main():
     check(ret, "acl.rt.create_stream")
     binary, ret = acl.rt.binary_load_from_data(KERNELS, None)
     check(ret, "acl.rt.binary_load_from_data")
-    device_write, ret = acl.rt.binary_get_function(binary, "device_write")
-    check(ret, "acl.rt.binary_get_function")
     device_read, ret = acl.rt.binary_get_function(binary, "device_read")
     check(ret, "acl.rt.binary_get_function")
 

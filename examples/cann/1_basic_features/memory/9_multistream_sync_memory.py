@@ -97,6 +97,9 @@ def main():
 
     dev, ret = acl.rt.malloc(SIZE, acl.ACL_MEM_MALLOC_HUGE_FIRST)
     check(ret, "acl.rt.malloc")
+    # Not in the vendor's program: a fresh block's contents are undefined, and a word that
+    # already held 100 would let stream A pass before stream B writes.
+    check(acl.rt.memset(dev, SIZE, 0, SIZE), "acl.rt.memset")
     info("device memory allocated")
     stream_a, ret = acl.rt.create_stream()
     check(ret, "acl.rt.create_stream")

@@ -28,6 +28,7 @@ from simnpu.client.hostmem import HostMemory
 from simnpu.client.kernel_args import KernelArgs
 from simnpu.client.last_error import records_errors
 from simnpu.client.observe import ClientObserver
+from simnpu.client.runtime_builtin_tasks import RuntimeBuiltinTasks
 from simnpu.client.runtime_cnt_notify import RuntimeCntNotify
 from simnpu.client.runtime_devices import RuntimeDevices
 from simnpu.client.runtime_memory import (
@@ -80,6 +81,7 @@ class Runtime(
     RuntimeValues,
     RuntimeDevices,
     RuntimeOverflow,
+    RuntimeBuiltinTasks,
 ):
     """This process's view of the simulated NPU. Thread-safe; one per process is usual."""
 

@@ -374,6 +374,7 @@ ACL_STRING = 13
 ACL_COMPLEX64 = 16
 ACL_COMPLEX128 = 17
 ACL_BF16 = 27
+ACL_INT4 = 29
 
 # --- device queries, limits and built-in device tasks (acl_rt.h, acl_base_rt.h) ---------------
 ACL_DEV_ATTR_AICPU_CORE_NUM = 1
@@ -418,6 +419,16 @@ ACL_CANN_ATTR_UNDEFINED = -1
 ACL_CANN_ATTR_INF_NAN = 0
 ACL_CANN_ATTR_BF16 = 1
 ACL_CANN_ATTR_JIT_COMPILE = 2
+
+# --- built-in device tasks: aclrtReduceKind, aclrtRandomNumFuncType (acl_rt.h) ---------------
+ACL_RT_MEMCPY_SDMA_AUTOMATIC_SUM = 10
+ACL_RT_MEMCPY_SDMA_AUTOMATIC_MAX = 11
+ACL_RT_MEMCPY_SDMA_AUTOMATIC_MIN = 12
+ACL_RT_MEMCPY_SDMA_AUTOMATIC_EQUAL = 13
+ACL_RT_RANDOM_NUM_FUNC_TYPE_DROPOUT_BITMASK = 0
+ACL_RT_RANDOM_NUM_FUNC_TYPE_UNIFORM_DIS = 1
+ACL_RT_RANDOM_NUM_FUNC_TYPE_NORMAL_DIS = 2
+ACL_RT_RANDOM_NUM_FUNC_TYPE_TRUNCATED_NORMAL_DIS = 3
 
 # --- simnpu's own figures, from a chip profile (910B-like) ------------------------------------
 MAX_STREAMS_PER_DEVICE = 1984

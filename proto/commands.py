@@ -40,8 +40,10 @@ __all__ = [
     "Location",
     "Memset",
     "MemsetD32",
+    "RandomNum",
     "RecordEvent",
     "RecordNotify",
+    "Reduce",
     "ResetEvent",
     "ValueWait",
     "ValueWrite",
@@ -525,6 +527,85 @@ class CntNotifyWait(_CntNotifyWaitFields):
         return _record(cls, cls.LAYOUT.unpack_from(buffer, at)[1:]), at + cls.LAYOUT.size
 
 
+# ---- built-in device tasks (simnpu.proto.builtin_tasks) ----------------------------------------
+class _ReduceFields(NamedTuple):
+    stream: int
+    dst: int  # device address: dst = dst (op) src, element-wise
+    src: int  # device address
+    count: int  # type: ignore[assignment]  # bytes; the field shadows tuple.count
+    kind: int  # aclrtReduceKind
+    data_type: int  # aclDataType
+
+
+class Reduce(_ReduceFields):
+    """aclrtReduceAsync."""
+
+    __slots__ = ()
+    OP: ClassVar[int] = 72
+    # op, stream, dst, src, count, kind, data type
+    LAYOUT: ClassVar[struct.Struct] = struct.Struct("<HQQQQii")
+
+    @classmethod
+    def pack(cls, stream: int, dst: int, src: int, count: int, kind: int, data_type: int):
+        try:
+            return cls.LAYOUT.pack(cls.OP, stream, dst, src, count, kind, data_type)
+        except struct.error:
+            raise _refused(cls, (stream, dst, src, count, kind, data_type)) from None
+
+    @classmethod
+    def unpack_from(cls, buffer: memoryview, at: int):
+        return _record(cls, cls.LAYOUT.unpack_from(buffer, at)[1:]), at + cls.LAYOUT.size
+
+
+class _RandomNumFields(NamedTuple):
+    stream: int
+    data_type: int  # aclDataType
+    func_type: int  # aclrtRandomNumFuncType
+    result: int  # randomResultAddr
+    counter: int  # randomCounterAddr (16 bytes)
+    parameters: tuple  # the generator's aclrtRandomParaInfos (builtin_tasks.RandomParameter)
+    seed: tuple  # randomSeed, a RandomParameter
+    num: tuple  # randomNum, a RandomParameter
+
+
+_PARAMETER = "B8sB"  # aclrtRandomParaInfo: isAddr, valueOrAddr, size
+
+
+class RandomNum(_RandomNumFields):
+    """aclrtRandomNumAsync: the task info's fields (two generator parameters, the second
+    all zeros for the dropout bitmask's one)."""
+
+    __slots__ = ()
+    OP: ClassVar[int] = 73
+    # op, stream, data type, function, result, counter; first, second, seed, num parameters
+    LAYOUT: ClassVar[struct.Struct] = struct.Struct("<HQiiQQ" + _PARAMETER * 4)
+
+    @classmethod
+    def pack(
+        cls,
+        stream: int,
+        data_type: int,
+        func_type: int,
+        result: int,
+        counter: int,
+        parameters: tuple,
+        seed: tuple,
+        num: tuple,
+    ) -> bytes:
+        pair = (*parameters, (0, bytes(8), 0))[:2]
+        flat = (*pair[0], *pair[1], *seed, *num)
+        try:
+            return cls.LAYOUT.pack(cls.OP, stream, data_type, func_type, result, counter, *flat)
+        except struct.error:
+            raise _refused(cls, (stream, data_type, func_type, result, counter)) from None
+
+    @classmethod
+    def unpack_from(cls, buffer: memoryview, at: int):
+        f = cls.LAYOUT.unpack_from(buffer, at)
+        first, second, seed, num = (tuple(f[i : i + 3]) for i in range(6, 18, 3))
+        return _record(cls, (*f[1:6], (first, second), seed, num)), at + cls.LAYOUT.size
+
+
 _CNT_NOTIFY_RECORD_MODES = (
     codes.ACL_RT_CNT_NOTIFY_RECORD_SET_VALUE_MODE,
     codes.ACL_RT_CNT_NOTIFY_RECORD_ADD_MODE,
@@ -646,6 +727,8 @@ _KINDS = (
     ValueWait,
     CntNotifyRecord,
     CntNotifyWait,
+    Reduce,
+    RandomNum,
 )
 # op -> (the smallest size of its record, its kind's unpack_from)
 _COMMANDS = {kind.OP: (kind.LAYOUT.size, kind.unpack_from) for kind in _KINDS}

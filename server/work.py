@@ -164,6 +164,83 @@ class ReducePiece(_ReducePieceFields, _Item):
     TAG = 6
 
 
+class _ReduceBytesFields(NamedTuple):
+    token: int
+    dst: Span
+    src: Span
+    count: int  # type: ignore[assignment]  # bytes; the field shadows tuple.count
+    kind: int  # aclrtReduceKind
+    dtype: str  # numpy dtype name
+
+
+class ReduceBytes(_ReduceBytesFields, _Item):
+    """dst = dst (op) src element-wise (aclrtReduceAsync; server/reduce_copy.py)."""
+
+    __slots__ = ()
+    TAG = 7
+
+    @classmethod
+    def pack(cls, token: int, dst: Span, src: Span, count: int, kind: int, dtype: str) -> tuple:
+        return (cls.TAG, token, tuple(dst), tuple(src), count, kind, dtype)
+
+    @classmethod
+    def unpack(cls, packed: tuple) -> ReduceBytes:
+        return cls(packed[1], Span(*packed[2]), Span(*packed[3]), *packed[4:])
+
+
+class _RandomNumbersFields(NamedTuple):
+    token: int
+    func_type: int  # aclrtRandomNumFuncType
+    dtype: str  # numpy dtype name
+    result: Span
+    room: int  # bytes of the result's allocation from `result` on
+    counter: Span  # the 16-byte Philox counter
+    parameters: tuple  # per parameter: (bytes, size) of a value, or (Span,) to read
+    seed: tuple  # the same
+    num: tuple  # the same
+
+
+class RandomNumbers(_RandomNumbersFields, _Item):
+    """A random number task (aclrtRandomNumAsync; server/random_numbers.py). Spans travel
+    as plain tuples inside `parameters`, `seed` and `num`."""
+
+    __slots__ = ()
+    TAG = 8
+
+    @classmethod
+    def pack(
+        cls,
+        token: int,
+        func_type: int,
+        dtype: str,
+        result: Span,
+        room: int,
+        counter: Span,
+        parameters: tuple,
+        seed: tuple,
+        num: tuple,
+    ) -> tuple:
+        return (
+            cls.TAG,
+            token,
+            func_type,
+            dtype,
+            tuple(result),
+            room,
+            tuple(counter),
+            parameters,
+            seed,
+            num,
+        )
+
+    @classmethod
+    def unpack(cls, packed: tuple) -> RandomNumbers:
+        token, func_type, dtype, result, room, counter, parameters, seed, num = packed[1:]
+        return cls(
+            token, func_type, dtype, Span(*result), room, Span(*counter), parameters, seed, num
+        )
+
+
 ITEMS: tuple[type, ...] = (
     LoadModule,
     ForgetSegment,
@@ -172,6 +249,8 @@ ITEMS: tuple[type, ...] = (
     CopyBytes,
     FillBytes,
     ReducePiece,
+    ReduceBytes,
+    RandomNumbers,
 )
 """Every item kind, by TAG."""
 assert all(kind.TAG == tag for tag, kind in enumerate(ITEMS))  # type: ignore[attr-defined]

@@ -36,7 +36,7 @@ import posix_ipc
 
 from simnpu.proto import codes
 from simnpu.proto.kernel_abi import canonical_type
-from simnpu.server import reduce
+from simnpu.server import random_numbers, reduce, reduce_copy
 from simnpu.server.device_printf import KernelOutput
 from simnpu.server.executor import LOST, Unit
 from simnpu.server.kernel_processes import (
@@ -54,7 +54,9 @@ from simnpu.server.work import (
     FillBytes,
     ForgetSegment,
     LoadModule,
+    RandomNumbers,
     Ready,
+    ReduceBytes,
     ReducePiece,
     Result,
     RunKernel,
@@ -209,6 +211,11 @@ class WorkRunner:
                 result = self._timed(fill.token, self.fill, fill.dst, fill.value, fill.count)
             elif kind is ReducePiece:
                 result = reduce.execute(self._segments, ReducePiece.unpack(packed))
+            elif kind is ReduceBytes:
+                item = ReduceBytes.unpack(packed)
+                result = reduce_copy.execute(self._segments, item, self.overflow)
+            elif kind is RandomNumbers:
+                result = random_numbers.execute(self._segments, RandomNumbers.unpack(packed))
             elif kind is WriteSignal:
                 if clean:
                     self.write_signal(*packed[1:])

@@ -22,6 +22,7 @@ from simnpu.proto import codes
 from simnpu.proto.errors import NpuError as _NpuError
 from simnpu.shm.addresses import DEVICE_BASE
 
+from . import rt_builtin_tasks as _builtin_tasks
 from . import rt_cnt_notify as _cnt_notify
 from . import rt_devices as _devices
 from . import rt_exceptions as _exceptions
@@ -528,7 +529,6 @@ _UNSUPPORTED = {
         None,
         "copy descriptors are not simulated",
     ),
-    "reduce_async": ("aclrtReduceAsync", None, "reducing copies are not simulated"),
     "cmo_async": ("aclrtCmoAsync", None, "cache maintenance operations are not simulated"),
     "reserve_mem_address": ("aclrtReserveMemAddress", (0,), _VMM),
     "release_mem_address": ("aclrtReleaseMemAddress", None, _VMM),
@@ -737,4 +737,5 @@ __getattr__, __dir__ = _on_demand(
     _cnt_notify,
     _values,
     _overflow,
+    _builtin_tasks,
 )

@@ -192,11 +192,6 @@ CALLS: dict[str, tuple[str, tuple | None, str]] = {
         (0,),
         "hardware synchronization addresses do not exist on the simulated device",
     ),
-    "random_num_async": (
-        "aclrtRandomNumAsync",
-        None,
-        "random number tasks are not simulated (generate the numbers in a kernel)",
-    ),
     "reg_device_state_callback": (
         "aclrtRegDeviceStateCallback",
         None,

@@ -2,6 +2,7 @@
 `registry.handles` when it is imported here. See server/handlers/registry.py."""
 
 from simnpu.server.handlers import (  # noqa: F401 - imported for their registrations
+    builtin_tasks,
     callbacks,
     cnt_notifies,
     collectives,

@@ -14,6 +14,8 @@ from simnpu.server.tasks.memset import MemsetTask
 from simnpu.server.tasks.memset_d32 import MemsetD32Task
 from simnpu.server.tasks.notify import NotifyRecordTask, NotifyWaitTask
 from simnpu.server.tasks.overflow import OverflowResetTask, OverflowStatusTask
+from simnpu.server.tasks.random_num import RandomNumTask
+from simnpu.server.tasks.reduce_copy import ReduceCopyTask
 from simnpu.server.tasks.value import ValueWaitTask, ValueWriteTask
 
 __all__ = [
@@ -31,7 +33,9 @@ __all__ = [
     "NotifyWaitTask",
     "OverflowResetTask",
     "OverflowStatusTask",
+    "RandomNumTask",
     "RecordTask",
+    "ReduceCopyTask",
     "ResetTask",
     "Task",
     "TaskState",

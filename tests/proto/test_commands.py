@@ -91,6 +91,32 @@ CASES = {
         commands.CntNotifyWait.pack(U64, U64, 4, 0xFFFFFFFF, 0xFFFFFFFF, 1),
         commands.CntNotifyWait(U64, U64, 4, 0xFFFFFFFF, 0xFFFFFFFF, 1),
     ),
+    "reduce": (
+        commands.Reduce.pack(U64, U64, 8, U64, 12, -1),
+        commands.Reduce(U64, U64, 8, U64, 12, -1),
+    ),
+    "random numbers": (
+        commands.RandomNum.pack(
+            U64,
+            27,
+            3,
+            U64,
+            16,
+            ((1, b"\xff" * 8, 8), (0, b"12345678", 2)),
+            (0, b"\0" * 8, 8),
+            (1, b"abcdefgh", 255),
+        ),
+        commands.RandomNum(
+            U64,
+            27,
+            3,
+            U64,
+            16,
+            ((1, b"\xff" * 8, 8), (0, b"12345678", 2)),
+            (0, b"\0" * 8, 8),
+            (1, b"abcdefgh", 255),
+        ),
+    ),
     "host callback": (
         commands.HostCallback.pack(2, 99, True),
         commands.HostCallback(2, 99, True),

@@ -1,0 +1,55 @@
+"""aclrtReduceAsync on a copy engine: dst = dst (op) src, element-wise, in place.
+
+The simulated device computes in Inf/NaN mode (docs/acl.md, "Float overflow"): a float SUM
+that overflows gives inf and raises the overflow flag, so the task's context's overflow
+status is set as a kernel's is; integers wrap (two's complement), as the HCCL reductions do.
+Runs in a worker on the unit's device mappings (by segment name).
+"""
+
+from __future__ import annotations
+
+import time
+import traceback
+
+import numpy as np
+
+from simnpu.proto import codes
+from simnpu.server.overflow import OverflowFlag
+from simnpu.server.work import ReduceBytes, Result
+
+_UFUNCS = {
+    codes.ACL_RT_MEMCPY_SDMA_AUTOMATIC_SUM: np.add,
+    codes.ACL_RT_MEMCPY_SDMA_AUTOMATIC_MAX: np.maximum,
+    codes.ACL_RT_MEMCPY_SDMA_AUTOMATIC_MIN: np.minimum,
+}
+
+
+def dtype(name: str) -> np.dtype:
+    """The numpy dtype of a name ("bfloat16" from ml_dtypes)."""
+    if name == "bfloat16":
+        import ml_dtypes
+
+        return np.dtype(ml_dtypes.bfloat16)
+    return np.dtype(name)
+
+
+def execute(maps: dict, item: ReduceBytes, overflow: OverflowFlag) -> Result:
+    """Run one piece of a reduce; `overflow` is the unit's flag (numpy's error callback)."""
+    start = time.monotonic_ns()
+    overflow.raised = False
+    try:
+        kind = dtype(item.dtype)
+        count = item.count // kind.itemsize
+        dst = np.frombuffer(maps[item.dst.segment], kind, count, item.dst.offset)
+        src = np.frombuffer(maps[item.src.segment], kind, count, item.src.offset)
+        with np.errstate(over="call", invalid="ignore", divide="ignore", under="ignore"):
+            _UFUNCS[item.kind](dst, src, out=dst)
+    except BaseException as exc:
+        return Result(
+            item.token,
+            codes.ACL_ERROR_RT_SYS_DMA,
+            start,
+            time.monotonic_ns(),
+            "reduce failed:\n" + "".join(traceback.format_exception(exc)),
+        )
+    return Result(item.token, 0, start, time.monotonic_ns(), "", overflow=overflow.raised)

@@ -3,7 +3,9 @@ memory shared between processes), run against a real daemon."""
 
 from __future__ import annotations
 
+import pytest
 from cann_examples import run_cann_example
+from conftest import DaemonProcess
 
 
 def test_ipcevent(daemon):
@@ -33,3 +35,67 @@ def test_ipcevent_multi_device(daemon, start_daemon):
     assert out.splitlines()[-1] == (
         "[SUCCESS] the IPC event synchronized processes on several devices"
     )
+
+
+@pytest.fixture(scope="module")
+def four_devices(tmp_path_factory):
+    """A daemon of four small devices (the notify examples use devices 2 and 3)."""
+    process = DaemonProcess(
+        tmp_path_factory.mktemp("npu4"),
+        "--devices",
+        "4",
+        "--memory",
+        "64MiB",
+        "--ai-cores",
+        "1",
+        "--copy-engines",
+        "1",
+    )
+    yield process
+    assert process.stop() == 0, process.output()
+
+
+def test_ipc_notify_withpid(four_devices):
+    out = run_cann_example(
+        four_devices.address, "2_advanced_features/notify/0_ipc_notify_withpid.py"
+    )
+    assert "[INFO] A: device 2 may now reach device 3" in out
+    assert "[INFO] B: device 3 may now reach device 2" in out
+    assert "[INFO] A: process B may import the notify" in out
+    assert "Source data: 123" in out.splitlines()
+    assert "Destination data: 123" in out.splitlines()
+    assert out.splitlines()[-1] == (
+        "[SUCCESS] the notify synchronized the two processes: both sides saw 123"
+    )
+
+
+def test_ipc_notify_withoutpid(four_devices):
+    out = run_cann_example(
+        four_devices.address, "2_advanced_features/notify/1_ipc_notify_withoutpid.py"
+    )
+    assert "[INFO] A: device 2 may now reach device 3" in out
+    assert "[INFO] B: got the notify's IPC key simnpu-notify-" in out
+    assert "pid" not in out  # no whitelist
+    assert "Source data: 123" in out.splitlines()
+    assert "Destination data: 123" in out.splitlines()
+    assert out.splitlines()[-1] == (
+        "[SUCCESS] the notify synchronized the two processes: both sides saw 123"
+    )
+
+
+def test_ipc_memory_withpid(daemon):
+    out = run_cann_example(daemon.address, "1_basic_features/memory/10_ipc_memory_withpid.py")
+    assert "[INFO] A: process B may import the memory" in out
+    assert "[INFO] A: process B says it is done (1)" in out
+    assert "Source data: 123" in out.splitlines()
+    assert "Destination data: 123" in out.splitlines()
+    assert out.splitlines()[-1] == "[SUCCESS] the memory was shared: both sides saw 123"
+
+
+def test_ipc_memory_withoutpid(daemon):
+    out = run_cann_example(daemon.address, "1_basic_features/memory/11_ipc_memory_withoutpid.py")
+    assert "pid" not in out  # no whitelist
+    assert "[INFO] A: process B says it is done (1)" in out
+    assert "Source data: 123" in out.splitlines()
+    assert "Destination data: 123" in out.splitlines()
+    assert out.splitlines()[-1] == "[SUCCESS] the memory was shared: both sides saw 123"

@@ -82,7 +82,7 @@ class IpcEvents:
             raise invalid(f"an IPC event handle has {HANDLE_SIZE} bytes, not {len(handle)}")
         with self._lock:
             event = self._events.get(handle)
-        if event is None:
+        if event is None or event.context.owner.closed:  # (its exporter's session is ending)
             raise invalid(
                 "no IPC event has this handle (its event was destroyed, or the handle is wrong)"
             )
@@ -94,8 +94,3 @@ class IpcEvents:
             handle = self._handles.pop(id(event), None)
             if handle is not None:
                 del self._events[handle]
-
-    def count(self) -> int:
-        """How many events have a live handle."""
-        with self._lock:
-            return len(self._events)

@@ -8,6 +8,7 @@ import struct
 import subprocess
 import sys
 import textwrap
+import time
 
 from conftest import GATE, run_client
 
@@ -245,3 +246,55 @@ def test_destroying_the_context_withdraws_the_handle(daemon, acl):
     result = run_client(daemon.address, opener)
     assert result.returncode == 0, result.stderr
     assert result.stdout.split() == [str(PARAM)]
+
+
+def test_an_exporter_that_ends_withdraws_its_handle(daemon, acl):
+    exporter = """
+        import acl
+        assert acl.init() == 0 and acl.rt.set_device(0) == 0
+        event, _ = acl.rt.create_event_ex_with_flag(acl.ACL_EVENT_IPC)
+        handle, ret = acl.rt.ipc_get_event_handle(event)
+        assert ret == 0
+        print(handle.hex())
+        # it ends without destroying the event
+    """
+    result = run_client(daemon.address, exporter)
+    assert result.returncode == 0, result.stderr
+    handle = bytes.fromhex(result.stdout.strip())
+    assert len(handle) == 64
+    deadline = time.monotonic() + 60  # the daemon learns of the end when the stream ends
+    while (opened := acl.rt.ipc_open_event_handle(handle)) != (0, PARAM):
+        assert opened[1] == 0 and acl.rt.destroy_event(opened[0]) == 0
+        assert time.monotonic() < deadline, "the ended exporter's handle still opens"
+        time.sleep(0.05)
+
+
+def test_an_opened_event_reports_its_own_context_failure(daemon, acl):
+    """A stopped context of the exporter (ACL_STOP_ON_FAILURE) is not the opener's."""
+    event, _ = acl.rt.create_event_ex_with_flag(acl.ACL_EVENT_IPC)
+    handle, _ = acl.rt.ipc_get_event_handle(event)
+    stream, _ = acl.rt.create_stream()
+    assert acl.rt.set_stream_failure_mode(stream, acl.ACL_STOP_ON_FAILURE) == 0
+    func, _ = acl.rt.binary_get_function(acl.SIMNPU_BUILTIN_BINARY, "fill_f32")
+    args = struct.pack("<QfI", 0x10, 1.0, 4)  # no such memory: the launch fails
+    assert (
+        acl.rt.launch_kernel_with_host_args(
+            func, 1, stream, None, acl.util.bytes_to_ptr(args), len(args)
+        )
+        == 0
+    )
+    assert acl.rt.record_event(event, stream) == 0
+    assert acl.rt.synchronize_event(event) != 0  # the exporter's context stopped
+    opener = f"""
+        import acl
+        assert acl.init() == 0 and acl.rt.set_device(0) == 0
+        event, ret = acl.rt.ipc_open_event_handle(bytes.fromhex({handle.hex()!r}))
+        assert ret == 0
+        print(acl.rt.synchronize_event(event), acl.rt.query_event_status(event)[1])
+    """
+    result = run_client(daemon.address, opener)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == ["0", "0"]
+    assert acl.rt.destroy_event(event) == 0
+    acl.rt.synchronize_stream(stream)
+    assert acl.rt.destroy_stream(stream) == 0

@@ -31,6 +31,7 @@ from simnpu.client.observe import ClientObserver
 from simnpu.client.runtime_builtin_tasks import RuntimeBuiltinTasks
 from simnpu.client.runtime_cnt_notify import RuntimeCntNotify
 from simnpu.client.runtime_devices import RuntimeDevices
+from simnpu.client.runtime_ipc_events import RuntimeIpcEvents
 from simnpu.client.runtime_memory import (
     RuntimeMemory,
     check_allocatable,
@@ -82,6 +83,7 @@ class Runtime(
     RuntimeDevices,
     RuntimeOverflow,
     RuntimeBuiltinTasks,
+    RuntimeIpcEvents,
 ):
     """This process's view of the simulated NPU. Thread-safe; one per process is usual."""
 
@@ -123,6 +125,7 @@ class Runtime(
         self.stream_attrs: dict[int, tuple[int, int]] = {}  # stream -> (priority, flags)
         self.overflow_switches: dict[int, int] = {}  # stream -> 1 (aclrtSetStreamOverflowSwitch)
         self.event_context: dict[int, ContextInfo] = {}
+        self.ipc_events: set[int] = set()  # IPC events, created or opened
         self.allocation_starts: list[int] = []
         self.allocations: dict[int, tuple[int, int]] = {}  # address -> (size, device)
         self.imported: dict[str, int] = {}  # IPC key -> address (also in allocations)
@@ -240,6 +243,7 @@ class Runtime(
                 self.signals.remove(stream)
         for event in context.events:
             self.event_context.pop(event, None)
+            self.ipc_events.discard(event)
         if getattr(self._local, "context", None) is context:
             self._local.context = None
         self._call(pb.DestroyContextRequest(context=handle, drop_queued=drop_queued))
@@ -350,15 +354,20 @@ class Runtime(
         """aclrtCreateEvent / aclrtCreateEventWithFlag."""
         context = self._current()
         wire_int(flags, "flags")
+        if flags & codes.ACL_EVENT_IPC and flags != codes.ACL_EVENT_IPC:
+            raise invalid(f"event flags {flags:#x}: ACL_EVENT_IPC is used alone")
         handle = self._call(pb.CreateEventRequest(context=context.handle, flags=flags)).event
         context.events.add(handle)
         self.event_context[handle] = context
+        if flags == codes.ACL_EVENT_IPC:
+            self.ipc_events.add(handle)
         return handle
 
     @records_errors
     def destroy_event(self, handle: int) -> None:
         self._call(pb.DestroyEventRequest(event=self._event(handle)))
         self.event_context.pop(handle).events.discard(handle)
+        self.ipc_events.discard(handle)
 
     @records_errors
     def record_event(self, event: int, stream: int) -> None:
@@ -370,8 +379,9 @@ class Runtime(
 
     @records_errors
     def reset_event(self, event: int, stream: int) -> None:
-        """aclrtResetEvent (async)."""
+        """aclrtResetEvent (async); 207000 for an IPC event."""
         event, stream = self._event(event), self.stream(stream)
+        self.not_for_ipc(event, "aclrtResetEvent")
         self.connection.send_command(commands.ResetEvent.pack(event, stream), caller_site(), stream)
 
     @records_errors

@@ -23,6 +23,7 @@ from simnpu.server import handlers, observe, smi_view  # noqa: F401 - handlers: 
 from simnpu.server.cnt_notifies import CntNotifies
 from simnpu.server.config import DaemonConfig
 from simnpu.server.device import Device
+from simnpu.server.ipc_events import IpcEvents
 from simnpu.server.ipc_memory import IpcMemory
 from simnpu.server.kernel_processes import KernelProcesses
 from simnpu.server.memory_views import memory_snapshot, memory_stats
@@ -47,6 +48,7 @@ class Daemon:
         self.devices: list[Device] = []
         self.ipc = IpcMemory(self.devices)  # exported device memory (aclrtIpcMem*)
         self.notifies = Notifies()  # notifies, exported ones by key
+        self.ipc_events = IpcEvents()  # exported IPC events by handle
         self.cnt_notifies = CntNotifies()  # count notifies' ids
         self.sessions: dict[int, Session] = {}
         self.peers = Peers()  # the credentials sockets: who a client is (server/peers.py)

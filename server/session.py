@@ -32,6 +32,7 @@ from simnpu.server.client_memory import ClientMemory
 from simnpu.server.cnt_notifies import CntNotify
 from simnpu.server.fast_path import FastPath
 from simnpu.server.handlers.registry import HANDLERS, LATER
+from simnpu.server.ipc_events import OpenedEvent
 from simnpu.server.notifies import Notify
 from simnpu.server.objects import Context, Event, Failure, Owner, Stream, Waiter
 from simnpu.server.resources import Pinned
@@ -72,6 +73,7 @@ class HandleKind(enum.IntEnum):
     MEM_POOL = 7
     NOTIFY = 45
     CNT_NOTIFY = 170
+    IPC_EVENT = 180  # another client's IPC event, opened in this one (server/ipc_events.py)
     COMMUNICATOR = 16
 
 
@@ -367,7 +369,17 @@ class Session:
         return self.handles.get(handle, Stream, "stream")
 
     def event(self, handle: int) -> Event:
+        """The event behind `handle`: this client's own, or an IPC event it opened."""
+        if handle >> 40 == HandleKind.IPC_EVENT:
+            return self.handles.get(handle, OpenedEvent, "event").event
         return self.handles.get(handle, Event, "event")
+
+    def event_context(self, handle: int) -> Context:
+        """The context of this client that event `handle` belongs to (an opened IPC event's
+        is the one it was opened in, not its exporter's)."""
+        if handle >> 40 == HandleKind.IPC_EVENT:
+            return self.handles.get(handle, OpenedEvent, "event").context
+        return self.event(handle).context
 
     def device_range(self, address: int, count: int) -> Span:
         """[address, +count) of device memory, checked to lie in one allocation this client
@@ -465,6 +477,7 @@ class Session:
                 self.release_segment(obj.region)
             elif isinstance(obj, Event):
                 self.daemon.count_event(obj.context.device, -1)
+                self.daemon.ipc_events.withdraw(obj)
             elif isinstance(obj, Notify):
                 self.daemon.notifies.release(obj)
             elif isinstance(obj, CntNotify):

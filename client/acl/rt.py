@@ -26,6 +26,7 @@ from . import rt_builtin_tasks as _builtin_tasks
 from . import rt_cnt_notify as _cnt_notify
 from . import rt_devices as _devices
 from . import rt_exceptions as _exceptions
+from . import rt_ipc_events as _ipc_events
 from . import rt_kernel_args as _kernel_args
 from . import rt_memory as _memory
 from . import rt_notify as _notify
@@ -230,7 +231,9 @@ def query_event_status(rt, event):
 
 @api("k", (codes.ACL_EVENT_STATUS_COMPLETE,))
 def query_event(rt, event):
-    """aclrtQueryEvent (deprecated): `ACL_EVENT_STATUS_COMPLETE (0) or _NOT_READY (1), ret`."""
+    """aclrtQueryEvent (deprecated): `ACL_EVENT_STATUS_COMPLETE (0) or _NOT_READY (1), ret`;
+    207000 for an IPC event (query_event_status takes one)."""
+    rt.not_for_ipc(event, "aclrtQueryEvent")
     recorded = rt.query_event_status(event)
     return (
         codes.ACL_EVENT_STATUS_COMPLETE
@@ -484,8 +487,8 @@ def peek_at_last_error(level=codes.ACL_RT_THREAD_LEVEL):
 # name: (C call, values returned before ret (None: ret only), why)
 _VMM = "virtual memory management (reserve/map physical memory) is not simulated"
 _IPC = (
-    "sharing VMM handles or events between processes is not simulated "
-    "(device memory and notifies are: acl.rt.ipc_mem_*, acl.rt.notify_get_export_key)"
+    "sharing VMM handles between processes is not simulated (device memory, notifies and "
+    "events are: acl.rt.ipc_mem_*, acl.rt.notify_get_export_key, acl.rt.ipc_get_event_handle)"
 )
 _NOTIFY = "notify ids and batch resets are not simulated"
 _ALLOC = "user allocators for streams are not simulated"
@@ -691,8 +694,6 @@ _UNSUPPORTED = {
     ),
     "get_notify_id": ("aclrtGetNotifyId", (0,), _NOTIFY),
     "notify_batch_reset": ("aclrtNotifyBatchReset", None, _NOTIFY),
-    "ipc_get_event_handle": ("aclrtIpcGetEventHandle", (b"",), _IPC),
-    "ipc_open_event_handle": ("aclrtIpcOpenEventHandle", (0,), _IPC),
     "allocator_destroy_desc": ("aclrtAllocatorDestroyDesc", None, _ALLOC),
     "allocator_set_obj_to_desc": ("aclrtAllocatorSetObjToDesc", None, _ALLOC),
     "allocator_set_alloc_func_to_desc": ("aclrtAllocatorSetAllocFuncToDesc", None, _ALLOC),
@@ -738,4 +739,5 @@ __getattr__, __dir__ = _on_demand(
     _values,
     _overflow,
     _builtin_tasks,
+    _ipc_events,
 )

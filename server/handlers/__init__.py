@@ -12,6 +12,7 @@ from simnpu.server.handlers import (  # noqa: F401 - imported for their registra
     event_timestamps,
     events,
     ipc,
+    ipc_events,
     jobs,
     kernels,
     launch_config,

@@ -13,6 +13,7 @@ from simnpu.server.handlers.streams import (
     signal_slot,
     wait_streams,
 )
+from simnpu.server.ipc_events import OpenedEvent
 from simnpu.server.objects import Context, Event, Waiter
 from simnpu.server.session import HandleKind
 
@@ -49,6 +50,9 @@ def destroy_context(session: Session, request: pb.DestroyContextRequest, reply_t
         if isinstance(obj, Event) and obj.context is context:
             session.handles.remove(handle)
             session.daemon.count_event(context.device, -1)
+            session.daemon.ipc_events.withdraw(obj)
+        elif isinstance(obj, OpenedEvent) and obj.context is context:
+            session.handles.remove(handle)
     scheduler = session.scheduler
 
     def begin() -> None:

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 from simnpu.proto import codes
 from simnpu.proto import npu_pb2 as pb
 from simnpu.server.handlers.registry import LATER, handles
+from simnpu.server.ipc_events import not_for_ipc
 from simnpu.server.tasks import TaskState
 
 if TYPE_CHECKING:
@@ -20,6 +21,8 @@ def event_timestamp(session: Session, request: pb.EventTimestampRequest, reply_t
     CANN runtime's EVENT_RECORDER_NULL (ACL_ERROR_RT_INTERNAL_ERROR, as for
     aclrtEventElapsedTime); recorded but not run yet: ACL_ERROR_RT_EVENT_TIMESTAMP_INVALID."""
     event = session.event(request.event)
+    if event.flags == codes.ACL_EVENT_IPC:
+        raise not_for_ipc("aclrtEventGetTimestamp")
 
     def answer() -> None:
         record = event.latest_record

@@ -10,6 +10,7 @@ from simnpu.proto import npu_pb2 as pb
 from simnpu.proto.errors import NpuError
 from simnpu.server.handlers.registry import LATER, handles
 from simnpu.server.handlers.streams import deadline
+from simnpu.server.ipc_events import not_for_ipc
 from simnpu.server.objects import Event, Waiter
 from simnpu.server.session import HandleKind
 from simnpu.server.tasks import RecordTask, ResetTask, TaskState, WaitTask
@@ -41,10 +42,13 @@ def create_event(
 
 @handles(pb.DestroyEventRequest)
 def destroy_event(session: Session, request: pb.DestroyEventRequest, reply_to: int) -> None:
+    """aclrtDestroyEvent; an opened IPC event's handle goes, the event stays its exporter's."""
     event = session.event(request.event)
-    session.handles.remove(event.handle)
-    session.daemon.count_event(event.context.device, -1)
-    event.context.events -= 1
+    session.handles.remove(request.event)
+    if request.event == event.handle:
+        session.daemon.count_event(event.context.device, -1)
+        event.context.events -= 1
+        session.daemon.ipc_events.withdraw(event)
 
 
 def unreported_failure(session: Session, record: RecordTask | None) -> pb.UnreportedFailure | None:
@@ -52,7 +56,7 @@ def unreported_failure(session: Session, record: RecordTask | None) -> pb.Unrepo
     ACL_CONTINUE_ON_FAILURE): the first unreported failure of the record's stream, or a
     rejected call, submitted before the record. Each is sent once; the stream's synchronize
     still reports it. Under the scheduler lock."""
-    if record is None:
+    if record is None or record.stream.owner is not session.owner:  # (another's IPC event)
         return None
     for failure, stream in (
         (record.stream.failure, record.stream.handle),
@@ -71,15 +75,18 @@ def query_event(session: Session, request: pb.QueryEventRequest, reply_to: int) 
     """aclrtQueryEventStatus: complete once the event's latest record has run; a stopped
     context's failure (ACL_STOP_ON_FAILURE) is the call's error, as in CANN's
     ApiImpl::EventQueryStatus."""
-    event = session.event(request.event)
+    event, context = session.event(request.event), session.event_context(request.event)
 
     def answer() -> None:
-        if event.context.failure is not None:
-            session.respond_failure(reply_to, event.context.failure)
+        if context.failure is not None:
+            session.respond_failure(reply_to, context.failure)
             return
         record = event.latest_record
-        done = record is not None and record.state == TaskState.DONE
-        if done and session.scheduler.observer is not None:
+        if record is None:  # an IPC event never recorded is complete (IpcEvent::IpcEventQuery)
+            done = event.flags == codes.ACL_EVENT_IPC
+        else:
+            done = record.state == TaskState.DONE
+        if done and record is not None and session.scheduler.observer is not None:
             session.scheduler.observer.host_synced(session.owner, record=record)
         status = (
             codes.ACL_EVENT_RECORDED_STATUS_COMPLETE
@@ -100,7 +107,7 @@ def synchronize_event(
     """aclrtSynchronizeEvent(WithTimeout): the event's latest record; 507047 at the deadline.
     It reports a stopped context's failure (ACL_STOP_ON_FAILURE) and no other, as CANN's
     ApiImpl::EventSynchronize does; a failure its success hides goes in the reply."""
-    event = session.event(request.event)
+    event, context = session.event(request.event), session.event_context(request.event)
     until = deadline(request.timeout_ms)
     scheduler = session.scheduler
 
@@ -116,8 +123,8 @@ def synchronize_event(
                     code=codes.ACL_ERROR_RT_EVENT_SYNC_TIMEOUT,
                     message="event synchronize timed out",
                 )
-            elif event.context.failure is not None:
-                session.respond_failure(reply_to, event.context.failure)
+            elif context.failure is not None:
+                session.respond_failure(reply_to, context.failure)
             else:
                 hidden = unreported_failure(session, record)
                 session.respond(
@@ -137,6 +144,8 @@ def event_elapsed_time(
     session: Session, request: pb.EventElapsedTimeRequest, reply_to: int
 ) -> object:
     start, end = session.event(request.start), session.event(request.end)
+    if codes.ACL_EVENT_IPC in (start.flags, end.flags):
+        raise not_for_ipc("aclrtEventElapsedTime")
 
     def answer() -> None:
         first, last = start.latest_record, end.latest_record
@@ -180,4 +189,6 @@ _TASKS = {
 def event_command(session: Session, record: commands.RecordEvent) -> None:
     """aclrtRecordEvent / aclrtResetEvent / aclrtStreamWaitEvent (async)."""
     event, stream = session.event(record.event), session.stream(record.stream)
+    if type(record) is commands.ResetEvent and event.flags == codes.ACL_EVENT_IPC:
+        raise not_for_ipc("aclrtResetEvent")
     session.submit(_TASKS[type(record)](session.seq, stream, event))

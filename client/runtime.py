@@ -122,6 +122,7 @@ class Runtime(
         self.stream_context: dict[int, ContextInfo] = {}
         self.stream_attrs: dict[int, tuple[int, int]] = {}  # stream -> (priority, flags)
         self.overflow_switches: dict[int, int] = {}  # stream -> 1 (aclrtSetStreamOverflowSwitch)
+        self.sat_mode = codes.ACL_RT_OVERFLOW_MODE_INFNAN  # aclrtSetDeviceSatMode
         self.event_context: dict[int, ContextInfo] = {}
         self.allocation_starts: list[int] = []
         self.allocations: dict[int, tuple[int, int]] = {}  # address -> (size, device)

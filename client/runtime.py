@@ -124,6 +124,7 @@ class Runtime(
         self.stream_context: dict[int, ContextInfo] = {}
         self.stream_attrs: dict[int, tuple[int, int]] = {}  # stream -> (priority, flags)
         self.overflow_switches: dict[int, int] = {}  # stream -> 1 (aclrtSetStreamOverflowSwitch)
+        self.sat_mode = codes.ACL_RT_OVERFLOW_MODE_INFNAN  # aclrtSetDeviceSatMode
         self.event_context: dict[int, ContextInfo] = {}
         self.ipc_events: set[int] = set()  # IPC events, created or opened
         self.allocation_starts: list[int] = []

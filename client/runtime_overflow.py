@@ -1,14 +1,15 @@
 """The raw layer's float overflow calls (aclrtSetDeviceSatMode ... aclrtResetOverflowStatus).
 
-A mixin of `Runtime` (client/runtime.py). The simulated device computes in Inf/NaN mode
-only, as chips that support only that mode do: setting it succeeds, the saturation mode is
-207000. A stream's overflow switch is kept here (`overflow_switches`); the overflow status
-is the daemon's, per context, read and cleared in stream order (server/overflow.py).
+A mixin of `Runtime` (client/runtime.py). The float overflow mode is the process's, as
+the runtime's is: kept here (`sat_mode`) and by the daemon, whose streams take the mode in
+force when they are created (server/overflow.py). A stream's overflow switch is kept here
+(`overflow_switches`); the overflow status is the daemon's, per context, read and cleared in
+stream order.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from simnpu.client.last_error import records_errors
 from simnpu.client.runtime_memory import wire_int
@@ -18,6 +19,8 @@ from simnpu.proto import npu_pb2 as pb
 from simnpu.proto.errors import NpuError, invalid
 
 if TYPE_CHECKING:
+    from google.protobuf.message import Message
+
     from simnpu.client.transport import Connection
 
 OVERFLOW_OUTPUT_SIZE = 64
@@ -28,31 +31,29 @@ class RuntimeOverflow:
     # what the mixin uses of Runtime (client/runtime.py), which sets all of it
     connection: Connection
     overflow_switches: dict[int, int]  # stream -> its overflow switch, when set to 1
+    sat_mode: int  # the aclrtFloatOverflowMode last set (ACL_RT_OVERFLOW_MODE_INFNAN at first)
 
     if TYPE_CHECKING:
 
+        def _call(self, body: Message) -> Any: ...
         def stream(self, handle: int) -> int: ...
         def device_range(self, address: int, count: int) -> None: ...
 
     @records_errors
     def set_device_sat_mode(self, mode: int) -> None:
-        """aclrtSetDeviceSatMode: ACL_RT_OVERFLOW_MODE_INFNAN, the simulated device's only
-        mode; SATURATION is 207000, anything else 107000."""
+        """aclrtSetDeviceSatMode: the streams created from now on compute in `mode`,
+        ACL_RT_OVERFLOW_MODE_SATURATION or _INFNAN (else 107000). Blocks."""
         if not isinstance(mode, int) or not (
             codes.ACL_RT_OVERFLOW_MODE_SATURATION <= mode < codes.ACL_RT_OVERFLOW_MODE_UNDEF
         ):
             raise invalid(f"float overflow mode {mode!r}: use 0 (saturation) or 1 (Inf/NaN)")
-        if mode == codes.ACL_RT_OVERFLOW_MODE_SATURATION:
-            raise NpuError(
-                codes.ACL_ERROR_RT_FEATURE_NOT_SUPPORT,
-                "only the Inf/NaN mode can be set and the saturation mode is not supported by "
-                "the simulated NPU",
-            )
+        self._call(pb.SetDeviceSatModeRequest(mode=mode))
+        self.sat_mode = mode
 
     @records_errors
     def get_device_sat_mode(self) -> int:
-        """aclrtGetDeviceSatMode: always ACL_RT_OVERFLOW_MODE_INFNAN."""
-        return codes.ACL_RT_OVERFLOW_MODE_INFNAN
+        """aclrtGetDeviceSatMode: the mode last set (ACL_RT_OVERFLOW_MODE_INFNAN until then)."""
+        return self.sat_mode
 
     @records_errors
     def set_stream_overflow_switch(self, stream: int, flag: int) -> None:

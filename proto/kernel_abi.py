@@ -27,6 +27,8 @@ The `ctx` a kernel receives first (built by the daemon's worker; see `KernelCont
   `dtype` of device (global) memory starting at address `ptr`. The view must lie inside
   the allocation that holds `ptr`; otherwise the call raises. ``access="r"`` gives a
   read-only view, ``"rw"`` a writable one.
+- ``ctx.saturation``: True when the launch's stream computes in the saturation mode
+  (aclrtSetDeviceSatMode); ``ctx.saturate(view)`` applies that mode to float results.
 
 Nothing here imports grpc or numpy.
 """
@@ -90,6 +92,7 @@ class KernelContext(Protocol):
     block_idx: int
     block_num: int
     core_id: int
+    saturation: bool  # the launch's stream computes in ACL_RT_OVERFLOW_MODE_SATURATION
 
     def gm(self, ptr: int, dtype: Any, count: int, access: str = "rw") -> numpy.ndarray:
         """A 1-D view of `count` `dtype` elements at device address `ptr`; "r": read-only."""
@@ -101,6 +104,11 @@ class KernelContext(Protocol):
 
     def raise_overflow(self) -> None:
         """Raise the float overflow flag (aclrtGetOverflowStatus reports it)."""
+        ...
+
+    def saturate(self, values: numpy.ndarray) -> None:
+        """In the saturation mode, +-inf in `values` become the largest finite value of that
+        sign and NaN 0, in place; in the Inf/NaN mode nothing changes."""
         ...
 
 

@@ -39,7 +39,7 @@ class CheckedBounds(tuple):
         return (CheckedBounds, (tuple(self),))
 
 
-def run_checked(runner, token, function, args, first, last, block_num, bounds):
+def run_checked(runner, token, function, args, first, last, block_num, bounds, saturation):
     """Run blocks [first, last) like WorkRunner.run_kernel does, recording accesses; report
     them. Returns (block reached, exception or None)."""
     entries: list = []
@@ -48,7 +48,14 @@ def run_checked(runner, token, function, args, first, last, block_num, bounds):
     error = None
     for block in range(first, last):
         context = RecordingContext(
-            block, block_num, runner.core_id, bounds, runner.maps, runner.output, runner.overflow
+            block,
+            block_num,
+            runner.core_id,
+            bounds,
+            runner.maps,
+            runner.output,
+            runner.overflow,
+            saturation,
         )
         try:
             function(context, *args)

@@ -64,6 +64,9 @@ class Owner:
         self.res_limits: dict[int, dict[int, int]] = {}
         self.core_limits: dict[int, int] = {}
         self.output = PendingOutput()  # what its kernels printed, for its next synchronize
+        # aclrtSetDeviceSatMode: True once it chose ACL_RT_OVERFLOW_MODE_SATURATION; each
+        # stream takes the mode in force when it is created (Stream.saturation)
+        self.saturation = False
 
     def __repr__(self) -> str:
         return f"session {self.id} (pid {self.pid} {escaped(self.process_name)})"
@@ -99,10 +102,12 @@ class Stream:
     signal: StreamSignal | None = None  # its completion signal (docs/fast-path.md)
     device: int = field(init=False)  # its context's
     owner: Owner = field(init=False)  # its context's
+    saturation: bool = field(init=False)  # its float results saturate (aclrtSetDeviceSatMode)
 
     def __post_init__(self) -> None:
         self.device = self.context.device
         self.owner = self.context.owner
+        self.saturation = self.owner.saturation
 
     def drained_upto(self, seq: int) -> bool:
         """True when every task submitted up to `seq` has finished."""

@@ -1,8 +1,9 @@
 """aclrtReduceAsync on a copy engine: dst = dst (op) src, element-wise, in place.
 
-The simulated device computes in Inf/NaN mode (docs/acl.md, "Float overflow"): a float SUM
-that overflows gives inf and raises the overflow flag, so the task's context's overflow
-status is set as a kernel's is; integers wrap (two's complement), as the HCCL reductions do.
+A float SUM that overflows raises the overflow flag, so the task's context's overflow status
+is set as a kernel's is; its result is inf in the Inf/NaN mode and the type's largest finite
+value in the saturation mode (NaN: 0), as its stream's mode says (docs/acl.md, "Float
+overflow"). Integers wrap (two's complement), as the HCCL reductions do.
 Runs in a worker on the unit's device mappings (by segment name).
 """
 
@@ -14,7 +15,7 @@ import traceback
 import numpy as np
 
 from simnpu.proto import codes
-from simnpu.server.overflow import OverflowFlag
+from simnpu.server.overflow import OverflowFlag, saturate
 from simnpu.server.work import ReduceBytes, Result
 
 _UFUNCS = {
@@ -44,6 +45,8 @@ def execute(maps: dict, item: ReduceBytes, overflow: OverflowFlag) -> Result:
         src = np.frombuffer(maps[item.src.segment], kind, count, item.src.offset)
         with np.errstate(over="call", invalid="ignore", divide="ignore", under="ignore"):
             _UFUNCS[item.kind](dst, src, out=dst)
+        if item.saturation:
+            saturate(dst)
     except BaseException as exc:
         return Result(
             item.token,

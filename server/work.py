@@ -99,6 +99,7 @@ class _RunKernelFields(NamedTuple):
     last: int
     num_blocks: int
     bounds: tuple  # (start, size) of the allocations it may touch (CheckedBounds: record them)
+    saturation: bool  # its stream's float results saturate (ctx.saturation)
 
 
 class RunKernel(_RunKernelFields, _Item):
@@ -171,6 +172,7 @@ class _ReduceBytesFields(NamedTuple):
     count: int  # type: ignore[assignment]  # bytes; the field shadows tuple.count
     kind: int  # aclrtReduceKind
     dtype: str  # numpy dtype name
+    saturation: bool  # its stream's float results saturate (server/reduce_copy.py)
 
 
 class ReduceBytes(_ReduceBytesFields, _Item):
@@ -180,8 +182,10 @@ class ReduceBytes(_ReduceBytesFields, _Item):
     TAG = 7
 
     @classmethod
-    def pack(cls, token: int, dst: Span, src: Span, count: int, kind: int, dtype: str) -> tuple:
-        return (cls.TAG, token, tuple(dst), tuple(src), count, kind, dtype)
+    def pack(
+        cls, token: int, dst: Span, src: Span, count: int, kind: int, dtype: str, saturation: bool
+    ) -> tuple:
+        return (cls.TAG, token, tuple(dst), tuple(src), count, kind, dtype, saturation)
 
     @classmethod
     def unpack(cls, packed: tuple) -> ReduceBytes:

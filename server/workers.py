@@ -46,7 +46,7 @@ from simnpu.server.kernel_processes import (
     KernelProcesses,
     decode_report,
 )
-from simnpu.server.overflow import OverflowFlag, watch_numpy
+from simnpu.server.overflow import OverflowFlag, saturate, watch_numpy
 from simnpu.server.work import (
     ITEMS,
     Cancel,
@@ -99,11 +99,20 @@ class MemoryFault(Exception):
 
 class KernelContext:
     """What a kernel sees as `ctx`: its block, its core, bounded views of device memory, the
-    device printf and the overflow flag."""
+    device printf, the overflow flag and the float overflow mode."""
 
-    __slots__ = ("_bounds", "_maps", "_output", "_overflow", "block_idx", "block_num", "core_id")
+    __slots__ = (
+        "_bounds",
+        "_maps",
+        "_output",
+        "_overflow",
+        "block_idx",
+        "block_num",
+        "core_id",
+        "saturation",
+    )
 
-    def __init__(self, block_idx, block_num, core_id, bounds, maps, output, overflow):
+    def __init__(self, block_idx, block_num, core_id, bounds, maps, output, overflow, saturation):
         self.block_idx = block_idx
         self.block_num = block_num
         self.core_id = core_id
@@ -111,12 +120,21 @@ class KernelContext:
         self._maps = maps
         self._output = output
         self._overflow = overflow
+        # the launch's stream computes in ACL_RT_OVERFLOW_MODE_SATURATION (aclrtSetDeviceSatMode)
+        self.saturation = saturation
         output.block(block_idx)
 
     def raise_overflow(self) -> None:
         """Raise the launch's float overflow flag: its context's overflow status is set once
         the launch has run (aclrtGetOverflowStatus reads it)."""
         self._overflow.set()
+
+    def saturate(self, values) -> None:
+        """In the saturation mode, saturate the float results in `values` in place (+-inf to
+        the type's largest finite value of that sign, NaN to 0); in the Inf/NaN mode leave
+        them as they are."""
+        if self.saturation:
+            saturate(values)
 
     def printf(self, fmt: str, *args) -> None:
         """AscendC::printf: `fmt` is a C format. The text reaches the launching client's
@@ -253,13 +271,16 @@ class WorkRunner:
         last: int,
         num_blocks: int,
         bounds: tuple,
+        saturation: bool,
     ) -> Result:
         """A RunKernel item (its fields, in order), with what its blocks printed and whether
         they raised the overflow flag."""
         self.output.start(name, num_blocks)
         overflow = self.overflow
         overflow.raised = False
-        result = self._run_blocks(token, binary, name, args, first, last, num_blocks, bounds)
+        result = self._run_blocks(
+            token, binary, name, args, first, last, num_blocks, bounds, saturation
+        )
         output = self.output.finish()
         if output or overflow.raised:
             return result._replace(output=output, overflow=overflow.raised)
@@ -275,6 +296,7 @@ class WorkRunner:
         last: int,
         num_blocks: int,
         bounds: tuple,
+        saturation: bool,
     ) -> Result:
         start = time.monotonic_ns()
         module = self.modules[binary]
@@ -294,7 +316,7 @@ class WorkRunner:
                 import simnpu.server.access_log as access_log  # only checked launches use it
 
                 block, error = access_log.run_checked(
-                    self, token, function, args, first, last, num_blocks, bounds
+                    self, token, function, args, first, last, num_blocks, bounds, saturation
                 )
                 if error is not None:
                     raise error
@@ -303,7 +325,14 @@ class WorkRunner:
                 check_at = start + CANCEL_CHECK_NS
                 for block in range(first, last):
                     context = KernelContext(
-                        block, num_blocks, self.core_id, bounds, self.maps, self.output, overflow
+                        block,
+                        num_blocks,
+                        self.core_id,
+                        bounds,
+                        self.maps,
+                        self.output,
+                        overflow,
+                        saturation,
                     )
                     function(context, *args)
                     now = time.monotonic_ns()

@@ -22,14 +22,15 @@ __all__ = [
 
 @api("i")
 def set_device_sat_mode(rt, mode):
-    """aclrtSetDeviceSatMode: ACL_RT_OVERFLOW_MODE_INFNAN (the simulated device's only mode);
-    ACL_RT_OVERFLOW_MODE_SATURATION is 207000, any other value 107000."""
+    """aclrtSetDeviceSatMode: ACL_RT_OVERFLOW_MODE_SATURATION or _INFNAN for the streams
+    created from now on (those created before keep theirs); any other value 107000."""
     rt.set_device_sat_mode(mode)
 
 
 @api("", (0,))
 def get_device_sat_mode(rt):
-    """aclrtGetDeviceSatMode: `mode, ret` (ACL_RT_OVERFLOW_MODE_INFNAN)."""
+    """aclrtGetDeviceSatMode: `mode, ret`, the mode last set (ACL_RT_OVERFLOW_MODE_INFNAN
+    until then)."""
     return rt.get_device_sat_mode()
 
 

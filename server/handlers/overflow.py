@@ -1,11 +1,13 @@
-"""Overflow status: read and reset a context's float overflow status in stream order
-(server/tasks/overflow.py)."""
+"""Float overflow: the saturation mode of a session's new streams, and its contexts'
+overflow status, read and reset in stream order (server/tasks/overflow.py)."""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from simnpu.proto import codes
 from simnpu.proto import npu_pb2 as pb
+from simnpu.proto.errors import invalid
 from simnpu.server.handlers.registry import handles
 from simnpu.server.overflow import OUTPUT_SIZE
 from simnpu.server.tasks import OverflowResetTask, OverflowStatusTask
@@ -35,3 +37,15 @@ def reset_overflow_status(
 ) -> None:
     """aclrtResetOverflowStatus (async)."""
     session.submit(OverflowResetTask(session.seq, session.stream(request.stream)))
+
+
+@handles(pb.SetDeviceSatModeRequest)
+def set_device_sat_mode(
+    session: Session, request: pb.SetDeviceSatModeRequest, reply_to: int
+) -> None:
+    """aclrtSetDeviceSatMode: the streams the session creates from now on compute in `mode`
+    (those it created before keep theirs, as the runtime's do); 107000 outside [0, 2)."""
+    modes = (codes.ACL_RT_OVERFLOW_MODE_SATURATION, codes.ACL_RT_OVERFLOW_MODE_INFNAN)
+    if request.mode not in modes:
+        raise invalid(f"float overflow mode {request.mode}: use 0 (saturation) or 1 (Inf/NaN)")
+    session.owner.saturation = request.mode == codes.ACL_RT_OVERFLOW_MODE_SATURATION

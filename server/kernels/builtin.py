@@ -5,7 +5,8 @@ Every kernel splits its work over the blocks of the launch: block `ctx.block_idx
 the rows (row-wise kernels), and a block whose slice is empty does nothing. Views cover
 only the slice a block touches; inputs are read-only. Results are written through `out=`,
 so the f32 kernels allocate nothing of the data's size; the f16 matmul, reduce_sum and
-softmax compute in float32 and round once at the end.
+softmax compute in float32 and round once at the end. In the saturation mode
+(aclrtSetDeviceSatMode) every kernel saturates the float results it wrote (`ctx.saturate`).
 """
 
 import numpy as np
@@ -34,20 +35,26 @@ def _binary(ctx, ufunc, dtype, x, y, z, n):
     if start < stop:
         a = _view(ctx, x, dtype, start, stop - start, access="r")
         b = _view(ctx, y, dtype, start, stop - start, access="r")
-        ufunc(a, b, out=_view(ctx, z, dtype, start, stop - start))
+        out = _view(ctx, z, dtype, start, stop - start)
+        ufunc(a, b, out=out)
+        ctx.saturate(out)
 
 
 def _unary(ctx, ufunc, dtype, x, y, n, *operands):
     start, stop = _block_range(ctx, n)
     if start < stop:
         a = _view(ctx, x, dtype, start, stop - start, access="r")
-        ufunc(a, *operands, out=_view(ctx, y, dtype, start, stop - start))
+        out = _view(ctx, y, dtype, start, stop - start)
+        ufunc(a, *operands, out=out)
+        ctx.saturate(out)
 
 
 def _fill(ctx, dtype, x, value, n):
     start, stop = _block_range(ctx, n)
     if start < stop:
-        _view(ctx, x, dtype, start, stop - start).fill(value)
+        out = _view(ctx, x, dtype, start, stop - start)
+        out.fill(value)
+        ctx.saturate(out)
 
 
 def _rows(ctx, dtype, x, y, rows, cols, y_cols):
@@ -67,6 +74,7 @@ def _matmul(ctx, dtype, a, b, c, m, k, n):
         a_rows, c_rows = block
         b_all = _view(ctx, b, dtype, 0, k * n, access="r").reshape(k, n)
         np.matmul(a_rows, b_all, out=c_rows, dtype=_ACC)
+        ctx.saturate(c_rows)
 
 
 def _reduce_sum(ctx, dtype, x, y, rows, cols):
@@ -74,6 +82,7 @@ def _reduce_sum(ctx, dtype, x, y, rows, cols):
     if block is not None:
         x_rows, y_rows = block
         np.sum(x_rows, axis=1, dtype=_ACC, out=y_rows[:, 0])
+        ctx.saturate(y_rows)
 
 
 def _softmax(ctx, dtype, x, y, rows, cols):
@@ -87,6 +96,7 @@ def _softmax(ctx, dtype, x, y, rows, cols):
     np.divide(work, work.sum(axis=1, keepdims=True), out=work)
     if work is not y_rows:
         np.copyto(y_rows, work, casting="same_kind")
+    ctx.saturate(y_rows)
 
 
 # --- kernels ---------------------------------------------------------------------------------

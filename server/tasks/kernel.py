@@ -150,6 +150,7 @@ class KernelTask(DeviceWork):
                 last,
                 self.num_blocks,
                 bounds,
+                self.stream.saturation,
             )
         )
 

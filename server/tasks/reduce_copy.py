@@ -28,7 +28,13 @@ class ReduceCopyTask(ByteRangeWork):
 
     def piece(self, token: int, start: int, end: int) -> tuple:
         return ReduceBytes.pack(
-            token, self.dst.at(start), self.src.at(start), end - start, self.reduce_kind, self.dtype
+            token,
+            self.dst.at(start),
+            self.src.at(start),
+            end - start,
+            self.reduce_kind,
+            self.dtype,
+            self.stream.saturation,
         )
 
     def describe(self) -> tuple[str, str, dict]:

@@ -8,6 +8,7 @@ import pytest
 
 from simnpu.proto.kernel_abi import discover_kernels, is_kernel, signature_of
 from simnpu.server.kernels import builtin
+from simnpu.server.overflow import saturate
 
 BLOCK_NUMS = [1, 3, 7]
 SIZES = [0, 1, 2, 10, 21, 1000]  # empty, fewer than the blocks, not divisible, divisible
@@ -65,14 +66,19 @@ class FakeDevice:
 
 
 class FakeContext:
-    def __init__(self, device, block_idx, block_num):
+    def __init__(self, device, block_idx, block_num, saturation=False):
         self._device = device
         self.block_idx = block_idx
         self.block_num = block_num
         self.core_id = block_idx % 2
+        self.saturation = saturation
 
     def gm(self, ptr, dtype, count, access="rw"):
         return self._device.gm(self.block_idx, ptr, dtype, count, access)
+
+    def saturate(self, values):
+        if self.saturation:
+            saturate(values)
 
 
 def launch(device, fn, block_num, *args, reads=(), work_items):
@@ -236,6 +242,38 @@ def test_softmax_of_empty_rows_touches_nothing():
     for block_idx in range(3):
         builtin.softmax_f32(FakeContext(device, block_idx, 3), x, y, 5, 0)
     assert device.views == []
+
+
+@pytest.mark.parametrize("saturation", [False, True])
+@pytest.mark.filterwarnings("ignore:overflow encountered:RuntimeWarning")
+@pytest.mark.filterwarnings("ignore:invalid value encountered:RuntimeWarning")
+def test_the_saturation_mode_saturates_every_float_result(saturation):
+    """Overflow gives +-inf and NaN in the Inf/NaN mode, the largest finite value and 0 in
+    the saturation mode: elementwise, matmul, reduce_sum and fill alike."""
+    device = FakeDevice()
+    f16 = np.finfo(np.float16).max
+    x = device.put(np.array([60000, -60000, np.inf, 1], np.float16))
+    y = device.put(np.array([60000, -60000, -np.inf, 2], np.float16))
+    cases = [  # (kernel, its arguments after the output, the output's count, Inf/NaN, saturated)
+        (builtin.add_f16, (x, y), 4, [np.inf, -np.inf, np.nan, 3], [f16, -f16, 0, 3]),
+        (builtin.mul_f16, (x, y), 4, [np.inf, np.inf, -np.inf, 2], [f16, f16, -f16, 2]),
+        (builtin.exp_f16, (x,), 4, [np.inf, 0, np.inf, np.e], [f16, 0, f16, np.e]),
+    ]
+    for fn, inputs, n, inf_nan, saturated in cases:
+        out = device.alloc(np.float16, n)
+        for block_idx in range(2):
+            fn(FakeContext(device, block_idx, 2, saturation), *inputs, out, n)
+        expected = np.array(saturated if saturation else inf_nan, np.float16)
+        np.testing.assert_array_equal(device.get(out, np.float16, n), expected)
+    ones = device.put(np.full(4, 60000, np.float16))
+    total = device.alloc(np.float16, 1)
+    builtin.reduce_sum_f16(FakeContext(device, 0, 1, saturation), ones, total, 1, 4)
+    builtin.matmul_f16(FakeContext(device, 0, 1, saturation), ones, ones, total, 1, 4, 1)
+    assert device.get(total, np.float16, 1)[0] == (f16 if saturation else np.inf)
+    big = device.alloc(np.float32, 3)
+    builtin.fill_f32(FakeContext(device, 0, 1, saturation), big, np.float32(np.inf), 3)
+    limit = np.finfo(np.float32).max if saturation else np.inf
+    assert (device.get(big, np.float32, 3) == limit).all()
 
 
 def test_empty_does_nothing():

@@ -75,7 +75,7 @@ def run(name: str, first: int, last: int, blocks: int, n: int = 0) -> tuple:
     """One RunKernel of MODULE's `name` on a trusted unit's runner (built-in kernels' path)."""
     runner = WorkRunner(0, [bytearray(4096)], ["seg"], lambda report: None)
     runner.run([LoadModule.pack(1, MODULE, "<test>")], set)
-    (result,) = runner.run([RunKernel.pack(7, 1, name, (n,), first, last, blocks, ())], set)
+    (result,) = runner.run([RunKernel.pack(7, 1, name, (n,), first, last, blocks, (), False)], set)
     return result
 
 

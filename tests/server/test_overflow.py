@@ -5,7 +5,13 @@ from __future__ import annotations
 
 import numpy as np
 
-from simnpu.server.overflow import OUTPUT_SIZE, OverflowFlag, status_bytes, watch_numpy
+from simnpu.server.overflow import (
+    OUTPUT_SIZE,
+    OverflowFlag,
+    saturate,
+    status_bytes,
+    watch_numpy,
+)
 from simnpu.server.work import LoadModule, RunKernel
 from simnpu.server.workers import WorkRunner
 
@@ -25,7 +31,7 @@ def overflows_f16(ctx, n):
 
 
 def run(runner: WorkRunner, name: str, n: int) -> tuple:
-    (result,) = runner.run([RunKernel.pack(7, 1, name, (n,), 0, 3, 3, ())], set)
+    (result,) = runner.run([RunKernel.pack(7, 1, name, (n,), 0, 3, 3, (), False)], set)
     return result
 
 
@@ -59,3 +65,16 @@ def test_numpy_float_overflow_raises_it_where_it_is_watched():
 def test_the_status_is_a_uint64_then_zeros():
     assert status_bytes(True) == (1).to_bytes(8, "little") + bytes(56)
     assert status_bytes(False) == bytes(OUTPUT_SIZE)
+
+
+def test_saturate_clamps_infinities_and_zeroes_nans_of_float_types_only():
+    import ml_dtypes
+
+    for kind in (np.float16, np.float32, np.float64, ml_dtypes.bfloat16):
+        values = np.array([np.inf, -np.inf, np.nan, 1.5, -2.0], kind)
+        saturate(values)
+        largest = ml_dtypes.finfo(kind).max
+        assert values.tolist() == [largest, -largest, 0.0, 1.5, -2.0], kind
+    ints = np.array([-1, 7], np.int32)
+    saturate(ints)
+    assert ints.tolist() == [-1, 7]

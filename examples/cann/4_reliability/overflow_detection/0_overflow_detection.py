@@ -4,10 +4,13 @@ stream's overflow detection switch (set_stream_overflow_switch / get_stream_over
 and the overflow status a stream writes into a 64-byte device buffer
 (get_overflow_status) before and after reset_overflow_status.
 
-Like the vendor's program, it treats ACL_ERROR_RT_FEATURE_NOT_SUPPORT from the mode and
-switch calls as "not available here": it warns, cleans up and ends successfully. simnpu's
-device computes in the Inf/NaN mode only (docs/acl.md, "Float overflow"), so switching to
-the saturation mode is that case: the program stops after probing, as on such a chip."""
+It switches the device from its default Inf/NaN mode to the saturation mode, creates a
+stream (which computes in the mode in force when it is created), turns the stream's
+overflow detection on, reads the status (0: nothing has overflowed), resets it, reads it
+again, and puts the original mode back before it cleans up. Like the vendor's program, it
+treats ACL_ERROR_RT_FEATURE_NOT_SUPPORT from the mode and switch calls as "not available
+here": it warns, cleans up and ends successfully. It exits 1 when a call fails or a value
+it reads back is not the one it set (the mode, the switch, the status after the reset)."""
 
 import ctypes
 import sys
@@ -32,7 +35,7 @@ MODE_NAMES = {
 
 
 class Failed(Exception):
-    """A call returned an error: the program cleans up and exits 1."""
+    """A call returned an error or a value is wrong: the program cleans up and exits 1."""
 
 
 def info(text):
@@ -62,6 +65,12 @@ def available(ret, what, why):
         return False
     check(ret, what)
     return False
+
+
+def expect(got, wanted, what):
+    if got != wanted:
+        error(f"{what} is {got}, expected {wanted}")
+        raise Failed(what)
 
 
 def mode_name(mode):
@@ -104,6 +113,7 @@ def probe(state):
     current, ret = acl.rt.get_device_sat_mode()
     check(ret, "acl.rt.get_device_sat_mode")
     info(f"Device saturation mode switched from {mode_name(original)} to {mode_name(current)}.")
+    expect(current, ACL_RT_OVERFLOW_MODE_SATURATION, "the device's mode")
 
     stream, ret = acl.rt.create_stream()
     check(ret, "acl.rt.create_stream")
@@ -116,6 +126,7 @@ def probe(state):
     flag, ret = acl.rt.get_stream_overflow_switch(stream)
     check(ret, "acl.rt.get_stream_overflow_switch")
     info(f"Overflow switch={flag}")
+    expect(flag, 1, "the stream's overflow switch")
 
     buffer, ret = acl.rt.malloc(STATUS_SIZE, ACL_MEM_MALLOC_HUGE_FIRST)
     check(ret, "acl.rt.malloc")
@@ -123,7 +134,21 @@ def probe(state):
     info(f"Overflow status before reset={read_status(buffer, stream)}")
     check(acl.rt.reset_overflow_status(stream), "acl.rt.reset_overflow_status")
     check(acl.rt.synchronize_stream(stream), "acl.rt.synchronize_stream")
-    info(f"Overflow status after reset={read_status(buffer, stream)}")
+    after = read_status(buffer, stream)
+    info(f"Overflow status after reset={after}")
+    expect(after, 0, "the overflow status after the reset")
+
+
+def restore_mode(mode):
+    """Puts the device's original mode back and reads it again; an ACL code (-1: not back)."""
+    ret = acl.rt.set_device_sat_mode(mode)
+    if ret != ACL_SUCCESS:
+        return ret
+    current, ret = acl.rt.get_device_sat_mode()
+    if ret == ACL_SUCCESS and current != mode:
+        error(f"the device's mode is {mode_name(current)} after restoring {mode_name(mode)}")
+        return -1
+    return ret
 
 
 def clean_up(state):
@@ -133,7 +158,7 @@ def clean_up(state):
         steps.append(("acl.rt.free", lambda: acl.rt.free(state["buffer"])))
     if state.get("mode_changed"):
         mode = state["original_mode"]
-        steps.append(("acl.rt.set_device_sat_mode", lambda: acl.rt.set_device_sat_mode(mode)))
+        steps.append(("acl.rt.set_device_sat_mode", lambda: restore_mode(mode)))
     if "stream" in state:
         steps.append(("acl.rt.destroy_stream", lambda: acl.rt.destroy_stream(state["stream"])))
     if "context" in state:

@@ -119,6 +119,7 @@ class Runtime(
         self.cnt_notifies: dict[int, int] = {}  # count notify handle -> its id
         self.stream_context: dict[int, ContextInfo] = {}
         self.stream_attrs: dict[int, tuple[int, int]] = {}  # stream -> (priority, flags)
+        self._thread_res = threading.local()  # aclrtUseStreamResInCurrentThread's stream
         self.overflow_switches: dict[int, int] = {}  # stream -> 1 (aclrtSetStreamOverflowSwitch)
         self.event_context: dict[int, ContextInfo] = {}
         self.allocation_starts: list[int] = []

@@ -49,6 +49,7 @@ __all__ = [
     "RingSite",
     "RingStreamItem",
     "WaitEvent",
+    "WaitEventTimeout",
     "WaitNotify",
     "check_cnt_notify",
     "check_value_flag",
@@ -289,6 +290,31 @@ class WaitEvent(_EventRecord):
 
     __slots__ = ()
     OP: ClassVar[int] = 7
+
+
+class _WaitEventTimeoutFields(NamedTuple):
+    event: int
+    stream: int
+    timeout: int  # seconds, above 0
+
+
+class WaitEventTimeout(_WaitEventTimeoutFields):
+    """aclrtStreamWaitEventWithTimeout with a timeout: the wait fails when it passes."""
+
+    __slots__ = ()
+    OP: ClassVar[int] = 76
+    LAYOUT: ClassVar[struct.Struct] = struct.Struct("<HQQI")  # op, event, stream, timeout
+
+    @classmethod
+    def pack(cls, event: int, stream: int, timeout: int) -> bytes:
+        try:
+            return cls.LAYOUT.pack(cls.OP, event, stream, timeout)
+        except struct.error:
+            raise _refused(cls, (event, stream, timeout)) from None
+
+    @classmethod
+    def unpack_from(cls, buffer: memoryview, at: int):
+        return _record(cls, cls.LAYOUT.unpack_from(buffer, at)[1:]), at + cls.LAYOUT.size
 
 
 class _HostCallbackFields(NamedTuple):
@@ -608,6 +634,7 @@ _KINDS = (
     RecordEvent,
     ResetEvent,
     WaitEvent,
+    WaitEventTimeout,
     HostCallback,
     HostDone,
     Collective,

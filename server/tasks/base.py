@@ -5,6 +5,8 @@
                   is queued for units (DeviceWork) and completes when its last piece does
     discarded()   it was dropped before it ran (force destroy, STOP mode, session end)
     stop()        device work its session left running: nothing more of it is handed out
+    requeue()     device work handed to a unit that was ended before it started (a launch
+                  queued behind the stream's head on the same core, aclrtStreamStop)
 
 The scheduler completes a task with `Scheduler.complete`. A task kind says what it is on
 the timeline (`describe`) and what memory it touches for the checkers (`accesses`).
@@ -132,6 +134,12 @@ class DeviceWork(Task):
         still report). True if none is out: it is done."""
         self.total = self.handed
         return not self.out
+
+    def requeue(self) -> None:
+        """It was handed out whole and its unit was ended before it started: it is queued
+        again, to be handed out afresh."""
+        self.state = TaskState.PENDING
+        self.handed = self.out = 0
 
     def piece_done(self, scheduler: Scheduler, code: int, end_ns: int, message: str) -> None:
         """A unit reported a piece (or was lost with it)."""

@@ -63,6 +63,10 @@ CASES = {
         commands.WaitEvent.pack(U64, U64),
         commands.WaitEvent(U64, U64),
     ),
+    "wait event with a timeout": (
+        commands.WaitEventTimeout.pack(U64, U64, 0xFFFFFFFF),
+        commands.WaitEventTimeout(U64, U64, 0xFFFFFFFF),
+    ),
     "record notify": (
         commands.RecordNotify.pack(0x2D0000000001, 3),
         commands.RecordNotify(0x2D0000000001, 3),

@@ -565,7 +565,11 @@ _UNSUPPORTED = {
         (0,),
         "registering pageable host memory is not simulated",
     ),
-    "device_task_abort": ("aclrtDeviceTaskAbort", None, "aborting running tasks is not simulated"),
+    "device_task_abort": (
+        "aclrtDeviceTaskAbort",
+        None,
+        "aborting every task of a device is not simulated (stream_abort ends one stream's)",
+    ),
     "get_stream_available_num": (
         "aclrtGetStreamAvailableNum",
         (0,),

@@ -589,9 +589,7 @@ class Runtime(
             )
         stream = self.stream(stream)
         args = bytes(args)[: signature.end]  # only what the parameters take: all the daemon reads
-        self.connection.send_command(
-            commands.Launch.pack(num_blocks, stream, function, args), caller_site(), stream
-        )
+        self.send_launch(commands.Launch.pack(num_blocks, stream, function, args), stream)
 
     @records_errors
     def launch_kernel_devargs(
@@ -607,9 +605,8 @@ class Runtime(
             )
         self.device_range(args_ptr, args_size)
         stream = self.stream(stream)
-        self.connection.send_command(
+        self.send_launch(
             commands.LaunchDeviceArgs.pack(num_blocks, stream, function, args_ptr, args_size),
-            caller_site(),
             stream,
         )
 
@@ -622,7 +619,7 @@ class Runtime(
         record, stream = self.kernel_args.launch(
             function, num_blocks, stream, cfg, args_handle, reserve
         )
-        self.connection.send_command(record, caller_site(), stream)
+        self.send_launch(record, stream)
 
     @records_errors
     def set_op_execute_timeout(self, milliseconds: int) -> None:

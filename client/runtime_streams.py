@@ -174,7 +174,8 @@ class RuntimeStreams:
     @records_errors
     def use_stream_res_in_current_thread(self, stream: int) -> None:
         """aclrtUseStreamResInCurrentThread: aclrtGetResInCurrentThread on this thread reads
-        the stream's limits (the last stream set wins). Host only."""
+        the stream's limits (the last stream set wins), and its launches on any stream are
+        bounded by that stream's core limit."""
         self._thread_res.stream = self.stream(stream)
 
     @records_errors
@@ -182,6 +183,14 @@ class RuntimeStreams:
         """aclrtUnuseStreamResInCurrentThread: this thread reads its process's limits again."""
         if getattr(self._thread_res, "stream", None) == self.stream(stream):
             self._thread_res.stream = None
+
+    def send_launch(self, record: bytes, stream: int) -> None:
+        """Send a launch's record; from a thread that uses another stream's limits, as a
+        ThreadLimited record: that stream's core limit bounds it."""
+        limits = getattr(self._thread_res, "stream", None)
+        if limits is not None and limits != stream and limits in self.stream_context:
+            record = commands.ThreadLimited.pack(limits, record)
+        self.connection.send_command(record, caller_site(), stream)
 
     def thread_res_stream(self) -> int | None:
         """The stream whose limits this thread uses (aclrtUseStreamResInCurrentThread), if

@@ -42,6 +42,7 @@ __all__ = [
     "RecordEvent",
     "RecordNotify",
     "ResetEvent",
+    "ThreadLimited",
     "ValueWait",
     "ValueWrite",
     "RING_END",
@@ -189,6 +190,42 @@ class LaunchWithConfig(_LaunchWithConfigFields):
             start += size
         fields = (blocks, stream, function, timeout_us, args, tuple(place_holders))
         return _record(cls, fields), start
+
+
+class _ThreadLimitedFields(NamedTuple):
+    limits: int  # the stream whose resource limits bound the launch
+    launch: Any  # the launch record that follows (Launch, LaunchDeviceArgs, LaunchWithConfig)
+
+
+class ThreadLimited(_ThreadLimitedFields):
+    """A launch from a thread that uses a stream's resource limits
+    (aclrtUseStreamResInCurrentThread): that stream's handle, then the launch's record."""
+
+    __slots__ = ()
+    OP: ClassVar[int] = 77
+    LAYOUT: ClassVar[struct.Struct] = struct.Struct("<HQ")  # op, the limits' stream
+
+    @classmethod
+    def pack(cls, limits: int, launch: bytes) -> bytes:
+        try:
+            return cls.LAYOUT.pack(cls.OP, limits) + launch
+        except struct.error:
+            raise _refused(cls, (limits,)) from None
+
+    @classmethod
+    def unpack_from(cls, buffer: memoryview, at: int) -> tuple[ThreadLimited, int]:
+        _, limits = cls.LAYOUT.unpack_from(buffer, at)
+        start = at + cls.LAYOUT.size
+        if len(buffer) - start < _OP.size:
+            raise _malformed(f"thread-limited launch truncated at byte {start}")
+        (op,) = _OP.unpack_from(buffer, start)
+        kind = _LAUNCHES.get(op)
+        if kind is None:
+            raise _malformed(f"op {op} at byte {start} is no launch (a thread-limited record)")
+        if len(buffer) - start < kind.LAYOUT.size:
+            raise _malformed(f"truncated command op {op} at byte {start}")
+        launch, end = kind.unpack_from(buffer, start)
+        return _record(cls, (limits, launch)), end
 
 
 class _CopyFields(NamedTuple):
@@ -635,6 +672,7 @@ _KINDS = (
     ResetEvent,
     WaitEvent,
     WaitEventTimeout,
+    ThreadLimited,
     HostCallback,
     HostDone,
     Collective,
@@ -645,6 +683,7 @@ _KINDS = (
     CntNotifyRecord,
     CntNotifyWait,
 )
+_LAUNCHES = {kind.OP: kind for kind in (Launch, LaunchDeviceArgs, LaunchWithConfig)}
 # op -> (the smallest size of its record, its kind's unpack_from)
 _COMMANDS = {kind.OP: (kind.LAYOUT.size, kind.unpack_from) for kind in _KINDS}
 _RING_COMMANDS = {

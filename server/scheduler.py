@@ -336,8 +336,8 @@ class Scheduler:
                     task = stream.tasks[0]
                     assert isinstance(task, DeviceWork)
                     share = len(units)
-                    if kind is UnitKind.AI_CORE and (stream.owner.core_limits or stream.res_limits):
-                        share = min(share, stream.core_limit(share))
+                    if kind is UnitKind.AI_CORE and _limited(stream):
+                        share = min(share, _bounding(stream).core_limit(share))
                     items, whole, finished = task.hand_out(self, unit, share)
                     if finished:
                         ready.pop(index)
@@ -520,9 +520,7 @@ def _idle_with_work(units: Sequence[Unit], ready: list[Stream]) -> Iterator[tupl
             return
         if not unit.ready or unit.inflight:
             continue
-        if unit.kind is UnitKind.AI_CORE and any(
-            s.owner.core_limits or s.res_limits for s in ready
-        ):
+        if unit.kind is UnitKind.AI_CORE and any(_limited(s) for s in ready):
             allowed = [i for i, s in enumerate(ready) if _may_run(s, unit, len(units))]
             if allowed:
                 yield unit, allowed[pick_stream([ready[i].priority for i in allowed])]
@@ -530,11 +528,23 @@ def _idle_with_work(units: Sequence[Unit], ready: list[Stream]) -> Iterator[tupl
             yield unit, (pick_stream([s.priority for s in ready]) if len(ready) > 1 else 0)
 
 
+def _bounding(stream: Stream) -> Stream:
+    """The stream whose core limits bound the work at the head of ready `stream`: its own,
+    or the one its launching thread used (aclrtUseStreamResInCurrentThread)."""
+    return stream.tasks[0].limits_from or stream
+
+
+def _limited(stream: Stream) -> bool:
+    """Whether the work at the head of ready `stream` may have a core limit."""
+    bounding = _bounding(stream)
+    return bool(bounding.owner.core_limits or bounding.res_limits)
+
+
 def _may_run(stream: Stream, unit: Unit, cores: int) -> bool:
-    """Whether `unit` (an AI core of `cores`) may run `stream`'s work: the core limit in
-    force on the stream (aclrtSetStreamResLimit, else aclrtSetDeviceResLimit) admits only
+    """Whether `unit` (an AI core of `cores`) may run the work at the head of `stream`: the
+    core limit in force (aclrtSetStreamResLimit, else aclrtSetDeviceResLimit) admits only
     the first cores."""
-    return unit.index < stream.core_limit(cores)
+    return unit.index < _bounding(stream).core_limit(cores)
 
 
 def pick_stream(priorities: list[int]) -> int:

@@ -1,21 +1,24 @@
-"""Stream resource limits: aclrtGet/Set/ResetStreamResLimit.
+"""Stream resource limits: aclrtGet/Set/ResetStreamResLimit, and the launches of a thread
+that uses a stream's limits (aclrtUseStreamResInCurrentThread).
 
 A stream's limit of a type is its own when set, else its process's on the device
 (aclrtSetDeviceResLimit), else every AI core: the stream's limit wins over the process's,
 even when larger. As for the device limits (server/handlers/devices.py), the smaller of the
 cube and vector limits in force bounds the AI cores the stream's kernels run on
-(`Stream.limits`, `Stream.core_limit`, which the scheduler reads)."""
+(`Stream.limits`, `Stream.core_limit`, which the scheduler reads). A launch of a thread
+using a stream's limits comes as a ThreadLimited record: that stream's core limit bounds
+it, whatever stream it runs on (`Task.limits_from`)."""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from simnpu.proto import codes
+from simnpu.proto import codes, commands
 from simnpu.proto import npu_pb2 as pb
 from simnpu.proto.errors import NpuError
 from simnpu.server.executor import UnitKind
 from simnpu.server.handlers.devices import LIMIT_TYPES
-from simnpu.server.handlers.registry import handles
+from simnpu.server.handlers.registry import HANDLERS, handles
 
 if TYPE_CHECKING:
     from simnpu.server.session import Session
@@ -51,3 +54,13 @@ def stream_res_limit(
             stream.res_limits[request.type] = request.value
         cube, vector = stream.limits(cores)
     return pb.StreamResLimitReply(cube_limit=cube, vector_limit=vector)
+
+
+@handles(commands.ThreadLimited)
+def thread_limited(session: Session, record: commands.ThreadLimited) -> None:
+    """A launch (async) bounded by the core limit of the stream its thread uses."""
+    session.limits_from = session.stream(record.limits)
+    try:
+        HANDLERS[type(record.launch)](session, record.launch)
+    finally:
+        session.limits_from = None

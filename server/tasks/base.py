@@ -35,7 +35,16 @@ class TaskState(enum.IntEnum):
 class Task:
     """One task of a stream. `seq` is the client's sequence number of the call that made it."""
 
-    __slots__ = ("failure", "probe", "seq", "state", "stream", "timestamp", "waiters")
+    __slots__ = (
+        "failure",
+        "limits_from",
+        "probe",
+        "seq",
+        "state",
+        "stream",
+        "timestamp",
+        "waiters",
+    )
     kind: ClassVar[str]  # its kind on the timeline
     moves_clock: ClassVar[bool] = False  # its end moves its stream's clock (it ran somewhere)
     timed: ClassVar[bool] = False  # its timestamp is when it ended (it ran on units, or with peers)
@@ -50,6 +59,9 @@ class Task:
         self.probe: object = (
             None  # observed sessions: timeline and checking state (server/observe.py)
         )
+        # a launch of a thread using another stream's resource limits: that stream, whose
+        # core limit bounds it instead of its own stream's (aclrtUseStreamResInCurrentThread)
+        self.limits_from: Stream | None = None
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.seq}>"

@@ -233,6 +233,35 @@ def test_stream_limits_bad_input(acl):
     assert acl.rt.destroy_stream(stream) == 0
 
 
+def test_a_threads_launches_are_bounded_by_the_stream_it_uses(acl):
+    k = Kernels(acl)
+    vector = acl.ACL_RT_DEV_RES_VECTOR_CORE
+    limits, _ = acl.rt.create_stream()
+    free, _ = acl.rt.create_stream()
+    assert acl.rt.set_stream_res_limit(limits, vector, 1) == 0
+    assert acl.rt.use_stream_res_in_current_thread(limits) == 0
+    for _ in range(3):
+        assert k.cores_used(free) == {0}  # on a stream of no limits of its own
+    seen = []
+    context, _ = acl.rt.get_context()
+
+    def other_thread():  # not using the limits: both cores
+        acl.rt.set_context(context)
+        seen.append(k.cores_used(free))
+
+    thread = threading.Thread(target=other_thread)
+    thread.start()
+    thread.join()
+    assert seen and seen[0] <= {0, 1}
+    assert acl.rt.unuse_stream_res_in_current_thread(limits) == 0
+    assert k.cores_used(free) <= {0, 1}
+    assert acl.rt.use_stream_res_in_current_thread(limits) == 0
+    assert acl.rt.destroy_stream(limits) == 0  # gone: its limits bound nothing any more
+    assert k.cores_used(free) <= {0, 1}
+    assert acl.rt.destroy_stream(free) == 0
+    k.close()
+
+
 def test_a_thread_uses_a_streams_limits(acl):
     cube, vector = acl.ACL_RT_DEV_RES_CUBE_CORE, acl.ACL_RT_DEV_RES_VECTOR_CORE
     stream, _ = acl.rt.create_stream()

@@ -119,6 +119,8 @@ def _describe(runtime: Runtime, seq: int, code: int) -> ExceptionInfo:
     context = runtime.stream_context.get(stream)
     function, args = 0, None
     for command in commands.decode(record) if record else ():
+        if isinstance(command, commands.ThreadLimited):  # a launch bounded by a thread's limits
+            command = command.launch
         if isinstance(command, (commands.Launch, commands.LaunchDeviceArgs)):
             function = command.function
         if isinstance(command, commands.LaunchDeviceArgs):

@@ -123,6 +123,7 @@ class Runtime(
         self.cnt_notifies: dict[int, int] = {}  # count notify handle -> its id
         self.stream_context: dict[int, ContextInfo] = {}
         self.stream_attrs: dict[int, tuple[int, int]] = {}  # stream -> (priority, flags)
+        self._thread_res = threading.local()  # aclrtUseStreamResInCurrentThread's stream
         self.overflow_switches: dict[int, int] = {}  # stream -> 1 (aclrtSetStreamOverflowSwitch)
         self.sat_mode = codes.ACL_RT_OVERFLOW_MODE_INFNAN  # aclrtSetDeviceSatMode
         self.event_context: dict[int, ContextInfo] = {}
@@ -601,9 +602,7 @@ class Runtime(
             )
         stream = self.stream(stream)
         args = bytes(args)[: signature.end]  # only what the parameters take: all the daemon reads
-        self.connection.send_command(
-            commands.Launch.pack(num_blocks, stream, function, args), caller_site(), stream
-        )
+        self.send_launch(commands.Launch.pack(num_blocks, stream, function, args), stream)
 
     @records_errors
     def launch_kernel_devargs(
@@ -619,9 +618,8 @@ class Runtime(
             )
         self.device_range(args_ptr, args_size)
         stream = self.stream(stream)
-        self.connection.send_command(
+        self.send_launch(
             commands.LaunchDeviceArgs.pack(num_blocks, stream, function, args_ptr, args_size),
-            caller_site(),
             stream,
         )
 
@@ -634,7 +632,7 @@ class Runtime(
         record, stream = self.kernel_args.launch(
             function, num_blocks, stream, cfg, args_handle, reserve
         )
-        self.connection.send_command(record, caller_site(), stream)
+        self.send_launch(record, stream)
 
     @records_errors
     def set_op_execute_timeout(self, milliseconds: int) -> None:

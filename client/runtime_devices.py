@@ -76,6 +76,8 @@ class RuntimeDevices:
         def synchronize_device(self, timeout_ms: int = -1) -> None: ...
         def free(self, address: int) -> None: ...
         def free_host(self, address: int) -> None: ...
+        def thread_res_stream(self) -> int | None: ...
+        def get_stream_res_limit(self, stream: int, kind: int) -> int: ...
 
     # ---- queries ---------------------------------------------------------------------------
     def _query(self, device: int) -> pb.DeviceQueryReply:
@@ -155,9 +157,13 @@ class RuntimeDevices:
 
     @records_errors
     def get_res_in_current_thread(self, kind: int) -> int:
-        """aclrtGetResInCurrentThread: the limit in force for this thread's current device
-        (stream resource limits are not simulated). Blocks."""
+        """aclrtGetResInCurrentThread: the limit in force for this thread: the limits of the
+        stream it uses (aclrtUseStreamResInCurrentThread), else its process's on the current
+        device, else every AI core. Blocks."""
         self._limit_type(kind)
+        stream = self.thread_res_stream()
+        if stream is not None:
+            return self.get_stream_res_limit(stream, kind)
         return self.get_device_res_limit(self._current().device, kind)
 
     # ---- memory helpers ------------------------------------------------------------------------

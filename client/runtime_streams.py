@@ -15,9 +15,10 @@ from typing import TYPE_CHECKING, Any
 from simnpu.client.exceptions import EXCEPTIONS
 from simnpu.client.last_error import records_errors
 from simnpu.client.runtime_memory import wire_int
-from simnpu.proto import codes
+from simnpu.client.transport import caller_site
+from simnpu.proto import codes, commands
 from simnpu.proto import npu_pb2 as pb
-from simnpu.proto.errors import NotSupportedError, NpuError, invalid
+from simnpu.proto.errors import NpuError, invalid
 
 if TYPE_CHECKING:
     from google.protobuf.message import Message
@@ -93,6 +94,8 @@ class RuntimeStreams:
     connection: Connection
     device_count: int
     stream_attrs: dict[int, tuple[int, int]]  # stream -> (priority, flags) it was created with
+    stream_context: dict[int, Any]  # stream -> its context
+    _thread_res: threading.local  # .stream: the stream whose limits this thread uses
 
     if TYPE_CHECKING:
 
@@ -104,6 +107,7 @@ class RuntimeStreams:
         def create_stream(self, priority: int = 0, flags: int = 0) -> int: ...
         def record_event(self, event: int, stream: int) -> None: ...
         def stream_wait_event(self, stream: int, event: int) -> None: ...
+        def _limit_type(self, kind: int) -> None: ...
 
     # ---- streams -------------------------------------------------------------------------------
     @records_errors
@@ -128,6 +132,71 @@ class RuntimeStreams:
     def stream_get_flags(self, handle: int) -> int:
         """aclrtStreamGetFlags: the ACL_STREAM_* flags it was created with."""
         return self.stream_attrs.get(self.stream(handle), (0, 0))[1] & _STREAM_FLAGS
+
+    # ---- ending a stream's work ------------------------------------------------------------------
+    @records_errors
+    def stream_abort(self, stream: int) -> None:
+        """aclrtStreamAbort: end the stream's running work and discard its queued tasks (0:
+        the current context's default stream). Blocks until done."""
+        self._call(pb.StreamAbortRequest(stream=self.stream(stream)))
+
+    @records_errors
+    def stream_stop(self, stream: int) -> None:
+        """aclrtStreamStop: end the stream's running work; its queued tasks run next. The
+        default stream (0) is not taken (107000). Blocks until done."""
+        if not stream:
+            raise invalid("aclrtStreamStop takes no default stream (stream is null)")
+        self._call(pb.StreamAbortRequest(stream=self.stream(stream), stop=True))
+
+    # ---- stream resource limits --------------------------------------------------------------
+    @records_errors
+    def get_stream_res_limit(self, stream: int, kind: int) -> int:
+        """aclrtGetStreamResLimit: the stream's own limit, else its process's on the device,
+        else every AI core. Blocks."""
+        self._limit_type(kind)
+        reply = self._call(pb.StreamResLimitRequest(stream=self.stream(stream)))
+        return reply.cube_limit if kind == codes.ACL_RT_DEV_RES_CUBE_CORE else reply.vector_limit
+
+    @records_errors
+    def set_stream_res_limit(self, stream: int, kind: int, value: int) -> None:
+        """aclrtSetStreamResLimit: the stream's kernels run on at most `value` AI cores (the
+        smaller of its cube and vector limits in force). Blocks."""
+        handle = self.stream(stream)
+        self._limit_type(kind)
+        wire_int(value, "value")
+        self._call(pb.StreamResLimitRequest(stream=handle, type=kind, value=value))
+
+    @records_errors
+    def reset_stream_res_limit(self, stream: int) -> None:
+        """aclrtResetStreamResLimit: the stream follows its process's limits again. Blocks."""
+        self._call(pb.StreamResLimitRequest(stream=self.stream(stream), reset=True))
+
+    @records_errors
+    def use_stream_res_in_current_thread(self, stream: int) -> None:
+        """aclrtUseStreamResInCurrentThread: aclrtGetResInCurrentThread on this thread reads
+        the stream's limits (the last stream set wins), and its launches on any stream are
+        bounded by that stream's core limit."""
+        self._thread_res.stream = self.stream(stream)
+
+    @records_errors
+    def unuse_stream_res_in_current_thread(self, stream: int) -> None:
+        """aclrtUnuseStreamResInCurrentThread: this thread reads its process's limits again."""
+        if getattr(self._thread_res, "stream", None) == self.stream(stream):
+            self._thread_res.stream = None
+
+    def send_launch(self, record: bytes, stream: int) -> None:
+        """Send a launch's record; from a thread that uses another stream's limits, as a
+        ThreadLimited record: that stream's core limit bounds it."""
+        limits = getattr(self._thread_res, "stream", None)
+        if limits is not None and limits != stream and limits in self.stream_context:
+            record = commands.ThreadLimited.pack(limits, record)
+        self.connection.send_command(record, caller_site(), stream)
+
+    def thread_res_stream(self) -> int | None:
+        """The stream whose limits this thread uses (aclrtUseStreamResInCurrentThread), if
+        it still exists."""
+        stream = getattr(self._thread_res, "stream", None)
+        return stream if stream in self.stream_context else None
 
     # ---- events --------------------------------------------------------------------------------
     @records_errors
@@ -175,16 +244,18 @@ class RuntimeStreams:
 
     @records_errors
     def stream_wait_event_with_timeout(self, stream: int, event: int, timeout: int) -> None:
-        """aclrtStreamWaitEventWithTimeout (async): timeout in seconds, 0 never times out
-        (the only value simulated: a wait task's own timeout is not)."""
+        """aclrtStreamWaitEventWithTimeout (async): timeout in seconds, 0 never times out; a
+        wait whose event has not completed in time fails with 107019 at the stream's next
+        synchronize, and the stream goes on."""
         if timeout < 0:
             raise invalid(f"timeout {timeout}: use 0 (never) or a number of seconds")
-        if timeout:
-            raise NotSupportedError(
-                "a timeout on an event wait task (aclrtStreamWaitEventWithTimeout with "
-                "timeout > 0; 0, never, is)"
-            )
-        self.stream_wait_event(stream, event)
+        if not timeout:
+            self.stream_wait_event(stream, event)
+            return
+        event, stream = self._event(event), self.stream(stream)
+        self.connection.send_command(
+            commands.WaitEventTimeout.pack(event, stream, timeout), caller_site(), stream
+        )
 
     @records_errors
     def event_get_timestamp(self, event: int) -> int:

@@ -45,6 +45,7 @@ __all__ = [
     "RecordNotify",
     "Reduce",
     "ResetEvent",
+    "ThreadLimited",
     "ValueWait",
     "ValueWrite",
     "RING_END",
@@ -52,6 +53,7 @@ __all__ = [
     "RingSite",
     "RingStreamItem",
     "WaitEvent",
+    "WaitEventTimeout",
     "WaitNotify",
     "check_cnt_notify",
     "check_value_flag",
@@ -193,6 +195,42 @@ class LaunchWithConfig(_LaunchWithConfigFields):
         return _record(cls, fields), start
 
 
+class _ThreadLimitedFields(NamedTuple):
+    limits: int  # the stream whose resource limits bound the launch
+    launch: Any  # the launch record that follows (Launch, LaunchDeviceArgs, LaunchWithConfig)
+
+
+class ThreadLimited(_ThreadLimitedFields):
+    """A launch from a thread that uses a stream's resource limits
+    (aclrtUseStreamResInCurrentThread): that stream's handle, then the launch's record."""
+
+    __slots__ = ()
+    OP: ClassVar[int] = 77
+    LAYOUT: ClassVar[struct.Struct] = struct.Struct("<HQ")  # op, the limits' stream
+
+    @classmethod
+    def pack(cls, limits: int, launch: bytes) -> bytes:
+        try:
+            return cls.LAYOUT.pack(cls.OP, limits) + launch
+        except struct.error:
+            raise _refused(cls, (limits,)) from None
+
+    @classmethod
+    def unpack_from(cls, buffer: memoryview, at: int) -> tuple[ThreadLimited, int]:
+        _, limits = cls.LAYOUT.unpack_from(buffer, at)
+        start = at + cls.LAYOUT.size
+        if len(buffer) - start < _OP.size:
+            raise _malformed(f"thread-limited launch truncated at byte {start}")
+        (op,) = _OP.unpack_from(buffer, start)
+        kind = _LAUNCHES.get(op)
+        if kind is None:
+            raise _malformed(f"op {op} at byte {start} is no launch (a thread-limited record)")
+        if len(buffer) - start < kind.LAYOUT.size:
+            raise _malformed(f"truncated command op {op} at byte {start}")
+        launch, end = kind.unpack_from(buffer, start)
+        return _record(cls, (limits, launch)), end
+
+
 class _CopyFields(NamedTuple):
     stream: int
     dst: Location
@@ -319,6 +357,31 @@ class WaitEvent(_EventRecord):
 
     __slots__ = ()
     OP: ClassVar[int] = 7
+
+
+class _WaitEventTimeoutFields(NamedTuple):
+    event: int
+    stream: int
+    timeout: int  # seconds, above 0
+
+
+class WaitEventTimeout(_WaitEventTimeoutFields):
+    """aclrtStreamWaitEventWithTimeout with a timeout: the wait fails when it passes."""
+
+    __slots__ = ()
+    OP: ClassVar[int] = 76
+    LAYOUT: ClassVar[struct.Struct] = struct.Struct("<HQQI")  # op, event, stream, timeout
+
+    @classmethod
+    def pack(cls, event: int, stream: int, timeout: int) -> bytes:
+        try:
+            return cls.LAYOUT.pack(cls.OP, event, stream, timeout)
+        except struct.error:
+            raise _refused(cls, (event, stream, timeout)) from None
+
+    @classmethod
+    def unpack_from(cls, buffer: memoryview, at: int):
+        return _record(cls, cls.LAYOUT.unpack_from(buffer, at)[1:]), at + cls.LAYOUT.size
 
 
 class _HostCallbackFields(NamedTuple):
@@ -718,6 +781,8 @@ _KINDS = (
     RecordEvent,
     ResetEvent,
     WaitEvent,
+    WaitEventTimeout,
+    ThreadLimited,
     HostCallback,
     HostDone,
     Collective,
@@ -730,6 +795,7 @@ _KINDS = (
     Reduce,
     RandomNum,
 )
+_LAUNCHES = {kind.OP: kind for kind in (Launch, LaunchDeviceArgs, LaunchWithConfig)}
 # op -> (the smallest size of its record, its kind's unpack_from)
 _COMMANDS = {kind.OP: (kind.LAYOUT.size, kind.unpack_from) for kind in _KINDS}
 _RING_COMMANDS = {

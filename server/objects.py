@@ -24,6 +24,9 @@ if TYPE_CHECKING:
     from simnpu.shm.notify import NotifyArea, StreamSignal
 
 
+CUBE, VECTOR = codes.ACL_RT_DEV_RES_CUBE_CORE, codes.ACL_RT_DEV_RES_VECTOR_CORE
+
+
 @dataclass(eq=False)
 class Failure:
     """A task failure as ACL reports it at synchronize: code, message, the task's sequence
@@ -100,6 +103,8 @@ class Stream:
     destroyed: bool = False
     queued_ready: bool = False  # in its device's ready list
     signal: StreamSignal | None = None  # its completion signal (docs/fast-path.md)
+    # aclrtSetStreamResLimit: {aclrtDevResLimitType: cores}, as set
+    res_limits: dict[int, int] = field(default_factory=dict)
     device: int = field(init=False)  # its context's
     owner: Owner = field(init=False)  # its context's
     saturation: bool = field(init=False)  # its float results saturate (aclrtSetDeviceSatMode)
@@ -108,6 +113,21 @@ class Stream:
         self.device = self.context.device
         self.owner = self.context.owner
         self.saturation = self.owner.saturation
+
+    def limits(self, cores: int) -> tuple[int, int]:
+        """(cube, vector) core limits in force on the stream, of a device of `cores` AI
+        cores: its own where set, else its owner's on the device, else every core."""
+        device = self.owner.res_limits.get(self.device, {})
+        return (
+            self.res_limits.get(CUBE, device.get(CUBE, cores)),
+            self.res_limits.get(VECTOR, device.get(VECTOR, cores)),
+        )
+
+    def core_limit(self, cores: int) -> int:
+        """The AI cores its work may run on (the smaller of its two limits in force)."""
+        if not self.res_limits:
+            return self.owner.core_limits.get(self.device, cores)
+        return min(self.limits(cores))
 
     def drained_upto(self, seq: int) -> bool:
         """True when every task submitted up to `seq` has finished."""

@@ -216,6 +216,61 @@ class Scheduler:
         if dropped and not stream.tasks:
             _drained(stream, dropped[-1].seq)
 
+    def abort(self, stream: Stream, stop: bool) -> None:
+        """aclrtStreamAbort (`stop` False) or aclrtStreamStop: end the units running the
+        stream's head (their kernel processes, workers or copy engines are replaced; the
+        launches queued behind it on the same core go back to the queue) and, for an abort,
+        discard the queued tasks. What was ended or discarded makes the stream's next
+        synchronize fail once with ACL_ERROR_RT_STREAM_ABORT; the stream stays usable
+        (after a stop, its queued tasks run next)."""
+        tasks = stream.tasks
+        head = tasks[0] if tasks else None
+        running = (
+            head if isinstance(head, DeviceWork) and head.state == TaskState.DISPATCHED else None
+        )
+        if running is None and (stop or not tasks):
+            return
+        if stream.failure is None:  # (set first: every signal written from here says so)
+            call = "aclrtStreamStop" if stop else "aclrtStreamAbort"
+            stream.failure = Failure(
+                codes.ACL_ERROR_RT_STREAM_ABORT,
+                f"{call} ended task {tasks[0].seq} before it completed",
+                tasks[0].seq,
+            )
+        last_seq = tasks[-1].seq
+        if running is not None:
+            self._unready(stream)
+            for unit in self.devices[stream.device].units[running.unit_kind]:
+                works = list(unit.inflight.values())
+                if not any(work.stream is stream for work in works):
+                    continue
+                if unit.lent is not None:
+                    unit.lent.take_back()
+                self.executor.restart(unit)
+                for work in works:  # (a unit runs the work of one stream at a time)
+                    if work is running:
+                        work.piece_done(self, 0, time.monotonic_ns(), "")
+                    else:
+                        work.requeue()
+            if running.state != TaskState.DONE and running.stop():  # nothing of it is out
+                self.complete(running)
+        if not stop:
+            self.drop_queued(stream)
+        if not stream.tasks:
+            _drained(stream, last_seq)
+
+    def drop_queued(self, stream: Stream) -> None:
+        """Discard the tasks of `stream` that have not started (their event records fire)."""
+        dropped = [t for t in stream.tasks if t.state == TaskState.PENDING]
+        if not dropped:
+            return
+        stream.tasks = deque(t for t in stream.tasks if t.state != TaskState.PENDING)
+        for task in dropped:
+            self._discard(task)
+        if not stream.tasks:
+            self._unready(stream)
+        self._recheck(stream)
+
     def _cancel_dispatched(self, stream: Stream, head: bool) -> None:
         """Tell the cores running kernels of `stream` to skip what they have not started:
         the single-block launches of a run behind the head and, if `head`, the blocks of
@@ -281,8 +336,8 @@ class Scheduler:
                     task = stream.tasks[0]
                     assert isinstance(task, DeviceWork)
                     share = len(units)
-                    if kind is UnitKind.AI_CORE and stream.owner.core_limits:
-                        share = min(share, stream.owner.core_limits.get(device.index, share))
+                    if kind is UnitKind.AI_CORE and _limited(stream):
+                        share = min(share, _bounding(stream).core_limit(share))
                     items, whole, finished = task.hand_out(self, unit, share)
                     if finished:
                         ready.pop(index)
@@ -465,18 +520,31 @@ def _idle_with_work(units: Sequence[Unit], ready: list[Stream]) -> Iterator[tupl
             return
         if not unit.ready or unit.inflight:
             continue
-        if unit.kind is UnitKind.AI_CORE and any(s.owner.core_limits for s in ready):
-            allowed = [i for i, s in enumerate(ready) if _may_run(s, unit)]
+        if unit.kind is UnitKind.AI_CORE and any(_limited(s) for s in ready):
+            allowed = [i for i, s in enumerate(ready) if _may_run(s, unit, len(units))]
             if allowed:
                 yield unit, allowed[pick_stream([ready[i].priority for i in allowed])]
         else:
             yield unit, (pick_stream([s.priority for s in ready]) if len(ready) > 1 else 0)
 
 
-def _may_run(stream: Stream, unit: Unit) -> bool:
-    """Whether `unit` (an AI core) may run `stream`'s work: its owner's core limit on the
-    device (aclrtSetDeviceResLimit) admits only the first cores."""
-    return unit.index < stream.owner.core_limits.get(unit.device, unit.index + 1)
+def _bounding(stream: Stream) -> Stream:
+    """The stream whose core limits bound the work at the head of ready `stream`: its own,
+    or the one its launching thread used (aclrtUseStreamResInCurrentThread)."""
+    return stream.tasks[0].limits_from or stream
+
+
+def _limited(stream: Stream) -> bool:
+    """Whether the work at the head of ready `stream` may have a core limit."""
+    bounding = _bounding(stream)
+    return bool(bounding.owner.core_limits or bounding.res_limits)
+
+
+def _may_run(stream: Stream, unit: Unit, cores: int) -> bool:
+    """Whether `unit` (an AI core of `cores`) may run the work at the head of `stream`: the
+    core limit in force (aclrtSetStreamResLimit, else aclrtSetDeviceResLimit) admits only
+    the first cores."""
+    return unit.index < _bounding(stream).core_limit(cores)
 
 
 def pick_stream(priorities: list[int]) -> int:

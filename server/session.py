@@ -124,6 +124,8 @@ class Session:
         self.owner = Owner(session_id, self._announce)
         self.outbox: queue.SimpleQueue = queue.SimpleQueue()  # replies, notices, CLOSED
         self.seq = 0  # the sequence number of the call being handled
+        # while a thread-limited launch is handled: the stream whose limits bound it
+        self.limits_from: Stream | None = None
         self.handles = Handles(daemon.builtin_binary)
         self.memory = ClientMemory(
             self.owner, daemon.devices, daemon.ipc, daemon.config.memory_limit
@@ -282,6 +284,8 @@ class Session:
 
     def submit(self, task: Task) -> None:
         """Queue `task` on its stream, in order with this session's other calls."""
+        if self.limits_from is not None:  # a launch of a thread using a stream's limits
+            task.limits_from = self.limits_from
         self._batch.append((self.scheduler.submit, (task,)))
 
     def flush(self) -> None:

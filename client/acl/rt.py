@@ -568,18 +568,11 @@ _UNSUPPORTED = {
         (0,),
         "registering pageable host memory is not simulated",
     ),
-    "stream_abort": (
-        "aclrtStreamAbort",
+    "device_task_abort": (
+        "aclrtDeviceTaskAbort",
         None,
-        "aborting running tasks is not simulated (destroy_stream_force drops queued ones)",
+        "aborting every task of a device is not simulated (stream_abort ends one stream's)",
     ),
-    "stream_stop": (
-        "aclrtStreamStop",
-        None,
-        "stopping a stream's running tasks is not simulated (destroy_stream_force drops "
-        "queued ones)",
-    ),
-    "device_task_abort": ("aclrtDeviceTaskAbort", None, "aborting running tasks is not simulated"),
     "get_stream_available_num": (
         "aclrtGetStreamAvailableNum",
         (0,),
@@ -628,23 +621,6 @@ _UNSUPPORTED = {
     ),
     "device_get_uuid": ("aclrtDeviceGetUuid", ({},), _CAPS),
     "get_devices_topo": ("aclrtGetDevicesTopo", (0,), _CAPS),
-    "get_stream_res_limit": ("aclrtGetStreamResLimit", (0,), "resource limits are not simulated"),
-    "set_stream_res_limit": ("aclrtSetStreamResLimit", None, "resource limits are not simulated"),
-    "reset_stream_res_limit": (
-        "aclrtResetStreamResLimit",
-        None,
-        "resource limits are not simulated",
-    ),
-    "use_stream_res_in_current_thread": (
-        "aclrtUseStreamResInCurrentThread",
-        None,
-        "resource limits are not simulated",
-    ),
-    "unuse_stream_res_in_current_thread": (
-        "aclrtUnuseStreamResInCurrentThread",
-        None,
-        "resource limits are not simulated",
-    ),
     "device_set_limit": ("aclrtDeviceSetLimit", None, "device limits are not simulated"),
     "device_get_limit": ("aclrtDeviceGetLimit", (0,), "device limits are not simulated"),
     "ctx_set_sys_param_opt": (

@@ -99,7 +99,9 @@ def reset_device_res_limit(rt, device_id):
 
 @api("I", (0,))
 def get_res_in_current_thread(rt, type):  # noqa: A002 - pyACL's parameter name
-    """aclrtGetResInCurrentThread: `value, ret`, the limit of this thread's current device."""
+    """aclrtGetResInCurrentThread: `value, ret`, the limit in force for this thread: the
+    limits of the stream it uses (use_stream_res_in_current_thread), else its process's on
+    its current device, else every AI core. Blocks."""
     return rt.get_res_in_current_thread(type)
 
 

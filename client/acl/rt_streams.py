@@ -1,6 +1,7 @@
 """acl.rt stream and event calls beyond the basics: stream config handles and
-aclrtCreateStreamV2, stream introspection, stream state callbacks, events recorded and
-waited with a flag or timeout, event timestamps.
+aclrtCreateStreamV2, stream introspection, stream state callbacks, aborting and stopping a
+stream, stream resource limits, events recorded and waited with a flag or timeout, event
+timestamps.
 
 Written like the rest of acl.rt (client/acl/rt.py, which offers the calls this module lists
 in `__all__` as its own): pyACL's argument checks and return shapes, the ACL code last.
@@ -20,14 +21,21 @@ __all__ = [
     "create_stream_v2",
     "destroy_stream_config_handle",
     "event_get_timestamp",
+    "get_stream_res_limit",
     "record_event_with_flag",
     "reg_stream_state_callback",
+    "reset_stream_res_limit",
     "set_stream_config_opt",
+    "set_stream_res_limit",
+    "stream_abort",
     "stream_get_flags",
     "stream_get_id",
     "stream_get_priority",
+    "stream_stop",
     "stream_wait_event_with_flag",
     "stream_wait_event_with_timeout",
+    "unuse_stream_res_in_current_thread",
+    "use_stream_res_in_current_thread",
 ]
 
 
@@ -92,6 +100,60 @@ def reg_stream_state_callback(rt, reg_name, callback, args):
     _STATES.register(reg_name, callback, args)
 
 
+# ---- ending a stream's work --------------------------------------------------------------------
+@api("k")
+def stream_abort(rt, stream):
+    """aclrtStreamAbort: the stream's running kernel or copy is ended and its queued tasks
+    are discarded (their event records still fire); its next synchronize returns 107023
+    once, then it works as before. 0: the default stream. Blocks until done."""
+    rt.stream_abort(stream)
+
+
+@api("k")
+def stream_stop(rt, stream):
+    """aclrtStreamStop: the stream's running kernel or copy is ended; its queued tasks run
+    next, and its next synchronize returns 107023 once. 107000 for the default stream
+    (0). Blocks until done."""
+    rt.stream_stop(stream)
+
+
+# ---- stream resource limits --------------------------------------------------------------------
+@api("kI", (0,))
+def get_stream_res_limit(rt, stream, type):  # noqa: A002 - pyACL's parameter name
+    """aclrtGetStreamResLimit: `value, ret`, the stream's own limit of the type, else its
+    process's on the device (set_device_res_limit), else every AI core. 0: the
+    default stream. 107000 for another type. Blocks."""
+    return rt.get_stream_res_limit(stream, type)
+
+
+@api("kII")
+def set_stream_res_limit(rt, stream, type, value):  # noqa: A002 - pyACL's parameter name
+    """aclrtSetStreamResLimit: the stream's kernels run on at most `value` AI cores (the
+    smaller of its cube and vector limits in force; the stream's limit wins over its
+    process's, even when larger). 107000 for another type or a value outside 1 .. the
+    device's AI cores. Blocks."""
+    rt.set_stream_res_limit(stream, type, value)
+
+
+@api("k")
+def reset_stream_res_limit(rt, stream):
+    """aclrtResetStreamResLimit: the stream follows its process's limits again. Blocks."""
+    rt.reset_stream_res_limit(stream)
+
+
+@api("k")
+def use_stream_res_in_current_thread(rt, stream):
+    """aclrtUseStreamResInCurrentThread: get_res_in_current_thread on this thread reads the
+    stream's limits (the last stream given wins). Host only."""
+    rt.use_stream_res_in_current_thread(stream)
+
+
+@api("k")
+def unuse_stream_res_in_current_thread(rt, stream):
+    """aclrtUnuseStreamResInCurrentThread: this thread reads its process's limits again."""
+    rt.unuse_stream_res_in_current_thread(stream)
+
+
 # ---- events ----------------------------------------------------------------------------------
 @api("kkI")
 def record_event_with_flag(rt, event, stream, flag):
@@ -112,8 +174,8 @@ def stream_wait_event_with_flag(rt, stream, event, timeout, flag):
 @api("kki")
 def stream_wait_event_with_timeout(rt, stream, event, timeout):
     """aclrtStreamWaitEventWithTimeout (async; timeout in seconds): 0 waits as
-    stream_wait_event; below 0 is 107000; a timeout above 0 is 207000 (a wait task's own
-    timeout is not simulated)."""
+    stream_wait_event; below 0 is 107000; a wait whose event has not completed within the
+    timeout fails: the stream's next synchronize returns 107019 and the stream goes on."""
     rt.stream_wait_event_with_timeout(stream, event, timeout)
 
 

@@ -23,6 +23,8 @@ from simnpu.server.handlers import (  # noqa: F401 - imported for their registra
     overflow,
     pools,
     session,
+    stream_abort,
+    stream_limits,
     streams,
     values,
 )

@@ -192,3 +192,10 @@ def event_command(session: Session, record: commands.RecordEvent) -> None:
     if type(record) is commands.ResetEvent and event.flags == codes.ACL_EVENT_IPC:
         raise not_for_ipc("aclrtResetEvent")
     session.submit(_TASKS[type(record)](session.seq, stream, event))
+
+
+@handles(commands.WaitEventTimeout)
+def wait_event_timeout(session: Session, record: commands.WaitEventTimeout) -> None:
+    """aclrtStreamWaitEventWithTimeout with a timeout (async): the wait fails after it."""
+    event, stream = session.event(record.event), session.stream(record.stream)
+    session.submit(WaitTask(session.seq, stream, event, record.timeout))

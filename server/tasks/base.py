@@ -5,6 +5,8 @@
                   is queued for units (DeviceWork) and completes when its last piece does
     discarded()   it was dropped before it ran (force destroy, STOP mode, session end)
     stop()        device work its session left running: nothing more of it is handed out
+    requeue()     device work handed to a unit that was ended before it started (a launch
+                  queued behind the stream's head on the same core, aclrtStreamStop)
 
 The scheduler completes a task with `Scheduler.complete`. A task kind says what it is on
 the timeline (`describe`) and what memory it touches for the checkers (`accesses`).
@@ -33,7 +35,16 @@ class TaskState(enum.IntEnum):
 class Task:
     """One task of a stream. `seq` is the client's sequence number of the call that made it."""
 
-    __slots__ = ("failure", "probe", "seq", "state", "stream", "timestamp", "waiters")
+    __slots__ = (
+        "failure",
+        "limits_from",
+        "probe",
+        "seq",
+        "state",
+        "stream",
+        "timestamp",
+        "waiters",
+    )
     kind: ClassVar[str]  # its kind on the timeline
     moves_clock: ClassVar[bool] = False  # its end moves its stream's clock (it ran somewhere)
     timed: ClassVar[bool] = False  # its timestamp is when it ended (it ran on units, or with peers)
@@ -48,6 +59,9 @@ class Task:
         self.probe: object = (
             None  # observed sessions: timeline and checking state (server/observe.py)
         )
+        # a launch of a thread using another stream's resource limits: that stream, whose
+        # core limit bounds it instead of its own stream's (aclrtUseStreamResInCurrentThread)
+        self.limits_from: Stream | None = None
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.seq}>"
@@ -132,6 +146,12 @@ class DeviceWork(Task):
         still report). True if none is out: it is done."""
         self.total = self.handed
         return not self.out
+
+    def requeue(self) -> None:
+        """It was handed out whole and its unit was ended before it started: it is queued
+        again, to be handed out afresh."""
+        self.state = TaskState.PENDING
+        self.handed = self.out = 0
 
     def piece_done(self, scheduler: Scheduler, code: int, end_ns: int, message: str) -> None:
         """A unit reported a piece (or was lost with it)."""

@@ -3,12 +3,18 @@ scheduler itself when they reach the head of their stream.
 
 A wait binds to the event's latest record at the time of the wait (ACL semantics), and
 holds its stream until that record has completed; the stream's clock then moves to the
-record's time, which is what aclrtEventElapsedTime measures.
+record's time, which is what aclrtEventElapsedTime measures. A wait with its own timeout
+(aclrtStreamWaitEventWithTimeout) whose record has not completed when it passes fails with
+ACL_ERROR_RT_WAIT_TIMEOUT, reported by the stream's next synchronize, and its stream goes on.
 """
 
 from __future__ import annotations
 
+import time
 from typing import TYPE_CHECKING
+
+from simnpu.proto import codes
+from simnpu.server.objects import Waiter
 
 from .base import Task, TaskState
 
@@ -37,13 +43,15 @@ class RecordTask(Task):
 
 
 class WaitTask(Task):
-    __slots__ = ("event", "record")
+    __slots__ = ("event", "record", "timeout_s", "timer")
     kind = "wait"
 
-    def __init__(self, seq: int, stream: Stream, event: Event):
+    def __init__(self, seq: int, stream: Stream, event: Event, timeout_s: int = 0):
         super().__init__(seq, stream)
         self.event = event
         self.record: RecordTask | None = None
+        self.timeout_s = timeout_s  # 0: forever
+        self.timer: Waiter | None = None
 
     def submitted(self) -> None:
         self.record = self.event.latest_record
@@ -55,9 +63,27 @@ class WaitTask(Task):
         if record.state != TaskState.DONE:
             if stream not in record.waiters:
                 record.waiters.append(stream)  # re-advanced when the record completes
+            if self.timeout_s and self.timer is None:
+                self.timer = Waiter(
+                    lambda: False,
+                    lambda timed_out: self._expired(scheduler),
+                    time.monotonic() + self.timeout_s,
+                )
+                scheduler.watch(self.timer)
             return False
         stream.clock = max(stream.clock, record.timestamp)
         return True
+
+    def _expired(self, scheduler: Scheduler) -> None:
+        tasks = self.stream.tasks
+        if self.state != TaskState.PENDING or not tasks or tasks[0] is not self:
+            return  # its record completed in time, or it was dropped
+        self.fail(
+            codes.ACL_ERROR_RT_WAIT_TIMEOUT,
+            f"aclrtStreamWaitEventWithTimeout: the event was not recorded-complete within "
+            f"{self.timeout_s} s",
+        )
+        scheduler.complete(self)
 
     def follows(self) -> Task | None:
         return self.record

@@ -166,6 +166,7 @@ class KernelTask(DeviceWork):
                 or task.state != TaskState.PENDING
                 or task.args is None  # arguments in device memory: read once the tasks before ran
                 or task.tenant is not tenant  # built-in and own kernels run in different places
+                or task.limits_from is not self.limits_from  # other cores may be allowed
             ):
                 break
             following.append(task)

@@ -178,8 +178,6 @@ def test_event_flags_and_timeouts_bad_input(acl):
     assert acl.rt.stream_wait_event_with_flag(0, event, 5, acl.ACL_EVENT_WAIT_EXTERNAL) == 100000
     assert acl.rt.stream_wait_event_with_flag(0, event, 0xFFFFFFFF, 0) == 107000  # -1 as int32
     assert acl.rt.stream_wait_event_with_timeout(0, event, -1) == 107000
-    assert acl.rt.stream_wait_event_with_timeout(0, event, 5) == 207000
-    assert "not supported by the simulated NPU" in acl.get_recent_err_msg()
     assert acl.rt.stream_wait_event_with_timeout(0, 12345, 0) == 107017
     assert acl.rt.record_event_with_flag(event, 0, 2**32) == 100000  # no such flag
     assert acl.rt.synchronize_stream(0) == 0  # nothing was queued by the refused calls

@@ -163,6 +163,7 @@ _RECORDS = [
     commands.RecordEvent,
     commands.ResetEvent,
     commands.WaitEvent,
+    commands.WaitEventTimeout,
     commands.HostDone,
     commands.Collective,
 ]

@@ -67,6 +67,14 @@ CASES = {
         commands.WaitEvent.pack(U64, U64),
         commands.WaitEvent(U64, U64),
     ),
+    "wait event with a timeout": (
+        commands.WaitEventTimeout.pack(U64, U64, 0xFFFFFFFF),
+        commands.WaitEventTimeout(U64, U64, 0xFFFFFFFF),
+    ),
+    "thread-limited launch": (
+        commands.ThreadLimited.pack(U64, commands.Launch.pack(3, 7, 9, b"\x01\x02")),
+        commands.ThreadLimited(U64, commands.Launch(3, 7, 9, b"\x01\x02")),
+    ),
     "record notify": (
         commands.RecordNotify.pack(0x2D0000000001, 3),
         commands.RecordNotify(0x2D0000000001, 3),
@@ -319,3 +327,14 @@ def test_a_truncated_ring_request_raises_107000():
     with pytest.raises(NpuError) as raised:
         list(commands.decode(packed[:-1], ring=True))
     assert raised.value.code == codes.ACL_ERROR_RT_PARAM_INVALID
+
+
+def test_a_thread_limited_record_holds_a_launch_only():
+    inner = commands.RecordEvent.pack(1, 2)
+    got, error = decode_until_error(commands.ThreadLimited.pack(5, inner))
+    assert got == [] and error.code == 107000 and "no launch" in error.message
+    got, error = decode_until_error(commands.ThreadLimited.pack(5, b""))
+    assert got == [] and "truncated" in error.message
+    launch = commands.LaunchDeviceArgs.pack(1, 2, 3, 4, 5)
+    got, error = decode_until_error(commands.ThreadLimited.pack(5, launch[:-1]))
+    assert got == [] and "truncated" in error.message

@@ -421,3 +421,71 @@ def test_the_units_take_run_kernel_and_write_signal_items_field_by_field():
         (WorkRunner.write_signal, WriteSignal),
     ):
         assert list(inspect.signature(method).parameters)[1:] == list(item._fields), method
+
+
+# ---- aclrtStreamAbort / aclrtStreamStop ---------------------------------------------------------
+def test_an_abort_ends_the_running_launch_and_discards_the_queue(rig):
+    stream = rig.stream()
+    flag, cell = rig.cell(), rig.cell()
+    event = Event(1, rig.context, 0)
+    running = rig.kernel(stream, "wait_for", flag, blocks=4)  # 2 blocks out, 2 not handed
+    queued = rig.kernel(stream, "store", cell, 5)
+    record = rig.task(RecordTask, stream, event)
+    rig.until(lambda: running.handed == 3)
+    rig.scheduler.call(rig.scheduler.abort, stream, False)
+    rig.drain(stream)
+    assert running.state == queued.state == record.state == TaskState.DONE
+    assert running.handed == 3 and rig.read(cell) == 0
+    assert stream.failure is not None and stream.failure.code == codes.ACL_ERROR_RT_STREAM_ABORT
+    assert stream.failure.seq == running.seq
+    assert sum(unit.restarts for unit in rig.device.units[UnitKind.AI_CORE]) == 2
+    stream.failure = None
+    again = rig.kernel(stream, "store", cell, 6)  # the stream works as before
+    rig.drain(stream)
+    assert again.failure is None and rig.read(cell) == 6
+
+
+def test_a_stop_ends_the_running_launch_and_requeues_the_run_behind_it():
+    rig = Rig(ai_cores=1)
+    try:
+        stream = rig.stream()
+        flag, cell = rig.cell(), rig.cell()
+        running = rig.kernel(stream, "wait_for", flag)
+        rig.until(lambda: running.state == TaskState.DISPATCHED)
+        behind = [rig.kernel(stream, "store", cell, value) for value in (1, 2)]
+        rig.scheduler.call(rig.scheduler.abort, stream, True)
+        rig.drain(stream)
+        assert all(task.failure is None for task in behind)
+        assert rig.read(cell) == 2  # both ran, in order, after the stop
+        assert stream.failure is not None and stream.failure.seq == running.seq
+        assert rig.device.units[UnitKind.AI_CORE][0].restarts == 1
+    finally:
+        rig.close()
+
+
+def test_stopping_an_idle_stream_reports_nothing(rig):
+    stream = rig.stream()
+    rig.scheduler.call(rig.scheduler.abort, stream, True)
+    rig.scheduler.call(rig.scheduler.abort, stream, False)
+    assert stream.failure is None
+
+
+# ---- stream resource limits ---------------------------------------------------------------------
+def test_a_streams_core_limit_wins_over_its_owners():
+    rig = Rig(ai_cores=4)
+    try:
+        limited, other = rig.stream(), rig.stream()
+        rig.owner.res_limits[0] = {codes.ACL_RT_DEV_RES_CUBE_CORE: 1}
+        rig.owner.core_limits[0] = 1
+        limited.res_limits[codes.ACL_RT_DEV_RES_CUBE_CORE] = 3
+        assert limited.limits(4) == (3, 4) and limited.core_limit(4) == 3
+        assert other.limits(4) == (1, 4) and other.core_limit(4) == 1
+        rig.kernel(limited, "sleep_ms", 20, blocks=12)
+        rig.drain(limited)
+        assert {unit.core_id for unit, _ in rig.executor.batches} <= {0, 1, 2}
+        rig.executor.batches.clear()
+        rig.kernel(other, "sleep_ms", 20, blocks=12)
+        rig.drain(other)
+        assert {unit.core_id for unit, _ in rig.executor.batches} == {0}
+    finally:
+        rig.close()

@@ -255,21 +255,9 @@ class Scheduler:
             if running.state != TaskState.DONE and running.stop():  # nothing of it is out
                 self.complete(running)
         if not stop:
-            self.drop_queued(stream)
+            self.drop_pending(stream)
         if not stream.tasks:
             _drained(stream, last_seq)
-
-    def drop_queued(self, stream: Stream) -> None:
-        """Discard the tasks of `stream` that have not started (their event records fire)."""
-        dropped = [t for t in stream.tasks if t.state == TaskState.PENDING]
-        if not dropped:
-            return
-        stream.tasks = deque(t for t in stream.tasks if t.state != TaskState.PENDING)
-        for task in dropped:
-            self._discard(task)
-        if not stream.tasks:
-            self._unready(stream)
-        self._recheck(stream)
 
     def _cancel_dispatched(self, stream: Stream, head: bool) -> None:
         """Tell the cores running kernels of `stream` to skip what they have not started:

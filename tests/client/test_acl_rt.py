@@ -375,8 +375,7 @@ def test_unsupported_calls_return_207000_in_pyacl_shape(acl):
             assert code == acl.ACL_ERROR_RT_FEATURE_NOT_SUPPORT, name
         message = acl.get_recent_err_msg()
         assert "not supported by the simulated NPU" in message and f"acl.rt.{name}" in message
-    assert acl.rt.stream_abort(0) == 207000
-    assert acl.rt.stream_stop(0) == 207000
+    assert acl.rt.device_task_abort(0, 0) == 207000
     assert acl.rt.query_event_wait_status(1) == (acl.ACL_EVENT_WAIT_STATUS_RESERVED, 207000)
     assert acl.rt.get_primary_ctx_state(0) == (0, 0, 207000)
     assert acl.rt.create_binary(0, 0) == 0

@@ -70,7 +70,11 @@ def discover(source: str, filename: str, max_bytes: int) -> dict[str, KernelSign
                 f"cannot load kernel module {filename}: its parser was killed from outside "
                 "the daemon; load it again",
             ) from None
-        raise _invalid_file(filename, f"the parser {_ending(child.returncode)}") from None
+        said = child.stderr.decode(errors="replace").strip().splitlines()
+        last_words = f" ({said[-1][:200]})" if said else ""
+        raise _invalid_file(
+            filename, f"the parser {_ending(child.returncode)}{last_words}"
+        ) from None
     if "error" in found:
         raise _invalid_file(filename, found["error"])
     return {name: KernelSignature.from_wire(types) for name, types in found["kernels"].items()}

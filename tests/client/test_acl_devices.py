@@ -36,6 +36,19 @@ def test_soc_name_and_versions_say_the_device_is_simulated(acl):
     assert acl.sys.get_version_num("") == (0, acl.ACL_ERROR_INVALID_PARAM)
 
 
+def test_the_deprecated_cann_version_call_gives_the_same_version(acl):
+    version, ret = acl.sys.get_cann_version(acl.ACL_PKG_NAME_CANN)
+    assert ret == 0 and acl.sys.get_cann_version(acl.ACL_PKG_NAME_RUNTIME) == (version, 0)
+    assert version["version"] == acl.sys.get_version_str("runtime")[0]
+    major, minor, patch, _ = acl.get_version()
+    assert (version["major_version"], version["minor_version"]) == (str(major), str(minor))
+    assert version["release_version"] == str(patch) and version["patch_version"] == "0"
+    assert acl.sys.get_cann_version(acl.ACL_PKG_NAME_DRIVER) == ({}, acl.ACL_ERROR_INVALID_FILE)
+    assert "not installed" in acl.get_recent_err_msg()
+    assert acl.sys.get_cann_version(8) == ({}, acl.ACL_ERROR_INVALID_PARAM)
+    assert acl.sys.get_cann_version(-1) == ({}, acl.ACL_ERROR_INVALID_PARAM)
+
+
 def test_cann_attributes(acl):
     attributes, ret = acl.get_cann_attribute_list()
     assert ret == 0

@@ -624,41 +624,48 @@ class ProcessExecutor:
 
     def _send_to_kernel_process(self, unit: Unit, batch: list, tenant: Owner) -> None:
         """A batch of `tenant`'s own kernels goes to its kernel process for `unit`
-        (server/kernel_processes.py), with the modules that process has not loaded yet."""
-        try:
-            process, _ = self.kernels.process_for(tenant, unit)
-        except OSError as error:
-            self._running[unit] = error
-            raise
-        items = []
-        tokens = []
-        for item in batch:
-            tag = item[0]
-            if tag == LoadModule.TAG:
-                if item[1] in process.loaded:
-                    continue
-                process.loaded.add(item[1])
-            elif tag == RunKernel.TAG:
-                tokens.append(item[1])
-            items.append(item)
-        process.tokens = tokens
-        process.sent_ns = time.monotonic_ns()
-        process.busy = True
-        self._running[unit] = process
-        if self._kernels_version != self.kernels.version:
-            self.wake()  # the scheduler thread polls the new process from its next wait
-        try:
-            process.conn.send(items)
-        except (OSError, ValueError) as error:
-            raise OSError(str(error)) from None
+        (server/kernel_processes.py), with the modules that process has not loaded yet.
+        Under the kernel processes' lock, as every use of a kernel process's socket is: a
+        process ended meanwhile by another thread (a free) closes its socket, and a send
+        racing that close could write into whatever descriptor reused its number."""
+        with self.kernels.lock:
+            try:
+                process, _ = self.kernels.process_for(tenant, unit)
+            except OSError as error:
+                self._running[unit] = error
+                raise
+            items = []
+            tokens = []
+            for item in batch:
+                tag = item[0]
+                if tag == LoadModule.TAG:
+                    if item[1] in process.loaded:
+                        continue
+                    process.loaded.add(item[1])
+                elif tag == RunKernel.TAG:
+                    tokens.append(item[1])
+                items.append(item)
+            process.tokens = tokens
+            process.sent_ns = time.monotonic_ns()
+            process.busy = True
+            self._running[unit] = process
+            if self._kernels_version != self.kernels.version:
+                self.wake()  # the scheduler thread polls the new process from its next wait
+            try:
+                process.conn.send(items)
+            except (OSError, ValueError) as error:
+                raise OSError(str(error)) from None
 
     def cancel(self, unit: Unit, tokens: list[int]) -> None:
-        running = self._running.get(unit)
-        conn = running.conn if isinstance(running, KernelProcess) else self._processes[unit].conn
-        try:
-            conn.send(Cancel(tokens))
-        except (OSError, ValueError):  # it died: its results never come, and it is replaced
-            pass
+        with self.kernels.lock:  # (a kernel process's socket: see _send_to_kernel_process)
+            running = self._running.get(unit)
+            conn = (
+                running.conn if isinstance(running, KernelProcess) else self._processes[unit].conn
+            )
+            try:
+                conn.send(Cancel(tokens))
+            except (OSError, ValueError):  # it died: its results never come; it is replaced
+                pass
 
     def wait(self, timeout_s: float) -> list[tuple[Unit, int, Any]]:
         if self._poller is None or self._kernels_version != self.kernels.version:
@@ -695,10 +702,11 @@ class ProcessExecutor:
         """What `process` reported, checked (it is untrusted), or LOST; None if there is
         nothing to report (it ended while idle, or it no longer runs the unit's batch)."""
         running = self._running.get(unit) is process
-        if process.conn.closed:  # ended meanwhile (the poll set is rebuilt next time)
-            return LOST if running else None
         try:
-            data = process.conn.recv_bytes(MAX_REPORT)
+            with self.kernels.lock:  # (its socket: see _send_to_kernel_process)
+                if process.conn.closed:  # ended meanwhile (the poll set is rebuilt next time)
+                    return LOST if running else None
+                data = process.conn.recv_bytes(MAX_REPORT)
             report = decode_report(data, process.tokens, process.sent_ns)
         except (EOFError, OSError, BadReport) as error:
             process.hung_up = not isinstance(error, BadReport)

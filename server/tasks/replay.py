@@ -1,0 +1,84 @@
+"""A replay of a model run instance (aclmdlRIExecuteAsync, aclmdlRIExecute): one task on the
+replaying stream, which holds it until the whole graph has run (docs/graph-capture.md).
+
+When its stream reaches it, it makes one private stream per lane of the graph (in its
+stream's context, listed there while it runs, so an abort, STOP mode and the session's end
+reach them), submits a replica of every recorded task onto its lane's stream in capture
+order, and completes when those streams have drained, with the earliest failure among them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from simnpu.proto import codes
+from simnpu.server.objects import Failure, Stream, Waiter
+
+from .base import Task, TaskState
+
+if TYPE_CHECKING:
+    from simnpu.server.graphs import Graph
+    from simnpu.server.scheduler import Scheduler
+
+
+class ReplayTask(Task):
+    __slots__ = ("aborted", "graph", "lanes", "new_handle", "on_done")
+    kind = "replay"
+    capturable = False  # a graph inside a graph is not built yet
+
+    def __init__(self, seq: int, stream: Stream, graph: Graph, new_handle: Callable[[], int]):
+        super().__init__(seq, stream)
+        self.graph = graph
+        self.new_handle = new_handle  # a handle for each private stream (never the client's)
+        self.lanes: list[Stream] = []
+        self.aborted = False  # aclmdlRIAbort
+        self.on_done: list[Callable[[ReplayTask], None]] = []  # run when it completes
+
+    def start(self, scheduler: Scheduler) -> bool:
+        graph, context = self.graph, self.stream.context
+        streams = {}
+        for lane in graph.lanes:
+            stream = Stream(self.new_handle(), context, self.stream.priority)
+            streams[lane] = stream
+            context.streams.append(stream)
+        self.lanes = list(streams.values())
+        graph.running.add(self)
+        self.state = TaskState.DISPATCHED
+        for lane, task in graph.order:
+            scheduler.submit(task.replica(streams[lane]))
+        if self._drained():
+            self._finish()
+            return True
+        scheduler.watch(
+            Waiter(self._drained, lambda timed_out: self._complete(scheduler)), streams=self.lanes
+        )
+        return False
+
+    def _drained(self) -> bool:
+        return all(not stream.tasks for stream in self.lanes)
+
+    def _finish(self) -> None:
+        context = self.stream.context
+        for stream in self.lanes:
+            if stream.failure is not None and (
+                self.failure is None or stream.failure.seq < self.failure.seq
+            ):
+                self.failure = stream.failure
+            context.streams.remove(stream)
+        if self.aborted:
+            self.failure = Failure(
+                codes.ACL_ERROR_RT_MODEL_ABORT_NORMAL,
+                f"aclmdlRIAbort ended the replay of model {self.graph.id} (task {self.seq})",
+                self.seq,
+            )
+        self.graph.running.discard(self)
+        for done in self.on_done:
+            done(self)
+
+    def _complete(self, scheduler: Scheduler) -> None:
+        self._finish()
+        scheduler.complete(self)
+
+    def describe(self) -> tuple[str, str, dict]:
+        return f"replay of model {self.graph.id}", "replay", {"tasks": len(self.graph.order)}

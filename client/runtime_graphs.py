@@ -42,6 +42,7 @@ class RuntimeGraphs:
     callbacks: HostCallbacks
     capture_modes: CaptureModes
     models: dict[int, Model]
+    capturing: dict[int, tuple[int, bool]]  # origin stream -> (its model, made by the capture)
     model_tasks: dict[int, tuple[int, int]]  # listed task -> (aclmdlRITaskType, position)
 
     if TYPE_CHECKING:
@@ -57,6 +58,16 @@ class RuntimeGraphs:
             raise bad_handle("model run instance", handle)
         return model
 
+    def _replayable(self, handle: int) -> Model:
+        """The model, not being captured (107026)."""
+        model = self._model(handle)
+        if any(handle == captured for captured, _ in self.capturing.values()):
+            raise NpuError(
+                codes.ACL_ERROR_RT_MODEL_CAPTURED,
+                "the model is being captured (aclmdlRICaptureEnd it first)",
+            )
+        return model
+
     # ---- capture -------------------------------------------------------------------------------
     @records_errors
     def capture_begin(self, stream: int, mode: int, model: int = 0) -> None:
@@ -70,8 +81,11 @@ class RuntimeGraphs:
         if model:
             self._model(model)
         handle = self.stream(stream)
-        self._call(pb.CaptureBeginRequest(stream=handle, mode=mode, model=model))
+        reply = self._call(pb.CaptureBeginRequest(stream=handle, mode=mode, model=model))
         self.capture_modes.begun(handle, mode)
+        if not model:  # a new model: known from now on (aclmdlRICaptureGetInfo returns it)
+            self.models[reply.model] = Model([], [])
+        self.capturing[handle] = (reply.model, not model)
 
     @records_errors
     def capture_end(self, stream: int) -> int:
@@ -86,13 +100,15 @@ class RuntimeGraphs:
             if error.code not in (
                 codes.ACL_ERROR_RT_STREAM_NOT_CAPTURED,
                 codes.ACL_ERROR_RT_STREAM_CAPTURE_UNMATCHED,
-            ):
+            ):  # the capture is over, and a model it made is gone with it
                 self.capture_modes.ended(handle)
+                made, new = self.capturing.pop(handle, (0, False))
+                if new:
+                    self.models.pop(made, None)
             raise
         self.capture_modes.ended(handle)
-        model = self.models.get(reply.model)
-        if model is None:
-            model = self.models[reply.model] = Model([], [])
+        self.capturing.pop(handle, None)
+        model = self.models[reply.model]
         model.seqs += reply.seqs
         model.callbacks += reply.callbacks
         self.connection.keep_sites(reply.seqs)
@@ -120,7 +136,7 @@ class RuntimeGraphs:
     @records_errors
     def model_execute_async(self, model: int, stream: int) -> None:
         """aclmdlRIExecuteAsync (async): one command replays the whole graph on `stream`."""
-        callbacks = len(self._model(model).callbacks)
+        callbacks = len(self._replayable(model).callbacks)
         handle = self.stream(stream)
         if callbacks:
             self.connection.expect_notice(callbacks)
@@ -131,7 +147,7 @@ class RuntimeGraphs:
     @records_errors
     def model_execute(self, model: int, timeout: int) -> None:
         """aclmdlRIExecute: replay and wait up to `timeout` ms (-1 forever). Blocks."""
-        callbacks = len(self._model(model).callbacks)
+        callbacks = len(self._replayable(model).callbacks)
         if callbacks:
             self.connection.expect_notice(callbacks)
         self._call(pb.ModelExecuteRequest(model=model, timeout_ms=timeout))
@@ -167,7 +183,7 @@ class RuntimeGraphs:
         """aclmdlRIDestroyUnregisterCallback: 100000 if `function` is not registered."""
         kept = self._model(model)
         for index, (registered, _) in enumerate(kept.on_destroy):
-            if registered is function:
+            if registered == function:
                 del kept.on_destroy[index]
                 return
         raise NpuError(

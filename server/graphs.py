@@ -86,17 +86,17 @@ class Capture:
         """`task` of a stream in this capture is recorded, not run; a kind that cannot be
         replayed invalidates the capture."""
         stream = task.stream
+        stream.captured_upto = task.seq
+        if not stream.tasks and stream.signal is not None:  # a synchronize asks the daemon
+            stream.signal.publish(task.seq, True)
+        if not task.capturable:  # (not even submitted: it must leave no trace)
+            self.invalidate(f"task {task.seq} ({task.kind}) cannot be captured")
+            return
         if not submitted:
             if type(task) is RecordTask:
                 self.restore.setdefault(task.event, task.event.latest_record)
             task.submitted()
-        stream.captured_upto = task.seq
-        if not stream.tasks and stream.signal is not None:  # a synchronize asks the daemon
-            stream.signal.publish(task.seq, True)
         if self.invalid is not None:
-            return
-        if not task.capturable:
-            self.invalid = f"task {task.seq} ({task.kind}) cannot be captured"
             return
         if type(task) is WaitTask and task.record is not None:
             other = task.record.stream.capture

@@ -88,7 +88,7 @@ def capture_begin(session: Session, request: pb.CaptureBeginRequest, reply_to: i
             graph = Graph(0, session.daemon.next_model_id(), stream.context)
             graph.handle = session.handles.add(graph, HandleKind.MODEL_RI)
         Capture(graph, stream, request.mode, _new_lane(session))
-        session.respond(reply_to)
+        session.respond(reply_to, pb.CaptureBeginReply(model=graph.handle))
 
     session.post(begin)
     return LATER

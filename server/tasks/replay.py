@@ -35,7 +35,16 @@ class ReplayTask(Task):
         self.aborted = False  # aclmdlRIAbort
         self.on_done: list[Callable[[ReplayTask], None]] = []  # run when it completes
 
+    def submitted(self) -> None:
+        self.graph.running.add(self)  # queued counts as running (aclmdlRIDestroy waits for it)
+
+    def discarded(self, scheduler: Scheduler) -> None:
+        self.graph.running.discard(self)
+
     def start(self, scheduler: Scheduler) -> bool:
+        if self.aborted:  # aclmdlRIAbort before its stream reached it: nothing of it runs
+            self._finish()
+            return True
         graph, context = self.graph, self.stream.context
         streams = {}
         for lane in graph.lanes:
@@ -43,7 +52,6 @@ class ReplayTask(Task):
             streams[lane] = stream
             context.streams.append(stream)
         self.lanes = list(streams.values())
-        graph.running.add(self)
         self.state = TaskState.DISPATCHED
         for lane, task in graph.order:
             scheduler.submit(task.replica(streams[lane]))

@@ -146,10 +146,16 @@ class Scheduler:
         if stream.capture is not None:  # a wait on a captured record pulled its stream in
             stream.capture.record(task, submitted=True)
             return
+        self.queue(task)
+
+    def queue(self, task: Task) -> None:
+        """Queue a task whose `submitted()` has run at the tail of its stream (`submit`'s
+        second half; a replay's tasks, server/tasks/replay.py)."""
+        stream = task.stream
         if self.observer is not None:
             self.observer.submitted(task)
         if stream.context.failure is not None:  # stopped on failure: nothing more runs
-            self._discard(task)
+            self.discard(task)
             if not stream.tasks:
                 drained(stream, task.seq)
             return
@@ -212,7 +218,7 @@ class Scheduler:
         stream.tasks = kept
         self._cancel_dispatched(stream, stopping)
         for task in dropped:
-            self._discard(task)
+            self.discard(task)
         head = kept[0] if kept else None
         if head is None or stopping:  # (a head handed out in part stays ready for the rest)
             self._unready(stream)
@@ -281,7 +287,8 @@ class Scheduler:
             if tokens:
                 self.executor.cancel(unit, tokens)
 
-    def _discard(self, task: Task) -> None:
+    def discard(self, task: Task) -> None:
+        """`task` is dropped before it ran: done, its waiters released."""
         task.discarded(self)
         task.state = TaskState.DONE
         task.timestamp = task.stream.clock

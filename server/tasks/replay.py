@@ -1,10 +1,14 @@
 """A replay of a model run instance (aclmdlRIExecuteAsync, aclmdlRIExecute): one task on the
 replaying stream, which holds it until the whole graph has run (docs/graph-capture.md).
 
-When its stream reaches it, it makes one private stream per lane of the graph (in its
-stream's context, listed there while it runs, so an abort, STOP mode and the session's end
-reach them), submits a replica of every recorded task onto its lane's stream in capture
-order, and completes when those streams have drained, with the earliest failure among them.
+At its submission it makes one private stream per lane of the graph (in its stream's
+context, listed there while it lives, so an abort, STOP mode and the session's end reach
+them) and a replica of every recorded task on its lane's stream, `submitted()` in capture
+order: an event recorded in the graph has the replica's record as its latest from then on,
+so a stream waiting for it after aclmdlRIExecuteAsync waits for the replay, and a wait of
+the graph binds to the records submitted before the replay (an external dependency). When
+its stream reaches it, the replicas are queued; it completes when those streams have
+drained, with the earliest failure among them.
 """
 
 from __future__ import annotations
@@ -23,7 +27,7 @@ if TYPE_CHECKING:
 
 
 class ReplayTask(Task):
-    __slots__ = ("aborted", "graph", "lanes", "new_handle", "on_done")
+    __slots__ = ("aborted", "graph", "lanes", "new_handle", "replicas")
     kind = "replay"
     capturable = False  # a graph inside a graph is not built yet
 
@@ -32,29 +36,41 @@ class ReplayTask(Task):
         self.graph = graph
         self.new_handle = new_handle  # a handle for each private stream (never the client's)
         self.lanes: list[Stream] = []
+        self.replicas: list[Task] = []
         self.aborted = False  # aclmdlRIAbort
-        self.on_done: list[Callable[[ReplayTask], None]] = []  # run when it completes
 
     def submitted(self) -> None:
-        self.graph.running.add(self)  # queued counts as running (aclmdlRIDestroy waits for it)
-
-    def discarded(self, scheduler: Scheduler) -> None:
-        self.graph.running.discard(self)
-
-    def start(self, scheduler: Scheduler) -> bool:
-        if self.aborted:  # aclmdlRIAbort before its stream reached it: nothing of it runs
-            self._finish()
-            return True
         graph, context = self.graph, self.stream.context
+        graph.running.add(self)  # queued counts as running (aclmdlRIDestroy waits for it)
         streams = {}
         for lane in graph.lanes:
             stream = Stream(self.new_handle(), context, self.stream.priority)
             streams[lane] = stream
             context.streams.append(stream)
         self.lanes = list(streams.values())
+        self.replicas = [task.replica(streams[lane]) for lane, task in graph.order]
+        for replica in self.replicas:
+            replica.submitted()
+
+    def discarded(self, scheduler: Scheduler) -> None:
+        self._drop(scheduler)
+        self._finish()
+
+    def _drop(self, scheduler: Scheduler) -> None:
+        """Nothing of it runs: its replicas are dropped (their waiters released)."""
+        for replica in self.replicas:
+            scheduler.discard(replica)
+        self.replicas = []
+
+    def start(self, scheduler: Scheduler) -> bool:
+        if self.aborted:  # aclmdlRIAbort before its stream reached it: nothing of it runs
+            self._drop(scheduler)
+            self._finish()
+            return True
         self.state = TaskState.DISPATCHED
-        for lane, task in graph.order:
-            scheduler.submit(task.replica(streams[lane]))
+        replicas, self.replicas = self.replicas, []
+        for replica in replicas:
+            scheduler.queue(replica)
         if self._drained():
             self._finish()
             return True
@@ -73,7 +89,9 @@ class ReplayTask(Task):
                 self.failure is None or stream.failure.seq < self.failure.seq
             ):
                 self.failure = stream.failure
-            context.streams.remove(stream)
+            if stream in context.streams:
+                context.streams.remove(stream)
+        self.lanes = []
         if self.aborted:
             self.failure = Failure(
                 codes.ACL_ERROR_RT_MODEL_ABORT_NORMAL,
@@ -81,8 +99,6 @@ class ReplayTask(Task):
                 self.seq,
             )
         self.graph.running.discard(self)
-        for done in self.on_done:
-            done(self)
 
     def _complete(self, scheduler: Scheduler) -> None:
         self._finish()

@@ -445,11 +445,10 @@ def test_a_failing_kernel_in_a_replay_names_its_capture_site(acl, kit):
     x = kit.buffer()
     args = struct.pack("<Q", x)
     capture(acl, stream)
+    ptr = acl.util.bytes_to_ptr(args)
     line = _line() + 1
-    assert (
-        acl.rt.launch_kernel_with_host_args(fails, 1, stream, None, acl.util.bytes_to_ptr(args), 8)
-        == 0
-    )
+    ret = acl.rt.launch_kernel_with_host_args(fails, 1, stream, None, ptr, 8)
+    assert ret == 0
     model = end(acl, stream)
     assert acl.rt.synchronize_stream(stream) == 0
     assert acl.mdl.ri_execute_async(model, stream) == 0

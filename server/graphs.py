@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 from simnpu.proto import codes
 from simnpu.proto.errors import NpuError
-from simnpu.server.objects import Failure, Stream
+from simnpu.server.objects import Stream
 from simnpu.server.scheduler import drained
 from simnpu.server.tasks import RecordTask, Task, WaitTask
 
@@ -147,12 +147,6 @@ class Capture:
             del graph.order[self.first :]
             lanes = set(self.lanes.values())
             graph.lanes = [lane for lane in graph.lanes if lane not in lanes]
-
-
-def replay_failure(streams: list[Stream]) -> Failure | None:
-    """The failure a replay reports: the earliest captured call that failed on its streams."""
-    failures = [s.failure for s in streams if s.failure is not None]
-    return min(failures, key=lambda f: f.seq) if failures else None
 
 
 def invalidate_capture(stream: Stream, why: str) -> None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from simnpu.proto import codes, commands
@@ -43,7 +44,9 @@ def _refuse(session: Session, reply_to: int, code: int, message: str) -> None:
     session.respond(reply_to, code=code, message=message)
 
 
-def _new_lane(session: Session):
+def _new_lane(session: Session) -> Callable[[Stream], Lane]:
+    """How a capture of `session` makes a lane: with a MODEL_STREAM handle."""
+
     def new_lane(stream: Stream) -> Lane:
         lane = Lane(0)
         lane.handle = session.handles.add(lane, HandleKind.MODEL_STREAM)
@@ -52,7 +55,8 @@ def _new_lane(session: Session):
     return new_lane
 
 
-def _replay_stream_handle(session: Session):
+def _replay_stream_handle(session: Session) -> Callable[[], int]:
+    """How a replay names its private streams (never handles of the table)."""
     return lambda: (HandleKind.REPLAY_STREAM << 40) | session.handles.unique()
 
 

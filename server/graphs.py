@@ -144,6 +144,8 @@ class Capture:
         graph = self.graph
         graph.capture = None
         if not keep:
+            for _, task in graph.order[self.first :]:
+                task.forgotten()
             del graph.order[self.first :]
             lanes = set(self.lanes.values())
             graph.lanes = [lane for lane in graph.lanes if lane not in lanes]

@@ -263,6 +263,8 @@ def model_destroy(session: Session, request: pb.ModelDestroyRequest, reply_to: i
             return
         _forget(session, graph)
         recorded = [task for _, task in graph.order]
+        for task in recorded:
+            task.forgotten()
         session.respond(
             reply_to,
             pb.ModelDestroyReply(

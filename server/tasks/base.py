@@ -90,6 +90,10 @@ class Task:
         twin.waiters = []
         return twin
 
+    def forgotten(self) -> None:
+        """This recorded task's graph (or the capture that recorded it) is gone: release
+        what it holds."""
+
     def follows(self) -> Task | None:
         """The task of another stream this one waited for (a wait: its record), if any."""
         return None

@@ -15,6 +15,7 @@ import queue
 import sys
 import threading
 import traceback
+from collections.abc import Iterable
 
 from simnpu.client.transport import caller_site
 from simnpu.proto import codes, commands
@@ -27,6 +28,7 @@ class HostCallbacks:
         self._ids = itertools.count(1)
         self._lock = threading.Lock()
         self._pending: dict[int, tuple] = {}  # id -> (function, data, stream, blocking, queue)
+        self._kept: dict[int, tuple] = {}  # the same, of callbacks recorded in live models
         self._subscriptions: dict[int, int] = {}  # stream -> thread id
         self._reports: dict[int, queue.SimpleQueue] = {}  # thread id -> callbacks for it to run
         self._host_functions: queue.SimpleQueue | None = None
@@ -116,9 +118,24 @@ class HostCallbacks:
     def arrived(self, callback: int) -> None:
         """The daemon reached callback `callback` (receiver thread): hand it to its runner."""
         with self._lock:
-            entry = self._pending.pop(callback, None)
+            entry = self._pending.pop(callback, None) or self._kept.get(callback)
         if entry is not None:
             entry[4].put((callback, entry))
+
+    def keep(self, callbacks: Iterable[int]) -> None:
+        """These callbacks were recorded in a model (aclmdlRICaptureEnd): they did not run,
+        and each replay announces them again, until `forget`."""
+        with self._lock:
+            for callback in callbacks:
+                entry = self._pending.pop(callback, None)
+                if entry is not None:
+                    self._kept[callback] = entry
+
+    def forget(self, callbacks: Iterable[int]) -> None:
+        """Their model was destroyed."""
+        with self._lock:
+            for callback in callbacks:
+                self._kept.pop(callback, None)
 
     def process_report(self, timeout_ms: int) -> None:
         """aclrtProcessReport: run the next callback for this thread's streams. Blocks up to

@@ -123,6 +123,13 @@ class CopyPaths:
             ctypes.memmove(dst, src, count)
             return
         if PAGEABLE in (src_side, dst_side):
+            if stream is not None:  # the runtime makes it synchronous: capture modes apply
+                if self.runtime.capture_modes.capturing(stream):
+                    raise invalid("a copy through pageable host memory cannot be captured")
+                self.runtime.capture_modes.check(
+                    "an asynchronous copy through pageable host memory",
+                    codes.ACL_ERROR_RT_CAPTURE_MODE_BLOCK_ASYNC,
+                )
             self._staged(dst, dst_side, src, src_side, count, stream)
             return
         dst_loc, src_loc = self._location(dst, dst_side), self._location(src, src_side)

@@ -22,6 +22,7 @@ from google.protobuf.message import Message
 
 from simnpu.client import fast_path, last_error
 from simnpu.client.callbacks import HostCallbacks
+from simnpu.client.capture_modes import CaptureModes
 from simnpu.client.copies import CopyPaths
 from simnpu.client.exceptions import EXCEPTIONS
 from simnpu.client.hostmem import HostMemory
@@ -31,6 +32,7 @@ from simnpu.client.observe import ClientObserver
 from simnpu.client.runtime_builtin_tasks import RuntimeBuiltinTasks
 from simnpu.client.runtime_cnt_notify import RuntimeCntNotify
 from simnpu.client.runtime_devices import RuntimeDevices
+from simnpu.client.runtime_graphs import Model, RuntimeGraphs
 from simnpu.client.runtime_ipc_events import RuntimeIpcEvents
 from simnpu.client.runtime_memory import (
     RuntimeMemory,
@@ -84,6 +86,7 @@ class Runtime(
     RuntimeOverflow,
     RuntimeBuiltinTasks,
     RuntimeIpcEvents,
+    RuntimeGraphs,
 ):
     """This process's view of the simulated NPU. Thread-safe; one per process is usual."""
 
@@ -138,6 +141,10 @@ class Runtime(
         self.function_binary: dict[int, int] = {}  # function handle -> its binary
         self.binaries: set[int] = {commands.BUILTIN_BINARY}
         self.kernel_args = KernelArgs(self)  # aclrtKernelArgs* handles
+        self.capture_modes = CaptureModes()  # which calls stream captures refuse
+        self.models: dict[int, Model] = {}  # model run instances (aclmdlRI) of this process
+        self.capturing: dict[int, tuple[int, bool]] = {}  # stream -> (model, made by capture)
+        self.model_tasks: dict[int, tuple[int, int]] = {}  # listed model task -> (type, position)
         # tracing and checking: SIMNPU_TRACE / SIMNPU_CHECK, or the daemon's --trace / --check
         self.observer = ClientObserver(self, hello.observe_flags)
 
@@ -503,7 +510,9 @@ class Runtime(
     # ---- copies ----------------------------------------------------------------------------------
     @records_errors
     def memcpy(self, dst: int, dest_max: int, src: int, count: int, kind: int) -> None:
-        """aclrtMemcpy: synchronous, not ordered with any stream. Blocks."""
+        """aclrtMemcpy: synchronous, not ordered with any stream; 107030 where a stream
+        capture's mode refuses it. Blocks."""
+        self.capture_modes.check("aclrtMemcpy")
         self.copies.copy(dst, dest_max, src, count, kind, None)
 
     @records_errors
@@ -515,7 +524,9 @@ class Runtime(
 
     @records_errors
     def memset(self, dst: int, dest_max: int, value: int, count: int) -> None:
-        """aclrtMemset: synchronous byte fill. Blocks."""
+        """aclrtMemset: synchronous byte fill; 107030 where a stream capture's mode refuses
+        it. Blocks."""
+        self.capture_modes.check("aclrtMemset")
         self.copies.fill(dst, dest_max, value, count, None)
 
     @records_errors

@@ -23,6 +23,7 @@ from simnpu.proto.errors import NpuError, invalid
 if TYPE_CHECKING:
     from google.protobuf.message import Message
 
+    from simnpu.client.capture_modes import CaptureModes
     from simnpu.client.runtime import ContextInfo
     from simnpu.client.transport import Connection
 
@@ -95,6 +96,7 @@ class RuntimeStreams:
     device_count: int
     stream_attrs: dict[int, tuple[int, int]]  # stream -> (priority, flags) it was created with
     stream_context: dict[int, Any]  # stream -> its context
+    capture_modes: CaptureModes  # the streams this process captures (client/runtime_graphs.py)
     _thread_res: threading.local  # .stream: the stream whose limits this thread uses
 
     if TYPE_CHECKING:
@@ -202,8 +204,8 @@ class RuntimeStreams:
     @records_errors
     def record_event_with_flag(self, event: int, stream: int, flag: int) -> None:
         """aclrtRecordEventWithFlag (async): ACL_EVENT_RECORD_DEFAULT records as
-        aclrtRecordEvent; ACL_EVENT_RECORD_EXTERNAL records into a captured model, and no
-        stream is being captured (107029)."""
+        aclrtRecordEvent; ACL_EVENT_RECORD_EXTERNAL records into the model a stream this
+        process began capturing records into (else 107029), seen outside it at each replay."""
         if not event:
             raise NpuError(codes.ACL_ERROR_INVALID_PARAM, "event is null")
         if flag == codes.ACL_EVENT_RECORD_DEFAULT:
@@ -215,14 +217,16 @@ class RuntimeStreams:
                 f"flag {flag}: use ACL_EVENT_RECORD_DEFAULT or ACL_EVENT_RECORD_EXTERNAL",
             )
         self._event(event)
-        self.stream(stream)
-        raise _not_captured("record")
+        if not self.capture_modes.capturing(self.stream(stream)):
+            raise _not_captured("record")
+        self.record_event(event, stream)  # a graph's records are seen outside it anyway
 
     @records_errors
     def stream_wait_event_with_flag(self, stream: int, event: int, timeout: int, flag: int) -> None:
         """aclrtStreamWaitEventWithFlag (async): ACL_EVENT_WAIT_DEFAULT waits as
         aclrtStreamWaitEventWithTimeout; ACL_EVENT_WAIT_EXTERNAL (timeout 0 only) waits
-        inside a captured model, and no stream is being captured (107029)."""
+        inside the model a stream this process began capturing records into (else 107029),
+        each replay for the event's latest record when it is submitted."""
         if not event:
             raise NpuError(codes.ACL_ERROR_INVALID_PARAM, "event is null")
         if flag == codes.ACL_EVENT_WAIT_DEFAULT:
@@ -239,8 +243,9 @@ class RuntimeStreams:
                 f"timeout {timeout}: ACL_EVENT_WAIT_EXTERNAL takes timeout 0 only",
             )
         self._event(event)
-        self.stream(stream)
-        raise _not_captured("wait")
+        if not self.capture_modes.capturing(self.stream(stream)):
+            raise _not_captured("wait")
+        self.stream_wait_event(stream, event)  # a replay binds it to the latest record then
 
     @records_errors
     def stream_wait_event_with_timeout(self, stream: int, event: int, timeout: int) -> None:

@@ -19,7 +19,7 @@ from __future__ import annotations
 import collections
 import sys
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
 from simnpu.client import config
@@ -84,6 +84,7 @@ class CallLog:
     __slots__ = (
         "_sites",
         "deferred_seq",
+        "kept",
         "observed",
         "ring_site",
         "seq",
@@ -101,6 +102,7 @@ class CallLog:
         self.observed = False  # tracing or checking: call sites travel with the calls
         self.sites_sent = 0  # sequence numbers up to here have had their sites sent (no ring)
         self.ring_site: str | None = None  # the call site last sent through the ring
+        self.kept: dict[int, str] = {}  # sites of calls recorded in a live model (aclmdlRI)
 
     def observe(self) -> None:
         """From the next call on, the daemon is told each call's site."""
@@ -127,7 +129,21 @@ class CallLog:
 
     def site_of(self, seq: int) -> str | None:
         entry = self._sites[seq & _SITE_MASK]
-        return entry[1] if entry is not None and entry[0] == seq and entry[1] else None
+        if entry is not None and entry[0] == seq and entry[1]:
+            return entry[1]
+        return self.kept.get(seq)
+
+    def keep(self, seqs: Iterable[int]) -> None:
+        """Keep the sites of calls a model recorded while it lives (a replay's failure names
+        the site where its task was captured)."""
+        for seq in seqs:
+            site = self.site_of(seq)
+            if site is not None:
+                self.kept[seq] = site
+
+    def forget(self, seqs: Iterable[int]) -> None:
+        for seq in seqs:
+            self.kept.pop(seq, None)
 
     def command(self, seq: int) -> tuple[int, int, bytes] | None:
         """(stream, thread ident, packed record) of command `seq`, if it is still known."""
@@ -228,9 +244,9 @@ class _ReaderRole:
             self.busy = False
             self._changed.notify_all()
 
-    def expect_notice(self) -> None:
+    def expect_notice(self, count: int = 1) -> None:
         with self._changed:
-            self.notices_due += 1
+            self.notices_due += count
             self._changed.notify_all()
 
     def notice_arrived(self) -> None:
@@ -499,9 +515,19 @@ class Connection:
             self.log.observe()
 
     # ---- receiving ----------------------------------------------------------------------------
-    def expect_notice(self) -> None:
-        """A host callback was queued: its notice must be read even if no call waits."""
-        self._reader.expect_notice()
+    def keep_sites(self, seqs: list[int]) -> None:
+        """Keep the call sites of calls a model recorded (CallLog.keep)."""
+        with self._lock:
+            self.log.keep(seqs)
+
+    def forget_sites(self, seqs: list[int]) -> None:
+        with self._lock:
+            self.log.forget(seqs)
+
+    def expect_notice(self, count: int = 1) -> None:
+        """`count` host callbacks were queued: their notices must be read even if no call
+        waits (negative: that many will not come, their calls were captured)."""
+        self._reader.expect_notice(count)
 
     def _read_turn(self) -> None:
         """Read one message in the reader role (taken by the caller), then give the role up."""

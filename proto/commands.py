@@ -771,6 +771,32 @@ def _ring_bytes(buffer: memoryview, at: int) -> tuple[bytes, int]:
     return bytes(buffer[start : start + length]), start + length
 
 
+# ---- model run instances ------------------------------------------------------------------------
+class _ReplayModelFields(NamedTuple):
+    model: int
+    stream: int
+
+
+class ReplayModel(_ReplayModelFields):
+    """aclmdlRIExecuteAsync: one replay of a captured graph, whatever its size
+    (docs/graph-capture.md)."""
+
+    __slots__ = ()
+    OP: ClassVar[int] = 90
+    LAYOUT: ClassVar[struct.Struct] = struct.Struct("<HQQ")  # op, model, stream
+
+    @classmethod
+    def pack(cls, model: int, stream: int) -> bytes:
+        try:
+            return cls.LAYOUT.pack(cls.OP, model, stream)
+        except struct.error:
+            raise _refused(cls, (model, stream)) from None
+
+    @classmethod
+    def unpack_from(cls, buffer: memoryview, at: int):
+        return _record(cls, cls.LAYOUT.unpack_from(buffer, at)[1:]), at + cls.LAYOUT.size
+
+
 _KINDS = (
     Launch,
     LaunchDeviceArgs,
@@ -794,6 +820,7 @@ _KINDS = (
     CntNotifyWait,
     Reduce,
     RandomNum,
+    ReplayModel,
 )
 _LAUNCHES = {kind.OP: kind for kind in (Launch, LaunchDeviceArgs, LaunchWithConfig)}
 # op -> (the smallest size of its record, its kind's unpack_from)

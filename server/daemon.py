@@ -55,6 +55,7 @@ class Daemon:
         self._peer_of: dict[int, Peer] = {}  # session id -> its peer
         self._session_ids = itertools.count(1)
         self._binary_ids = itertools.count(2)
+        self._model_ids = itertools.count(1)
         self._lock = threading.Lock()
         self._streams = [0] * config.devices
         self._events = [0] * config.devices
@@ -282,6 +283,11 @@ class Daemon:
     def next_binary_id(self) -> int:
         with self._lock:
             return next(self._binary_ids)
+
+    def next_model_id(self) -> int:
+        """The id of a new model run instance (aclmdlRIGetId), unique in the daemon."""
+        with self._lock:
+            return next(self._model_ids)
 
     def forget_segment(self, name: str) -> None:
         """A pinned, staging or notify segment was unlinked: units drop their mapping with

@@ -17,6 +17,7 @@ from simnpu.server.device_printf import PendingOutput
 from simnpu.server.untrusted import escaped
 
 if TYPE_CHECKING:
+    from simnpu.server.graphs import Capture
     from simnpu.server.kernel_processes import Grant
     from simnpu.server.tasks import Task
     from simnpu.server.tasks.event import RecordTask
@@ -105,6 +106,10 @@ class Stream:
     signal: StreamSignal | None = None  # its completion signal (docs/fast-path.md)
     # aclrtSetStreamResLimit: {aclrtDevResLimitType: cores}, as set
     res_limits: dict[int, int] = field(default_factory=dict)
+    # the capture recording its tasks instead of running them (server/graphs.py), and the
+    # sequence number of the last task it recorded, which its signal covers once it drains
+    capture: Capture | None = None
+    captured_upto: int = 0
     device: int = field(init=False)  # its context's
     owner: Owner = field(init=False)  # its context's
     saturation: bool = field(init=False)  # its float results saturate (aclrtSetDeviceSatMode)

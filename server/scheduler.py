@@ -139,13 +139,25 @@ class Scheduler:
     def submit(self, task: Task) -> None:
         """Queue a task at the tail of its stream."""
         stream = task.stream
+        if stream.capture is not None:  # recorded, not run (server/graphs.py)
+            stream.capture.record(task)
+            return
         task.submitted()
+        if stream.capture is not None:  # a wait on a captured record pulled its stream in
+            stream.capture.record(task, submitted=True)
+            return
+        self.queue(task)
+
+    def queue(self, task: Task) -> None:
+        """Queue a task whose `submitted()` has run at the tail of its stream (`submit`'s
+        second half; a replay's tasks, server/tasks/replay.py)."""
+        stream = task.stream
         if self.observer is not None:
             self.observer.submitted(task)
         if stream.context.failure is not None:  # stopped on failure: nothing more runs
-            self._discard(task)
+            self.discard(task)
             if not stream.tasks:
-                _drained(stream, task.seq)
+                drained(stream, task.seq)
             return
         if not stream.tasks:
             stream.clock = max(stream.clock, time.monotonic_ns())
@@ -183,7 +195,7 @@ class Scheduler:
         if stream.tasks:
             self._dirty.append(stream)
         else:
-            _drained(stream, task.seq)  # the client may be sleeping on its signal
+            drained(stream, task.seq)  # the client may be sleeping on its signal
 
     def _fail(self, stream: Stream, failure: Failure) -> None:
         context = stream.context
@@ -206,7 +218,7 @@ class Scheduler:
         stream.tasks = kept
         self._cancel_dispatched(stream, stopping)
         for task in dropped:
-            self._discard(task)
+            self.discard(task)
         head = kept[0] if kept else None
         if head is None or stopping:  # (a head handed out in part stays ready for the rest)
             self._unready(stream)
@@ -214,7 +226,7 @@ class Scheduler:
             self.complete(head)
         self._recheck(stream)
         if dropped and not stream.tasks:
-            _drained(stream, dropped[-1].seq)
+            drained(stream, dropped[-1].seq)
 
     def abort(self, stream: Stream, stop: bool) -> None:
         """aclrtStreamAbort (`stop` False) or aclrtStreamStop: end the units running the
@@ -257,7 +269,7 @@ class Scheduler:
         if not stop:
             self.drop_pending(stream)
         if not stream.tasks:
-            _drained(stream, last_seq)
+            drained(stream, last_seq)
 
     def _cancel_dispatched(self, stream: Stream, head: bool) -> None:
         """Tell the cores running kernels of `stream` to skip what they have not started:
@@ -275,7 +287,8 @@ class Scheduler:
             if tokens:
                 self.executor.cancel(unit, tokens)
 
-    def _discard(self, task: Task) -> None:
+    def discard(self, task: Task) -> None:
+        """`task` is dropped before it ran: done, its waiters released."""
         task.discarded(self)
         task.state = TaskState.DONE
         task.timestamp = task.stream.clock
@@ -550,16 +563,17 @@ def _failure_pending(stream: Stream) -> bool:
     output (server/device_printf.py) that its reply carries?"""
     return (
         stream.failure is not None
+        or stream.capture is not None  # a synchronize is refused (107027)
         or stream.context.failure is not None
         or stream.owner.rejected is not None
         or stream.owner.output.pending
     )
 
 
-def _drained(stream: Stream, seq: int) -> None:
+def drained(stream: Stream, seq: int) -> None:
     """`stream` ran (or dropped) everything up to `seq` and has nothing queued."""
     if stream.signal is not None:
-        stream.signal.publish(seq, _failure_pending(stream))
+        stream.signal.publish(max(seq, stream.captured_upto), _failure_pending(stream))
 
 
 def _lost_code(unit: Unit) -> int:

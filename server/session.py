@@ -31,6 +31,7 @@ from simnpu.proto.errors import NpuError, bad_handle, invalid
 from simnpu.server.client_memory import ClientMemory
 from simnpu.server.cnt_notifies import CntNotify
 from simnpu.server.fast_path import FastPath
+from simnpu.server.graphs import invalidate_capture
 from simnpu.server.handlers.registry import HANDLERS, LATER
 from simnpu.server.ipc_events import OpenedEvent
 from simnpu.server.notifies import Notify
@@ -74,6 +75,10 @@ class HandleKind(enum.IntEnum):
     NOTIFY = 45
     CNT_NOTIFY = 170
     IPC_EVENT = 180  # another client's IPC event, opened in this one (server/ipc_events.py)
+    MODEL_RI = 230  # a model run instance: a captured graph (server/graphs.py)
+    MODEL_STREAM = 231  # a stream of a model (aclmdlRIGetStreams)
+    MODEL_TASK = 232  # a task of a model (aclmdlRIGetTasksByStream)
+    REPLAY_STREAM = 233  # a replay's private stream: never in the table, never the client's
     COMMUNICATOR = 16
 
 
@@ -96,6 +101,11 @@ class Handles:
         if not isinstance(obj, cls):
             raise bad_handle(what, handle)
         return obj
+
+    def find(self, handle: int, cls: type[T]) -> T | None:
+        """The live object of class `cls` behind `handle`, or None."""
+        obj = self._objects.get(handle)
+        return obj if isinstance(obj, cls) else None
 
     def remove(self, handle: int) -> Any:
         """Forget `handle` (nothing if it is not known); the object it stood for."""
@@ -197,6 +207,9 @@ class Session:
             HANDLERS[type(record)](self, record)
         except NpuError as error:
             self.reject(error)
+            stream = self.handles.find(getattr(record, "stream", 0), Stream)
+            if stream is not None:  # a call refused on a stream in capture invalidates it
+                self.post(invalidate_capture, stream, f"call {self.seq}: {error.message}")
 
     def handle_request(self, request: npu_pb2.Request) -> None:
         self.seq += 1

@@ -38,7 +38,7 @@ from simnpu.proto import commands as _commands
 from simnpu.proto.errors import NpuError as _NpuError
 
 from . import identity as _identity
-from . import rt  # noqa: F401 - the pyACL submodules; acl.media, acl.sys, acl.util on first use
+from . import rt  # noqa: F401 - the pyACL submodules; acl.mdl, acl.media, acl.sys, acl.util on first use
 from .data_buffer import (  # noqa: F401 - acl's own calls
     create_data_buffer,
     destroy_data_buffer,
@@ -48,7 +48,7 @@ from .data_buffer import (  # noqa: F401 - acl's own calls
     update_data_buffer,
 )
 
-_ON_FIRST_USE = ("media", "sys", "util")
+_ON_FIRST_USE = ("mdl", "media", "sys", "util")
 
 for _name in dir(_codes):
     if _name.startswith("ACL_"):
@@ -253,10 +253,6 @@ app_log = _api.not_supported(
 del _name, _call, _outputs, _why
 
 _NOT_PROVIDED = {
-    "mdl": (
-        "offline models (.om), model run instances (aclmdlRI*, stream capture) and model "
-        "dumps are not simulated"
-    ),
     "op": "single-operator execution (acl.op) is not simulated: launch kernels with acl.rt",
     "blas": (
         "acl.blas is not simulated: launch kernels with acl.rt "

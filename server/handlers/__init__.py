@@ -11,6 +11,7 @@ from simnpu.server.handlers import (  # noqa: F401 - imported for their registra
     devices,
     event_timestamps,
     events,
+    graphs,
     ipc,
     ipc_events,
     jobs,

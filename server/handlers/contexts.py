@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from simnpu.proto import npu_pb2 as pb
+from simnpu.server.graphs import not_in_capture
 from simnpu.server.handlers.registry import LATER, handles
 from simnpu.server.handlers.streams import (
     add_stream,
@@ -80,5 +81,6 @@ def synchronize_device(
     """aclrtSynchronizeDevice(WithTimeout): every stream of this client on the device."""
     device = session.device(request.device)
     streams = [s for c in session.contexts if c.device == device.index for s in c.streams]
+    not_in_capture(streams, "aclrtSynchronizeDevice")
     session.post(wait_streams, session, reply_to, streams, deadline(request.timeout_ms))
     return LATER

@@ -84,9 +84,16 @@ def _answer_when_done(
 def _stream(
     session: Session, request: pb.MemcpyRequest | pb.MemsetRequest, device_side: Span
 ) -> Stream:
-    """The request's stream, or the hidden stream of synchronous copies on its device."""
+    """The request's stream, or the hidden stream of synchronous copies on its device; a
+    stream in capture cannot take a copy the host waits for (107000, as the runtime's)."""
     if request.HasField("stream"):
-        return session.stream(request.stream)
+        stream = session.stream(request.stream)
+        if stream.capture is not None:
+            raise invalid(
+                "a copy or memset through pageable host memory cannot be captured "
+                "(use pinned memory: aclrtMallocHost)"
+            )
+        return stream
     return session.immediate_stream(max(device_side.device, 0))
 
 

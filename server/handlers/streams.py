@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 from simnpu.proto import codes
 from simnpu.proto import npu_pb2 as pb
 from simnpu.proto.errors import NpuError, invalid
+from simnpu.server.graphs import not_in_capture
 from simnpu.server.handlers.registry import LATER, handles
 from simnpu.server.objects import Context, Stream, Waiter
 from simnpu.server.session import HandleKind
@@ -102,6 +103,7 @@ def destroy_stream(session: Session, request: pb.DestroyStreamRequest, reply_to:
     stream = session.stream(request.stream)
     if stream is stream.context.streams[0]:
         raise invalid("the default stream of a context cannot be destroyed")
+    not_in_capture([stream], "aclrtDestroyStream")
     session.handles.remove(stream.handle)
     stream.destroyed = True
     scheduler = session.scheduler
@@ -129,6 +131,7 @@ def synchronize_stream(
     session: Session, request: pb.SynchronizeStreamRequest, reply_to: int
 ) -> object:
     stream = session.stream(request.stream)
+    not_in_capture([stream], "aclrtSynchronizeStream")
     session.post(wait_streams, session, reply_to, [stream], deadline(request.timeout_ms))
     return LATER
 
@@ -138,6 +141,7 @@ def query_stream(session: Session, request: pb.QueryStreamRequest, reply_to: int
     """aclrtStreamQuery: complete when every task of the stream has run; a unit that wrote the
     stream's signal before the scheduler took its report counts (the client may have seen it)."""
     stream = session.stream(request.stream)
+    not_in_capture([stream], "aclrtStreamQuery")
 
     def answer() -> None:
         failure = session.take_failure([stream])

@@ -16,6 +16,7 @@ from simnpu.server.tasks.notify import NotifyRecordTask, NotifyWaitTask
 from simnpu.server.tasks.overflow import OverflowResetTask, OverflowStatusTask
 from simnpu.server.tasks.random_num import RandomNumTask
 from simnpu.server.tasks.reduce_copy import ReduceCopyTask
+from simnpu.server.tasks.replay import ReplayTask
 from simnpu.server.tasks.value import ValueWaitTask, ValueWriteTask
 
 __all__ = [
@@ -36,6 +37,7 @@ __all__ = [
     "RandomNumTask",
     "RecordTask",
     "ReduceCopyTask",
+    "ReplayTask",
     "ResetTask",
     "Task",
     "TaskState",

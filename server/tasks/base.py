@@ -14,6 +14,7 @@ the timeline (`describe`) and what memory it touches for the checkers (`accesses
 
 from __future__ import annotations
 
+import copyreg
 import enum
 from typing import TYPE_CHECKING, ClassVar
 
@@ -48,6 +49,7 @@ class Task:
     kind: ClassVar[str]  # its kind on the timeline
     moves_clock: ClassVar[bool] = False  # its end moves its stream's clock (it ran somewhere)
     timed: ClassVar[bool] = False  # its timestamp is when it ended (it ran on units, or with peers)
+    capturable: ClassVar[bool] = True  # a stream in capture may record it (docs/graph-capture.md)
 
     def __init__(self, seq: int, stream: Stream):
         self.seq = seq
@@ -76,6 +78,21 @@ class Task:
 
     def discarded(self, scheduler: Scheduler) -> None:
         """It was dropped before it ran."""
+
+    def replica(self, stream: Stream) -> Task:
+        """A fresh copy of this recorded task (one that never ran) on `stream`: what a replay
+        of its graph submits (server/graphs.py). It keeps the captured call's `seq`, so a
+        failure names the call site where it was captured."""
+        twin = object.__new__(type(self))
+        for name in _slot_names(type(self)):
+            setattr(twin, name, getattr(self, name))
+        twin.stream = stream
+        twin.waiters = []
+        return twin
+
+    def forgotten(self) -> None:
+        """This recorded task's graph (or the capture that recorded it) is gone: release
+        what it holds."""
 
     def follows(self) -> Task | None:
         """The task of another stream this one waited for (a wait: its record), if any."""
@@ -167,3 +184,14 @@ class DeviceWork(Task):
     def what(self) -> str:
         """How a lost unit's message names it."""
         return self.kind
+
+
+_SLOTS: dict[type, list[str]] = {}
+
+
+def _slot_names(cls: type) -> list[str]:
+    """Every slot of a task class, its bases' too (cached)."""
+    names = _SLOTS.get(cls)
+    if names is None:
+        names = _SLOTS[cls] = copyreg._slotnames(cls)  # type: ignore[attr-defined]
+    return names

@@ -22,6 +22,7 @@ class CollectiveTask(Task):
     __slots__ = ("call", "key", "member")
     kind = "collective"
     timed = True
+    capturable = False  # ranks match collectives by call order: a replay cannot take part yet
 
     def __init__(self, seq: int, stream: Stream, member: Member, key: tuple, call: Call):
         super().__init__(seq, stream)

@@ -51,3 +51,14 @@ class ConfiguredKernelTask(KernelTask):
 
     def discarded(self, scheduler: Scheduler) -> None:
         self._release()
+
+    def replica(self, stream: Stream) -> ConfiguredKernelTask:
+        """A replay's copy reads the place holders' block its recorded launch owns (freed
+        when the graph goes: `forgotten`)."""
+        twin = super().replica(stream)
+        assert isinstance(twin, ConfiguredKernelTask)
+        twin.scratch = None
+        return twin
+
+    def forgotten(self) -> None:
+        self._release()

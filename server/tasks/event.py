@@ -54,7 +54,9 @@ class WaitTask(Task):
         self.timer: Waiter | None = None
 
     def submitted(self) -> None:
-        self.record = self.event.latest_record
+        record = self.record = self.event.latest_record
+        if record is not None and record.stream.capture is not None and self.stream.capture is None:
+            record.stream.capture.join(self.stream)  # a wait on a captured record: a fork
 
     def start(self, scheduler: Scheduler) -> bool:
         record, stream = self.record, self.stream

@@ -118,6 +118,27 @@ def test_place_holder_launch_as_the_sample(acl, setup):
     )
 
 
+def test_a_captured_place_holder_launch_replays_and_frees_its_block_with_the_model(acl, setup):
+    """Each replay reads the place holders the captured launch wrote; their device block
+    lives as long as the model (aclmdlRI, docs/graph-capture.md)."""
+    binary, stream, pointers, expected = setup
+    func, _ = acl.rt.binary_get_function(binary, "add_custom")
+    free_before, _, _ = acl.rt.get_mem_info(0)
+    handle = _build(acl, func, pointers)
+    assert acl.mdl.ri_capture_begin(stream, acl.ACL_MODEL_RI_CAPTURE_MODE_RELAXED) == 0
+    assert acl.rt.launch_kernel_with_config(func, 8, stream, None, handle, 0) == 0
+    model, ret = acl.mdl.ri_capture_end(stream)
+    assert ret == 0
+    for _ in range(3):
+        assert acl.rt.memset(pointers[2], N * 2, 0, N * 2) == 0
+        assert acl.mdl.ri_execute_async(model, stream) == 0
+        assert acl.rt.synchronize_stream(stream) == 0, acl.get_recent_err_msg()
+        assert np.array_equal(_read(acl, pointers[2]), expected)
+    assert acl.rt.get_mem_info(0)[0] < free_before  # the model holds the block
+    assert acl.mdl.ri_destroy(model) == 0
+    assert acl.rt.get_mem_info(0)[0] == free_before
+
+
 def test_scalars_para_update_and_attributes(acl, setup):
     binary, stream, pointers, _ = setup
     func, _ = acl.rt.binary_get_function(binary, "fill")

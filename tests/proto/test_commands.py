@@ -125,6 +125,10 @@ CASES = {
             (1, b"abcdefgh", 255),
         ),
     ),
+    "model replay": (
+        commands.ReplayModel.pack(U64, 7),
+        commands.ReplayModel(U64, 7),
+    ),
     "host callback": (
         commands.HostCallback.pack(2, 99, True),
         commands.HostCallback(2, 99, True),

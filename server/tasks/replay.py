@@ -1,0 +1,108 @@
+"""A replay of a model run instance (aclmdlRIExecuteAsync, aclmdlRIExecute): one task on the
+replaying stream, which holds it until the whole graph has run (docs/graph-capture.md).
+
+At its submission it makes one private stream per lane of the graph (in its stream's
+context, listed there while it lives, so an abort, STOP mode and the session's end reach
+them) and a replica of every recorded task on its lane's stream, `submitted()` in capture
+order: an event recorded in the graph has the replica's record as its latest from then on,
+so a stream waiting for it after aclmdlRIExecuteAsync waits for the replay, and a wait of
+the graph binds to the records submitted before the replay (an external dependency). When
+its stream reaches it, the replicas are queued; it completes when those streams have
+drained, with the earliest failure among them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from simnpu.proto import codes
+from simnpu.server.objects import Failure, Stream, Waiter
+
+from .base import Task, TaskState
+
+if TYPE_CHECKING:
+    from simnpu.server.graphs import Graph
+    from simnpu.server.scheduler import Scheduler
+
+
+class ReplayTask(Task):
+    __slots__ = ("aborted", "graph", "lanes", "new_handle", "replicas")
+    kind = "replay"
+    capturable = False  # a graph inside a graph is not built yet
+
+    def __init__(self, seq: int, stream: Stream, graph: Graph, new_handle: Callable[[], int]):
+        super().__init__(seq, stream)
+        self.graph = graph
+        self.new_handle = new_handle  # a handle for each private stream (never the client's)
+        self.lanes: list[Stream] = []
+        self.replicas: list[Task] = []
+        self.aborted = False  # aclmdlRIAbort
+
+    def submitted(self) -> None:
+        graph, context = self.graph, self.stream.context
+        graph.running.add(self)  # queued counts as running (aclmdlRIDestroy waits for it)
+        streams = {}
+        for lane in graph.lanes:
+            stream = Stream(self.new_handle(), context, self.stream.priority)
+            streams[lane] = stream
+            context.streams.append(stream)
+        self.lanes = list(streams.values())
+        self.replicas = [task.replica(streams[lane]) for lane, task in graph.order]
+        for replica in self.replicas:
+            replica.submitted()
+
+    def discarded(self, scheduler: Scheduler) -> None:
+        self._drop(scheduler)
+        self._finish()
+
+    def _drop(self, scheduler: Scheduler) -> None:
+        """Nothing of it runs: its replicas are dropped (their waiters released)."""
+        for replica in self.replicas:
+            scheduler.discard(replica)
+        self.replicas = []
+
+    def start(self, scheduler: Scheduler) -> bool:
+        if self.aborted:  # aclmdlRIAbort before its stream reached it: nothing of it runs
+            self._drop(scheduler)
+            self._finish()
+            return True
+        self.state = TaskState.DISPATCHED
+        replicas, self.replicas = self.replicas, []
+        for replica in replicas:
+            scheduler.queue(replica)
+        if self._drained():
+            self._finish()
+            return True
+        scheduler.watch(
+            Waiter(self._drained, lambda timed_out: self._complete(scheduler)), streams=self.lanes
+        )
+        return False
+
+    def _drained(self) -> bool:
+        return all(not stream.tasks for stream in self.lanes)
+
+    def _finish(self) -> None:
+        context = self.stream.context
+        for stream in self.lanes:
+            if stream.failure is not None and (
+                self.failure is None or stream.failure.seq < self.failure.seq
+            ):
+                self.failure = stream.failure
+            if stream in context.streams:
+                context.streams.remove(stream)
+        self.lanes = []
+        if self.aborted:
+            self.failure = Failure(
+                codes.ACL_ERROR_RT_MODEL_ABORT_NORMAL,
+                f"aclmdlRIAbort ended the replay of model {self.graph.id} (task {self.seq})",
+                self.seq,
+            )
+        self.graph.running.discard(self)
+
+    def _complete(self, scheduler: Scheduler) -> None:
+        self._finish()
+        scheduler.complete(self)
+
+    def describe(self) -> tuple[str, str, dict]:
+        return f"replay of model {self.graph.id}", "replay", {"tasks": len(self.graph.order)}

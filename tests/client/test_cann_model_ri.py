@@ -1,0 +1,21 @@
+"""The CANN runtime's model run instance examples (examples/cann/2_advanced_features/model_ri/)
+run against a real daemon."""
+
+from __future__ import annotations
+
+from cann_examples import run_cann_example
+
+
+def test_simple_model_replays_the_captured_operators(daemon):
+    out = run_cann_example(daemon.address, "2_advanced_features/model_ri/0_simple_model.py")
+    assert "model run instance written as JSON: 5 tasks" in out
+    line = "  out: 6.4000  8.4000  10.4000  12.4000  14.4000  16.4000  18.4000  20.4000"
+    assert out.count(line) == 4
+    assert [f"replay {n} of the model" in out for n in range(1, 5)] == [True] * 4
+    assert "simple_model: every replay gave (self + alpha * other) * other" in out
+
+
+def test_model_sync_external_in_three_scenarios(daemon):
+    out = run_cann_example(daemon.address, "2_advanced_features/model_ri/4_model_sync_external.py")
+    assert out.count("  result matches 1..8") == 3
+    assert "model_sync_external: all 3 scenarios passed" in out

@@ -383,9 +383,12 @@ def test_unsupported_calls_return_207000_in_pyacl_shape(acl):
 
 
 def test_modules_simnpu_does_not_provide_say_why(acl):
-    for name in ("mdl", "op", "blas"):
+    for name in ("op", "blas"):
         with pytest.raises(AttributeError, match="not provided by simnpu"):
             getattr(acl, name)
+    # acl.mdl is graph capture; only offline (.om) models are refused, saying why
+    assert acl.mdl.load_from_file("model.om") == (0, 207000)
+    assert "offline models (.om files) are not simulated" in acl.get_recent_err_msg()
     with pytest.raises(AttributeError, match="DVPP"):
         _ = acl.media.dvpp_vpc_resize_async
     ptr, ret = acl.media.dvpp_malloc(4096)

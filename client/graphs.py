@@ -53,7 +53,8 @@ class Graph:
     def capture_begin(self, stream: Stream | None = None, mode: str = "global") -> None:
         """aclmdlRICaptureBegin: tasks submitted to `stream` (default: current_stream())
         are recorded from now on, not run; a graph captured before is appended to
-        (aclmdlRICaptureToModelRIBegin). `mode` "global", "thread_local" or "relaxed"
+        (aclmdlRICaptureToModelRIBegin: on streams of the graph of its own, not ordered
+        after what it holds). `mode` "global", "thread_local" or "relaxed"
         (aclmdlRICaptureMode: which threads may not call aclrtMemcpy and the like meanwhile).
         Blocks."""
         if mode not in MODES:

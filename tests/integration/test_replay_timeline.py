@@ -109,3 +109,43 @@ def test_the_summary_lists_per_replay_times(daemon, tmp_path):
     [line] = [x for x in result.stdout.splitlines() if x.strip().startswith("replay of model")]
     assert line.split()[4:6] == ["3", "6"]
     assert "3 replay" in result.stdout  # the replaying stream's kinds
+
+
+USE_AFTER_FREE = """
+import numpy as np
+import simnpu.client as npu
+npu.connect()
+with npu.Device(0):
+    x = npu.DeviceBuffer.from_array(np.arange(1024, dtype=np.float32))
+    y = npu.DeviceBuffer(4096)
+    s = npu.Stream()
+    g = npu.Graph()
+    with npu.graph(g, stream=s):
+        npu.builtin("relu_f32").launch(1, x, y, 1024)  # line 11
+    x.free()
+    g.replay(s)
+    try:
+        s.synchronize()
+    except npu.NpuError as error:
+        print(error.code)
+        print(error.message)
+    g.destroy()
+    y.free()
+    s.destroy()
+npu.shutdown()
+"""
+
+
+def test_a_replay_using_a_freed_buffer_is_caught_with_its_capture_site(daemon, tmp_path):
+    report = tmp_path / "check.txt"
+    result = run_client(
+        daemon.address,
+        USE_AFTER_FREE,
+        env={"SIMNPU_CHECK": "memcheck", "SIMNPU_CHECK_REPORT": str(report)},
+    )
+    assert result.returncode == 0, result.stderr
+    code, *message = result.stdout.splitlines()
+    assert int(code) == 507053
+    assert message[0] == "simnpu memcheck: use-after-free"
+    assert "by kernel relu_f32" in message[2] and "submitted at <string>:11" in message[2]
+    assert "use-after-free" in report.read_text()

@@ -72,9 +72,9 @@ def byte_compile_simnpu() -> None:
         compileall.compile_dir(os.path.dirname(package.__file__), quiet=1)
 
 
-def probe(address: str, name: str, *args, env=None) -> dict:
+def probe(address: str, name: str, *args, env=None, script: str = "probes.py") -> dict:
     output = subprocess.run(
-        [sys.executable, os.path.join(HERE, "probes.py"), name, *map(str, args)],
+        [sys.executable, os.path.join(HERE, script), name, *map(str, args)],
         capture_output=True,
         text=True,
         check=False,
@@ -315,6 +315,8 @@ def run(args) -> Table:
                     "<= 0.5x",
                     generated <= 0.5 * generic,
                 )
+            if selected("graphs"):
+                graph_rows(table, address, quick)
             if selected("first_call"):
                 byte_compile_simnpu()
                 limit = baselines.python_startup_ms()
@@ -339,6 +341,48 @@ def run(args) -> Table:
     return table
 
 
+def graph_rows(table: Table, address: str, quick: bool) -> None:
+    """Graph capture and replay (bench/graph_probes.py), each beside its eager version."""
+    figures = probe(address, "replay_vs_eager", 1000, 5 if quick else 15, script="graph_probes.py")
+    speedup = figures["eager_s"] / figures["replay_s"]
+    table.add(
+        "1,000 tiny kernels, submit to sync done: replay",
+        1000 / figures["replay_s"],
+        "task/s",
+        1000 / figures["eager_s"],
+        f"the same 1,000 eager launches via acl ({speedup:.2f}x)",
+        ">= 3x",
+        speedup >= 3,
+    )
+    figures = probe(
+        address, "submit_cost", "10,1000,10000", 2 if quick else 5, 21, script="graph_probes.py"
+    )
+    launch = figures["launch_us"]
+    smallest = figures["replay_us"]["10"]
+    for size, cost in figures["replay_us"].items():
+        table.add(
+            f"host CPU per replay, graph of {int(size):,} tasks",
+            cost,
+            "us",
+            launch,
+            "host CPU of one eager launch",
+            "one call, flat in size",
+            cost <= 2 * max(smallest, launch),
+        )
+    figures = probe(address, "fork_join", 1 << 21 if quick else 1 << 22, script="graph_probes.py")
+    eager = figures["serial_s"] / figures["eager_s"]
+    replay = figures["serial_s"] / figures["replay_s"]
+    table.add(
+        "4-stream fork/join replay: overlap (1-stream time / its time)",
+        replay,
+        "x",
+        eager,
+        "the same fork/join submitted eagerly",
+        ">= 0.9x eager",
+        replay >= 0.9 * eager,
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -347,7 +391,8 @@ def main() -> None:
     parser.add_argument(
         "--only",
         nargs="*",
-        help="launch round_trip throughput copies kernels pipeline clients facade first_call",
+        help="launch round_trip throughput copies kernels pipeline clients facade graphs "
+        "first_call",
     )
     parser.add_argument("--json", default=os.path.join(HERE, "results", "latest.json"))
     args = parser.parse_args()

@@ -20,6 +20,8 @@ from simnpu.proto.errors import NotSupportedError, NpuError, NpuMemoryError
 
 # Imported when first used: an `acl` program needs none of them (nor numpy) for its session.
 _LAZY = {
+    "Graph": "graphs",
+    "graph": "graphs",
     "Kernel": "kernels",
     "Module": "kernels",
     "builtin": "kernels",
@@ -34,6 +36,7 @@ __all__ = [
     "Device",
     "DeviceBuffer",
     "Event",
+    "Graph",
     "Kernel",
     "Module",
     "NotSupportedError",
@@ -46,6 +49,7 @@ __all__ = [
     "connect",
     "current_stream",
     "device_count",
+    "graph",
     "runtime",
     "shutdown",
 ]

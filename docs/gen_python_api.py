@@ -32,10 +32,11 @@ SECTIONS = [
     ("Streams and events", ["Stream", "Event", "current_stream"]),
     ("Memory", ["DeviceBuffer", "PinnedBuffer"]),
     ("Kernels", ["Module", "Kernel", "builtin"]),
+    ("Graphs", ["Graph", "graph"]),
     ("Errors and codes", ["NpuError", "NpuMemoryError", "NotSupportedError", "codes"]),
 ]
 BEHAVIOUR = re.compile(r"\b(Blocks|Asynchronous|Local)\b")
-ACL_CALL = re.compile(r"\bacl(rt)?[A-Z]\w*|No ACL call")
+ACL_CALL = re.compile(r"\bacl(rt|mdl)?[A-Z]\w*|No ACL call")
 PROTOCOLS = {"__enter__": "`with`", "__int__": "`int()`"}
 
 

@@ -13,6 +13,7 @@ Hooks (all under the scheduler lock unless said otherwise):
   KernelTask hand-out                               block range of a traced chunk
   Scheduler reports       -> ran(), accessed()      chunk times, kernel accesses
   Scheduler.complete      -> completing(task)       timeline record, checks, failures
+  captures and replays    -> server/replay_observe.py  captured sites, a model's tracks
   Session.handle_message  -> sites()                the client's call sites (reader thread)
   handlers: sync/query/free/malloc, Session.close   host ordering, tombstones, leaks
   handlers: IPC import/close                        import call sites (unclosed imports)
@@ -31,7 +32,7 @@ from simnpu.proto import codes
 from simnpu.proto import observe as flags_
 from simnpu.proto.errors import NpuError
 from simnpu.proto.observe import render
-from simnpu.server import races
+from simnpu.server import races, replay_observe
 from simnpu.server.findings import Finding, Findings, log_finding, task_line
 from simnpu.server.memcheck import MemoryMap, Tombstone, add_range, classify_fault, missing
 from simnpu.server.objects import Failure
@@ -182,7 +183,8 @@ class Observer:
         now = time.monotonic_ns()
         checked = watch.flags & CHECKS
         if checked:
-            probe = task.probe = Probe(now, watch.sites.pop(task.seq, "?"), watch)
+            site = watch.sites.pop(task.seq, None) or replay_observe.site_of(task)
+            probe = task.probe = Probe(now, site, watch)
             traced, site = probe.traced, probe.site
         else:  # traced only: a probe that says so: False on device work (its results are all
             # the timeline needs), (submit time, watch) on control tasks (recorded at the end)

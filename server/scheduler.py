@@ -29,6 +29,7 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 from simnpu.proto import codes
+from simnpu.server import replay_observe
 from simnpu.server.collectives import Collectives
 from simnpu.server.executor import LOST, Executor, Unit, UnitKind
 from simnpu.server.objects import Failure, Owner, Stream, Waiter
@@ -140,13 +141,19 @@ class Scheduler:
         """Queue a task at the tail of its stream."""
         stream = task.stream
         if stream.capture is not None:  # recorded, not run (server/graphs.py)
+            self._captured(task)
             stream.capture.record(task)
             return
         task.submitted()
         if stream.capture is not None:  # a wait on a captured record pulled its stream in
+            self._captured(task)
             stream.capture.record(task, submitted=True)
             return
         self.queue(task)
+
+    def _captured(self, task: Task) -> None:
+        if self.observer is not None:  # a checked client's call site stays with the task
+            replay_observe.captured(self.observer, task)
 
     def queue(self, task: Task) -> None:
         """Queue a task whose `submitted()` has run at the tail of its stream (`submit`'s

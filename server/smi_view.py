@@ -10,6 +10,7 @@ from __future__ import annotations
 import time
 
 from simnpu.server.executor import UnitKind
+from simnpu.server.graphs import Graph
 
 CHIP_NAME = "simnpu"
 
@@ -41,21 +42,28 @@ def device(daemon, d) -> dict:
 
 
 def process(session) -> dict:
-    """A client: its memory and streams in all, and per device."""
+    """A client: its memory, streams and live graphs (model run instances) in all, and per
+    device."""
     per_device: dict = {}
+
+    def entry(index: int) -> dict:
+        return per_device.setdefault(str(index), {"memory": 0, "streams": 0, "graphs": 0})
+
     for address, index in list(session.memory.allocations.items()):
         allocation = session.daemon.devices[index].lookup(address)
         if allocation is not None:
-            entry = per_device.setdefault(str(index), {"memory": 0, "streams": 0})
-            entry["memory"] += allocation.reserved
+            entry(index)["memory"] += allocation.reserved
     for context in list(session.contexts):
-        entry = per_device.setdefault(str(context.device), {"memory": 0, "streams": 0})
-        entry["streams"] += len(context.streams)
+        entry(context.device)["streams"] += len(context.streams)
+    for _, thing in session.handles.items():
+        if isinstance(thing, Graph):
+            entry(thing.context.device)["graphs"] += 1
     return {
         "session": session.id,
         "pid": session.pid,
         "name": session.process_name,
         "memory": sum(e["memory"] for e in per_device.values()),
         "streams": sum(e["streams"] for e in per_device.values()),
+        "graphs": sum(e["graphs"] for e in per_device.values()),
         "devices": per_device,
     }

@@ -22,7 +22,8 @@ The trace (Chrome JSON object format, opens in ui.perfetto.dev and chrome://trac
 - one process per client (its pid; name "client <pid> <name>"), one thread per stream:
   a slice (ph "X") per task from when it started (device work: its first block or byte
   started; control tasks: when they reached the head of the stream) to when it finished;
-  cat is the task kind (kernel, copy, memset, event, host, collective);
+  cat is the task kind (kernel, copy, memset, event, host, collective, replay); a graph
+  replay's tasks are on its model's tracks (server/replay_observe.py);
 - one process per device, one thread per AI core and copy engine: a slice per piece of
   work a worker ran (cat "core");
 - a flow arrow (ph "s" -> "f") from each event record to every stream wait bound to it;
@@ -237,6 +238,8 @@ def chrome_trace(
             args["blocks"] = n
         elif kind in ("copy", "memset"):
             args["bytes"] = n
+        elif kind == "replay":
+            args["tasks"] = n
         ts, dur = us(start), max(end - start, 1) / 1000
         events.append(
             {

@@ -1,13 +1,14 @@
 """`simnpu trace ...` and `simnpu check ...`: reading timelines and findings.
 
-    simnpu trace summary FILE [--gaps N] [--json]   per-stream busy time, overlap, longest gaps
+    simnpu trace summary FILE [--gaps N] [--json]   per-stream busy time, overlap, replays, gaps
     simnpu trace save FILE [--address A]            the daemon's timeline (serve --trace) now
     simnpu check report [--json] [--address A]      the daemon's findings (serve --check) now
 
 `summary` reads any trace simnpu wrote (SIMNPU_TRACE, `serve --trace`, observe.save_trace):
 stream tracks are the slices whose category is not "core". A stream is busy while it runs
 device work (kernels, copies, memsets, collectives) or a host callback; event records and
-waits are not work. Overlap is the time two or more streams were busy at once.
+waits are not work. Overlap is the time two or more streams were busy at once. Graph
+replays (category "replay") are listed per model with the time each took.
 """
 
 from __future__ import annotations
@@ -146,6 +147,7 @@ def summarize(trace: dict, gaps: int = 5) -> dict:
         )
     gap_list.sort(key=lambda g: -g["gap_us"])
     return {
+        "replays": _replays(slices.values()),
         "title": trace.get("otherData", {}).get("generator", ""),
         "streams": sorted(streams, key=lambda s: s["stream"]),
         "cores": core_rows,
@@ -157,6 +159,31 @@ def summarize(trace: dict, gaps: int = 5) -> dict:
         "longest_gaps": gap_list[:gaps],
         "buffer_overflowed": trace.get("otherData", {}).get("buffer_overflowed", False),
     }
+
+
+def _replays(tracks) -> list[dict]:
+    """Per model replayed (its replay slices, category "replay"): how many replays, of how
+    many tasks, and the time each took (from its stream reaching it to its last task's end)."""
+    models: dict = {}
+    for events in tracks:
+        for event in events:
+            if event.get("cat") == "replay":
+                models.setdefault(event["name"], []).append(event)
+    rows = []
+    for name, events in sorted(models.items()):
+        times = [e["dur"] for e in events]
+        rows.append(
+            {
+                "model": name,
+                "replays": len(events),
+                "tasks": events[0].get("args", {}).get("tasks", 0),
+                "total_us": sum(times),
+                "mean_us": sum(times) / len(times),
+                "min_us": min(times),
+                "max_us": max(times),
+            }
+        )
+    return rows
 
 
 def _label(event: dict) -> str:
@@ -209,6 +236,18 @@ def format_summary(summary: dict, path: str) -> str:
         f"overlap achieved: streams' busy time adds up to {summary['parallelism']:.2f}x the time "
         "anything was busy (1.00x: no overlap)"
     )
+    if summary["replays"]:
+        lines.append("replays (from its stream reaching a replay to its last task's end):")
+        mwidth = max(len(r["model"]) for r in summary["replays"])
+        lines.append(
+            f"  {'model':<{mwidth}}  {'replays':>7}  {'tasks':>6}  {'mean ms':>10}  "
+            f"{'min ms':>10}  {'max ms':>10}"
+        )
+        for r in summary["replays"]:
+            lines.append(
+                f"  {r['model']:<{mwidth}}  {r['replays']:>7}  {r['tasks']:>6}  "
+                f"{_ms(r['mean_us']):>10}  {_ms(r['min_us']):>10}  {_ms(r['max_us']):>10}"
+            )
     if summary["longest_gaps"]:
         lines.append("longest gaps (a stream idle between two of its tasks):")
         for g in summary["longest_gaps"]:

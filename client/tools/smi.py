@@ -3,7 +3,7 @@
     simnpu smi [--json] [--watch [SECONDS]] [--count N] [--address ADDR]
 
 Per device: name, health, AI-core utilisation, memory used / total; then the processes
-using it (pid, name, memory, streams). One Query RPC per sample (tools/query.py); no
+using it (pid, name, memory, streams, live graphs). One Query RPC per sample (tools/query.py); no
 session, and no daemon is ever started. AI-core utilisation is measured over an interval:
 the tool samples twice (0.2 s apart, or the refresh period with --watch) and divides the
 AI-core time completed in between by the interval times the number of cores.
@@ -101,7 +101,11 @@ def render(view: dict, address: str) -> str:
     out.append(_line())
     out.append(
         _row(
-            ("NPU     Chip", "Process id", "Process name             Process memory(MB)   Streams")
+            (
+                "NPU     Chip",
+                "Process id",
+                "Process name             Process memory(MB)   Streams  Graphs",
+            )
         )
     )
     out.append(_line("="))
@@ -118,7 +122,8 @@ def render(view: dict, address: str) -> str:
                     (
                         f"{index:<8}0",
                         str(process["pid"]),
-                        f"{name:<25}{_mib(entry['memory']):<21}{entry['streams']}",
+                        f"{name:<25}{_mib(entry['memory']):<21}{entry['streams']:<9}"
+                        f"{entry.get('graphs', 0)}",
                     )
                 )
             )

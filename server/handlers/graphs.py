@@ -355,9 +355,15 @@ def model_tasks(
 @handles(pb.ModelDumpRequest)
 def model_dump(session: Session, request: pb.ModelDumpRequest, reply_to: int) -> pb.ModelDumpReply:
     """aclmdlRIDebugPrint / aclmdlRIDebugJsonPrint: the graph as JSON (every task with
-    ACL_MDLRI_DEBUG_JSON_PRINT_VERBOSE, else a count per stream)."""
+    ACL_MDLRI_DEBUG_JSON_PRINT_VERBOSE, with the record a wait waits for, else a count per
+    stream)."""
     graph = _graph(session, request.model)
     verbose = bool(request.flags & codes.ACL_MDLRI_DEBUG_JSON_PRINT_VERBOSE)
+    where = {
+        id(task): [index, position]
+        for index, lane in enumerate(graph.lanes)
+        for position, task in enumerate(lane.tasks)
+    }
     streams = []
     for index, lane in enumerate(graph.lanes):
         entry: dict = {"stream": index, "tasks": len(lane.tasks)}
@@ -369,6 +375,8 @@ def model_dump(session: Session, request: pb.ModelDumpRequest, reply_to: int) ->
                     "kind": task.kind,
                     "name": task.describe()[0],
                     "call": task.seq,
+                    # a wait: the [stream, seq_id] of the record it waits for, if in the graph
+                    "after": where.get(id(task.follows())),
                 }
                 for position, task in enumerate(lane.tasks)
             ]

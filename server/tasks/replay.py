@@ -17,6 +17,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from simnpu.proto import codes
+from simnpu.server import replay_observe
 from simnpu.server.objects import Failure, Stream, Waiter
 
 from .base import Task, TaskState
@@ -54,7 +55,7 @@ class ReplayTask(Task):
 
     def discarded(self, scheduler: Scheduler) -> None:
         self._drop(scheduler)
-        self._finish()
+        self._finish(scheduler)
 
     def _drop(self, scheduler: Scheduler) -> None:
         """Nothing of it runs: its replicas are dropped (their waiters released)."""
@@ -65,14 +66,16 @@ class ReplayTask(Task):
     def start(self, scheduler: Scheduler) -> bool:
         if self.aborted:  # aclmdlRIAbort before its stream reached it: nothing of it runs
             self._drop(scheduler)
-            self._finish()
+            self._finish(scheduler)
             return True
         self.state = TaskState.DISPATCHED
+        if scheduler.observer is not None:
+            replay_observe.replaying(scheduler.observer, self)
         replicas, self.replicas = self.replicas, []
         for replica in replicas:
             scheduler.queue(replica)
         if self._drained():
-            self._finish()
+            self._finish(scheduler)
             return True
         scheduler.watch(
             Waiter(self._drained, lambda timed_out: self._complete(scheduler)), streams=self.lanes
@@ -82,7 +85,9 @@ class ReplayTask(Task):
     def _drained(self) -> bool:
         return all(not stream.tasks for stream in self.lanes)
 
-    def _finish(self) -> None:
+    def _finish(self, scheduler: Scheduler) -> None:
+        if scheduler.observer is not None:
+            replay_observe.replayed(scheduler.observer, self)
         context = self.stream.context
         for stream in self.lanes:
             if stream.failure is not None and (
@@ -101,8 +106,11 @@ class ReplayTask(Task):
         self.graph.running.discard(self)
 
     def _complete(self, scheduler: Scheduler) -> None:
-        self._finish()
+        self._finish(scheduler)
         scheduler.complete(self)
+
+    def timeline_entry(self) -> tuple[str | None, int]:
+        return None, len(self.graph.order)
 
     def describe(self) -> tuple[str, str, dict]:
         return f"replay of model {self.graph.id}", "replay", {"tasks": len(self.graph.order)}

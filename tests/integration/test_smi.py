@@ -35,16 +35,35 @@ def test_smi_shows_the_device_and_this_process_with_its_memory_and_streams(npu, 
         mine = [line for line in lines if f"| {os.getpid()} " in line]
         assert len(mine) == 1
         cells = mine[0].split("|")[3].split()
-        assert cells[-2:] == ["4", "3"]  # Process memory (MB), streams (default + 2)
+        assert cells[-3:] == ["4", "3", "0"]  # memory (MB), streams (default + 2), graphs
         view = json.loads(smi(daemon.address, "--json").stdout)
         [me] = [p for p in view["processes"] if p["pid"] == os.getpid()]
-        assert me["devices"]["0"] == {"memory": 4 << 20, "streams": 3}
+        assert me["devices"]["0"] == {"memory": 4 << 20, "streams": 3, "graphs": 0}
         assert (
             view["devices"][0]["memory_used"] >= 4 << 20 and view["observe"] is None
         )  # off by default
         block.free()
         for stream in streams:
             stream.destroy()
+
+
+def test_smi_counts_the_live_graphs_of_a_process(npu, daemon):
+    with npu.Device(0):
+        stream = npu.Stream()
+        graphs = [npu.Graph(), npu.Graph()]
+        for g in graphs:
+            with npu.graph(g, stream=stream):
+                stream.record().destroy()
+        result = smi(daemon.address)
+        [mine] = [line for line in result.stdout.splitlines() if f"| {os.getpid()} " in line]
+        assert mine.split("|")[3].split()[-1] == "2"
+        assert "Streams  Graphs" in result.stdout
+        graphs[0].destroy()
+        view = json.loads(smi(daemon.address, "--json").stdout)
+        [me] = [p for p in view["processes"] if p["pid"] == os.getpid()]
+        assert me["graphs"] == 1 and me["devices"]["0"]["graphs"] == 1
+        graphs[1].destroy()
+        stream.destroy()
 
 
 def test_ai_core_use_counts_a_core_held_by_a_running_kernel(npu, daemon):

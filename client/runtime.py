@@ -40,6 +40,7 @@ from simnpu.client.runtime_memory import (
     env_memory_limit,
     wire_int,
 )
+from simnpu.client.runtime_model_build import RuntimeModelBuild
 from simnpu.client.runtime_notify import RuntimeNotify
 from simnpu.client.runtime_overflow import RuntimeOverflow
 from simnpu.client.runtime_peers import RuntimePeers
@@ -87,6 +88,7 @@ class Runtime(
     RuntimeBuiltinTasks,
     RuntimeIpcEvents,
     RuntimeGraphs,
+    RuntimeModelBuild,
 ):
     """This process's view of the simulated NPU. Thread-safe; one per process is usual."""
 

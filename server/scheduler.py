@@ -142,6 +142,9 @@ class Scheduler:
         if stream.capture is not None:  # recorded, not run (server/graphs.py)
             stream.capture.record(task)
             return
+        if stream.bound is not None:  # recorded into a model (server/model_build.py)
+            stream.bound.record(task)
+            return
         task.submitted()
         if stream.capture is not None:  # a wait on a captured record pulled its stream in
             stream.capture.record(task, submitted=True)

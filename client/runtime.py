@@ -145,6 +145,7 @@ class Runtime(
         self.kernel_args = KernelArgs(self)  # aclrtKernelArgs* handles
         self.capture_modes = CaptureModes()  # which calls stream captures refuse
         self.models: dict[int, Model] = {}  # model run instances (aclmdlRI) of this process
+        self.bound_streams: dict[int, int] = {}  # stream -> the model it is bound to
         self.capturing: dict[int, tuple[int, bool]] = {}  # stream -> (model, made by capture)
         self.model_tasks: dict[int, tuple[int, int]] = {}  # listed model task -> (type, position)
         # tracing and checking: SIMNPU_TRACE / SIMNPU_CHECK, or the daemon's --trace / --check

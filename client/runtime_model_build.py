@@ -32,6 +32,7 @@ class RuntimeModelBuild:
     connection: Connection
     callbacks: HostCallbacks
     models: dict[int, Model]
+    bound_streams: dict[int, int]
 
     if TYPE_CHECKING:
 
@@ -54,6 +55,10 @@ class RuntimeModelBuild:
         self._model(model)
         handle = self.stream(stream)
         self._call(pb.BindStreamRequest(model=model, stream=handle, flag=flag, unbind=unbind))
+        if unbind:
+            self.bound_streams.pop(handle, None)
+        else:
+            self.bound_streams[handle] = model
 
     @records_errors
     def model_end_task(self, model: int, stream: int) -> None:

@@ -124,6 +124,12 @@ class CopyPaths:
             return
         if PAGEABLE in (src_side, dst_side):
             if stream is not None:  # the runtime makes it synchronous: capture modes apply
+                if stream in self.runtime.bound_streams:
+                    raise NpuError(
+                        codes.ACL_ERROR_RT_FEATURE_NOT_SUPPORT,
+                        "a copy through pageable host memory cannot be recorded into a model "
+                        "in simnpu: copy from pinned host memory (acl.rt.malloc_host)",
+                    )
                 if self.runtime.capture_modes.capturing(stream):
                     raise invalid("a copy through pageable host memory cannot be captured")
                 self.runtime.capture_modes.check(

@@ -40,6 +40,7 @@ from simnpu.client.runtime_memory import (
     env_memory_limit,
     wire_int,
 )
+from simnpu.client.runtime_model_build import RuntimeModelBuild
 from simnpu.client.runtime_notify import RuntimeNotify
 from simnpu.client.runtime_overflow import RuntimeOverflow
 from simnpu.client.runtime_peers import RuntimePeers
@@ -87,6 +88,7 @@ class Runtime(
     RuntimeBuiltinTasks,
     RuntimeIpcEvents,
     RuntimeGraphs,
+    RuntimeModelBuild,
 ):
     """This process's view of the simulated NPU. Thread-safe; one per process is usual."""
 
@@ -143,6 +145,7 @@ class Runtime(
         self.kernel_args = KernelArgs(self)  # aclrtKernelArgs* handles
         self.capture_modes = CaptureModes()  # which calls stream captures refuse
         self.models: dict[int, Model] = {}  # model run instances (aclmdlRI) of this process
+        self.bound_streams: dict[int, int] = {}  # stream -> the model it is bound to
         self.capturing: dict[int, tuple[int, bool]] = {}  # stream -> (model, made by capture)
         self.model_tasks: dict[int, tuple[int, int]] = {}  # listed model task -> (type, position)
         # tracing and checking: SIMNPU_TRACE / SIMNPU_CHECK, or the daemon's --trace / --check

@@ -44,6 +44,7 @@ class RuntimeGraphs:
     models: dict[int, Model]
     capturing: dict[int, tuple[int, bool]]  # origin stream -> (its model, made by the capture)
     model_tasks: dict[int, tuple[int, int]]  # listed task -> (aclmdlRITaskType, position)
+    bound_streams: dict[int, int]  # stream -> the built model it is bound to
 
     if TYPE_CHECKING:
 
@@ -165,6 +166,8 @@ class RuntimeGraphs:
         kept = self._model(model)
         self._call(pb.ModelDestroyRequest(model=model))
         del self.models[model]
+        for stream in [s for s, bound in self.bound_streams.items() if bound == model]:
+            del self.bound_streams[stream]  # a built model's streams are unbound with it
         self.connection.forget_sites(kept.seqs)
         self.callbacks.forget(kept.callbacks)
         for function, data in kept.on_destroy:

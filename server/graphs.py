@@ -20,6 +20,7 @@ from simnpu.server.scheduler import drained
 from simnpu.server.tasks import RecordTask, Task, WaitTask
 
 if TYPE_CHECKING:
+    from simnpu.server.model_build import Build
     from simnpu.server.objects import Context, Event
     from simnpu.server.tasks.replay import ReplayTask
 
@@ -57,6 +58,7 @@ class Graph:
     order: list[tuple[Lane, Task]] = field(default_factory=list)
     capture: Capture | None = None  # the capture recording into it now
     running: set[ReplayTask] = field(default_factory=set)
+    build: Build | None = None  # made by aclmdlRIBuildBegin (server/model_build.py)
 
 
 class Capture:

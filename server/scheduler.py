@@ -144,6 +144,9 @@ class Scheduler:
             self._captured(task)
             stream.capture.record(task)
             return
+        if stream.bound is not None:  # recorded into a model (server/model_build.py)
+            stream.bound.record(task)
+            return
         task.submitted()
         if stream.capture is not None:  # a wait on a captured record pulled its stream in
             self._captured(task)

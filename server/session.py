@@ -79,6 +79,8 @@ class HandleKind(enum.IntEnum):
     MODEL_STREAM = 231  # a stream of a model (aclmdlRIGetStreams)
     MODEL_TASK = 232  # a task of a model (aclmdlRIGetTasksByStream)
     REPLAY_STREAM = 233  # a replay's private stream: never in the table, never the client's
+    LABEL = 246  # a label of built models' control flow (server/model_build.py)
+    LABEL_LIST = 247  # a label list (aclrtCreateLabelList)
     COMMUNICATOR = 16
 
 

@@ -4,7 +4,7 @@
 Written like acl.rt: pyACL's argument checks and return shapes, the ACL code last; handles
 (models, model streams, model tasks) are ints. Offline models (.om files: load, execute,
 descriptions, datasets) are not simulated: those calls return 207000 and say why, as do the
-aclmdlRI calls not built yet (task groups, explicit building, conditional tasks).
+aclmdlRI calls not built yet (task groups, conditional tasks).
 """
 
 from __future__ import annotations
@@ -151,6 +151,44 @@ def ri_debug_json_print(rt, model_ri, path, flags):
     rt.model_debug_json_print(model_ri, path, flags)
 
 
+# ---- explicit building (client/runtime_model_build.py, docs/model-build.md) --------------------
+@api("i", (0,))
+def ri_build_begin(rt, flag):
+    """aclmdlRIBuildBegin: `model_ri, ret`, a new model of the current context to bind
+    persistent streams to; flag is reserved (0, else 107000)."""
+    return rt.model_build_begin(flag)
+
+
+@api("kkI")
+def ri_bind_stream(rt, model_ri, stream, flag):
+    """aclmdlRIBindStream: the stream's tasks are recorded into the model from now on.
+    ACL_MODEL_STREAM_FLAG_HEAD: it runs when a replay starts; _DEFAULT: when a task of the
+    model activates it. 107000 for a captured model or a stream without
+    ACL_STREAM_PERSISTENT, 107005 if it is bound already, 107027 in capture. Blocks."""
+    rt.model_bind_stream(model_ri, stream, flag, False)
+
+
+@api("kk")
+def ri_end_task(rt, model_ri, stream):
+    """aclmdlRIEndTask: the end-of-graph task on a bound stream (107005 if not bound to
+    the model). Blocks."""
+    rt.model_end_task(model_ri, stream)
+
+
+@api("kO")
+def ri_build_end(rt, model_ri, reserve):
+    """aclmdlRIBuildEnd: the model may be replayed; reserve must be None or 0 (100000). 207000 if
+    a label jump goes backwards or to another stream (not simulated). Blocks."""
+    rt.model_build_end(model_ri, reserve)
+
+
+@api("kk")
+def ri_unbind_stream(rt, model_ri, stream):
+    """aclmdlRIUnbindStream: the stream runs its tasks again (107005 if it is not bound to
+    the model). Blocks."""
+    rt.model_bind_stream(model_ri, stream, 0, True)
+
+
 def _null(name: str) -> _NpuError:
     return _NpuError(_codes.ACL_ERROR_INVALID_PARAM, f"{name} is null")
 
@@ -163,7 +201,6 @@ _OM = (
 _DUMP = "model dumps are not simulated"
 _TASK_GROUPS = "not built yet: task groups and task updates of captured graphs"
 _TASK_PARAMS = "not built yet: reading and changing the tasks of captured graphs"
-_BUILD = "not built yet: explicit building of models (bound streams and end tasks)"
 _COND = "not built yet: conditional tasks of models"
 
 # name: (C call, values returned before ret (None: ret only), why)
@@ -177,11 +214,6 @@ _UNSUPPORTED: dict[str, tuple[str, tuple | None, str]] = {
     "ri_kernel_task_get_attribute": ("aclmdlRIKernelTaskGetAttribute", ({},), _TASK_PARAMS),
     "ri_update": ("aclmdlRIUpdate", None, _TASK_PARAMS),
     "ri_task_disable": ("aclmdlRITaskDisable", None, _TASK_PARAMS),
-    "ri_build_begin": ("aclmdlRIBuildBegin", (0,), _BUILD),
-    "ri_bind_stream": ("aclmdlRIBindStream", None, _BUILD),
-    "ri_end_task": ("aclmdlRIEndTask", None, _BUILD),
-    "ri_build_end": ("aclmdlRIBuildEnd", None, _BUILD),
-    "ri_unbind_stream": ("aclmdlRIUnbindStream", None, _BUILD),
     "ri_cond_handle_create": ("aclmdlRICondHandleCreate", (0,), _COND),
     "ri_cond_handle_get_cond_ptr": ("aclmdlRICondHandleGetCondPtr", (0,), _COND),
     "ri_add_cond_task": ("aclmdlRIAddCondTask", None, _COND),

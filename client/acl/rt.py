@@ -26,6 +26,7 @@ from . import rt_builtin_tasks as _builtin_tasks
 from . import rt_cnt_notify as _cnt_notify
 from . import rt_devices as _devices
 from . import rt_exceptions as _exceptions
+from . import rt_flow as _flow
 from . import rt_ipc_events as _ipc_events
 from . import rt_kernel_args as _kernel_args
 from . import rt_memory as _memory
@@ -716,4 +717,5 @@ __getattr__, __dir__ = _on_demand(
     _overflow,
     _builtin_tasks,
     _ipc_events,
+    _flow,
 )

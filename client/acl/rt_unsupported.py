@@ -1,6 +1,6 @@
 """acl.rt calls of the CANN runtime headers that simnpu does not simulate, beyond the ones
-client/acl/rt.py lists itself: managed and virtual memory, device symbols, labels and
-stream switches, mbufs, groups, snapshots, fault repair and other launch forms.
+client/acl/rt.py lists itself: managed and virtual memory, device symbols, mbufs, groups,
+snapshots, fault repair and other launch forms.
 
 client/acl/rt.py turns every entry into a call that returns ACL_ERROR_RT_FEATURE_NOT_SUPPORT
 (207000) in pyACL's shape and lists it in acl.rt.UNSUPPORTED; docs/acl.md's table of every
@@ -21,7 +21,6 @@ _SYMBOLS = (
 )
 _FUNC_INFO = "function attributes and parameter layouts are not reported"
 _GROUPS = "device resource groups are not simulated"
-_LABELS = "labels and stream switching (model-internal control flow) are not simulated"
 _MBUF = "mbuf buffers (AI CPU data queues) are not simulated"
 _CMO = "cache maintenance operations are not simulated"
 _BATCH = "batched copies are not simulated (copy with memcpy / memcpy_async one by one)"
@@ -136,14 +135,6 @@ CALLS: dict[str, tuple[str, tuple | None, str]] = {
         None,
         "the simulated device has no L2 cache",
     ),
-    "create_label": ("aclrtCreateLabel", (0,), _LABELS),
-    "set_label": ("aclrtSetLabel", None, _LABELS),
-    "destroy_label": ("aclrtDestroyLabel", None, _LABELS),
-    "create_label_list": ("aclrtCreateLabelList", (0,), _LABELS),
-    "destroy_label_list": ("aclrtDestroyLabelList", None, _LABELS),
-    "switch_label_by_index": ("aclrtSwitchLabelByIndex", None, _LABELS),
-    "active_stream": ("aclrtActiveStream", None, _LABELS),
-    "switch_stream": ("aclrtSwitchStream", None, _LABELS),
     "alloc_buf": ("aclrtAllocBuf", (0,), _MBUF),
     "free_buf": ("aclrtFreeBuf", None, _MBUF),
     "get_buf_data": ("aclrtGetBufData", (0, 0), _MBUF),

@@ -261,6 +261,9 @@ def model_destroy(session: Session, request: pb.ModelDestroyRequest, reply_to: i
                 f"model {graph.id} is still running after {DESTROY_WAIT_S:.0f} s",
             )
             return
+        if graph.build is not None:  # its bound streams run their tasks again
+            for stream in list(graph.build.lanes):
+                graph.build.unbind(stream)
         _forget(session, graph)
         recorded = [task for _, task in graph.order]
         for task in recorded:

@@ -9,6 +9,10 @@ so a stream waiting for it after aclmdlRIExecuteAsync waits for the replay, and 
 the graph binds to the records submitted before the replay (an external dependency). When
 its stream reaches it, the replicas are queued; it completes when those streams have
 drained, with the earliest failure among them.
+
+A built model's streams that are not heads are held: their replicas are queued when a
+control-flow task of the replay activates them (`activate`, server/tasks/flow.py), and
+dropped if none does.
 """
 
 from __future__ import annotations
@@ -21,14 +25,15 @@ from simnpu.server import replay_observe
 from simnpu.server.objects import Failure, Stream, Waiter
 
 from .base import Task, TaskState
+from .flow import FlowTask
 
 if TYPE_CHECKING:
-    from simnpu.server.graphs import Graph
+    from simnpu.server.graphs import Graph, Lane
     from simnpu.server.scheduler import Scheduler
 
 
 class ReplayTask(Task):
-    __slots__ = ("aborted", "graph", "lanes", "new_handle", "replicas")
+    __slots__ = ("aborted", "graph", "held", "lanes", "new_handle", "replicas", "streams")
     kind = "replay"
     capturable = False  # a graph inside a graph is not built yet
 
@@ -38,6 +43,8 @@ class ReplayTask(Task):
         self.new_handle = new_handle  # a handle for each private stream (never the client's)
         self.lanes: list[Stream] = []
         self.replicas: list[Task] = []
+        self.streams: dict[Lane, Stream] = {}  # each lane's private stream
+        self.held: dict[Stream, list[Task]] = {}  # replicas of built lanes not activated yet
         self.aborted = False  # aclmdlRIAbort
 
     def submitted(self) -> None:
@@ -49,8 +56,13 @@ class ReplayTask(Task):
             streams[lane] = stream
             context.streams.append(stream)
         self.lanes = list(streams.values())
+        self.streams = streams
+        if graph.build is not None:
+            self.held = {streams[lane]: [] for lane in graph.lanes if lane not in graph.build.heads}
         self.replicas = [task.replica(streams[lane]) for lane, task in graph.order]
         for replica in self.replicas:
+            if isinstance(replica, FlowTask):
+                replica.replay = self
             replica.submitted()
 
     def discarded(self, scheduler: Scheduler) -> None:
@@ -62,6 +74,19 @@ class ReplayTask(Task):
         for replica in self.replicas:
             scheduler.discard(replica)
         self.replicas = []
+        self._drop_held(scheduler)
+
+    def _drop_held(self, scheduler: Scheduler) -> None:
+        """The replicas of built lanes nothing activated are dropped."""
+        for replicas in self.held.values():
+            for replica in replicas:
+                scheduler.discard(replica)
+        self.held = {}
+
+    def activate(self, lane: Lane, scheduler: Scheduler) -> None:
+        """A control-flow task started `lane` (once; again does nothing)."""
+        for replica in self.held.pop(self.streams[lane], []):
+            scheduler.queue(replica)
 
     def start(self, scheduler: Scheduler) -> bool:
         if self.aborted:  # aclmdlRIAbort before its stream reached it: nothing of it runs
@@ -73,8 +98,13 @@ class ReplayTask(Task):
             replay_observe.replaying(scheduler.observer, self)
         replicas, self.replicas = self.replicas, []
         for replica in replicas:
-            scheduler.queue(replica)
+            held = self.held.get(replica.stream)
+            if held is None:
+                scheduler.queue(replica)
+            else:
+                held.append(replica)
         if self._drained():
+            self._drop_held(scheduler)
             self._finish(scheduler)
             return True
         scheduler.watch(
@@ -106,6 +136,7 @@ class ReplayTask(Task):
         self.graph.running.discard(self)
 
     def _complete(self, scheduler: Scheduler) -> None:
+        self._drop_held(scheduler)
         self._finish(scheduler)
         scheduler.complete(self)
 

@@ -19,3 +19,16 @@ def test_model_sync_external_in_three_scenarios(daemon):
     out = run_cann_example(daemon.address, "2_advanced_features/model_ri/4_model_sync_external.py")
     assert out.count("  result matches 1..8") == 3
     assert "model_sync_external: all 3 scenarios passed" in out
+
+
+def test_model_switch_runs_the_branch_the_selector_chooses(daemon):
+    out = run_cann_example(daemon.address, "2_advanced_features/model_ri/2_model_switch.py")
+    first = out.split("After second execution")[0]
+    second = out.split("After second execution", 1)[1]
+    line = "[INFO]  The vector data is: " + "  ".join(["{}"] * 8)
+    assert line.format(*["3.4000"] * 8) in first
+    assert line.format(*["0.0000"] * 8) in first
+    assert line.format(*["5.4000"] * 8) in first
+    assert line.format(*["4.4000"] * 8) in second
+    assert line.format(*["0.0000"] * 8) not in second
+    assert "model_switch: selector 1 ran streams 1 and 3, selector 2 ran streams 1, 4 and 2" in out

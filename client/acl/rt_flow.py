@@ -1,0 +1,82 @@
+"""acl.rt control flow of explicitly built models: stream activation and switching, labels
+(client/runtime_model_build.py, server/tasks/flow.py; docs/model-build.md).
+
+Written like the rest of acl.rt (client/acl/rt.py offers the calls this module lists in
+`__all__` as its own): pyACL's argument checks and return shapes, the ACL code last. Labels
+and label lists are ints. These tasks go only to streams bound to a model
+(acl.mdl.ri_bind_stream): on another stream they return 107005.
+"""
+
+from __future__ import annotations
+
+from simnpu.client.facade import api
+from simnpu.client.facade import on_demand as _on_demand
+
+__all__ = [
+    "active_stream",
+    "create_label",
+    "create_label_list",
+    "destroy_label",
+    "destroy_label_list",
+    "set_label",
+    "switch_label_by_index",
+    "switch_stream",
+]
+
+
+@api("kk")
+def active_stream(rt, active_stream, stream):
+    """aclrtActiveStream: a task of a bound stream that starts `active_stream`, a stream of
+    the same model, when a replay reaches it. Blocks."""
+    rt.active_stream(active_stream, stream)
+
+
+@api("kikikkk")
+def switch_stream(rt, left_value, cond, right_value, data_type, true_stream, false_stream, stream):
+    """aclrtSwitchStream: a task of a bound stream that starts `true_stream` when
+    `*left_value <cond> *right_value` (aclrtCondition; values read as data_type,
+    ACL_RT_SWITCH_INT32 / _INT64, when the replay reaches it) holds; false_stream is
+    reserved (0). Blocks."""
+    rt.switch_stream(left_value, cond, right_value, data_type, true_stream, false_stream, stream)
+
+
+@api("", (0,))
+def create_label(rt):
+    """aclrtCreateLabel: `label, ret`."""
+    return rt.create_label()
+
+
+@api("Ok", (0,))
+def create_label_list(rt, labels, num):
+    """aclrtCreateLabelList: `label_list, ret` of the first `num` labels of the list
+    `labels` (100000 if it holds fewer, or a null one)."""
+    return rt.create_label_list(list(labels or []), num)
+
+
+@api("k")
+def destroy_label(rt, label):
+    """aclrtDestroyLabel (a model that jumps to it keeps it)."""
+    rt.destroy_label(label, False)
+
+
+@api("k")
+def destroy_label_list(rt, label_list):
+    """aclrtDestroyLabelList."""
+    rt.destroy_label(label_list, True)
+
+
+@api("kk")
+def set_label(rt, label, stream):
+    """aclrtSetLabel: the label marks the next place of a bound stream (set once). Blocks."""
+    rt.set_label(label, stream)
+
+
+@api("kIkk")
+def switch_label_by_index(rt, ptr, max_value, label_list, stream):
+    """aclrtSwitchLabelByIndex: a task of a bound stream that jumps forward to the label of
+    `label_list` whose index is the uint32 at `ptr` when the replay reaches it (an index
+    past max_value - 1 takes the last label). Blocks."""
+    rt.switch_label_by_index(ptr, max_value, label_list, stream)
+
+
+__getattr__, __dir__ = _on_demand(globals())

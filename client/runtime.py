@@ -44,6 +44,7 @@ from simnpu.client.runtime_notify import RuntimeNotify
 from simnpu.client.runtime_overflow import RuntimeOverflow
 from simnpu.client.runtime_peers import RuntimePeers
 from simnpu.client.runtime_streams import RuntimeStreams
+from simnpu.client.runtime_task_groups import RuntimeTaskGroups
 from simnpu.client.runtime_values import RuntimeValues
 from simnpu.client.stream_states import STREAM_STATES
 from simnpu.client.transport import Connection, caller_site
@@ -87,6 +88,7 @@ class Runtime(
     RuntimeBuiltinTasks,
     RuntimeIpcEvents,
     RuntimeGraphs,
+    RuntimeTaskGroups,
 ):
     """This process's view of the simulated NPU. Thread-safe; one per process is usual."""
 
@@ -145,6 +147,7 @@ class Runtime(
         self.models: dict[int, Model] = {}  # model run instances (aclmdlRI) of this process
         self.capturing: dict[int, tuple[int, bool]] = {}  # stream -> (model, made by capture)
         self.model_tasks: dict[int, tuple[int, int]] = {}  # listed model task -> (type, position)
+        self.task_args: dict[int, ctypes.Array] = {}  # model task -> its arguments read back
         # tracing and checking: SIMNPU_TRACE / SIMNPU_CHECK, or the daemon's --trace / --check
         self.observer = ClientObserver(self, hello.observe_flags)
 

@@ -19,6 +19,7 @@ from simnpu.server.untrusted import escaped
 if TYPE_CHECKING:
     from simnpu.server.graphs import Capture
     from simnpu.server.kernel_processes import Grant
+    from simnpu.server.task_groups import TaskGroup
     from simnpu.server.tasks import Task
     from simnpu.server.tasks.event import RecordTask
     from simnpu.server.tasks.host_callback import HostCallbackTask
@@ -110,6 +111,8 @@ class Stream:
     # sequence number of the last task it recorded, which its signal covers once it drains
     capture: Capture | None = None
     captured_upto: int = 0
+    # the task group its kernel launches update (aclmdlRICaptureTaskUpdateBegin .. End)
+    updating: TaskGroup | None = None
     device: int = field(init=False)  # its context's
     owner: Owner = field(init=False)  # its context's
     saturation: bool = field(init=False)  # its float results saturate (aclrtSetDeviceSatMode)
@@ -145,6 +148,8 @@ class Event:
     context: Context
     flags: int
     latest_record: RecordTask | None = None
+    # ACL_EVENT_EXTERNAL: the streams whose wait found no record, woken by the next one
+    waiting: list[Stream] = field(default_factory=list)
 
 
 @dataclass(eq=False)

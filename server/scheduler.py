@@ -142,6 +142,8 @@ class Scheduler:
         if stream.capture is not None:  # recorded, not run (server/graphs.py)
             stream.capture.record(task)
             return
+        if stream.updating is not None:  # a kernel updates a task group (server/task_groups.py)
+            task = stream.updating.update(task)
         task.submitted()
         if stream.capture is not None:  # a wait on a captured record pulled its stream in
             stream.capture.record(task, submitted=True)

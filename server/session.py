@@ -79,6 +79,7 @@ class HandleKind(enum.IntEnum):
     MODEL_STREAM = 231  # a stream of a model (aclmdlRIGetStreams)
     MODEL_TASK = 232  # a task of a model (aclmdlRIGetTasksByStream)
     REPLAY_STREAM = 233  # a replay's private stream: never in the table, never the client's
+    TASK_GROUP = 243  # a task group of a model (aclmdlRICaptureTaskGrpEnd)
     COMMUNICATOR = 16
 
 

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 
 from simnpu.proto import codes
 from simnpu.server.objects import Failure, Stream, Waiter
+from simnpu.server.task_groups import updatable
 
 from .base import Task, TaskState
 
@@ -27,7 +28,7 @@ if TYPE_CHECKING:
 
 
 class ReplayTask(Task):
-    __slots__ = ("aborted", "graph", "lanes", "new_handle", "replicas")
+    __slots__ = ("aborted", "copies", "graph", "lanes", "new_handle", "replicas")
     kind = "replay"
     capturable = False  # a graph inside a graph is not built yet
 
@@ -37,6 +38,9 @@ class ReplayTask(Task):
         self.new_handle = new_handle  # a handle for each private stream (never the client's)
         self.lanes: list[Stream] = []
         self.replicas: list[Task] = []
+        # the replicas of the graph's task group kernels, which an update may still change
+        # (server/task_groups.py)
+        self.copies: dict[Task, Task] = {}
         self.aborted = False  # aclmdlRIAbort
 
     def submitted(self) -> None:
@@ -48,7 +52,15 @@ class ReplayTask(Task):
             streams[lane] = stream
             context.streams.append(stream)
         self.lanes = list(streams.values())
-        self.replicas = [task.replica(streams[lane]) for lane, task in graph.order]
+        order = graph.order
+        if graph.disabled:  # aclmdlRITaskDisable
+            order = [(lane, task) for lane, task in order if task not in graph.disabled]
+        self.replicas = [task.replica(streams[lane]) for lane, task in order]
+        if graph.groups:
+            grouped = updatable(graph)
+            self.copies = {
+                task: replica for (_, task), replica in zip(order, self.replicas) if task in grouped
+            }
         for replica in self.replicas:
             replica.submitted()
 
@@ -92,6 +104,7 @@ class ReplayTask(Task):
             if stream in context.streams:
                 context.streams.remove(stream)
         self.lanes = []
+        self.copies = {}
         if self.aborted:
             self.failure = Failure(
                 codes.ACL_ERROR_RT_MODEL_ABORT_NORMAL,

@@ -329,6 +329,18 @@ def test_a_refused_change_faults_the_model(acl, kit):
     assert acl.mdl.ri_destroy(model) == 0
     assert acl.rt.destroy_event(event2) == 0
     assert acl.rt.free(word2) == 0
+    # a task of type DEFAULT (a memset) has no parameters and cannot be disabled
+    assert acl.mdl.ri_capture_begin(stream, 0) == 0
+    assert acl.rt.memset_async(out, NBYTES, 0, NBYTES, stream) == 0
+    model, ret = acl.mdl.ri_capture_end(stream)
+    assert ret == 0
+    (memset,) = _tasks(acl, model)
+    assert acl.mdl.ri_task_get_params(memset) == ({}, invalid)
+    assert acl.mdl.ri_execute(model, -1) == 0  # reading changed nothing
+    assert acl.mdl.ri_task_disable(memset) == invalid
+    assert acl.mdl.ri_update(model) == acl.ACL_ERROR_RT_MODEL_UPDATE_FAILED
+    assert acl.mdl.ri_execute(model, -1) == acl.ACL_ERROR_RT_MODEL_EXECUTE
+    assert acl.mdl.ri_destroy(model) == 0
     assert acl.rt.synchronize_stream(stream) == 0  # nothing was queued or rejected
     assert acl.rt.free(word) == 0
     assert acl.rt.destroy_event(event) == 0

@@ -19,3 +19,12 @@ def test_model_sync_external_in_three_scenarios(daemon):
     out = run_cann_example(daemon.address, "2_advanced_features/model_ri/4_model_sync_external.py")
     assert out.count("  result matches 1..8") == 3
     assert "model_sync_external: all 3 scenarios passed" in out
+
+
+def test_model_update_changes_the_task_group_of_the_second_replay(daemon):
+    out = run_cann_example(daemon.address, "2_advanced_features/model_ri/1_model_update.py")
+    first = "  out: 5.4000  6.4000  7.4000  8.4000  9.4000  10.4000  11.4000  12.4000"
+    second = "  out: 7.6000  8.6000  9.6000  10.6000  11.6000  12.6000  13.6000  14.6000"
+    assert out.index("replay 1 of the model") < out.index(first)
+    assert out.index("replay 2 of the model") < out.index("alpha = 2.2") < out.index(second)
+    assert "model_update: the update changed the replay it was made for" in out

@@ -65,8 +65,9 @@ def _in_order(session: Session, reply_to: int, change: Callable[[], Message | No
 @handles(pb.TaskGroupRequest)
 def task_group(session: Session, request: pb.TaskGroupRequest, reply_to: int) -> object:
     """aclmdlRICaptureTaskGrpBegin / End: 107029 not in capture, 107033 a group open already
-    (begin) or none open (end); the end returns the group's handle, or the error a task of the
-    group met (507009, 107034), or 507903 if the capture was invalidated."""
+    or the stream updating one (begin), none open (end); the end returns the group's handle,
+    or the error a task of the group met (507009, 107034), or 507903 if the capture was
+    invalidated."""
     stream = session.stream(request.stream)
 
     def mark() -> None:
@@ -80,12 +81,14 @@ def task_group(session: Session, request: pb.TaskGroupRequest, reply_to: int) ->
             )
             return
         if not request.end:
-            if stream in capture.groups:
+            if stream in capture.groups or stream.updating is not None:
                 _refuse(
                     session,
                     reply_to,
                     codes.ACL_ERROR_STREAM_TASK_GROUP_STATUS,
-                    "a task group is open on this stream already (aclmdlRICaptureTaskGrpEnd it)",
+                    "a task group is open on this stream already (aclmdlRICaptureTaskGrpEnd it)"
+                    if stream.updating is None
+                    else "the stream is updating a task group (aclmdlRICaptureTaskUpdateEnd it)",
                 )
                 return
             capture.groups[stream] = TaskGroup(capture.graph, stream)

@@ -152,6 +152,11 @@ def test_task_group_and_update_refusals(acl, kit):
     assert acl.mdl.ri_capture_task_update_begin(other, group) == 0
     assert acl.mdl.ri_capture_task_update_begin(other, group) == status
     assert acl.mdl.ri_capture_task_update_begin(stream, group) == status  # another's now
+    # a stream updating a group that begins a capture cannot open a group in it
+    assert acl.mdl.ri_capture_begin(other, 0) == 0
+    assert acl.mdl.ri_capture_task_grp_begin(other) == status
+    empty, ret = acl.mdl.ri_capture_end(other)
+    assert ret == 0 and acl.mdl.ri_destroy(empty) == 0
     assert kit.launch(kit.add, x, x, out, other) == 0  # only one of the group's two
     assert acl.mdl.ri_capture_task_update_end(other) == acl.ACL_ERROR_RT_INTERNAL_ERROR
     assert acl.mdl.ri_capture_task_update_end(other) == status  # it ended all the same

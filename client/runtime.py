@@ -148,6 +148,9 @@ class Runtime(
         self.capturing: dict[int, tuple[int, bool]] = {}  # stream -> (model, made by capture)
         self.model_tasks: dict[int, tuple[int, int]] = {}  # listed model task -> (type, position)
         self.task_args: dict[int, ctypes.Array] = {}  # model task -> its arguments read back
+        self.stream_models: dict[int, int] = {}  # listed model stream -> its model
+        self.task_models: dict[int, int] = {}  # listed model task -> its model
+        self.unready: dict[int, str] = {}  # model -> why it does not replay
         # tracing and checking: SIMNPU_TRACE / SIMNPU_CHECK, or the daemon's --trace / --check
         self.observer = ClientObserver(self, hello.observe_flags)
 

@@ -52,6 +52,8 @@ def _runtime_null(name: str) -> NpuError:
 class RuntimeTaskGroups:
     # what the mixin uses of Runtime (client/runtime.py), which sets and defines all of it
     task_args: dict[int, ctypes.Array]  # model task -> its argument struct read back
+    task_models: dict[int, int]  # listed model task -> its model
+    unready: dict[int, str]  # model -> why it does not replay (aclmdlRIExecute* say 507011)
 
     if TYPE_CHECKING:
 
@@ -161,7 +163,20 @@ class RuntimeTaskGroups:
                     flag=_int(value.get("flag", 0), "flag"),
                 )
             )
-        self._call(request)
+        self._change(task, request)
+
+    def _change(self, task: int, request: Message) -> None:
+        """A change of a task: its model waits for aclmdlRIUpdate, or is faulted when the
+        daemon refused the change with 107000 (as the daemon's model is)."""
+        model = self.task_models.get(task, 0)
+        try:
+            self._call(request)
+        except NpuError as error:
+            if error.code == codes.ACL_ERROR_RT_PARAM_INVALID and model:
+                self.unready[model] = "a change of the model's tasks failed (destroy it)"
+            raise
+        if model and model not in self.unready:
+            self.unready[model] = "the model's tasks were changed (aclmdlRIUpdate first)"
 
     @records_errors
     def task_disable(self, task: int) -> None:
@@ -169,7 +184,7 @@ class RuntimeTaskGroups:
         107040 while the model is captured or runs."""
         if not task:
             raise _runtime_null("task")
-        self._call(pb.TaskDisableRequest(task=task))
+        self._change(task, pb.TaskDisableRequest(task=task))
 
     @records_errors
     def model_update(self, model: int) -> None:
@@ -178,6 +193,7 @@ class RuntimeTaskGroups:
         if not model:
             raise _runtime_null("modelRI")
         self._call(pb.ModelUpdateRequest(model=model))
+        self.unready.pop(model, None)
 
     @records_errors
     def kernel_task_get_attribute(self, task: int, attr: int) -> dict:

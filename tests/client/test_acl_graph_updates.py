@@ -246,9 +246,8 @@ def test_set_params_and_update_change_a_kernel_bit_for_bit(acl, kit):
     new_args = kit.args(px, pw, out)
     kernel.update(func_handle=kit.mul, args=acl.util.bytes_to_ptr(new_args), num_blocks=2)
     assert acl.mdl.ri_task_set_params(add, params) == 0
-    assert acl.mdl.ri_execute(model, -1) == acl.ACL_ERROR_RT_MODEL_EXECUTE  # update first
-    assert acl.mdl.ri_execute_async(model, stream) == 0  # refused by the daemon: reported at
-    assert acl.rt.synchronize_stream(stream) == acl.ACL_ERROR_RT_MODEL_EXECUTE  # the sync
+    assert acl.mdl.ri_execute_async(model, stream) == acl.ACL_ERROR_RT_MODEL_EXECUTE  # update
+    assert acl.mdl.ri_execute(model, -1) == acl.ACL_ERROR_RT_MODEL_EXECUTE  # first
     assert acl.mdl.ri_update(model) == 0
     assert acl.mdl.ri_update(model) == 0  # ready: nothing to do
     assert acl.mdl.ri_execute_async(model, stream) == 0
@@ -322,7 +321,7 @@ def test_a_refused_change_faults_the_model(acl, kit):
     for bad in wrong:
         model, (write, add, record), event2, word2 = _add_model(acl, kit, stream, x, x, out)
         assert acl.mdl.ri_task_set_params(add, bad) == invalid, bad
-        assert acl.mdl.ri_execute(model, -1) == acl.ACL_ERROR_RT_MODEL_EXECUTE
+        assert acl.mdl.ri_execute_async(model, stream) == acl.ACL_ERROR_RT_MODEL_EXECUTE
         assert acl.mdl.ri_update(model) == acl.ACL_ERROR_RT_MODEL_UPDATE_FAILED
         assert acl.mdl.ri_task_set_params(add, params) == acl.ACL_ERROR_RT_MODEL_UPDATE_FAILED
         assert acl.mdl.ri_destroy(model) == 0
@@ -344,7 +343,7 @@ def test_a_refused_change_faults_the_model(acl, kit):
     assert acl.mdl.ri_execute(model, -1) == 0  # reading changed nothing
     assert acl.mdl.ri_task_disable(memset) == invalid
     assert acl.mdl.ri_update(model) == acl.ACL_ERROR_RT_MODEL_UPDATE_FAILED
-    assert acl.mdl.ri_execute(model, -1) == acl.ACL_ERROR_RT_MODEL_EXECUTE
+    assert acl.mdl.ri_execute_async(model, stream) == acl.ACL_ERROR_RT_MODEL_EXECUTE
     assert acl.mdl.ri_destroy(model) == 0
     assert acl.rt.synchronize_stream(stream) == 0  # nothing was queued or rejected
     assert acl.rt.free(word) == 0

@@ -45,6 +45,7 @@ from simnpu.client.runtime_notify import RuntimeNotify
 from simnpu.client.runtime_overflow import RuntimeOverflow
 from simnpu.client.runtime_peers import RuntimePeers
 from simnpu.client.runtime_streams import RuntimeStreams
+from simnpu.client.runtime_task_groups import RuntimeTaskGroups
 from simnpu.client.runtime_values import RuntimeValues
 from simnpu.client.stream_states import STREAM_STATES
 from simnpu.client.transport import Connection, caller_site
@@ -89,6 +90,7 @@ class Runtime(
     RuntimeIpcEvents,
     RuntimeGraphs,
     RuntimeModelBuild,
+    RuntimeTaskGroups,
 ):
     """This process's view of the simulated NPU. Thread-safe; one per process is usual."""
 
@@ -148,6 +150,10 @@ class Runtime(
         self.bound_streams: dict[int, int] = {}  # stream -> the model it is bound to
         self.capturing: dict[int, tuple[int, bool]] = {}  # stream -> (model, made by capture)
         self.model_tasks: dict[int, tuple[int, int]] = {}  # listed model task -> (type, position)
+        self.task_args: dict[int, ctypes.Array] = {}  # model task -> its arguments read back
+        self.stream_models: dict[int, int] = {}  # listed model stream -> its model
+        self.task_models: dict[int, int] = {}  # listed model task -> its model
+        self.unready: dict[int, str] = {}  # model -> why it does not replay
         # tracing and checking: SIMNPU_TRACE / SIMNPU_CHECK, or the daemon's --trace / --check
         self.observer = ClientObserver(self, hello.observe_flags)
 

@@ -45,6 +45,9 @@ class RuntimeGraphs:
     capturing: dict[int, tuple[int, bool]]  # origin stream -> (its model, made by the capture)
     model_tasks: dict[int, tuple[int, int]]  # listed task -> (aclmdlRITaskType, position)
     bound_streams: dict[int, int]  # stream -> the built model it is bound to
+    stream_models: dict[int, int]  # listed model stream -> its model
+    task_models: dict[int, int]  # listed task -> its model
+    unready: dict[int, str]  # model -> why it does not replay (client/runtime_task_groups.py)
 
     if TYPE_CHECKING:
 
@@ -60,13 +63,16 @@ class RuntimeGraphs:
         return model
 
     def _replayable(self, handle: int) -> Model:
-        """The model, not being captured (107026)."""
+        """The model, not being captured (107026) and not left unready by changes of its
+        tasks (507011)."""
         model = self._model(handle)
         if any(handle == captured for captured, _ in self.capturing.values()):
             raise NpuError(
                 codes.ACL_ERROR_RT_MODEL_CAPTURED,
                 "the model is being captured (aclmdlRICaptureEnd it first)",
             )
+        if handle in self.unready:
+            raise NpuError(codes.ACL_ERROR_RT_MODEL_EXECUTE, self.unready[handle])
         return model
 
     # ---- capture -------------------------------------------------------------------------------
@@ -168,6 +174,7 @@ class RuntimeGraphs:
         del self.models[model]
         for stream in [s for s, bound in self.bound_streams.items() if bound == model]:
             del self.bound_streams[stream]  # a built model's streams are unbound with it
+        self.unready.pop(model, None)
         self.connection.forget_sites(kept.seqs)
         self.callbacks.forget(kept.callbacks)
         for function, data in kept.on_destroy:
@@ -225,7 +232,10 @@ class RuntimeGraphs:
     @records_errors
     def model_get_streams(self, model: int) -> list[int]:
         """aclmdlRIGetStreams: the model's streams, the capture's origin first."""
-        return list(self._info(model).streams)
+        streams = list(self._info(model).streams)
+        for stream in streams:
+            self.stream_models[stream] = model
+        return streams
 
     @records_errors
     def model_get_tasks_by_stream(self, stream: int) -> list[int]:
@@ -235,6 +245,7 @@ class RuntimeGraphs:
         reply = self._call(pb.ModelTasksRequest(stream=stream))
         for task in reply.tasks:
             self.model_tasks[task.handle] = (task.type, task.seq_id)
+            self.task_models[task.handle] = self.stream_models.get(stream, 0)
         return [task.handle for task in reply.tasks]
 
     def _task(self, task: int) -> tuple[int, int]:

@@ -17,6 +17,7 @@ from simnpu.proto import codes
 from simnpu.proto.errors import NpuError
 from simnpu.server.objects import Stream
 from simnpu.server.scheduler import drained
+from simnpu.server.task_groups import TaskGroup, UpdateStatus, admitted
 from simnpu.server.tasks import RecordTask, Task, WaitTask
 
 if TYPE_CHECKING:
@@ -59,6 +60,10 @@ class Graph:
     capture: Capture | None = None  # the capture recording into it now
     running: set[ReplayTask] = field(default_factory=set)
     build: Build | None = None  # made by aclmdlRIBuildBegin (server/model_build.py)
+    # task groups and changes of its tasks (server/task_groups.py)
+    groups: list[TaskGroup] = field(default_factory=list)
+    disabled: set[Task] = field(default_factory=set)  # aclmdlRITaskDisable
+    status: UpdateStatus = UpdateStatus.READY
 
 
 class Capture:
@@ -73,6 +78,8 @@ class Capture:
         self.invalid: str | None = None  # why the capture was invalidated
         self.restore: dict[Event, RecordTask | None] = {}  # event -> its record before
         self.first = len(graph.order)  # where this capture's tasks begin (appending to a model)
+        self.groups: dict[Stream, TaskGroup] = {}  # task groups open now, by stream
+        self.group_error: tuple[int, str] | None = None  # what their ends report
         graph.capture = self
         self.join(origin)
 
@@ -93,6 +100,8 @@ class Capture:
             stream.signal.publish(task.seq, True)
         if not task.capturable:  # (not even submitted: it must leave no trace)
             self.invalidate(f"task {task.seq} ({task.kind}) cannot be captured")
+            return
+        if self.groups and not admitted(self, task):  # (not submitted either)
             return
         if not submitted:
             if type(task) is RecordTask:

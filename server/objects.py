@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     from simnpu.server.graphs import Capture
     from simnpu.server.kernel_processes import Grant
     from simnpu.server.model_build import Build
+    from simnpu.server.task_groups import TaskGroup
     from simnpu.server.tasks import Task
     from simnpu.server.tasks.event import RecordTask
     from simnpu.server.tasks.host_callback import HostCallbackTask
@@ -113,6 +114,8 @@ class Stream:
     captured_upto: int = 0
     # the model it is bound to (aclmdlRIBindStream), recording its tasks (server/model_build.py)
     bound: Build | None = None
+    # the task group its kernel launches update (aclmdlRICaptureTaskUpdateBegin .. End)
+    updating: TaskGroup | None = None
     device: int = field(init=False)  # its context's
     owner: Owner = field(init=False)  # its context's
     saturation: bool = field(init=False)  # its float results saturate (aclrtSetDeviceSatMode)
@@ -148,6 +151,8 @@ class Event:
     context: Context
     flags: int
     latest_record: RecordTask | None = None
+    # ACL_EVENT_EXTERNAL: the streams whose wait found no record, woken by the next one
+    waiting: list[Stream] = field(default_factory=list)
 
 
 @dataclass(eq=False)

@@ -147,6 +147,8 @@ class Scheduler:
         if stream.bound is not None:  # recorded into a model (server/model_build.py)
             stream.bound.record(task)
             return
+        if stream.updating is not None:  # a kernel updates a task group (server/task_groups.py)
+            task = stream.updating.update(task)
         task.submitted()
         if stream.capture is not None:  # a wait on a captured record pulled its stream in
             self._captured(task)

@@ -81,6 +81,7 @@ class HandleKind(enum.IntEnum):
     REPLAY_STREAM = 233  # a replay's private stream: never in the table, never the client's
     LABEL = 246  # a label of built models' control flow (server/model_build.py)
     LABEL_LIST = 247  # a label list (aclrtCreateLabelList)
+    TASK_GROUP = 243  # a task group of a model (aclmdlRICaptureTaskGrpEnd)
     COMMUNICATOR = 16
 
 

@@ -4,7 +4,7 @@
 Written like acl.rt: pyACL's argument checks and return shapes, the ACL code last; handles
 (models, model streams, model tasks) are ints. Offline models (.om files: load, execute,
 descriptions, datasets) are not simulated: those calls return 207000 and say why, as do the
-aclmdlRI calls not built yet (task groups, conditional tasks).
+aclmdlRI calls not built yet (conditional tasks).
 """
 
 from __future__ import annotations
@@ -13,6 +13,8 @@ from simnpu.client.facade import api, not_supported
 from simnpu.client.facade import on_demand as _on_demand
 from simnpu.proto import codes as _codes
 from simnpu.proto.errors import NpuError as _NpuError
+
+from . import mdl_updates as _updates
 
 
 # ---- capture ------------------------------------------------------------------------------------
@@ -199,21 +201,10 @@ _OM = (
     "capture a graph with ri_capture_begin / ri_capture_end and replay it with ri_execute_async"
 )
 _DUMP = "model dumps are not simulated"
-_TASK_GROUPS = "not built yet: task groups and task updates of captured graphs"
-_TASK_PARAMS = "not built yet: reading and changing the tasks of captured graphs"
 _COND = "not built yet: conditional tasks of models"
 
 # name: (C call, values returned before ret (None: ret only), why)
 _UNSUPPORTED: dict[str, tuple[str, tuple | None, str]] = {
-    "ri_capture_task_grp_begin": ("aclmdlRICaptureTaskGrpBegin", None, _TASK_GROUPS),
-    "ri_capture_task_grp_end": ("aclmdlRICaptureTaskGrpEnd", (0,), _TASK_GROUPS),
-    "ri_capture_task_update_begin": ("aclmdlRICaptureTaskUpdateBegin", None, _TASK_GROUPS),
-    "ri_capture_task_update_end": ("aclmdlRICaptureTaskUpdateEnd", None, _TASK_GROUPS),
-    "ri_task_get_params": ("aclmdlRITaskGetParams", ({},), _TASK_PARAMS),
-    "ri_task_set_params": ("aclmdlRITaskSetParams", None, _TASK_PARAMS),
-    "ri_kernel_task_get_attribute": ("aclmdlRIKernelTaskGetAttribute", ({},), _TASK_PARAMS),
-    "ri_update": ("aclmdlRIUpdate", None, _TASK_PARAMS),
-    "ri_task_disable": ("aclmdlRITaskDisable", None, _TASK_PARAMS),
     "ri_cond_handle_create": ("aclmdlRICondHandleCreate", (0,), _COND),
     "ri_cond_handle_get_cond_ptr": ("aclmdlRICondHandleGetCondPtr", (0,), _COND),
     "ri_add_cond_task": ("aclmdlRIAddCondTask", None, _COND),
@@ -261,4 +252,6 @@ for _name, (_call, _value, _why) in _UNSUPPORTED_VALUES.items():
     globals()[_name] = not_supported(f"acl.mdl.{_name}", _call, _why, (_value,), returns_code=False)
 del _name, _call, _outputs, _why, _value, api, not_supported
 
-__getattr__, __dir__ = _on_demand(globals())
+# Task groups and task changes (updates without recapture) are acl.mdl calls too, written in
+# client/acl/mdl_updates.py.
+__getattr__, __dir__ = _on_demand(globals(), _updates)

@@ -29,6 +29,7 @@ from simnpu.server.handlers import (  # noqa: F401 - imported for their registra
     stream_abort,
     stream_limits,
     streams,
+    task_groups,
     values,
 )
 from simnpu.server.handlers.registry import HANDLERS, LATER

@@ -23,6 +23,7 @@ from simnpu.server.handlers.registry import LATER, handles
 from simnpu.server.handlers.streams import deadline
 from simnpu.server.objects import Stream, Waiter
 from simnpu.server.session import HandleKind
+from simnpu.server.task_groups import UpdateStatus
 from simnpu.server.tasks import HostCallbackTask, ReplayTask, TaskState
 
 if TYPE_CHECKING:
@@ -190,10 +191,22 @@ def capture_info(session: Session, request: pb.CaptureInfoRequest, reply_to: int
 
 # ---- replays ------------------------------------------------------------------------------------
 def _not_while_captured(graph: Graph) -> None:
+    """107026 while captured; 507011 while changed tasks wait for aclmdlRIUpdate, or after a
+    failed change (server/task_groups.py)."""
     if graph.capture is not None:
         raise NpuError(
             codes.ACL_ERROR_RT_MODEL_CAPTURED,
             f"model {graph.id} is being captured (aclmdlRICaptureEnd it first)",
+        )
+    if graph.status != UpdateStatus.READY:
+        raise NpuError(
+            codes.ACL_ERROR_RT_MODEL_EXECUTE,
+            f"model {graph.id} is not ready: "
+            + (
+                "its tasks were changed (aclmdlRIUpdate first)"
+                if graph.status == UpdateStatus.UPDATING
+                else "a change of its tasks failed"
+            ),
         )
 
 
@@ -240,6 +253,8 @@ def model_execute(session: Session, request: pb.ModelExecuteRequest, reply_to: i
 def _forget(session: Session, graph: Graph) -> None:
     """Remove the handles of `graph`, its streams and its listed tasks."""
     session.handles.remove(graph.handle)
+    for group in graph.groups:
+        session.handles.remove(group.handle)
     for lane in graph.lanes:
         session.handles.remove(lane.handle)
         for handle in lane.task_handles:

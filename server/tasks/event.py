@@ -3,7 +3,10 @@ scheduler itself when they reach the head of their stream.
 
 A wait binds to the event's latest record at the time of the wait (ACL semantics), and
 holds its stream until that record has completed; the stream's clock then moves to the
-record's time, which is what aclrtEventElapsedTime measures. A wait with its own timeout
+record's time, which is what aclrtEventElapsedTime measures. A wait on an event created
+with ACL_EVENT_EXTERNAL (the runtime's event for task updates of captured graphs) binds when
+its stream reaches it instead: to the event's record not undone by a reset, else to the
+next record submitted. A wait with its own timeout
 (aclrtStreamWaitEventWithTimeout) whose record has not completed when it passes fails with
 ACL_ERROR_RT_WAIT_TIMEOUT, reported by the stream's next synchronize, and its stream goes on.
 """
@@ -32,7 +35,11 @@ class RecordTask(Task):
         self.event = event
 
     def submitted(self) -> None:
-        self.event.latest_record = self
+        event = self.event
+        event.latest_record = self
+        if event.waiting:  # external waits that found no record wait for this one
+            self.waiters.extend(event.waiting)
+            event.waiting.clear()
 
     def start(self, scheduler: Scheduler) -> bool:
         self.timestamp = self.stream.clock
@@ -59,7 +66,14 @@ class WaitTask(Task):
             record.stream.capture.join(self.stream)  # a wait on a captured record: a fork
 
     def start(self, scheduler: Scheduler) -> bool:
-        record, stream = self.record, self.stream
+        stream, event = self.stream, self.event
+        if event.flags & codes.ACL_EVENT_EXTERNAL:  # binds when reached: to the record no
+            self.record = event.latest_record  # reset undid, else the next one
+            if self.record is None:
+                if stream not in event.waiting:
+                    event.waiting.append(stream)
+                return False
+        record = self.record
         if record is None:
             return True
         if record.state != TaskState.DONE:

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING
 from simnpu.proto import codes
 from simnpu.server import replay_observe
 from simnpu.server.objects import Failure, Stream, Waiter
+from simnpu.server.task_groups import updatable
 
 from .base import Task, TaskState
 from .flow import FlowTask
@@ -33,7 +34,16 @@ if TYPE_CHECKING:
 
 
 class ReplayTask(Task):
-    __slots__ = ("aborted", "graph", "held", "lanes", "new_handle", "replicas", "streams")
+    __slots__ = (
+        "aborted",
+        "copies",
+        "graph",
+        "held",
+        "lanes",
+        "new_handle",
+        "replicas",
+        "streams",
+    )
     kind = "replay"
     capturable = False  # a graph inside a graph is not built yet
 
@@ -45,6 +55,9 @@ class ReplayTask(Task):
         self.replicas: list[Task] = []
         self.streams: dict[Lane, Stream] = {}  # each lane's private stream
         self.held: dict[Stream, list[Task]] = {}  # replicas of built lanes not activated yet
+        # the replicas of the graph's task group kernels, which an update may still change
+        # (server/task_groups.py)
+        self.copies: dict[Task, Task] = {}
         self.aborted = False  # aclmdlRIAbort
 
     def submitted(self) -> None:
@@ -59,7 +72,15 @@ class ReplayTask(Task):
         self.streams = streams
         if graph.build is not None:
             self.held = {streams[lane]: [] for lane in graph.lanes if lane not in graph.build.heads}
-        self.replicas = [task.replica(streams[lane]) for lane, task in graph.order]
+        order = graph.order
+        if graph.disabled:  # aclmdlRITaskDisable
+            order = [(lane, task) for lane, task in order if task not in graph.disabled]
+        self.replicas = [task.replica(streams[lane]) for lane, task in order]
+        if graph.groups:
+            grouped = updatable(graph)
+            self.copies = {
+                task: replica for (_, task), replica in zip(order, self.replicas) if task in grouped
+            }
         for replica in self.replicas:
             if isinstance(replica, FlowTask):
                 replica.replay = self
@@ -127,6 +148,7 @@ class ReplayTask(Task):
             if stream in context.streams:
                 context.streams.remove(stream)
         self.lanes = []
+        self.copies = {}
         if self.aborted:
             self.failure = Failure(
                 codes.ACL_ERROR_RT_MODEL_ABORT_NORMAL,

@@ -32,3 +32,12 @@ def test_model_switch_runs_the_branch_the_selector_chooses(daemon):
     assert line.format(*["4.4000"] * 8) in second
     assert line.format(*["0.0000"] * 8) not in second
     assert "model_switch: selector 1 ran streams 1 and 3, selector 2 ran streams 1, 4 and 2" in out
+
+
+def test_model_update_changes_the_task_group_of_the_second_replay(daemon):
+    out = run_cann_example(daemon.address, "2_advanced_features/model_ri/1_model_update.py")
+    first = "  out: 5.4000  6.4000  7.4000  8.4000  9.4000  10.4000  11.4000  12.4000"
+    second = "  out: 7.6000  8.6000  9.6000  10.6000  11.6000  12.6000  13.6000  14.6000"
+    assert out.index("replay 1 of the model") < out.index(first)
+    assert out.index("replay 2 of the model") < out.index("alpha = 2.2") < out.index(second)
+    assert "model_update: the update changed the replay it was made for" in out

@@ -248,6 +248,8 @@ class Scheduler:
         synchronize fail once with ACL_ERROR_RT_STREAM_ABORT; the stream stays usable
         (after a stop, its queued tasks run next)."""
         tasks = stream.tasks
+        if tasks and stream.signal is not None and stream.signal.covers(tasks[-1].seq):
+            return  # all of it ran (a unit wrote the signal; its report is on its way)
         head = tasks[0] if tasks else None
         running = (
             head if isinstance(head, DeviceWork) and head.state == TaskState.DISPATCHED else None

@@ -143,12 +143,14 @@ def _results(results: list, expected: list[int], sent_ns: int) -> list[tuple]:
     now = time.monotonic_ns()
     out = []
     for result, token in zip(results, expected):
-        if not (isinstance(result, list) and len(result) == 7):
-            raise BadReport("a result is not (token, code, start, end, message, output, overflow)")
-        got, code, start, end, message, output, overflow = result
+        if not (isinstance(result, list) and len(result) == 8):
+            raise BadReport(
+                "a result is not (token, code, start, end, message, output, overflow, failed)"
+            )
+        got, code, start, end, message, output, overflow, failed = result
         if (
             got != token
-            or not all(map(_is_int, (code, start, end)))
+            or not all(map(_is_int, (code, start, end, failed)))
             or overflow.__class__ is not bool
         ):
             raise BadReport("a result names another task or is not numbers")
@@ -160,7 +162,7 @@ def _results(results: list, expected: list[int], sent_ns: int) -> list[tuple]:
         end = min(max(end, start), now)
         if message:  # a lone surrogate could not go into the client's reply: "?" instead
             message = message[:MAX_MESSAGE].encode("utf-8", "replace").decode("utf-8")
-        out.append((token, code, start, end, message, output[:MAX_OUTPUT], overflow))
+        out.append((token, code, start, end, message, output[:MAX_OUTPUT], overflow, failed))
     return out
 
 

@@ -418,9 +418,11 @@ class Scheduler:
             unit.lent.take_back()
             unit.lent = None
         inflight = unit.inflight
-        for token, code, start_ns, end_ns, message, output, overflow in results:
+        for token, code, start_ns, end_ns, message, output, overflow, failed in results:
             unit.busy_ns += end_ns - start_ns
             work = inflight.pop(token)
+            if failed:  # the failure of a kernel in a run (RunKernels): its own task's
+                work.failed_at(failed)
             if output:  # a kernel printed: its client takes it at its next synchronize
                 work.stream.owner.output.add(work.seq, token, output)
             if overflow:  # its context's overflow status (aclrtGetOverflowStatus)

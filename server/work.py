@@ -245,6 +245,21 @@ class RandomNumbers(_RandomNumbersFields, _Item):
         )
 
 
+class _RunKernelsFields(NamedTuple):
+    token: int
+    kernels: tuple  # (binary, name, args, bounds, saturation) of each single-block launch
+    stop: bool  # end at the first kernel that fails (its stream's STOP failure mode)
+
+
+class RunKernels(_RunKernelsFields, _Item):
+    """A run of single-block launches, in order, reported as one result: a replay's kernels
+    between two other tasks of one stream (server/tasks/kernel_run.py). A failure is that of
+    the first kernel that failed, `Result.failed` its index; cancelled, the rest is skipped."""
+
+    __slots__ = ()
+    TAG = 9
+
+
 ITEMS: tuple[type, ...] = (
     LoadModule,
     ForgetSegment,
@@ -255,6 +270,7 @@ ITEMS: tuple[type, ...] = (
     ReducePiece,
     ReduceBytes,
     RandomNumbers,
+    RunKernels,
 )
 """Every item kind, by TAG."""
 assert all(kind.TAG == tag for tag, kind in enumerate(ITEMS))  # type: ignore[attr-defined]
@@ -278,6 +294,7 @@ class Result(NamedTuple):
     message: str
     output: str = ""  # what the kernel printed (server/device_printf.py), formatted
     overflow: bool = False  # the kernel raised the overflow flag (server/overflow.py)
+    failed: int = 0  # a RunKernels item: the index of the kernel that failed
 
 
 def pack_results(results: list[Result]) -> list[tuple]:

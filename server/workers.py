@@ -60,6 +60,7 @@ from simnpu.server.work import (
     ReducePiece,
     Result,
     RunKernel,
+    RunKernels,
     Span,
     WriteSignal,
     pack_results,
@@ -178,7 +179,9 @@ def _dtype(dtype) -> np.dtype:
     return np.dtype(dtype)
 
 
-CANCEL_CHECK_NS = 1_000_000  # how often a chunk of blocks asks whether it was cancelled
+# How often a running batch asks whether it was cancelled: between the blocks of a chunk, and
+# between the kernels of a run (a poll of the unit's pipe costs more than a tiny kernel runs).
+CANCEL_CHECK_NS = 1_000_000
 
 
 class WorkRunner:
@@ -207,19 +210,26 @@ class WorkRunner:
     def run(self, batch: list[tuple], cancelled: Callable[[], set[int]]) -> list[Result]:
         """Run `batch` (packed items, server/work.py) in order; `cancelled()` gives the tokens
         cancelled so far (asked before a kernel that is not the batch's first: the head of a
-        run never is; and between the blocks of a chunk, every CANCEL_CHECK_NS)."""
+        run never is -- at most every CANCEL_CHECK_NS; and between the blocks of a chunk, every
+        CANCEL_CHECK_NS)."""
         self._cancelled = cancelled
         self.output.new_batch()
         results: list[Result] = []
         clean = True  # every item so far succeeded and ran: a WriteSignal may be written
+        taken: set[int] = set()  # the cancellations taken so far
+        check_at = time.monotonic_ns() + CANCEL_CHECK_NS
         for index, packed in enumerate(batch):
             kind = ITEMS[packed[0]]
             if kind is RunKernel:
-                if index and packed[1] in cancelled():
+                if index:
                     now = time.monotonic_ns()
-                    results.append(Result(packed[1], 0, now, now, ""))
-                    clean = False
-                    continue
+                    if now >= check_at:
+                        taken = cancelled()
+                        check_at = now + CANCEL_CHECK_NS
+                    if packed[1] in taken:
+                        results.append(Result(packed[1], 0, now, now, ""))
+                        clean = False
+                        continue
                 result = self.run_kernel(*packed[1:])
             elif kind is CopyBytes:
                 copy = CopyBytes.unpack(packed)
@@ -234,6 +244,8 @@ class WorkRunner:
                 result = reduce_copy.execute(self._segments, item, self.overflow)
             elif kind is RandomNumbers:
                 result = random_numbers.execute(self._segments, RandomNumbers.unpack(packed))
+            elif kind is RunKernels:
+                result = self.run_kernels(*packed[1:])
             elif kind is WriteSignal:
                 if clean:
                     self.write_signal(*packed[1:])
@@ -285,6 +297,36 @@ class WorkRunner:
         if output or overflow.raised:
             return result._replace(output=output, overflow=overflow.raised)
         return result
+
+    def run_kernels(self, token: int, kernels: tuple, stop: bool) -> Result:
+        """A RunKernels item (its fields, in order): each kernel's single block in turn; what
+        they printed, in order; the first failure, with its kernel's index."""
+        start = end = time.monotonic_ns()
+        check_at = start + CANCEL_CHECK_NS
+        failure: Result | None = None
+        failed = 0
+        outputs: list[str] = []
+        overflow = False
+        for index, (binary, name, args, bounds, saturation) in enumerate(kernels):
+            if index and end >= check_at:
+                check_at = end + CANCEL_CHECK_NS
+                if token in self._cancelled():
+                    message = f"kernels from {index} of the run on were cancelled"
+                    return Result(token, 0, start, end, message, "".join(outputs), overflow)
+            result = self.run_kernel(token, binary, name, args, 0, 1, 1, bounds, saturation)
+            end = result.end_ns
+            if result.output:
+                outputs.append(result.output)
+            overflow = overflow or result.overflow
+            if result.code and failure is None:
+                failure, failed = result, index
+                if stop:
+                    break
+        if failure is None:
+            return Result(token, 0, start, end, "", "".join(outputs), overflow)
+        return Result(
+            token, failure.code, start, end, failure.message, "".join(outputs), overflow, failed
+        )
 
     def _run_blocks(
         self,
@@ -642,7 +684,7 @@ class ProcessExecutor:
                     if item[1] in process.loaded:
                         continue
                     process.loaded.add(item[1])
-                elif tag == RunKernel.TAG:
+                elif tag == RunKernel.TAG or tag == RunKernels.TAG:
                     tokens.append(item[1])
                 items.append(item)
             process.tokens = tokens

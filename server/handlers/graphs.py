@@ -216,7 +216,15 @@ def replay_model(session: Session, record: commands.ReplayModel) -> None:
     graph = _graph(session, record.model)
     stream = session.stream(record.stream)
     _not_while_captured(graph)
-    session.submit(ReplayTask(session.seq, stream, graph, _replay_stream_handle(session)))
+    session.submit(
+        ReplayTask(
+            session.seq,
+            stream,
+            graph,
+            _replay_stream_handle(session),
+            fuse=session.scheduler.observer is None,
+        )
+    )
 
 
 @handles(pb.ModelExecuteRequest)
@@ -227,7 +235,13 @@ def model_execute(session: Session, request: pb.ModelExecuteRequest, reply_to: i
     _not_while_captured(graph)
     until = deadline(request.timeout_ms)
     stream = Stream(_replay_stream_handle(session)(), graph.context, 0)
-    task = ReplayTask(session.seq, stream, graph, _replay_stream_handle(session))
+    task = ReplayTask(
+        session.seq,
+        stream,
+        graph,
+        _replay_stream_handle(session),
+        fuse=session.scheduler.observer is None,
+    )
     scheduler = session.scheduler
 
     def finish(timed_out: bool) -> None:

@@ -170,6 +170,11 @@ class DeviceWork(Task):
         self.state = TaskState.PENDING
         self.handed = self.out = 0
 
+    def failed_at(self, index: int) -> None:
+        """A unit's result names kernel `index` of the piece as the one that failed: only a
+        run of kernels has several (server/tasks/kernel_run.py); a kernel process may claim
+        anything, so the others ignore it."""
+
     def piece_done(self, scheduler: Scheduler, code: int, end_ns: int, message: str) -> None:
         """A unit reported a piece (or was lost with it)."""
         if code and self.failure is None:

@@ -27,6 +27,8 @@ from simnpu.server.task_groups import updatable
 
 from .base import Task, TaskState
 from .flow import FlowTask
+from .kernel import KernelTask
+from .kernel_run import KernelRunTask, joins, runnable
 
 if TYPE_CHECKING:
     from simnpu.server.graphs import Graph, Lane
@@ -37,6 +39,7 @@ class ReplayTask(Task):
     __slots__ = (
         "aborted",
         "copies",
+        "fuse",
         "graph",
         "held",
         "lanes",
@@ -47,8 +50,16 @@ class ReplayTask(Task):
     kind = "replay"
     capturable = False  # a graph inside a graph is not built yet
 
-    def __init__(self, seq: int, stream: Stream, graph: Graph, new_handle: Callable[[], int]):
+    def __init__(
+        self,
+        seq: int,
+        stream: Stream,
+        graph: Graph,
+        new_handle: Callable[[], int],
+        fuse: bool,
+    ):
         super().__init__(seq, stream)
+        self.fuse = fuse  # runs of kernels go out as one item (unobserved replays)
         self.graph = graph
         self.new_handle = new_handle  # a handle for each private stream (never the client's)
         self.lanes: list[Stream] = []
@@ -75,13 +86,30 @@ class ReplayTask(Task):
         order = graph.order
         if graph.disabled:  # aclmdlRITaskDisable
             order = [(lane, task) for lane, task in order if task not in graph.disabled]
-        self.replicas = [task.replica(streams[lane]) for lane, task in order]
-        if graph.groups:
-            grouped = updatable(graph)
-            self.copies = {
-                task: replica for (_, task), replica in zip(order, self.replicas) if task in grouped
-            }
-        for replica in self.replicas:
+        grouped = updatable(graph) if graph.groups else frozenset()
+        replicas: list[Task] = []
+        runs: dict[Stream, list[KernelTask]] = {}  # each stream's run of kernels so far
+        for lane, task in order:
+            stream = streams[lane]
+            if self.fuse and runnable(task) and task not in grouped:
+                run = runs.get(stream)
+                if run is not None and joins(run, task):  # type: ignore[arg-type]
+                    run.append(task)  # type: ignore[arg-type]
+                    continue
+                if run is not None:
+                    replicas.append(_run_of(run, stream))
+                runs[stream] = [task]  # type: ignore[list-item]
+                continue
+            run = runs.pop(stream, None)
+            if run is not None:
+                replicas.append(_run_of(run, stream))
+            replica = task.replica(stream)
+            if task in grouped:
+                self.copies[task] = replica
+            replicas.append(replica)
+        replicas.extend(_run_of(run, stream) for stream, run in runs.items())
+        self.replicas = replicas
+        for replica in replicas:
             if isinstance(replica, FlowTask):
                 replica.replay = self
             replica.submitted()
@@ -167,3 +195,8 @@ class ReplayTask(Task):
 
     def describe(self) -> tuple[str, str, dict]:
         return f"replay of model {self.graph.id}", "replay", {"tasks": len(self.graph.order)}
+
+
+def _run_of(kernels: list[KernelTask], stream: Stream) -> Task:
+    """What a replay submits on `stream` for recorded kernels that follow one another there."""
+    return kernels[0].replica(stream) if len(kernels) == 1 else KernelRunTask(stream, kernels)

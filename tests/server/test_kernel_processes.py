@@ -44,29 +44,30 @@ def test_results_of_the_batch_pass_with_times_clamped():
     sent = time.monotonic_ns()
     data = encode_results(
         [
-            (7, 0, sent + 1, sent + 2, "", "printed", False),
-            (8, 507015, 0, 1 << 62, "boom", "", True),
+            (7, 0, sent + 1, sent + 2, "", "printed", False, 0),
+            (8, 507015, 0, 1 << 62, "boom", "", True, 3),
         ]
     )
     (first, second) = decode_report(data, [7, 8], sent)
-    assert first == (7, 0, sent + 1, sent + 2, "", "printed", False)
-    token, code, start, end, message, output, overflow = second
-    assert (token, code, message, output, overflow) == (8, 507015, "boom", "", True)
+    assert first == (7, 0, sent + 1, sent + 2, "", "printed", False, 0)
+    token, code, start, end, message, output, overflow, failed = second
+    assert (token, code, message, output, overflow, failed) == (8, 507015, "boom", "", True, 3)
     assert start == sent and sent <= end <= time.monotonic_ns()
 
 
 @pytest.mark.parametrize(
     "report",
     [
-        ["results", [[9, 0, 0, 0, "", "", False]]],  # another task's token
-        ["results", [[7, 0, 0, 0, "", "", False], [8, 0, 0, 0, "", "", False]]],  # too many
+        ["results", [[9, 0, 0, 0, "", "", False, 0]]],  # another task's token
+        ["results", [[7, 0, 0, 0, "", "", False, 0], [8, 0, 0, 0, "", "", False, 0]]],  # too many
         ["results", []],  # fewer
-        ["results", [[7, "0", 0, 0, "", "", False]]],  # a code that is not a number
-        ["results", [[7, 0, 0.5, 0, "", "", False]]],
-        ["results", [[7, 0, 0, 0, 5, "", False]]],  # a message that is not text
-        ["results", [[7, 0, 0, 0, "", ["x"], False]]],  # an output that is not text
-        ["results", [[7, 0, 0, 0, "", "", 1]]],  # an overflow flag that is not a bool
-        ["results", [[7, 0, 0, 0, "", ""]]],  # no overflow flag
+        ["results", [[7, "0", 0, 0, "", "", False, 0]]],  # a code that is not a number
+        ["results", [[7, 0, 0.5, 0, "", "", False, 0]]],
+        ["results", [[7, 0, 0, 0, 5, "", False, 0]]],  # a message that is not text
+        ["results", [[7, 0, 0, 0, "", ["x"], False, 0]]],  # an output that is not text
+        ["results", [[7, 0, 0, 0, "", "", 1, 0]]],  # an overflow flag that is not a bool
+        ["results", [[7, 0, 0, 0, "", "", False, "1"]]],  # a failed index that is not a number
+        ["results", [[7, 0, 0, 0, "", "", False]]],  # no failed index
         ["accesses", 9, [], None],  # accesses of another task
         ["accesses", 7, [[1, 2, 3]], None],
         ["accesses", 7, [], [1, 2, "x", 3]],
@@ -97,10 +98,11 @@ def test_codes_other_than_a_kernels_become_507015_and_messages_and_output_are_cu
                 "x" * (2 * MAX_MESSAGE),
                 "y" * 4 * MAX_OUTPUT,
                 False,
+                0,
             )
         ]
     )
-    ((_, code, _, _, message, output, _),) = decode_report(data, [7], 0)
+    ((_, code, _, _, message, output, _, _),) = decode_report(data, [7], 0)
     assert code == codes.ACL_ERROR_RT_AICORE_EXCEPTION
     assert len(message) == MAX_MESSAGE
     assert len(output) == MAX_OUTPUT
@@ -113,6 +115,8 @@ def test_accesses_of_the_batch_pass():
 
 def test_a_message_that_is_not_unicode_is_made_so():
     """A lone surrogate (valid JSON, not UTF-8) would break the reply the message goes in."""
-    data = encode_results([(7, codes.ACL_ERROR_RT_AICORE_EXCEPTION, 0, 0, "a\ud800b", "", False)])
-    ((_, _, _, _, message, _, _),) = decode_report(data, [7], 0)
+    data = encode_results(
+        [(7, codes.ACL_ERROR_RT_AICORE_EXCEPTION, 0, 0, "a\ud800b", "", False, 0)]
+    )
+    ((_, _, _, _, message, _, _, _),) = decode_report(data, [7], 0)
     assert message == "a?b"

@@ -191,6 +191,28 @@ def test_task_group_refusals(npu, dev):
                 add.launch(1, x, x, out, N, stream=forked)
     assert _code(error) == codes.ACL_ERROR_STREAM_TASK_GROUP_INTR
     assert g.handle == 0
+    inner = npu.Graph()
+    with npu.graph(inner, stream=forked):
+        add.launch(1, x, x, out, N)
+    with pytest.raises(npu.NpuError) as error:  # the capture invalidated inside the group
+        with npu.graph(g, stream=stream):
+            with g.task_group():
+                inner.replay()  # a replay cannot be captured
+    assert _code(error) == codes.ACL_ERROR_RT_STREAM_CAPTURE_INVALIDATED
+    assert g.handle == 0
+    with npu.graph(g, stream=stream):
+        with g.task_group() as group:
+            add.launch(1, x, x, out, N)
+    h = npu.Graph()
+    with pytest.raises(npu.NpuError) as error:  # a stream updating a group opens none
+        with g.update(group, stream=forked):
+            with npu.graph(h, stream=forked):
+                with h.task_group():
+                    pass
+    assert _code(error) == codes.ACL_ERROR_STREAM_TASK_GROUP_STATUS
+    assert h.handle == 0
+    for made in (g, inner):
+        made.destroy()
     # a group on a forked stream, given as `stream`; the block's own error ends the group
     with npu.graph(g, stream=stream):
         fork = stream.record()

@@ -11,7 +11,7 @@ Task groups update a graph without recapture, through the same calls as acl.mdl'
     with npu.graph(g, stream=s):
         with g.task_group() as group:    # its kernels can be replaced later
             kernel.launch(2, x, y, n)
-    with g.update(group, stream=u):      # replays u lets run after this run the new ones
+    with g.update(group, stream=u):      # the replays after it run the new kernels
         kernel.launch(2, x, w, n)
 """
 

@@ -22,6 +22,7 @@ from simnpu.proto.errors import NotSupportedError, NpuError, NpuMemoryError
 _LAZY = {
     "Graph": "graphs",
     "graph": "graphs",
+    "TaskGroup": "graphs",
     "Kernel": "kernels",
     "Module": "kernels",
     "builtin": "kernels",
@@ -44,6 +45,7 @@ __all__ = [
     "NpuMemoryError",
     "PinnedBuffer",
     "Stream",
+    "TaskGroup",
     "builtin",
     "codes",
     "connect",

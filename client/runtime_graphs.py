@@ -10,6 +10,7 @@ aclmdlRIGetTasksByStream.
 
 from __future__ import annotations
 
+import ctypes
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -47,6 +48,7 @@ class RuntimeGraphs:
     bound_streams: dict[int, int]  # stream -> the built model it is bound to
     stream_models: dict[int, int]  # listed model stream -> its model
     task_models: dict[int, int]  # listed task -> its model
+    task_args: dict[int, ctypes.Array]  # model task -> its arguments read back
     unready: dict[int, str]  # model -> why it does not replay (client/runtime_task_groups.py)
 
     if TYPE_CHECKING:
@@ -175,6 +177,12 @@ class RuntimeGraphs:
         for stream in [s for s, bound in self.bound_streams.items() if bound == model]:
             del self.bound_streams[stream]  # a built model's streams are unbound with it
         self.unready.pop(model, None)
+        for task in [t for t, owner in self.task_models.items() if owner == model]:
+            del self.task_models[task]  # its listed tasks and streams go with it
+            self.model_tasks.pop(task, None)
+            self.task_args.pop(task, None)
+        for stream in [s for s, owner in self.stream_models.items() if owner == model]:
+            del self.stream_models[stream]
         self.connection.forget_sites(kept.seqs)
         self.callbacks.forget(kept.callbacks)
         for function, data in kept.on_destroy:

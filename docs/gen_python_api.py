@@ -32,7 +32,7 @@ SECTIONS = [
     ("Streams and events", ["Stream", "Event", "current_stream"]),
     ("Memory", ["DeviceBuffer", "PinnedBuffer"]),
     ("Kernels", ["Module", "Kernel", "builtin"]),
-    ("Graphs", ["Graph", "graph"]),
+    ("Graphs", ["Graph", "TaskGroup", "graph"]),
     ("Errors and codes", ["NpuError", "NpuMemoryError", "NotSupportedError", "codes"]),
 ]
 BEHAVIOUR = re.compile(r"\b(Blocks|Asynchronous|Local)\b")

@@ -387,8 +387,8 @@ def model_tasks(
 @handles(pb.ModelDumpRequest)
 def model_dump(session: Session, request: pb.ModelDumpRequest, reply_to: int) -> pb.ModelDumpReply:
     """aclmdlRIDebugPrint / aclmdlRIDebugJsonPrint: the graph as JSON (every task with
-    ACL_MDLRI_DEBUG_JSON_PRINT_VERBOSE, with the record a wait waits for, else a count per
-    stream)."""
+    ACL_MDLRI_DEBUG_JSON_PRINT_VERBOSE, with the record a wait waits for and the task group
+    a kernel is in, else a count per stream)."""
     graph = _graph(session, request.model)
     verbose = bool(request.flags & codes.ACL_MDLRI_DEBUG_JSON_PRINT_VERBOSE)
     where = {
@@ -396,6 +396,7 @@ def model_dump(session: Session, request: pb.ModelDumpRequest, reply_to: int) ->
         for index, lane in enumerate(graph.lanes)
         for position, task in enumerate(lane.tasks)
     }
+    groups = {id(task): group.handle for group in graph.groups for task in group.tasks}
     streams = []
     for index, lane in enumerate(graph.lanes):
         entry: dict = {"stream": index, "tasks": len(lane.tasks)}
@@ -409,6 +410,8 @@ def model_dump(session: Session, request: pb.ModelDumpRequest, reply_to: int) ->
                     "call": task.seq,
                     # a wait: the [stream, seq_id] of the record it waits for, if in the graph
                     "after": where.get(id(task.follows())),
+                    # the handle of the task group it is a kernel of, else 0
+                    "group": groups.get(id(task), 0),
                 }
                 for position, task in enumerate(lane.tasks)
             ]

@@ -102,7 +102,7 @@ def test_a_fork_join_graph_lists_its_tasks_and_dependencies(npu, dev):
     table = repr(g)
     lines = table.splitlines()
     assert lines[0] == f"<simnpu Graph model {g.id}: 6 task(s) on 2 stream(s)"
-    assert lines[1].split() == ["task", "stream", "kind", "after", "name"]
+    assert lines[1].split() == ["task", "stream", "kind", "after", "group", "name"]
     assert lines[4].split()[:4] == ["0.2", "0", "wait", "0.1,1.2"]
     assert lines[5].split()[:4] == ["1.0", "1", "wait", "0.0"]
     assert "relu_f32" in lines[6] and lines[6].split()[3] == "1.0"

@@ -486,7 +486,8 @@ class Collectives:
             return
         message = (
             f"{_op_title(comm, key)} cannot run: {member.describe()} dropped its {call.describe()} "
-            "before it ran (its stream was destroyed or stopped on an earlier failure)"
+            "before it ran (its stream was destroyed or stopped on an earlier failure, or its "
+            "replay was aborted)"
         )
         op = comm.ops.get(key)
         if op is not None:

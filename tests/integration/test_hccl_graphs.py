@@ -88,6 +88,7 @@ status, _, ret = acl.mdl.ri_capture_get_info(stream)
 recorded_only = not total.to_numpy(np.int32).any()  # nothing ran at capture
 streams, ret = acl.mdl.ri_get_streams(model)
 tasks, ret = acl.mdl.ri_get_tasks_by_stream(streams[0])
+types = [acl.mdl.ri_task_get_type(task)[0] for task in tasks]
 
 results = []
 for step in range(3):
@@ -109,7 +110,8 @@ for step in range(3):
         ]
     )
 check(acl.mdl.ri_destroy(model), "ri_destroy")
-report(recorded_only=recorded_only, tasks=len(tasks), results=results,
+report(recorded_only=recorded_only, types=types, default=acl.ACL_MODEL_RI_TASK_DEFAULT,
+       results=results,
        checksum=int(total.to_numpy(np.int32).astype(np.int64).sum()))
 comm.destroy()
 """
@@ -122,7 +124,9 @@ def test_each_replay_runs_the_captured_collectives_on_new_input(daemon4, tmp_pat
     values = [r.values for r in results]
     for v in values:
         assert v["recorded_only"]
-        assert v["tasks"] == 4  # the copy and three collectives, on the origin stream
+        # the copy and three collectives, on the origin stream (aclmdlRITaskType has no
+        # kind for collectives)
+        assert v["types"] == [v["default"]] * 4
         assert v["results"] == [[True, True, True]] * 3
     assert len({v["checksum"] for v in values}) == 1  # every rank got the same sum
 
@@ -179,6 +183,62 @@ def test_eager_and_replayed_collectives_interleave_in_call_order(daemon4, tmp_pa
         assert v["a"] == v["expected_a"]  # the eager all_reduce, then rank 1's broadcast
         assert v["c"] == v["expected_c"]
         assert v["e"] == [0] * 4 + [10] * 4 + [20] * 4 + [30] * 4
+
+
+PAIRS = (
+    COMMON
+    + """
+# send/recv between rank pairs (0-1, 2-3) and an alltoall, captured; eager send/recv of
+# another count between the replays: each pair's j-th send meets the peer's j-th recv
+peer = RANK ^ 1
+out, into, eager_out, eager_into = buffer(8), buffer(8), buffer(4), buffer(4)
+spread, gathered = buffer(4 * N), buffer(4 * N)
+eager_out.copy_from_host(np.full(4, RANK + 1, np.int32))
+
+
+def pair(send_buffer, recv_buffer, count, on):
+    if RANK % 2 == 0:  # (on one stream a send waits for its recv: even ranks send first)
+        check(hccl.send(send_buffer.ptr, count, INT32, peer, comm.handle, on), "send")
+        check(hccl.recv(recv_buffer.ptr, count, INT32, peer, comm.handle, on), "recv")
+    else:
+        check(hccl.recv(recv_buffer.ptr, count, INT32, peer, comm.handle, on), "recv")
+        check(hccl.send(send_buffer.ptr, count, INT32, peer, comm.handle, on), "send")
+
+
+check(acl.mdl.ri_capture_begin(stream, GLOBAL), "ri_capture_begin")
+pair(out, into, 8, stream)
+check(hccl.alltoall(spread.ptr, 4, INT32, gathered.ptr, 4, INT32, comm.handle, stream), "alltoall")
+model, ret = acl.mdl.ri_capture_end(stream)
+check(ret, "ri_capture_end")
+eager_stream, ret = acl.rt.create_stream()
+received, exchanged, eager = [], [], []
+for step in range(2):
+    eager_into.fill(0)
+    pair(eager_out, eager_into, 4, eager_stream)
+    check(acl.rt.synchronize_stream(eager_stream), "synchronize eager")
+    eager.append(eager_into.to_numpy(np.int32).tolist())
+    out.copy_from_host(np.full(8, RANK * 100 + step, np.int32))
+    spread.copy_from_host(RANK * 1000 + step * 7 + np.arange(4 * N, dtype=np.int32))
+    check(acl.mdl.ri_execute_async(model, stream), "ri_execute_async")
+    check(acl.rt.synchronize_stream(stream), "synchronize replay")
+    received.append(into.to_numpy(np.int32).tolist())
+    exchanged.append(gathered.to_numpy(np.int32).tolist())
+check(acl.mdl.ri_destroy(model), "ri_destroy")
+report(received=received, exchanged=exchanged, eager=eager)
+comm.destroy()
+"""
+)
+
+
+def test_send_recv_and_alltoall_in_replays(daemon4, tmp_path):
+    results = run_ranks(daemon4.address, 4, PAIRS, tmp_path, devices=DEVICES)
+    assert_all_ok(results)
+    for rank, v in enumerate(r.values for r in results):
+        peer = rank ^ 1
+        assert v["eager"] == [[peer + 1] * 4] * 2
+        assert v["received"] == [[peer * 100 + step] * 8 for step in range(2)]
+        for step, got in enumerate(v["exchanged"]):
+            assert got == [i * 1000 + step * 7 + rank * 4 + j for i in range(4) for j in range(4)]
 
 
 MISMATCH = (

@@ -12,8 +12,12 @@ checked bit for bit against numpy.
 
 from __future__ import annotations
 
+import json
 import signal
+import subprocess
+import sys
 import textwrap
+import time
 
 import pytest
 from conftest import DaemonProcess
@@ -36,6 +40,18 @@ def daemon4(tmp_path_factory):
 
 
 DEVICES = [0, 1, 2, 3]
+
+
+def smi(address: str) -> subprocess.CompletedProcess:
+    """`simnpu smi --json` of the daemon."""
+    return subprocess.run(
+        [sys.executable, "-m", "simnpu", "smi", "--address", address, "--json"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+
 
 COMMON = """
 import acl
@@ -322,7 +338,15 @@ def test_a_rank_killed_during_its_replay_fails_the_others(daemon4, tmp_path):
         assert "rank 3 (pid" in v["message"]
         assert "ended (its process exited or was killed)" in v["message"]
         assert v["healthy"]
-    # the daemon's stop (module end) checks that no worker, segment or traceback is left
+    # every rank's session is gone, the killed one's with its graph and replay (the daemon's
+    # stop at the module's end checks that no worker, segment or traceback is left)
+    deadline = time.monotonic() + 30
+    while True:
+        view = json.loads(smi(daemon4.address).stdout)
+        if not view["processes"] or time.monotonic() > deadline:
+            break
+        time.sleep(0.1)
+    assert view["processes"] == [], view
 
 
 ABORTED = (

@@ -438,6 +438,7 @@ with Communicator(N, exchange_root_info(), RANK) as comm:
     with npu.graph(g, stream=stream):
         comm.all_reduce(x, dtype=np.int64)
         comm.all_gather(x, out, dtype=np.int64)
+    table = repr(g)
     sums = []
     for step in range(3):
         x.copy_from_host(np.arange(32, dtype=np.int64) * (RANK + step))
@@ -445,7 +446,7 @@ with Communicator(N, exchange_root_info(), RANK) as comm:
         stream.synchronize()
         sums.append(out.to_numpy(np.int64).tolist())
     g.destroy()
-report(sums=sums)
+report(sums=sums, table=table)
 """
 
 
@@ -453,6 +454,8 @@ def test_pythonic_graph_around_collectives(daemon4, tmp_path):
     results = run_ranks(daemon4.address, 4, PYTHONIC, tmp_path, devices=DEVICES)
     assert_all_ok(results)
     for v in (r.values for r in results):
+        assert "all_reduce(count=32, int64, sum)" in v["table"]
+        assert "all_gather(send_count=32, int64)" in v["table"]
         for step, gathered in enumerate(v["sums"]):
             weight = sum(r + step for r in range(4))
             assert gathered == [i * weight for i in range(32)] * 4

@@ -44,6 +44,9 @@ if TYPE_CHECKING:
 MISMATCH = (codes.ACL_ERROR_RT_PARAM_INVALID, ht.HCCL_E_PARA)
 TIMEOUT = (codes.ACL_ERROR_RT_TASK_TIMEOUT, ht.HCCL_E_TIMEOUT)
 REMOTE = (codes.ACL_ERROR_RT_COMM_OP_RETRY_FAIL, ht.HCCL_E_REMOTE)
+# a replayed collective whose rank destroyed the communicator after capturing it: as an
+# eager call on a destroyed communicator, a bad argument (HcclResult HCCL_E_PARA)
+DESTROYED = (codes.ACL_ERROR_RT_PARAM_INVALID, ht.HCCL_E_PARA)
 
 
 # ---- what a rank called --------------------------------------------------------------------------
@@ -190,6 +193,14 @@ class Collectives:
         comm = member.comm
         assert comm is not None, "collectives are queued on formed communicators only"
         task.state = TaskState.DISPATCHED
+        if key is None:  # replayed after its rank destroyed the communicator: it has no place
+            self._finish(
+                task,
+                DESTROYED,
+                f"{call.describe()} (captured in a model) cannot run: {member.describe()} "
+                f"destroyed communicator {comm.id} (HcclCommDestroy) before this replay",
+            )
+            return
         if comm.broken is not None:
             self._finish(
                 task,
@@ -438,16 +449,45 @@ class Collectives:
                     "submitting it",
                 )
 
+    def withdraw(self, task: CollectiveTask, why: str) -> bool:
+        """`task` waits for its peers (not matched yet) and is ended (aclmdlRIAbort of its
+        replay): it completes at once; the others fail as if it had been dropped (now, or
+        when they arrive). False if it is not waiting (its data movement may be running)."""
+        member, key = task.member, task.key
+        comm = member.comm
+        if comm is None or key is None:
+            return False
+        op = comm.ops.get(key)
+        if op is None or op.arrivals.get(member.rank) is not task:
+            return False
+        del op.arrivals[member.rank]
+        self._fail_op(
+            comm,
+            op,
+            REMOTE,
+            f"{_op_title(comm, key)} cannot run: {member.describe()} {why} its "
+            f"{task.call.describe()} while it waited for the other ranks",
+        )
+        failed = comm.failed.get(key)
+        if failed is not None:  # this rank never comes back to it
+            failed[2].discard(member.rank)
+            if not failed[2]:
+                del comm.failed[key]
+        self._finish(task)
+        return True
+
     def discarded(self, task: CollectiveTask) -> None:
         """A collective task was dropped before it reached its stream's head (the stream was
-        force-destroyed, its context stopped on failure, its process ended)."""
+        force-destroyed, its context stopped on failure, its process ended, its replay
+        aborted); one that took no place (a recorded one) leaves nothing to fail."""
         member, key, call = task.member, task.key, task.call
         comm = member.comm
-        if comm is None or comm.broken is not None:
+        if comm is None or comm.broken is not None or key is None:
             return
         message = (
             f"{_op_title(comm, key)} cannot run: {member.describe()} dropped its {call.describe()} "
-            "before it ran (its stream was destroyed or stopped on an earlier failure)"
+            "before it ran (its stream was destroyed or stopped on an earlier failure, or its "
+            "replay was aborted)"
         )
         op = comm.ops.get(key)
         if op is not None:

@@ -63,13 +63,28 @@ class Member:
     handle: int = 0
     comm: Communicator | None = None  # set once every rank has joined
     state: str = "joining"  # joining -> ready -> destroyed | gone
-    collectives: int = 0  # collectives submitted (session reader thread)
-    sends: dict = field(default_factory=dict)  # peer -> sends submitted (reader thread)
-    recvs: dict = field(default_factory=dict)  # peer -> recvs submitted (reader thread)
+    collectives: int = 0  # collectives submitted (eager or replayed; under the scheduler)
+    sends: dict = field(default_factory=dict)  # peer -> sends submitted (likewise)
+    recvs: dict = field(default_factory=dict)  # peer -> recvs submitted (likewise)
     error: tuple | None = None  # (HcclResult, message): HcclGetCommAsyncError
 
     def describe(self) -> str:
         return f"rank {self.rank} (pid {getattr(self.session, 'pid', '?')}, device {self.device})"
+
+    def take_key(self, call) -> tuple:
+        """The next place of this rank's `call` (a collectives.Call) in its communicator's
+        order: ("c", k) for its k-th collective, ("p", src, dst, j) for the j-th send/recv
+        of a pair (under the scheduler, at the call's submission)."""
+        if call.kind == ht.HCCL_CMD_SEND:
+            index = self.sends.get(call.root, 0)
+            self.sends[call.root] = index + 1
+            return ("p", self.rank, call.root, index)
+        if call.kind == ht.HCCL_CMD_RECEIVE:
+            index = self.recvs.get(call.root, 0)
+            self.recvs[call.root] = index + 1
+            return ("p", call.root, self.rank, index)
+        self.collectives += 1
+        return ("c", self.collectives - 1)
 
     def never_reaches(self, key: tuple) -> bool:
         """After destroy: True if this rank submitted nothing under `key` before it left."""

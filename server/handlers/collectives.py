@@ -190,15 +190,4 @@ def collective(session: Session, record: commands.Collective) -> None:
         send_bytes,
         recv_bytes,
     )
-    if kind == ht.HCCL_CMD_SEND:
-        index = member.sends.get(record.root, 0)
-        member.sends[record.root] = index + 1
-        key: tuple = ("p", rank, record.root, index)
-    elif kind == ht.HCCL_CMD_RECEIVE:
-        index = member.recvs.get(record.root, 0)
-        member.recvs[record.root] = index + 1
-        key = ("p", record.root, rank, index)
-    else:
-        key = ("c", member.collectives)
-        member.collectives += 1
-    session.submit(CollectiveTask(session.seq, stream, member, key, call))
+    session.submit(CollectiveTask(session.seq, stream, member, call))

@@ -24,7 +24,7 @@ from simnpu.server.handlers.streams import deadline
 from simnpu.server.objects import Stream, Waiter
 from simnpu.server.session import HandleKind
 from simnpu.server.task_groups import UpdateStatus
-from simnpu.server.tasks import HostCallbackTask, ReplayTask, TaskState
+from simnpu.server.tasks import CollectiveTask, HostCallbackTask, ReplayTask, TaskState
 
 if TYPE_CHECKING:
     from simnpu.server.session import Session
@@ -335,7 +335,8 @@ def model_destroy(session: Session, request: pb.ModelDestroyRequest, reply_to: i
 @handles(pb.ModelAbortRequest)
 def model_abort(session: Session, request: pb.ModelAbortRequest, reply_to: int) -> object:
     """aclmdlRIAbort: the model's running replays end (their streams' queued tasks dropped,
-    running units ended); each replaying stream's next synchronize reports 507023."""
+    running units ended, a collective waiting for its peers withdrawn: the peers fail with
+    507904); each replaying stream's next synchronize reports 507023."""
     graph = _graph(session, request.model)
     scheduler = session.scheduler
 
@@ -343,6 +344,9 @@ def model_abort(session: Session, request: pb.ModelAbortRequest, reply_to: int) 
         for replay in list(graph.running):
             replay.aborted = True
             for stream in replay.lanes:
+                head = stream.tasks[0] if stream.tasks else None
+                if isinstance(head, CollectiveTask):
+                    scheduler.collectives.withdraw(head, "aborted (aclmdlRIAbort)")
                 scheduler.abort(stream, stop=False)
                 stream.failure = None  # the replay reports the abort instead
         session.respond(reply_to)

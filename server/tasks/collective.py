@@ -1,6 +1,10 @@
 """One rank's HCCL collective or send/recv (HcclAllReduce, ...): when its stream reaches it,
 it waits for the other ranks' (server/collectives.py matches them and runs the data
-movement on AI cores), and completes with them."""
+movement on AI cores), and completes with them.
+
+Its place in the communicator's call order (its key) is taken at submission, in the
+session's call order: an eager call's when it is submitted, a captured call's by each
+replay of its graph when the replay is submitted (a recorded task takes none)."""
 
 from __future__ import annotations
 
@@ -22,13 +26,19 @@ class CollectiveTask(Task):
     __slots__ = ("call", "key", "member")
     kind = "collective"
     timed = True
-    capturable = False  # ranks match collectives by call order: a replay cannot take part yet
 
-    def __init__(self, seq: int, stream: Stream, member: Member, key: tuple, call: Call):
+    def __init__(self, seq: int, stream: Stream, member: Member, call: Call):
         super().__init__(seq, stream)
         self.member = member  # the rank, in its communicator
-        self.key = key  # which collective of the communicator it is (server/collectives.py)
+        # which collective of the communicator it is (server/collectives.py); None: none
+        # taken (recorded in a graph, or its communicator was destroyed before a replay)
+        self.key: tuple | None = None
         self.call = call
+
+    def submitted(self) -> None:
+        stream, member = self.stream, self.member
+        if stream.capture is None and member.state == "ready":
+            self.key = member.take_key(self.call)
 
     def start(self, scheduler: Scheduler) -> bool:
         scheduler.collectives.arrive(self)  # completes it once every rank has come (or failed)

@@ -421,9 +421,9 @@ def test_bad_handles_and_null_arguments(acl):
     assert acl.rt.destroy_stream(stream) == 0
 
 
-def test_hccl_collectives_cannot_be_captured_yet(acl):
-    """A task kind that cannot be replayed invalidates the capture (collectives match their
-    ranks by call order); here the capture of a replay itself."""
+def test_a_replay_cannot_be_captured_yet(acl):
+    """A task kind that cannot be recorded invalidates the capture: the replay of a model
+    (HCCL collectives are recorded: tests/integration/test_hccl_graphs.py)."""
     stream, _ = acl.rt.create_stream()
     capture(acl, stream)
     inner = end(acl, stream)

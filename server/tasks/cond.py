@@ -123,6 +123,9 @@ class CondTask(FlowTask):
         self.streams = []
         self.running = None
 
+    def discarded(self, scheduler: Scheduler) -> None:
+        self._close()  # (dropped between two rounds of a WHILE)
+
     def forgotten(self) -> None:
         for sub in self.cond.subs:
             for _, task in sub.order:

@@ -15,6 +15,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from simnpu.proto import codes
+from simnpu.server import replay_observe
 from simnpu.server.objects import Stream, Waiter
 
 from .base import Task, TaskState
@@ -42,14 +43,14 @@ class CondTask(FlowTask):
     def start(self, scheduler: Scheduler) -> bool:
         replay = self.replay
         if replay is None or self._over():
-            self._close()
+            self._close(scheduler)
             return True
         sub = self.cond.choose(self.cond.read(scheduler))
         if sub is None:
-            self._close()
+            self._close(scheduler)
             return True
         self.state = TaskState.DISPATCHED
-        replicas = self._replicas(sub)
+        replicas = self._replicas(sub, scheduler)
         for replica in replicas:
             scheduler.queue(replica)
         scheduler.watch(
@@ -66,13 +67,13 @@ class CondTask(FlowTask):
             or stream.context.failure is not None
         )
 
-    def _replicas(self, sub: Graph) -> list[Task]:
+    def _replicas(self, sub: Graph, scheduler: Scheduler) -> list[Task]:
         """Replicas of `sub`'s tasks on its streams (made at its first run by this task),
         submitted in capture order."""
         replay = self.replay
         assert replay is not None
         if self.running is not sub:
-            self._close()
+            self._close(scheduler)
             context = self.stream.context
             self.streams = [
                 Stream(replay.new_handle(), context, self.stream.priority) for _ in sub.lanes
@@ -107,13 +108,15 @@ class CondTask(FlowTask):
             self.state = TaskState.PENDING
             scheduler.recheck(self.stream)
             return
-        self._close()
+        self._close(scheduler)
         scheduler.complete(self)
 
-    def _close(self) -> None:
-        """Its sub model's streams are gone."""
+    def _close(self, scheduler: Scheduler) -> None:
+        """Its sub model's streams are gone (its stream comes after them)."""
         if not self.streams:
             return
+        if scheduler.observer is not None:
+            replay_observe.joined(scheduler.observer, self.stream, self.streams)
         context = self.stream.context
         for stream in self.streams:
             if stream in context.streams:
@@ -124,7 +127,7 @@ class CondTask(FlowTask):
         self.running = None
 
     def discarded(self, scheduler: Scheduler) -> None:
-        self._close()  # (dropped between two rounds of a WHILE)
+        self._close(scheduler)  # (dropped between two rounds of a WHILE)
 
     def forgotten(self) -> None:
         for sub in self.cond.subs:

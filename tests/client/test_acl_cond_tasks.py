@@ -469,3 +469,21 @@ def test_refusals_with_the_runtimes_codes(acl, kit, daemon):
     # another client was not harmed
     with runtime_of(daemon.address) as rt:
         round_trip(rt)
+
+
+def test_cond_tasks_replay_the_same_traced_and_checked(daemon, tmp_path):
+    """Under SIMNPU_TRACE and SIMNPU_CHECK the sub models' tasks run on streams the observer
+    has not seen before a replay: the results are the same, and a buffer a sub model read is
+    freed without a finding once the replaying stream was synchronized."""
+    from cann_examples import run_cann_example
+
+    program = "2_advanced_features/model_ri/3_cond_model.py"
+    plain = run_cann_example(daemon.address, program)
+    report = tmp_path / "check.txt"
+    for env in (
+        {"SIMNPU_TRACE": str(tmp_path / "trace.json")},
+        {"SIMNPU_CHECK": "memcheck", "SIMNPU_CHECK_REPORT": str(report)},
+    ):
+        assert run_cann_example(daemon.address, program, env=env) == plain, env
+    assert (tmp_path / "trace.json").stat().st_size > 0
+    assert "use-after-free" not in (report.read_text() if report.exists() else "")

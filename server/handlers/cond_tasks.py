@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     from simnpu.server.objects import Stream
     from simnpu.server.session import Session
 
+MAX_BRANCHES = 4096  # sub models of one cond task (the runtime has no limit of its own)
 _SIZES = {  # aclmdlRICondTaskType -> (the sizes it takes, as the runtime says them)
     codes.ACL_MODEL_RI_COND_TYPE_IF: (lambda size: size in (1, 2), "1 or 2"),
     codes.ACL_MODEL_RI_COND_TYPE_WHILE: (lambda size: size == 1, "1"),
@@ -106,6 +107,12 @@ def _add(
     takes, sizes = _SIZES[request.type]
     if not takes(request.size):
         raise invalid(f"size {request.size}: this cond task type takes {sizes}")
+    if request.size > MAX_BRANCHES:
+        raise NpuError(
+            codes.ACL_ERROR_RT_FEATURE_NOT_SUPPORT,
+            f"size {request.size}: a cond task of more than {MAX_BRANCHES} sub models is not "
+            "simulated",
+        )
     cond.type = request.type
     for _ in range(request.size):
         sub = Graph(0, session.daemon.next_model_id(), stream.context, cond=cond)

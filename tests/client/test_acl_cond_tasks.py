@@ -437,6 +437,8 @@ def test_refusals_with_the_runtimes_codes(acl, kit, daemon):
     for kind, size in ((IF, 0), (IF, 3), (WHILE, 0), (WHILE, 2), (SWITCH, 0)):
         params = {"handle": handle, "type": kind, "size": size}
         assert add(params, stream, 0) == ([], a.ACL_ERROR_RT_PARAM_INVALID), (kind, size)
+    huge = {"handle": handle, "type": SWITCH, "size": (1 << 32) - 1}
+    assert add(huge, stream, 0) == ([], a.ACL_ERROR_RT_FEATURE_NOT_SUPPORT)  # not simulated
     assert add(good, other, 0) == ([], a.ACL_ERROR_RT_STREAM_NOT_CAPTURED)
     second = begin(a, other)  # captured into another model than the handle's
     assert add(good, other, 0) == ([], a.ACL_ERROR_RT_PARAM_INVALID)

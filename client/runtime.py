@@ -31,6 +31,7 @@ from simnpu.client.last_error import records_errors
 from simnpu.client.observe import ClientObserver
 from simnpu.client.runtime_builtin_tasks import RuntimeBuiltinTasks
 from simnpu.client.runtime_cnt_notify import RuntimeCntNotify
+from simnpu.client.runtime_cond_tasks import RuntimeCondTasks
 from simnpu.client.runtime_devices import RuntimeDevices
 from simnpu.client.runtime_graphs import Model, RuntimeGraphs
 from simnpu.client.runtime_ipc_events import RuntimeIpcEvents
@@ -91,6 +92,7 @@ class Runtime(
     RuntimeGraphs,
     RuntimeModelBuild,
     RuntimeTaskGroups,
+    RuntimeCondTasks,
 ):
     """This process's view of the simulated NPU. Thread-safe; one per process is usual."""
 
@@ -154,6 +156,8 @@ class Runtime(
         self.stream_models: dict[int, int] = {}  # listed model stream -> its model
         self.task_models: dict[int, int] = {}  # listed model task -> its model
         self.unready: dict[int, str] = {}  # model -> why it does not replay
+        self.conditions: dict[int, tuple[int, int]] = {}  # condition -> (model, address)
+        self.sub_models: dict[int, int] = {}  # sub model of a cond task -> that task's model
         # tracing and checking: SIMNPU_TRACE / SIMNPU_CHECK, or the daemon's --trace / --check
         self.observer = ClientObserver(self, hello.observe_flags)
 

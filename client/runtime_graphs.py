@@ -55,6 +55,8 @@ class RuntimeGraphs:
 
         def _call(self, body: Message) -> Any: ...
         def stream(self, handle: int) -> int: ...
+        def _not_sub_model(self, model: int) -> None: ...
+        def _forget_sub_models(self, model: int) -> None: ...
 
     def _model(self, handle: int) -> Model:
         if not handle:
@@ -66,8 +68,9 @@ class RuntimeGraphs:
 
     def _replayable(self, handle: int) -> Model:
         """The model, not being captured (107026) and not left unready by changes of its
-        tasks (507011)."""
+        tasks (507011); not a sub model of a cond task (207000)."""
         model = self._model(handle)
+        self._not_sub_model(handle)
         if any(handle == captured for captured, _ in self.capturing.values()):
             raise NpuError(
                 codes.ACL_ERROR_RT_MODEL_CAPTURED,
@@ -114,6 +117,7 @@ class RuntimeGraphs:
                 made, new = self.capturing.pop(handle, (0, False))
                 if new:
                     self.models.pop(made, None)
+                    self._forget_sub_models(made)
             raise
         self.capture_modes.ended(handle)
         self.capturing.pop(handle, None)
@@ -174,6 +178,7 @@ class RuntimeGraphs:
         kept = self._model(model)
         self._call(pb.ModelDestroyRequest(model=model))
         del self.models[model]
+        self._forget_sub_models(model)
         for stream in [s for s, bound in self.bound_streams.items() if bound == model]:
             del self.bound_streams[stream]  # a built model's streams are unbound with it
         self.unready.pop(model, None)
@@ -192,6 +197,7 @@ class RuntimeGraphs:
     def model_destroy_register_callback(self, model: int, function: Any, data: Any) -> None:
         """aclmdlRIDestroyRegisterCallback: `function(data)` runs when the model is destroyed."""
         kept = self._model(model)
+        self._not_sub_model(model)
         if function is None:
             raise NpuError(codes.ACL_ERROR_INVALID_PARAM, "func is null")
         kept.on_destroy.append((function, data))
@@ -200,6 +206,7 @@ class RuntimeGraphs:
     def model_destroy_unregister_callback(self, model: int, function: Any) -> None:
         """aclmdlRIDestroyUnregisterCallback: 100000 if `function` is not registered."""
         kept = self._model(model)
+        self._not_sub_model(model)
         for index, (registered, _) in enumerate(kept.on_destroy):
             if registered == function:
                 del kept.on_destroy[index]
@@ -239,7 +246,10 @@ class RuntimeGraphs:
 
     @records_errors
     def model_get_streams(self, model: int) -> list[int]:
-        """aclmdlRIGetStreams: the model's streams, the capture's origin first."""
+        """aclmdlRIGetStreams: the model's streams, the capture's origin first (207000 for a
+        sub model of a cond task)."""
+        self._model(model)
+        self._not_sub_model(model)
         streams = list(self._info(model).streams)
         for stream in streams:
             self.stream_models[stream] = model

@@ -21,6 +21,7 @@ from simnpu.server.task_groups import TaskGroup, UpdateStatus, admitted
 from simnpu.server.tasks import RecordTask, Task, WaitTask
 
 if TYPE_CHECKING:
+    from simnpu.server.cond_tasks import CondHandle
     from simnpu.server.model_build import Build
     from simnpu.server.objects import Context, Event
     from simnpu.server.tasks.replay import ReplayTask
@@ -64,6 +65,10 @@ class Graph:
     groups: list[TaskGroup] = field(default_factory=list)
     disabled: set[Task] = field(default_factory=set)  # aclmdlRITaskDisable
     status: UpdateStatus = UpdateStatus.READY
+    # conditional tasks (server/cond_tasks.py): the conditions made on it and, for a sub
+    # model of a cond task, that task's condition
+    conds: list[CondHandle] = field(default_factory=list)
+    cond: CondHandle | None = None
 
 
 class Capture:

@@ -14,8 +14,10 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from simnpu.proto.observe import CHECKS
+from simnpu.server import races
 
 if TYPE_CHECKING:
+    from simnpu.server.objects import Stream
     from simnpu.server.observe import Observer
     from simnpu.server.tasks import ReplayTask, Task
 
@@ -59,8 +61,28 @@ def replaying(observer: Observer, replay: ReplayTask) -> None:
         watch.keys[stream] = key
 
 
+def joined(observer: Observer, into: Stream, streams: list[Stream]) -> None:
+    """`into` goes on only once `streams` have drained (the private streams of a replay,
+    or of a sub model a cond task ran): for the checkers, its latest task comes after
+    theirs, so a host that synchronized `into` has seen them finish."""
+    watch = observer.watches.get(into.owner)
+    if watch is None or not watch.flags & CHECKS:
+        return
+    clocks = observer.clocks.streams
+    entry = clocks.get(into)
+    if entry is None:
+        return
+    clock = dict(entry[1])  # (a tail clock is also its task's: replaced, not edited)
+    for stream in streams:
+        other = clocks.get(stream)
+        if other is not None:
+            races.join(clock, other[1])
+    entry[1] = clock
+
+
 def replayed(observer: Observer, replay: ReplayTask) -> None:
-    """`replay` is over: its private streams are forgotten."""
+    """`replay` is over: its stream comes after its private streams, which are forgotten."""
+    joined(observer, replay.stream, replay.lanes)
     watch = observer.watches.get(replay.stream.owner)
     if watch is not None:
         for stream in replay.lanes:

@@ -82,6 +82,7 @@ class HandleKind(enum.IntEnum):
     LABEL = 246  # a label of built models' control flow (server/model_build.py)
     LABEL_LIST = 247  # a label list (aclrtCreateLabelList)
     TASK_GROUP = 243  # a task group of a model (aclmdlRICaptureTaskGrpEnd)
+    COND_HANDLE = 248  # a condition of a captured model (server/cond_tasks.py)
     COMMUNICATOR = 16
 
 

@@ -3,8 +3,7 @@
 
 Written like acl.rt: pyACL's argument checks and return shapes, the ACL code last; handles
 (models, model streams, model tasks) are ints. Offline models (.om files: load, execute,
-descriptions, datasets) are not simulated: those calls return 207000 and say why, as do the
-aclmdlRI calls not built yet (conditional tasks).
+descriptions, datasets) are not simulated: those calls return 207000 and say why.
 """
 
 from __future__ import annotations
@@ -14,6 +13,7 @@ from simnpu.client.facade import on_demand as _on_demand
 from simnpu.proto import codes as _codes
 from simnpu.proto.errors import NpuError as _NpuError
 
+from . import mdl_cond as _cond
 from . import mdl_updates as _updates
 
 
@@ -201,13 +201,9 @@ _OM = (
     "capture a graph with ri_capture_begin / ri_capture_end and replay it with ri_execute_async"
 )
 _DUMP = "model dumps are not simulated"
-_COND = "not built yet: conditional tasks of models"
 
 # name: (C call, values returned before ret (None: ret only), why)
 _UNSUPPORTED: dict[str, tuple[str, tuple | None, str]] = {
-    "ri_cond_handle_create": ("aclmdlRICondHandleCreate", (0,), _COND),
-    "ri_cond_handle_get_cond_ptr": ("aclmdlRICondHandleGetCondPtr", (0,), _COND),
-    "ri_add_cond_task": ("aclmdlRIAddCondTask", None, _COND),
     "init_dump": ("aclmdlInitDump", None, _DUMP),
     "set_dump": ("aclmdlSetDump", None, _DUMP),
     "finalize_dump": ("aclmdlFinalizeDump", None, _DUMP),
@@ -252,6 +248,6 @@ for _name, (_call, _value, _why) in _UNSUPPORTED_VALUES.items():
     globals()[_name] = not_supported(f"acl.mdl.{_name}", _call, _why, (_value,), returns_code=False)
 del _name, _call, _outputs, _why, _value, api, not_supported
 
-# Task groups and task changes (updates without recapture) are acl.mdl calls too, written in
-# client/acl/mdl_updates.py.
-__getattr__, __dir__ = _on_demand(globals(), _updates)
+# Task groups and task changes (updates without recapture) and conditional tasks are acl.mdl
+# calls too, written in client/acl/mdl_updates.py and client/acl/mdl_cond.py.
+__getattr__, __dir__ = _on_demand(globals(), _updates, _cond)

@@ -6,6 +6,7 @@ from simnpu.server.handlers import (  # noqa: F401 - imported for their registra
     callbacks,
     cnt_notifies,
     collectives,
+    cond_tasks,
     contexts,
     copies,
     devices,

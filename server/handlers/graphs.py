@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 from simnpu.proto import codes, commands
 from simnpu.proto import npu_pb2 as pb
 from simnpu.proto.errors import NpuError, invalid
+from simnpu.server import cond_tasks
 from simnpu.server.graphs import TASK_TYPES, Capture, Graph, Lane
 from simnpu.server.handlers.registry import LATER, handles
 from simnpu.server.handlers.streams import deadline
@@ -126,9 +127,11 @@ def capture_end(session: Session, request: pb.CaptureEndRequest, reply_to: int) 
             return
         graph = capture.graph
         unjoined = capture.unjoined()
-        if request.wrong_thread or capture.invalid is not None or unjoined:
+        refused = cond_tasks.capture_refused(graph, capture.first)
+        if request.wrong_thread or capture.invalid is not None or unjoined or refused:
             capture.end(keep=False)
-            if capture.first == 0:  # the model was made by this capture: it goes with it
+            # the model was made by this capture: it goes with it (not a cond task's sub model)
+            if capture.first == 0 and graph.cond is None:
                 _forget(session, graph)
             if request.wrong_thread:
                 _refuse(
@@ -144,7 +147,7 @@ def capture_end(session: Session, request: pb.CaptureEndRequest, reply_to: int) 
                     codes.ACL_ERROR_RT_STREAM_CAPTURE_INVALIDATED,
                     f"the capture was invalidated: {capture.invalid}",
                 )
-            else:
+            elif unjoined:
                 _refuse(
                     session,
                     reply_to,
@@ -152,6 +155,9 @@ def capture_end(session: Session, request: pb.CaptureEndRequest, reply_to: int) 
                     f"{len(unjoined)} stream(s) pulled into the capture were not joined back "
                     "into the origin stream (record an event on them and wait for it there)",
                 )
+            else:
+                assert refused is not None
+                _refuse(session, reply_to, *refused)
             return
         capture.end(keep=True)
         recorded = [task for _, task in graph.order[capture.first :]]
@@ -192,7 +198,8 @@ def capture_info(session: Session, request: pb.CaptureInfoRequest, reply_to: int
 # ---- replays ------------------------------------------------------------------------------------
 def _not_while_captured(graph: Graph) -> None:
     """107026 while captured; 507011 while changed tasks wait for aclmdlRIUpdate, or after a
-    failed change (server/task_groups.py)."""
+    failed change (server/task_groups.py); 207000 for a cond task's sub model."""
+    cond_tasks.not_sub_model(graph, "replayed")
     if graph.capture is not None:
         raise NpuError(
             codes.ACL_ERROR_RT_MODEL_CAPTURED,
@@ -216,6 +223,7 @@ def replay_model(session: Session, record: commands.ReplayModel) -> None:
     graph = _graph(session, record.model)
     stream = session.stream(record.stream)
     _not_while_captured(graph)
+    cond_tasks.assign_defaults(session.scheduler, graph)
     session.submit(
         ReplayTask(
             session.seq,
@@ -233,6 +241,7 @@ def model_execute(session: Session, request: pb.ModelExecuteRequest, reply_to: i
     (507046 when `timeout_ms` passed first, -1 waits forever)."""
     graph = _graph(session, request.model)
     _not_while_captured(graph)
+    cond_tasks.assign_defaults(session.scheduler, graph)
     until = deadline(request.timeout_ms)
     stream = Stream(_replay_stream_handle(session)(), graph.context, 0)
     task = ReplayTask(
@@ -265,7 +274,10 @@ def model_execute(session: Session, request: pb.ModelExecuteRequest, reply_to: i
 
 # ---- destroy and abort --------------------------------------------------------------------------
 def _forget(session: Session, graph: Graph) -> None:
-    """Remove the handles of `graph`, its streams and its listed tasks."""
+    """Remove the handles of `graph`, its streams and its listed tasks, and those of the
+    sub models of its cond tasks."""
+    for sub in cond_tasks.release(session, graph):
+        _forget(session, sub)
     session.handles.remove(graph.handle)
     for group in graph.groups:
         session.handles.remove(group.handle)
@@ -278,8 +290,9 @@ def _forget(session: Session, graph: Graph) -> None:
 @handles(pb.ModelDestroyRequest)
 def model_destroy(session: Session, request: pb.ModelDestroyRequest, reply_to: int) -> object:
     """aclmdlRIDestroy: 107026 while captured; waits up to 10 s for its running replays, then
-    107037 if one still runs."""
+    107037 if one still runs; 207000 for a cond task's sub model (it goes with its model)."""
     graph = _graph(session, request.model)
+    cond_tasks.not_sub_model(graph, "destroyed")
 
     def finish(timed_out: bool) -> None:
         if timed_out:
@@ -338,6 +351,7 @@ def model_abort(session: Session, request: pb.ModelAbortRequest, reply_to: int) 
     running units ended, a collective waiting for its peers withdrawn: the peers fail with
     507904); each replaying stream's next synchronize reports 507023."""
     graph = _graph(session, request.model)
+    cond_tasks.not_sub_model(graph, "aborted")
     scheduler = session.scheduler
 
     def abort() -> None:

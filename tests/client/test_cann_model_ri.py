@@ -41,3 +41,18 @@ def test_model_update_changes_the_task_group_of_the_second_replay(daemon):
     assert out.index("replay 1 of the model") < out.index(first)
     assert out.index("replay 2 of the model") < out.index("alpha = 2.2") < out.index(second)
     assert "model_update: the update changed the replay it was made for" in out
+
+
+def test_cond_model_replays_start_from_the_default_condition(daemon):
+    out = run_cann_example(daemon.address, "2_advanced_features/model_ri/3_cond_model.py")
+    half = "  out: 1.2500  2.5000  3.7500  5.0000  6.2500  7.5000  8.7500  10.0000"
+    one = "  out: 1.5000  3.0000  4.5000  6.0000  7.5000  9.0000  10.5000  12.0000"
+    cases = {
+        name: out.split(f"---- {name} ----")[1].split("----")[0]
+        for name in ("IF", "WHILE", "SWITCH")
+    }
+    assert cases["IF"].count(half) == 2  # both values written: the false branch (alpha 0.5)
+    assert "WHILE, condition written 1:" in cases["WHILE"]
+    assert one not in cases["WHILE"]  # the body (alpha 1.0) never ran: the memory as it was
+    assert cases["SWITCH"].count(one) == 3  # every value written: case 0 (alpha 1.0)
+    assert "cond_model: every replay started from the default condition 0" in out

@@ -149,3 +149,13 @@ def test_a_replay_using_a_freed_buffer_is_caught_with_its_capture_site(daemon, t
     assert message[0] == "simnpu memcheck: use-after-free"
     assert "by kernel relu_f32" in message[2] and "submitted at <string>:11" in message[2]
     assert "use-after-free" in report.read_text()
+
+
+def test_buffers_a_synchronized_replay_used_are_freed_without_a_finding(daemon, tmp_path):
+    """The replaying stream goes on only once the replay's streams drained: a host that
+    synchronized it has seen their tasks finish, so freeing what they used is no error."""
+    report = tmp_path / "check.txt"
+    env = {"SIMNPU_CHECK": "memcheck", "SIMNPU_CHECK_REPORT": str(report)}
+    result = run_client(daemon.address, GRAPH, env=env)
+    assert result.returncode == 0, result.stderr
+    assert "0 error(s), 0 warning(s)" in report.read_text()

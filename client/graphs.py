@@ -79,9 +79,9 @@ class Graph:
 
     def capture_begin(self, stream: Stream | None = None, mode: str = "global") -> None:
         """aclmdlRICaptureBegin: tasks submitted to `stream` (default: current_stream())
-        are recorded from now on, not run; a graph captured before is appended to
-        (aclmdlRICaptureToModelRIBegin: on streams of the graph of its own, not ordered
-        after what it holds). `mode` "global", "thread_local" or "relaxed"
+        are recorded from now on, not run. A graph is captured once: NpuError 107026 if it
+        holds one (destroy() it first), as the runtime's aclmdlRICaptureToModelRIBegin takes
+        only a model never captured. `mode` "global", "thread_local" or "relaxed"
         (aclmdlRICaptureMode: which threads may not call aclrtMemcpy and the like meanwhile).
         Blocks."""
         if mode not in MODES:
@@ -236,14 +236,12 @@ def graph(g: Graph, stream: Stream | None = None, mode: str = "global") -> Itera
             with capturing:
                 yield g
         except BaseException:
-            appended = g.handle
             try:
                 g.capture_end()
             except Exception:  # the capture was refused already: it left no graph
                 pass
             else:
-                if not appended:  # made by this capture: it goes with the failed block
-                    g.destroy()
+                g.destroy()  # the graph goes with the failed block
             raise
         g.capture_end()
     finally:

@@ -84,8 +84,8 @@ class RuntimeGraphs:
     @records_errors
     def capture_begin(self, stream: int, mode: int, model: int = 0) -> None:
         """aclmdlRICaptureBegin (a new model) / aclmdlRICaptureToModelRIBegin (`model`):
-        the stream's tasks are recorded from now on. 107027 if it is being captured already,
-        107026 if the model is."""
+        the stream's tasks are recorded from now on. 107026 if the model was ever captured
+        (or built), else 107027 if the stream is being captured already."""
         if mode not in MODES:
             raise NpuError(
                 codes.ACL_ERROR_INVALID_PARAM, f"mode {mode}: use an aclmdlRICaptureMode"

@@ -27,8 +27,8 @@ def ri_capture_begin(rt, stream, mode):
 
 @api("kki")
 def ri_capture_to_model_ri_begin(rt, stream, model_ri, mode):
-    """aclmdlRICaptureToModelRIBegin: as ri_capture_begin, appending to `model_ri` (107026
-    if it is being captured). Blocks."""
+    """aclmdlRICaptureToModelRIBegin: as ri_capture_begin, into `model_ri`, which must never
+    have been captured -- a sub model of ri_add_cond_task (107026 otherwise). Blocks."""
     if not model_ri:
         raise _null("modelRI")
     rt.capture_begin(stream, mode, model_ri)

@@ -65,14 +65,27 @@ def _replay_stream_handle(session: Session) -> Callable[[], int]:
 # ---- capture ------------------------------------------------------------------------------------
 @handles(pb.CaptureBeginRequest)
 def capture_begin(session: Session, request: pb.CaptureBeginRequest, reply_to: int) -> object:
-    """aclmdlRICaptureBegin (a new model) / aclmdlRICaptureToModelRIBegin (`model` set):
-    107027 if the stream is in capture, 107026 if the model is being captured."""
+    """aclmdlRICaptureBegin (a new model) / aclmdlRICaptureToModelRIBegin (`model` set): 107026
+    unless the model was never captured (a sub model of aclmdlRIAddCondTask: the runtime's
+    `CheckCaptureModelIsCaptured` takes only a model whose capture status is NONE), then 107027
+    if the stream is in capture."""
     stream = session.stream(request.stream)
     if request.mode not in _MODES:
         raise invalid(f"capture mode {request.mode}: use an aclmdlRICaptureMode")
-    appended = _graph(session, request.model) if request.model else None
+    into = _graph(session, request.model) if request.model else None
 
     def begin() -> None:
+        if into is not None and (into.capture is not None or into.lanes or into.build):
+            _refuse(
+                session,
+                reply_to,
+                codes.ACL_ERROR_RT_MODEL_CAPTURED,
+                f"model {into.id} is "
+                + ("being captured" if into.capture is not None else "captured or built already")
+                + ": aclmdlRICaptureToModelRIBegin takes a model never captured, a sub model "
+                "of aclmdlRIAddCondTask",
+            )
+            return
         if stream.capture is not None:
             _refuse(
                 session,
@@ -81,15 +94,7 @@ def capture_begin(session: Session, request: pb.CaptureBeginRequest, reply_to: i
                 "the stream is already being captured (aclmdlRICaptureEnd it first)",
             )
             return
-        if appended is not None and appended.capture is not None:
-            _refuse(
-                session,
-                reply_to,
-                codes.ACL_ERROR_RT_MODEL_CAPTURED,
-                f"model {appended.id} is already being captured",
-            )
-            return
-        graph = appended
+        graph = into
         if graph is None:
             graph = Graph(0, session.daemon.next_model_id(), stream.context)
             graph.handle = session.handles.add(graph, HandleKind.MODEL_RI)

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 from simnpu.proto import codes, commands
 from simnpu.proto import npu_pb2 as pb
 from simnpu.proto.errors import NpuError, check_num_blocks, invalid
+from simnpu.server.cond_tasks import not_sub_model
 from simnpu.server.graphs import TASK_TYPES, Graph
 from simnpu.server.handlers.kernels import launch_bounds
 from simnpu.server.handlers.registry import LATER, handles
@@ -345,8 +346,16 @@ def task_disable(session: Session, request: pb.TaskDisableRequest, reply_to: int
 @handles(pb.ModelUpdateRequest)
 def model_update(session: Session, request: pb.ModelUpdateRequest, reply_to: int) -> object:
     """aclmdlRIUpdate: the changed tasks take effect; 107040 unless the model was changed or is
-    ready (captured, faulted)."""
+    ready (captured, faulted); 207000 for a built model or a sub model of a cond task, as the
+    runtime's `ApiErrorDecorator::ModelUpdate` refuses them."""
     graph = session.handles.get(request.model, Graph, "model run instance")
+    if graph.build is not None:
+        raise NpuError(
+            codes.ACL_ERROR_RT_FEATURE_NOT_SUPPORT,
+            f"model {graph.id} was built (aclmdlRIBuildBegin), not captured: only captured "
+            "models are updated",
+        )
+    not_sub_model(graph, "updated")
 
     def change() -> None:
         if graph.capture is None and graph.status == UpdateStatus.READY:

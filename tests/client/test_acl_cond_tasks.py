@@ -183,6 +183,32 @@ def test_if_runs_the_branch_the_condition_chooses(acl, kit):
     assert acl.mdl.ri_cond_handle_get_cond_ptr(1)[1] == acl.ACL_ERROR_RT_INVALID_HANDLE
 
 
+def test_only_a_sub_model_never_captured_takes_a_capture_and_none_is_updated(acl, kit):
+    x, out = kit.buffer(np.ones(N)), kit.buffer()
+    stream, sub_stream = kit.stream(), kit.stream()
+    parent = begin(acl, stream)
+    handle, _ = acl.mdl.ri_cond_handle_create(parent, 0, 0)
+    (sub,), ret = acl.mdl.ri_add_cond_task({"handle": handle, "type": IF, "size": 1}, stream, 0)
+    assert ret == 0
+    # the parent is being captured: no capture into it
+    assert acl.mdl.ri_capture_to_model_ri_begin(sub_stream, parent, 0) == (
+        acl.ACL_ERROR_RT_MODEL_CAPTURED
+    )
+    assert begin(acl, sub_stream, sub) == sub
+    kit.add(x, x, out, sub_stream)
+    assert end(acl, sub_stream) == sub
+    assert acl.mdl.ri_capture_to_model_ri_begin(sub_stream, sub, 0) == (  # captured once
+        acl.ACL_ERROR_RT_MODEL_CAPTURED
+    )
+    assert end(acl, stream) == parent
+    assert acl.mdl.ri_capture_to_model_ri_begin(sub_stream, parent, 0) == (
+        acl.ACL_ERROR_RT_MODEL_CAPTURED
+    )
+    assert acl.mdl.ri_update(sub) == acl.ACL_ERROR_RT_FEATURE_NOT_SUPPORT
+    assert acl.mdl.ri_update(parent) == 0  # ready: nothing to do
+    assert acl.mdl.ri_destroy(parent) == 0
+
+
 def test_if_with_one_branch_and_a_false_condition_runs_nothing(acl, kit):
     x, out = kit.buffer(np.ones(N)), kit.buffer()
     model, cond = cond_model(acl, kit, IF, [lambda s: kit.add(x, x, out, s)])

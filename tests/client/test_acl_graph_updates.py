@@ -365,12 +365,12 @@ def test_disable_update_and_changes_refused_while_captured_or_running(acl, kit):
     assert acl.mdl.ri_update(model) == 0
     assert acl.mdl.ri_execute(model, -1) == 0
     assert np.array_equal(kit.read(out), np.full(N, 2.0, np.float32))
-    # while captured (appending to it): 107040 for changes, aclmdlRIUpdate too
-    assert acl.mdl.ri_capture_to_model_ri_begin(stream, model, 0) == 0
-    assert acl.mdl.ri_task_disable(add) == acl.ACL_ERROR_RT_MODEL_UPDATE_FAILED
-    assert acl.mdl.ri_task_set_params(add, params) == acl.ACL_ERROR_RT_MODEL_UPDATE_FAILED
-    assert acl.mdl.ri_update(model) == acl.ACL_ERROR_RT_MODEL_UPDATE_FAILED
+    # a model being captured: aclmdlRIUpdate is 107040
+    assert acl.mdl.ri_capture_begin(stream, 0) == 0
+    _, capturing, _ = acl.mdl.ri_capture_get_info(stream)
+    assert acl.mdl.ri_update(capturing) == acl.ACL_ERROR_RT_MODEL_UPDATE_FAILED
     assert acl.mdl.ri_capture_end(stream)[1] == 0
+    assert acl.mdl.ri_destroy(capturing) == 0
     # while a replay is queued or runs (its stream held by a value wait)
     other, _ = acl.rt.create_stream()
     blocker, _ = acl.rt.malloc(64, 0)

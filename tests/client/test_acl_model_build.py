@@ -50,6 +50,11 @@ def test_bind_refusals_and_codes(acl):
     model, ret = acl.mdl.ri_build_begin(0)
     assert ret == 0 and model
     assert acl.mdl.ri_build_begin(1)[1] == codes.ACL_ERROR_RT_PARAM_INVALID
+    # a built model is not a captured one: no capture into it, no aclmdlRIUpdate
+    assert acl.mdl.ri_capture_to_model_ri_begin(plain, model, 0) == (
+        codes.ACL_ERROR_RT_MODEL_CAPTURED
+    )
+    assert acl.mdl.ri_update(model) == codes.ACL_ERROR_RT_FEATURE_NOT_SUPPORT
     assert acl.mdl.ri_bind_stream(0, stream, 0) == codes.ACL_ERROR_INVALID_PARAM
     assert acl.mdl.ri_bind_stream(model, plain, 0) == codes.ACL_ERROR_RT_PARAM_INVALID
     fast, ret = acl.rt.create_stream_with_config(

@@ -261,7 +261,7 @@ def test_update_refusals(npu, dev, daemon):
             pass
     assert _code(error) == codes.ACL_ERROR_INVALID_PARAM
     with pytest.raises(npu.NpuError) as error:  # a stream in capture
-        with npu.graph(h, stream=other):
+        with npu.graph(npu.Graph(), stream=other):
             with g.update(group):
                 pass
     assert _code(error) == codes.ACL_ERROR_RT_STREAM_CAPTURED

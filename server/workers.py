@@ -7,7 +7,9 @@ run it, send the results -- and hands Cancel messages that arrive while a batch 
 the runner. Kernels see device memory through `KernelContext`.
 
 `ProcessExecutor` is the daemon's Executor (server/executor.py): every unit a worker
-process, spawned and supervised here, its batches and reports on a pipe. The scheduler
+process, spawned and supervised here, its batches and reports on a pipe. Workers start per
+device, when the daemon first needs the device (docs/device-memory.md); a unit whose
+worker has not reported Ready is handed nothing. The scheduler
 thread sleeps in `wait`, one poll() over every worker pipe and a wake-up pipe (rebuilt only
 when a worker is replaced), so an idle daemon burns no CPU. Sessions' threads `send`
 under the scheduler lock; only the scheduler thread reads the pipes.
@@ -23,6 +25,7 @@ import os
 import select
 import signal
 import sys
+import threading
 import time
 import traceback
 import types
@@ -484,9 +487,9 @@ def main(core_id: int, device_segments: list[str], conn) -> None:
     for signum in (signal.SIGINT, signal.SIGTERM):  # the daemon decides when workers stop:
         signal.signal(signum, signal.SIG_IGN)  # a Ctrl-C or SIGTERM to its group is its alone
     daemon_pid = end_with_daemon()
-    regions = [
-        Region.attach(name, populate=True) for name in device_segments
-    ]  # device memory is resident
+    regions = [  # pages are committed by the daemon at allocation (docs/device-memory.md)
+        Region.attach(name) for name in device_segments
+    ]
     runner = WorkRunner(core_id, [region.map for region in regions], device_segments, conn.send)
     watch_numpy(runner.overflow)  # the built-in kernels raise the flag on float overflow
     incoming = select.poll()  # one poll object: Connection.poll() builds a selector per call
@@ -584,6 +587,8 @@ class ProcessExecutor:
         self.units = units
         self._segments = segments
         self._processes: dict[Unit, _Process] = {}
+        self._lock = threading.Lock()  # guards adding workers (launch) against stop
+        self._stopped = False
         self._wake_r, self._wake_w = os.pipe()
         os.set_blocking(self._wake_r, False)
         os.set_blocking(self._wake_w, False)
@@ -594,13 +599,14 @@ class ProcessExecutor:
         # units whose batch a kernel process runs (or the error of getting one)
         self._running: dict[Unit, KernelProcess | OSError] = {}
 
-    def start(self) -> None:
+    def start(self, units: Sequence[Unit]) -> None:
+        """Start the kernel zygote and the workers of `units` (the others: `launch`), and
+        wait until they are ready. Blocks."""
         _keep_working_directory_off_import_path()
-        for unit in self.units:
-            self._processes[unit] = _Process(unit, self._segments)
+        self.launch(units)
         self.kernels.start()
         deadline = time.monotonic() + START_TIMEOUT_S
-        for unit in self.units:
+        for unit in units:
             conn = self._processes[unit].conn
             if not conn.poll(max(deadline - time.monotonic(), 0)):
                 raise RuntimeError(f"{unit.name} did not start within {START_TIMEOUT_S:.0f} s")
@@ -608,6 +614,17 @@ class ProcessExecutor:
             if not isinstance(report, Ready):
                 raise RuntimeError(f"{unit.name} sent {report!r} instead of Ready")
             unit.ready = True
+
+    def launch(self, units: Sequence[Unit]) -> None:
+        """Start the workers of `units` without waiting for them: each unit becomes ready
+        when its worker's Ready report comes through `wait`, as a replaced worker's does."""
+        with self._lock:
+            if self._stopped:
+                return
+            for unit in units:
+                self._processes[unit] = _Process(unit, self._segments)
+            self._poller = None  # the scheduler thread polls the new pipes from its next wait
+        self.wake()
 
     def send(self, unit: Unit, batch: list, tenant: Owner | None = None) -> None:
         if tenant is not None:
@@ -733,7 +750,9 @@ class ProcessExecutor:
         poller.register(self._wake_r, select.POLLIN)
         self._kernels_version = self.kernels.version
         by_fd: dict[int, tuple[Unit, KernelProcess | None]] = {}
-        for unit, process in self._processes.items():
+        with self._lock:
+            processes = list(self._processes.items())
+        for unit, process in processes:
             try:
                 fd = process.conn.fileno()
             except OSError:  # closed: replaced meanwhile, the next rebuild has it
@@ -779,6 +798,8 @@ class ProcessExecutor:
         return how
 
     def stop(self) -> None:
+        with self._lock:
+            self._stopped = True
         self.kernels.stop()
         for process in self._processes.values():
             try:

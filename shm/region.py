@@ -3,17 +3,23 @@
 The process that creates a region owns it and is the only one that unlinks it; others
 attach by name with size 0 (a non-zero size would ftruncate, i.e. resize, the owner's
 segment). Mappings stay valid after unlink until every process has closed them.
+
+A new segment is a sparse tmpfs file: it costs RAM and /dev/shm space only for the pages
+written. `commit` backs a range with pages now, `decommit` gives them back
+(docs/device-memory.md).
 """
 
 from __future__ import annotations
 
 import ctypes
+import errno
 import mmap
 import os
 
 import posix_ipc
 
 NAME_PREFIX = "/simnpu"
+MADV_POPULATE_WRITE = 23  # linux/mman.h, Linux >= 5.14 (Python 3.11's mmap has no name for it)
 
 
 def segment_name(*parts: object) -> str:
@@ -38,6 +44,26 @@ class Region:
         finally:
             memory.close_fd()
         self._closed = False
+
+    def commit(self, offset: int, length: int) -> None:
+        """Back `[offset, +length)` (page-aligned offset) with pages now, through this
+        mapping: madvise(MADV_POPULATE_WRITE), else (kernels before 5.14) a write of one
+        byte per page, which zeroes those bytes. OSError if the pages cannot be had (a full
+        /dev/shm, no memory): nothing of the range is then left committed."""
+        try:
+            self.map.madvise(MADV_POPULATE_WRITE, offset, length)
+        except OSError as error:
+            if error.errno != errno.EINVAL:
+                self.decommit(offset, length)
+                raise
+            touch_pages(self.map, offset, length)
+
+    def decommit(self, offset: int, length: int) -> None:
+        """Give the pages of `[offset, +length)` (page-aligned offset) back to the system:
+        madvise(MADV_REMOVE) punches a hole in the file and unmaps the pages from every
+        process that maps them; reading the range later reads zeros. Never blocks on
+        anything but the kernel."""
+        self.map.madvise(mmap.MADV_REMOVE, offset, length)
 
     @classmethod
     def create(cls, name: str, size: int, reserve: bool = False) -> Region:
@@ -84,6 +110,15 @@ class Region:
         """Remove the name now (mappings stay valid); only for the owner."""
         if self.owner:
             unlink_quietly(self.name)
+
+
+def touch_pages(memory: mmap.mmap, offset: int, length: int) -> None:
+    """Write a zero into every page of `[offset, +length)` of `memory` (commit's fallback)."""
+    view = memoryview(memory)
+    try:
+        view[offset : offset + length : mmap.PAGESIZE] = bytes(-(-length // mmap.PAGESIZE))
+    finally:
+        view.release()
 
 
 def shm_available_bytes(directory: str = "/dev/shm") -> int:

@@ -137,8 +137,7 @@ class Device:
         allocation = allocator.withdraw(offset) if withdraw else allocator.free(offset)
         start, size = self.allocator.freed_block
         if size >= DECOMMIT_MIN:
-            self.region.decommit(start, size)
-            self.host.returned()
+            self.region.decommit(start, size)  # (the host's estimate catches up by itself)
         return allocation
 
     def used_by(self, owner: object) -> int:

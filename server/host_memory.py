@@ -64,12 +64,6 @@ class HostMemory:
             self._shm -= size
             self._memory -= size
 
-    def returned(self) -> None:
-        """Device memory went back to the host (a decommit, a failed commit): the next
-        check reads afresh."""
-        with self._lock:
-            self._read_at = -1.0
-
     def _headroom(self) -> int:
         return min(self._shm, self._memory)
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 import ctypes
 import logging
 import math
+import mmap
 import multiprocessing
 import os
 import select
@@ -69,14 +70,15 @@ from simnpu.server.work import (
 )
 from simnpu.shm.addresses import split_device_address
 from simnpu.shm.notify import NotifyArea
+from simnpu.shm.pages import PageTable, populate
 from simnpu.shm.region import Region, unlink_daemon_segments
 
 if TYPE_CHECKING:
-    import mmap
-
     from simnpu.server.objects import Owner
 
 log = logging.getLogger("simnpu.workers")
+
+PREFAULT_MIN = 1 << 20  # a device write from this size on maps its pages first (prefault)
 
 
 _NUMPY_OF_CANONICAL = {
@@ -202,6 +204,8 @@ class WorkRunner:
         self.modules: dict[int, types.ModuleType] = {}
         self._segments: dict[str, mmap.mmap | bytearray] = dict(zip(device_segments, device_maps))
         self._host: dict[str, Region] = {}
+        self._pages = PageTable()  # whether this process has touched device pages yet
+        self._bases: dict[str, int] = {}  # device segment -> the address of its mapping here
         self.signals: dict[str, NotifyArea] = {}
         self._cancelled: Callable[[], set[int]] = set
         self.output = KernelOutput()  # what the running launch prints
@@ -393,12 +397,30 @@ class WorkRunner:
         return memoryview(memory)[span.offset : span.offset + count]
 
     def copy(self, dst: Span, src: Span, count: int) -> None:
+        self.prefault(dst, count)
         with self.memory(dst, count) as target, self.memory(src, count) as source:
             target[:] = source
 
     def fill(self, dst: Span, value: int, count: int) -> None:
+        self.prefault(dst, count)
         with self.memory(dst, count) as target:
             np.frombuffer(target, np.uint8).fill(value)
+
+    def prefault(self, dst: Span, count: int) -> None:
+        """Before writing `count` bytes (PREFAULT_MIN or more) of device memory that this
+        process has not touched since it was committed (its first page is not in the page
+        table), map the range's pages with one madvise instead of a fault per page
+        (docs/device-memory.md). OSError if the pages cannot be had (memory freed and given
+        back meanwhile, on a full /dev/shm): the task fails instead of a SIGBUS."""
+        memory = self._segments.get(dst.segment)
+        if count < PREFAULT_MIN or not isinstance(memory, mmap.mmap):
+            return
+        base = self._bases.get(dst.segment)
+        if base is None:
+            base = self._bases[dst.segment] = ctypes.addressof(ctypes.c_char.from_buffer(memory))
+        if not self._pages.present(base + dst.offset):
+            start = dst.offset & -mmap.PAGESIZE
+            populate(memory, start, dst.offset + count - start)
 
     # ---- host segments ------------------------------------------------------------------------
     def host_segment(self, name: str) -> Region:

@@ -12,14 +12,14 @@ written. `commit` backs a range with pages now, `decommit` gives them back
 from __future__ import annotations
 
 import ctypes
-import errno
 import mmap
 import os
 
 import posix_ipc
 
+from simnpu.shm.pages import populate
+
 NAME_PREFIX = "/simnpu"
-MADV_POPULATE_WRITE = 23  # linux/mman.h, Linux >= 5.14 (Python 3.11's mmap has no name for it)
 
 
 def segment_name(*parts: object) -> str:
@@ -47,16 +47,13 @@ class Region:
 
     def commit(self, offset: int, length: int) -> None:
         """Back `[offset, +length)` (page-aligned offset) with pages now, through this
-        mapping: madvise(MADV_POPULATE_WRITE), else (kernels before 5.14) a write of one
-        byte per page, which zeroes those bytes. OSError if the pages cannot be had (a full
+        mapping (simnpu.shm.pages.populate). OSError if the pages cannot be had (a full
         /dev/shm, no memory): nothing of the range is then left committed."""
         try:
-            self.map.madvise(MADV_POPULATE_WRITE, offset, length)
-        except OSError as error:
-            if error.errno != errno.EINVAL:
-                self.decommit(offset, length)
-                raise
-            touch_pages(self.map, offset, length)
+            populate(self.map, offset, length)
+        except OSError:
+            self.decommit(offset, length)
+            raise
 
     def decommit(self, offset: int, length: int) -> None:
         """Give the pages of `[offset, +length)` (page-aligned offset) back to the system:
@@ -110,15 +107,6 @@ class Region:
         """Remove the name now (mappings stay valid); only for the owner."""
         if self.owner:
             unlink_quietly(self.name)
-
-
-def touch_pages(memory: mmap.mmap, offset: int, length: int) -> None:
-    """Write a zero into every page of `[offset, +length)` of `memory` (commit's fallback)."""
-    view = memoryview(memory)
-    try:
-        view[offset : offset + length : mmap.PAGESIZE] = bytes(-(-length // mmap.PAGESIZE))
-    finally:
-        view.release()
 
 
 def shm_available_bytes(directory: str = "/dev/shm") -> int:

@@ -192,9 +192,9 @@ def test_a_new_segment_is_sparse_and_commit_backs_exactly_the_range(name):
 
 def test_commit_without_madvise_populate_touches_one_byte_per_page(name, monkeypatch):
     """On kernels before 5.14 MADV_POPULATE_WRITE is EINVAL: commit writes the pages."""
-    import simnpu.shm.region as region_module
+    import simnpu.shm.pages as pages
 
-    monkeypatch.setattr(region_module, "MADV_POPULATE_WRITE", 0x7FFF)  # no such advice
+    monkeypatch.setattr(pages, "MADV_POPULATE_WRITE", 0x7FFF)  # no such advice
     region = Region.create(name, 1 << 20)
     try:
         region.commit(4096, 3 * 4096 + 1)

@@ -72,8 +72,8 @@ class Executor(Protocol):
     units: Sequence[Unit]
 
     def start(self, units: Sequence[Unit]) -> None:
-        """Start `units` and wait until each reported Ready (daemon start); the others start
-        later, each ready once it reports Ready. Blocks."""
+        """Start `units` (at daemon start; the others later): each is ready once it reports
+        Ready. May block while the executor itself starts."""
 
     def send(self, unit: Unit, batch: list, tenant: Owner | None = None) -> None:
         """Hand `unit` a batch (server/work.py); a batch of `tenant`'s own kernels runs in

@@ -79,6 +79,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("simnpu.workers")
 
 PREFAULT_MIN = 1 << 20  # a device write from this size on maps its pages first (prefault)
+_GROUP_SIGNALS = {signal.SIGINT, signal.SIGTERM}  # what a signal to the daemon's group sends
 
 
 _NUMPY_OF_CANONICAL = {
@@ -506,8 +507,9 @@ def end_with_daemon(cleanup: Callable[[], None] = lambda: None) -> int:
 
 def main(core_id: int, device_segments: list[str], conn) -> None:
     """Entry point of a spawned worker process."""
-    for signum in (signal.SIGINT, signal.SIGTERM):  # the daemon decides when workers stop:
-        signal.signal(signum, signal.SIG_IGN)  # a Ctrl-C or SIGTERM to its group is its alone
+    for signum in _GROUP_SIGNALS:  # the daemon decides when workers stop: a Ctrl-C or
+        signal.signal(signum, signal.SIG_IGN)  # SIGTERM to its group is the daemon's alone
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, _GROUP_SIGNALS)  # (blocked since its birth)
     daemon_pid = end_with_daemon()
     regions = [  # pages are committed by the daemon at allocation (docs/device-memory.md)
         Region.attach(name) for name in device_segments
@@ -552,7 +554,6 @@ def main(core_id: int, device_segments: list[str], conn) -> None:
 
 # ---- the daemon's executor -----------------------------------------------------------------------
 _SPAWN = multiprocessing.get_context("spawn")
-START_TIMEOUT_S = 60.0
 EXIT_WAIT_S = 2.0  # a worker that closed its pipe has this long to exit before it is killed
 
 
@@ -577,7 +578,13 @@ class _Process:
             name=f"simnpu-{unit.kind.value.replace(' ', '-')}-{unit.device}.{unit.index}",
             daemon=True,
         )
-        self.process.start()
+        # Born with the group's signals blocked, until main() ignores them: a worker still
+        # booting (workers start while the daemon serves) must not die of a Ctrl-C either.
+        previous = signal.pthread_sigmask(signal.SIG_BLOCK, _GROUP_SIGNALS)
+        try:
+            self.process.start()
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, previous)
         child.close()
         self.conn: Connection = parent
         self.hung_up = False  # its pipe was found closed: it is exiting
@@ -622,20 +629,12 @@ class ProcessExecutor:
         self._running: dict[Unit, KernelProcess | OSError] = {}
 
     def start(self, units: Sequence[Unit]) -> None:
-        """Start the kernel zygote and the workers of `units` (the others: `launch`), and
-        wait until they are ready. Blocks."""
+        """Start the kernel zygote and wait until it is ready (blocks), then launch the
+        workers of `units` (the others later: `launch`); they boot meanwhile, each unit ready
+        once its worker reports Ready."""
         _keep_working_directory_off_import_path()
-        self.launch(units)
         self.kernels.start()
-        deadline = time.monotonic() + START_TIMEOUT_S
-        for unit in units:
-            conn = self._processes[unit].conn
-            if not conn.poll(max(deadline - time.monotonic(), 0)):
-                raise RuntimeError(f"{unit.name} did not start within {START_TIMEOUT_S:.0f} s")
-            report = conn.recv()
-            if not isinstance(report, Ready):
-                raise RuntimeError(f"{unit.name} sent {report!r} instead of Ready")
-            unit.ready = True
+        self.launch(units)
 
     def launch(self, units: Sequence[Unit]) -> None:
         """Start the workers of `units` without waiting for them: each unit becomes ready

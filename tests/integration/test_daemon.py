@@ -230,6 +230,30 @@ def test_bad_flags_are_refused(tmp_path):
     assert not [n for n in os.listdir(tmp_path) if n.endswith(".sock")]
 
 
+def test_a_synchronize_waiting_for_tasks_no_unit_started_is_told_the_daemon_stopped(
+    start_daemon,
+):
+    """A kernel on device 1 waits for the device's workers, which start when the client
+    first names it: when the daemon stops meanwhile, the task is dropped unrun, and a
+    synchronize waiting on it is told, never answered with success. (Should the kernel be
+    running by then, the answer is the same.)"""
+    daemon = start_daemon("--devices", "2")
+    rt = Runtime(daemon.address)
+    rt.set_device(1)
+    nap = rt.get_function(rt.binary_load(NAP), "nap")
+    stream = rt.create_stream()
+    rt.launch_kernel(nap, 1, rt.signature(nap).pack(5.0), stream)
+    blocked: list = []
+    waiter = threading.Thread(
+        target=lambda: blocked.append(_code_of(rt.synchronize_stream, stream))
+    )
+    waiter.start()
+    assert daemon.stop() == 0, daemon.output()
+    waiter.join(30)
+    assert blocked == [codes.ACL_ERROR_RT_DRV_INTERNAL_ERROR]
+    rt.close()
+
+
 # ---- several devices -----------------------------------------------------------------------------
 def test_two_devices(start_daemon):
     daemon = start_daemon("--devices", "2")

@@ -12,10 +12,11 @@
 3. End to end: aclrtMalloc and aclrtFree through the client against a daemon started here,
    beside one ping-pong on an open gRPC bidi stream to a bare server (bench/baselines.py).
 4. Devices at hardware scale (docs/device-memory.md): a daemon's start until its first
-   client is served, and its PSS with its workers and /dev/shm use, for 1 x 2 GiB and
-   8 x 64 GiB; a synchronous H2D copy of 256 MiB into a fresh allocation vs into the same
-   one again (warm); the daemon's malloc+free pair of a 64 MiB block (commit, decommit)
-   beside a 4 KiB one.
+   client is served, and its PSS with its workers and /dev/shm use (idle, holding 1 GiB,
+   after its free), for 1 x 2 GiB and 8 x 64 GiB; an H2D copy of 256 MiB into a fresh
+   allocation vs into the same one again (warm), from pageable and from pinned memory;
+   the daemon's malloc+free pair of a 64 MiB block (commit, decommit) beside a 4 KiB one.
+   `--scale-only` runs this section alone.
 
 Prints one table (targets from the issue; a missed target says MISS, nothing fails) and
 writes JSON (default bench/results/memory.json).
@@ -208,7 +209,7 @@ def _shm_used(pid: int) -> int:
 def daemon_start(devices: int, memory: str) -> dict:
     """Seconds from the daemon's launch until a client's first malloc and free on device 0
     were served; then the PSS of the daemon and everything below it, and its /dev/shm use,
-    with that client connected and idle."""
+    with that client idle, holding 1 GiB (written) on the last device, and after its free."""
     from simnpu.client.runtime import Runtime
 
     with tempfile.TemporaryDirectory(prefix="simnpu-membench-") as directory:
@@ -229,14 +230,28 @@ def daemon_start(devices: int, memory: str) -> dict:
                 rt.free(rt.malloc(4096))
                 rt.synchronize_device()
                 served = time.monotonic() - start
-                pss = sum(_pss(p) for p in (process.pid, *_descendants(process.pid)))
-                shm = _shm_used(process.pid)
+                figures = {"first_client_s": served, **_footprint(process.pid, "idle")}
+                rt.set_device(devices - 1)  # 1 GiB held on the last device, written
+                held = rt.malloc(1 << 30)
+                rt.memset(held, 1 << 30, 1, 1 << 30)
+                figures.update(_footprint(process.pid, "holding_1GiB"))
+                rt.free(held)
+                rt.synchronize_device()
+                figures.update(_footprint(process.pid, "freed"))
             finally:
                 rt.close()
         finally:
             process.send_signal(signal.SIGTERM)
             process.wait(30)
-    return {"first_client_s": served, "pss_bytes": pss, "shm_bytes": shm}
+    return figures
+
+
+def _footprint(pid: int, when: str) -> dict:
+    """PSS of daemon `pid` and everything below it, and its /dev/shm use, in bytes."""
+    return {
+        f"pss_{when}": sum(_pss(p) for p in (pid, *_descendants(pid))),
+        f"shm_{when}": _shm_used(pid),
+    }
 
 
 def first_touch(address: str, rounds: int, size: int = 256 << 20) -> dict:
@@ -325,8 +340,12 @@ def hardware_scale(table, quick: bool) -> dict:
             figures["first_client_s"] < 2 if devices == 8 else None,
         )
         name = f"{devices} x {memory}"
-        table.add(f"{name}: PSS, daemon + workers", figures["pss_bytes"] / 2**20, "MiB")
-        table.add(f"{name}: /dev/shm used", figures["shm_bytes"] / 2**20, "MiB")
+        for when in ("idle", "holding_1GiB", "freed"):
+            label = when.replace("_", " ")
+            table.add(
+                f"{name}: PSS, daemon + workers, {label}", figures[f"pss_{when}"] / 2**20, "MiB"
+            )
+            table.add(f"{name}: /dev/shm used, {label}", figures[f"shm_{when}"] / 2**20, "MiB")
     with tempfile.TemporaryDirectory(prefix="simnpu-membench-") as directory:
         daemon = Daemon(directory, "2GiB")
         try:

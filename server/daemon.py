@@ -156,10 +156,13 @@ class Daemon:
                     os.umask(previous)
             if path is not None:
                 self._socket_paths.append(path)
+                os.chmod(path, 0o600)  # in case the binding ignored the umask
+                # before serving: a client that connects at once finds its credentials
+                # socket, else it would count as a peer without credentials
+                self.peers.listen(path)
         self.server.start()
-        for path in self._socket_paths:
-            os.chmod(path, 0o600)  # in case the binding ignored the umask
-            self.peers.listen(path)
+        with self._lock:  # idle from now, when clients can come (--idle-exit)
+            self._last_activity = time.monotonic()
         self.health.set("", health_pb2.HealthCheckResponse.SERVING)
         self.health.set(service.SERVICE, health_pb2.HealthCheckResponse.SERVING)
 

@@ -11,6 +11,12 @@
    NORMAL_ONLY and HUGE_FIRST, the first fit and the buddy beside it.
 3. End to end: aclrtMalloc and aclrtFree through the client against a daemon started here,
    beside one ping-pong on an open gRPC bidi stream to a bare server (bench/baselines.py).
+4. Devices at hardware scale (docs/device-memory.md): a daemon's start until its first
+   client is served, and its PSS with its workers and /dev/shm use (idle, holding 1 GiB,
+   after its free), for 1 x 2 GiB and 8 x 64 GiB; an H2D copy of 256 MiB into a fresh
+   allocation vs into the same one again (warm), from pageable and from pinned memory;
+   the daemon's malloc+free pair of a 64 MiB block (commit, decommit) beside a 4 KiB one.
+   `--scale-only` runs this section alone.
 
 Prints one table (targets from the issue; a missed target says MISS, nothing fails) and
 writes JSON (default bench/results/memory.json).
@@ -23,6 +29,8 @@ import json
 import math
 import os
 import random
+import signal
+import subprocess
 import sys
 import tempfile
 import time
@@ -34,6 +42,7 @@ import baselines  # noqa: E402
 from alloc_traces import Buddy, FirstFit, dl_trace, replay, trace_summary  # noqa: E402
 from run import Daemon  # noqa: E402
 
+from simnpu.client import autostart  # noqa: E402
 from simnpu.proto import codes  # noqa: E402
 from simnpu.shm.allocator import DeviceAllocator  # noqa: E402
 
@@ -161,6 +170,209 @@ def end_to_end(address: str, rounds: int, live_blocks: int = 4096) -> dict:
         rt.close()
 
 
+# ---- 4. devices at hardware scale ------------------------------------------------------------
+def _descendants(pid: int) -> list[int]:
+    children = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as stat:
+                    if int(stat.read().rsplit(")", 1)[1].split()[1]) == pid:
+                        children.append(int(entry))
+            except OSError:
+                continue
+    return [p for child in children for p in (child, *_descendants(child))]
+
+
+def _pss(pid: int) -> int:
+    """Proportional set size of `pid` in bytes (shared pages split among their users)."""
+    try:
+        with open(f"/proc/{pid}/smaps_rollup") as rollup:
+            for line in rollup:
+                if line.startswith("Pss:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return 0
+
+
+def _shm_used(pid: int) -> int:
+    """Bytes of /dev/shm the segments of daemon `pid` hold."""
+    prefix = f"simnpu-{pid}-"
+    return sum(
+        os.stat(os.path.join("/dev/shm", name)).st_blocks * 512
+        for name in os.listdir("/dev/shm")
+        if name.startswith(prefix)
+    )
+
+
+def daemon_start(devices: int, memory: str) -> dict:
+    """Seconds from the daemon's launch until a client's first malloc and free on device 0
+    were served; then the PSS of the daemon and everything below it, and its /dev/shm use,
+    with that client idle, holding 1 GiB (written) on the last device, and after its free."""
+    from simnpu.client.runtime import Runtime
+
+    with tempfile.TemporaryDirectory(prefix="simnpu-membench-") as directory:
+        address = f"unix://{directory}/start.sock"
+        start = time.monotonic()
+        process = subprocess.Popen(
+            [sys.executable, "-m", "simnpu.server", "--listen", address]
+            + ["--devices", str(devices), "--memory", memory, "--log-level", "WARNING"]
+        )
+        try:
+            while not autostart.reachable(address):
+                if process.poll() is not None or time.monotonic() - start > 120:
+                    raise SystemExit("the daemon did not start")
+                time.sleep(0.005)
+            rt = Runtime(address)
+            try:
+                rt.set_device(0)
+                rt.free(rt.malloc(4096))
+                rt.synchronize_device()
+                served = time.monotonic() - start
+                figures = {"first_client_s": served, **_footprint(process.pid, "idle")}
+                rt.set_device(devices - 1)  # 1 GiB held on the last device, written
+                held = rt.malloc(1 << 30)
+                rt.memset(held, 1 << 30, 1, 1 << 30)
+                figures.update(_footprint(process.pid, "holding_1GiB"))
+                rt.free(held)
+                rt.synchronize_device()
+                figures.update(_footprint(process.pid, "freed"))
+            finally:
+                rt.close()
+        finally:
+            process.send_signal(signal.SIGTERM)
+            process.wait(30)
+    return figures
+
+
+def _footprint(pid: int, when: str) -> dict:
+    """PSS of daemon `pid` and everything below it, and its /dev/shm use, in bytes."""
+    return {
+        f"pss_{when}": sum(_pss(p) for p in (pid, *_descendants(pid))),
+        f"shm_{when}": _shm_used(pid),
+    }
+
+
+def first_touch(address: str, rounds: int, size: int = 256 << 20) -> dict:
+    """Seconds of a 256 MiB H2D copy into a fresh allocation and into the same allocation
+    again, best of `rounds` fresh allocations: synchronous from pageable memory (the
+    daemon copies) and asynchronous from pinned memory (the copy engines copy); and the
+    aclrtMalloc of the fresh one (its commit)."""
+    import ctypes
+
+    import numpy as np
+
+    from simnpu.client.runtime import Runtime
+
+    data = np.ones(size, np.uint8)
+    rt = Runtime(address)
+    times: dict[str, list[float]] = {}
+    clock = time.perf_counter
+    h2d = codes.ACL_MEMCPY_HOST_TO_DEVICE
+    try:
+        rt.set_device(0)
+        pinned = rt.malloc_host(size)
+        ctypes.memset(pinned, 1, size)
+        stream = rt.create_stream()
+
+        def pageable(ptr: int) -> None:
+            rt.memcpy(ptr, size, data.ctypes.data, size, h2d)
+
+        def from_pinned(ptr: int) -> None:
+            rt.memcpy_async(ptr, size, pinned, size, h2d, stream)
+            rt.synchronize_stream(stream)
+
+        first = rt.malloc(size)  # the engines map the pinned segment on its first use
+        from_pinned(first)
+        rt.free(first)
+        for _ in range(rounds):
+            for name, copy in (("pageable", pageable), ("pinned", from_pinned)):
+                start = clock()
+                ptr = rt.malloc(size)
+                times.setdefault("malloc", []).append(clock() - start)
+                for when in ("fresh", "warm"):
+                    start = clock()
+                    copy(ptr)
+                    times.setdefault(f"{name}_{when}", []).append(clock() - start)
+                rt.free(ptr)
+                rt.synchronize_device()
+        rt.destroy_stream(stream)
+        rt.free_host(pinned)
+    finally:
+        rt.close()
+    return {f"{key}_s": min(values) for key, values in times.items()}
+
+
+def device_pairs(size: int, pairs: int) -> dict:
+    """p50 (µs) of Device.allocate + Device.free of `size` bytes in the daemon's own code
+    (commit and, from 2 MiB free blocks, decommit included) on an otherwise empty 8 GiB
+    device, one live 4 KiB block at its start."""
+    from simnpu.server.device import Device
+    from simnpu.server.host_memory import HostMemory
+
+    device = Device(0, 8 << 30, 1, 1, 0, HostMemory())
+    samples = []
+    clock = time.perf_counter_ns
+    try:
+        device.allocate(4096, NORMAL_ONLY, "other")
+        for _ in range(pairs):
+            start = clock()
+            device.free(device.allocate(size, NORMAL_ONLY, "bench"))
+            samples.append(clock() - start)
+    finally:
+        device.close()
+    samples.sort()
+    return {"p50_us": _percentile(samples, 0.5) / 1e3, "p99_us": _percentile(samples, 0.99) / 1e3}
+
+
+def hardware_scale(table, quick: bool) -> dict:
+    out: dict = {}
+    for devices, memory in ((1, "2GiB"), (8, "64GiB")):
+        figures = daemon_start(devices, memory)
+        out[f"{devices}x{memory}"] = figures
+        table.add(
+            f"{devices} x {memory}: daemon start to first client served",
+            figures["first_client_s"],
+            "s",
+            None,
+            "< 2 s" if devices == 8 else "",
+            figures["first_client_s"] < 2 if devices == 8 else None,
+        )
+        name = f"{devices} x {memory}"
+        for when in ("idle", "holding_1GiB", "freed"):
+            label = when.replace("_", " ")
+            table.add(
+                f"{name}: PSS, daemon + workers, {label}", figures[f"pss_{when}"] / 2**20, "MiB"
+            )
+            table.add(f"{name}: /dev/shm used, {label}", figures[f"shm_{when}"] / 2**20, "MiB")
+    with tempfile.TemporaryDirectory(prefix="simnpu-membench-") as directory:
+        daemon = Daemon(directory, "2GiB")
+        try:
+            touch = first_touch(daemon.address, 2 if quick else 4)
+        finally:
+            daemon.close()
+    out["first_touch"] = touch
+    for name, what in (("pageable", "pageable, synchronous"), ("pinned", "pinned, async")):
+        fresh, warm = touch[f"{name}_fresh_s"], touch[f"{name}_warm_s"]
+        target = name == "pageable"
+        table.add(
+            f"H2D 256 MiB ({what}) into a fresh allocation (vs warm)",
+            fresh * 1e3,
+            "ms",
+            warm * 1e3,
+            ">= 80% of warm" if target else "",
+            warm / fresh >= 0.8 if target else None,
+        )
+    table.add("aclrtMalloc of 256 MiB (its commit)", touch["malloc_s"] * 1e3, "ms")
+    small = device_pairs(4096, 2000 if quick else 10000)
+    large = device_pairs(64 << 20, 20 if quick else 60)
+    out["pairs"] = {"4KiB": small, "64MiB": large}
+    table.add("daemon malloc+free 64 MiB p50 (vs 4 KiB)", large["p50_us"], "us", small["p50_us"])
+    table.add("daemon malloc+free 4 KiB p99", small["p99_us"], "us")
+    return out
+
+
 # ---- the table -----------------------------------------------------------------------------------
 class Table:
     def __init__(self):
@@ -190,12 +402,30 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true", help="fewer rounds and seeds")
     parser.add_argument("--json", default=os.path.join(HERE, "results", "memory.json"))
+    parser.add_argument(
+        "--scale-only", action="store_true", help="only 4., devices at hardware scale"
+    )
     args = parser.parse_args(argv)
     table = Table()
     results: dict = {"machine": {"cpus": os.cpu_count(), "python": sys.version.split()[0]}}
+    if not args.scale_only:
+        allocator_and_end_to_end(table, results, args.quick)
 
+    print("\n4. devices at hardware scale")
+    results["hardware_scale"] = hardware_scale(table, args.quick)
+
+    results["rows"] = table.rows
+    os.makedirs(os.path.dirname(os.path.abspath(args.json)), exist_ok=True)
+    with open(args.json, "w", encoding="utf-8") as handle:
+        json.dump(results, handle, indent=1)
+    print(f"\nwrote {args.json}")
+    return 0
+
+
+def allocator_and_end_to_end(table: Table, results: dict, quick: bool) -> None:
+    """Sections 1 to 3."""
     print("\n1. allocator, alloc+free pairs at 4096 live blocks (each pair timed)")
-    pairs = 5000 if args.quick else 20000
+    pairs = 5000 if quick else 20000
     timer = timer_overhead_us()
     mine = allocator_pairs(DeviceAllocator, pairs=pairs)
     first = allocator_pairs(FirstFit, pairs=pairs, rounds=1)
@@ -214,7 +444,7 @@ def main(argv=None) -> int:
     table.add("perf_counter_ns pair (included in each sample)", timer, "us")
 
     print("\n2. training-like trace replay (worst of the seeds)")
-    seeds = [0, 1] if args.quick else [0, 1, 2, 3, 4]
+    seeds = [0, 1] if quick else [0, 1, 2, 3, 4]
     summary = trace_summary(dl_trace(seeds[0]))
     print(
         f"  trace (seed {seeds[0]}): {summary['allocations']} allocations of "
@@ -248,7 +478,7 @@ def main(argv=None) -> int:
         )
 
     print("\n3. end to end through the client (4096 of its blocks live)")
-    rounds = 1000 if args.quick else 3000
+    rounds = 1000 if quick else 3000
     with tempfile.TemporaryDirectory(prefix="simnpu-membench-") as directory:
         bare = baselines.BareServer(directory)
         daemon = Daemon(directory, "1GiB")
@@ -284,13 +514,6 @@ def main(argv=None) -> int:
         e2e["free_p50_us"] <= 1.2 * ping_p50,
     )
     table.add("aclrtFree p99", e2e["free_p99_us"], "us", min(ping[1], ping_again[1]))
-
-    results["rows"] = table.rows
-    os.makedirs(os.path.dirname(os.path.abspath(args.json)), exist_ok=True)
-    with open(args.json, "w", encoding="utf-8") as handle:
-        json.dump(results, handle, indent=1)
-    print(f"\nwrote {args.json}")
-    return 0
 
 
 if __name__ == "__main__":

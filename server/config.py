@@ -6,6 +6,7 @@ import os
 from dataclasses import dataclass
 
 from simnpu.proto import service
+from simnpu.shm.addresses import MAX_MEMORY
 
 
 @dataclass
@@ -36,8 +37,11 @@ class DaemonConfig:
             raise ValueError("--devices must be at least 1")
         if self.ai_cores < 1 or self.copy_engines < 1:
             raise ValueError("each device needs at least one AI core and one copy engine")
-        if self.memory_bytes < 1 << 20:
-            raise ValueError("--memory must be at least 1MiB")
+        if not 1 << 20 <= self.memory_bytes <= MAX_MEMORY:
+            raise ValueError(
+                f"--memory must be from 1MiB to {MAX_MEMORY >> 30}GiB "
+                "(half of a device's address space)"
+            )
         if self.memory_limit is not None and self.memory_limit <= 0:
             raise ValueError("--memory-limit must be positive")
         if self.max_module_bytes < 1:

@@ -23,6 +23,7 @@ from simnpu.server import handlers, observe, smi_view  # noqa: F401 - handlers: 
 from simnpu.server.cnt_notifies import CntNotifies
 from simnpu.server.config import DaemonConfig
 from simnpu.server.device import Device
+from simnpu.server.host_memory import HostMemory
 from simnpu.server.ipc_events import IpcEvents
 from simnpu.server.ipc_memory import IpcMemory
 from simnpu.server.kernel_processes import KernelProcesses
@@ -84,9 +85,8 @@ class Daemon:
     # ---- start and stop --------------------------------------------------------------------------
     def start(self) -> None:
         """Create device memory, start workers and the scheduler, then serve gRPC."""
-        check_shm_space(
-            self.config.devices * (self.config.memory_bytes + self.config.staging_bytes)
-        )
+        check_shm_space(self.config.staging_bytes)  # device memory costs nothing until used
+        host = HostMemory()
         try:
             units_per_device = self.config.ai_cores + self.config.copy_engines
             for index in range(self.config.devices):
@@ -97,11 +97,14 @@ class Daemon:
                         self.config.ai_cores,
                         self.config.copy_engines,
                         index * units_per_device,
+                        host,
                     )
                 )
             units = [unit for device in self.devices for unit in device.all_units()]
             self.executor = ProcessExecutor(units, [device.region.name for device in self.devices])
-            self.executor.start()
+            first = self.devices[0]
+            first.started = True  # nearly every client uses it; the others start on first use
+            self.executor.start(first.all_units())
             for device in self.devices:  # frees end the kernel processes that map the block
                 device.kernels = self.executor.kernels
             self.scheduler = Scheduler(self.devices, self.executor, self.config.op_timeout_s)
@@ -153,10 +156,13 @@ class Daemon:
                     os.umask(previous)
             if path is not None:
                 self._socket_paths.append(path)
+                os.chmod(path, 0o600)  # in case the binding ignored the umask
+                # before serving: a client that connects at once finds its credentials
+                # socket, else it would count as a peer without credentials
+                self.peers.listen(path)
         self.server.start()
-        for path in self._socket_paths:
-            os.chmod(path, 0o600)  # in case the binding ignored the umask
-            self.peers.listen(path)
+        with self._lock:  # idle from now, when clients can come (--idle-exit)
+            self._last_activity = time.monotonic()
         self.health.set("", health_pb2.HealthCheckResponse.SERVING)
         self.health.set(service.SERVICE, health_pb2.HealthCheckResponse.SERVING)
 
@@ -214,6 +220,16 @@ class Daemon:
                 self.stop()
 
     # ---- sessions ------------------------------------------------------------------------------
+    def use_device(self, device: Device) -> None:
+        """A session names `device`: launch its workers if they have not been (without
+        waiting for them: its work waits in its streams until they are ready)."""
+        with self._lock:
+            if device.started:
+                return
+            device.started = True
+        assert self.executor is not None, "the daemon runs"
+        self.executor.launch(device.all_units())
+
     def open_session(self, connection: str, peer: Peer) -> Session | str:
         """A new session of `peer` (on gRPC's `connection`), or why there is none: the
         daemon's session limit, or the peer's (--max-sessions-per-peer)."""
@@ -321,12 +337,14 @@ class Daemon:
 
 
 def check_shm_space(needed: int) -> None:
-    """Refuse to start when /dev/shm cannot hold the device memory (a late SIGBUS otherwise)."""
+    """Refuse to start when /dev/shm cannot hold even one client's staging area. Device
+    memory is committed as clients allocate it (docs/device-memory.md), so a short /dev/shm
+    fails allocations (207001) rather than the start."""
     available = shm_available_bytes()
     if available < needed:
         raise RuntimeError(
-            f"/dev/shm has {available >> 20} MiB free but the devices need {needed >> 20} MiB: "
-            "lower --memory or --devices, or enlarge /dev/shm (docker: shm_size)"
+            f"/dev/shm has {available >> 20} MiB free but a client's staging area needs "
+            f"{needed >> 20} MiB: lower --staging, or enlarge /dev/shm (docker: shm_size)"
         )
 
 

@@ -1,5 +1,8 @@
 """One simulated device: its memory region and allocator, its AI cores and copy engines, and
-the streams whose head waits for a free unit."""
+the streams whose head waits for a free unit.
+
+Its memory is committed as it is allocated and given back as large free blocks form
+(docs/device-memory.md)."""
 
 from __future__ import annotations
 
@@ -10,6 +13,7 @@ from typing import TYPE_CHECKING
 
 from simnpu.proto.errors import NpuMemoryError
 from simnpu.server.executor import Unit, UnitKind
+from simnpu.server.host_memory import HostMemory, committed_failure
 from simnpu.server.objects import Owner
 from simnpu.server.untrusted import escaped
 from simnpu.shm.addresses import device_address, split_device_address
@@ -22,15 +26,25 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("simnpu.memory")
 
+DECOMMIT_MIN = 2 << 20
+"""A free that leaves a free block of at least this many bytes gives the block's pages back."""
+
 
 class Device:
     """Device `index`. Memory is owned here; its units are driven by the scheduler."""
 
     def __init__(
-        self, index: int, memory_bytes: int, ai_cores: int, copy_engines: int, first_core_id: int
+        self,
+        index: int,
+        memory_bytes: int,
+        ai_cores: int,
+        copy_engines: int,
+        first_core_id: int,
+        host: HostMemory,
     ):
         self.index = index
-        self.region = Region.create(segment_name(f"dev{index}"), memory_bytes)
+        self.region = Region.create(segment_name(f"dev{index}"), memory_bytes)  # sparse
+        self.host = host  # what the host can still back with pages
         self.allocator = DeviceAllocator(memory_bytes, align=mmap.PAGESIZE)  # blocks own pages
         self.lock = threading.Lock()  # guards the allocator: sessions allocate concurrently
         self.kernels: KernelProcesses | None = None  # the daemon's, once they run
@@ -45,6 +59,7 @@ class Device:
         }
         # streams whose head is device work for units of each kind, in the order they got there
         self.ready: dict[UnitKind, list[Stream]] = {kind: [] for kind in UnitKind}
+        self.started = False  # its units' workers were launched (server/workers.py)
 
     @property
     def capacity(self) -> int:
@@ -54,11 +69,17 @@ class Device:
         return [unit for units in self.units.values() for unit in units]
 
     def allocate(self, size: int, policy: int, owner: object, limit: int | None = None) -> int:
-        """aclrtMalloc on this device: the device address of a new allocation. `limit` caps
-        what `owner` may have reserved in all (its memory quota)."""
+        """aclrtMalloc on this device: the device address of a new allocation, its pages
+        committed. `limit` caps what `owner` may have reserved in all (its memory quota).
+        Blocks while the pages are committed (outside the device's lock)."""
         with self.lock:
             try:
                 allocation = self.allocator.allocate(size, policy, owner, limit)
+                try:
+                    self.host.check(allocation.reserved)
+                except NpuMemoryError:
+                    self._give_back(allocation.offset, withdraw=True)
+                    raise
             except NpuMemoryError as error:  # who holds the memory: told the daemon's owner only
                 log.info(
                     "%r: %s; top users: %s",
@@ -67,6 +88,14 @@ class Device:
                     escaped(self.allocator.top_users()),
                 )
                 raise
+        try:  # the block is nobody else's yet, and no decommit reaches a live block
+            self.region.commit(allocation.offset, allocation.reserved)
+        except OSError as error:  # the host ran short since the check
+            with self.lock:
+                self._give_back(allocation.offset, withdraw=True)
+            failure = committed_failure(allocation.reserved, error)
+            log.info("%r: %s", owner, escaped(failure.message))
+            raise failure from None
         return device_address(self.index, allocation.offset)
 
     def free(self, address: int) -> Allocation:
@@ -77,7 +106,7 @@ class Device:
         kernels = self.kernels
         if kernels is None:
             with self.lock:
-                return self.allocator.free(offset)
+                return self._give_back(offset)
         with kernels.lock:
             if kernels.mapped:
                 with self.lock:
@@ -95,8 +124,20 @@ class Device:
 
     def _release(self, offset: int) -> Allocation:
         with self.lock:
-            allocation = self.allocator.free(offset)
+            allocation = self._give_back(offset)
         _changed(allocation.owner)
+        return allocation
+
+    def _give_back(self, offset: int, withdraw: bool = False) -> Allocation:
+        """Free the block at `offset` in the allocator (`withdraw`: an allocation that failed,
+        see DeviceAllocator.withdraw) and, if that leaves a free block of DECOMMIT_MIN
+        bytes or more, give the whole free block's pages back (holes already punched cost
+        next to nothing). Under the lock: no allocation lands there meanwhile."""
+        allocator = self.allocator
+        allocation = allocator.withdraw(offset) if withdraw else allocator.free(offset)
+        start, size = self.allocator.freed_block
+        if size >= DECOMMIT_MIN:
+            self.region.decommit(start, size)  # (the host's estimate catches up by itself)
         return allocation
 
     def used_by(self, owner: object) -> int:

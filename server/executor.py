@@ -71,8 +71,9 @@ class Executor(Protocol):
 
     units: Sequence[Unit]
 
-    def start(self) -> None:
-        """Start every unit and wait until each reported Ready (daemon start). Blocks."""
+    def start(self, units: Sequence[Unit]) -> None:
+        """Start `units` (at daemon start; the others later): each is ready once it reports
+        Ready. May block while the executor itself starts."""
 
     def send(self, unit: Unit, batch: list, tenant: Owner | None = None) -> None:
         """Hand `unit` a batch (server/work.py); a batch of `tenant`'s own kernels runs in

@@ -225,7 +225,8 @@ def zygote_main(conn: Connection, device_segments: list[str], scratch_root: str)
     while True:
         try:
             request = conn.recv()
-        except EOFError:
+        except EOFError:  # the daemon died (SIGKILL): its death signal may come too late
+            shutil.rmtree(scratch_root, True)  # to clean up before this process has ended
             break
         if request is None:
             break

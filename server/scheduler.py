@@ -238,7 +238,10 @@ class Scheduler:
             self.complete(head)
         self._recheck(stream)
         if dropped and not stream.tasks:
-            drained(stream, dropped[-1].seq)
+            if stopping and stream.signal is not None:  # the session ends (the daemon may be
+                stream.signal.publish(dropped[-1].seq, True)  # stopping): never ran, not done
+            else:
+                drained(stream, dropped[-1].seq)
 
     def abort(self, stream: Stream, stop: bool) -> None:
         """aclrtStreamAbort (`stop` False) or aclrtStreamStop: end the units running the

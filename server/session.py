@@ -381,7 +381,10 @@ class Session:
                 codes.ACL_ERROR_RT_INVALID_DEVICEID,
                 f"device {index} does not exist (this daemon simulates {len(self.daemon.devices)})",
             )
-        return self.daemon.devices[index]
+        device = self.daemon.devices[index]
+        if not device.started:  # its workers start on first use
+            self.daemon.use_device(device)
+        return device
 
     def context(self, handle: int) -> Context:
         return self.handles.get(handle, Context, "context")

@@ -19,7 +19,7 @@ def device(daemon, d) -> dict:
     scheduler = daemon.scheduler
     workers = d.all_units()
     cores, engines = d.units[UnitKind.AI_CORE], d.units[UnitKind.COPY_ENGINE]
-    restarting = sum(1 for w in workers if not w.ready)
+    restarting = sum(1 for w in workers if not w.ready and w.restarts)  # (not: starting)
     restarts = sum(w.restarts for w in workers)
     health = "Alarm" if restarting else ("Warning" if restarts else "OK")
     return {

@@ -7,7 +7,9 @@ run it, send the results -- and hands Cancel messages that arrive while a batch 
 the runner. Kernels see device memory through `KernelContext`.
 
 `ProcessExecutor` is the daemon's Executor (server/executor.py): every unit a worker
-process, spawned and supervised here, its batches and reports on a pipe. The scheduler
+process, spawned and supervised here, its batches and reports on a pipe. Workers start per
+device, when the daemon first needs the device (docs/device-memory.md); a unit whose
+worker has not reported Ready is handed nothing. The scheduler
 thread sleeps in `wait`, one poll() over every worker pipe and a wake-up pipe (rebuilt only
 when a worker is replaced), so an idle daemon burns no CPU. Sessions' threads `send`
 under the scheduler lock; only the scheduler thread reads the pipes.
@@ -18,11 +20,13 @@ from __future__ import annotations
 import ctypes
 import logging
 import math
+import mmap
 import multiprocessing
 import os
 import select
 import signal
 import sys
+import threading
 import time
 import traceback
 import types
@@ -67,14 +71,16 @@ from simnpu.server.work import (
 )
 from simnpu.shm.addresses import split_device_address
 from simnpu.shm.notify import NotifyArea
+from simnpu.shm.pages import PageTable, populate
 from simnpu.shm.region import Region, unlink_daemon_segments
 
 if TYPE_CHECKING:
-    import mmap
-
     from simnpu.server.objects import Owner
 
 log = logging.getLogger("simnpu.workers")
+
+PREFAULT_MIN = 1 << 20  # a device write from this size on maps its pages first (prefault)
+_GROUP_SIGNALS = {signal.SIGINT, signal.SIGTERM}  # what a signal to the daemon's group sends
 
 
 _NUMPY_OF_CANONICAL = {
@@ -202,6 +208,8 @@ class WorkRunner:
         self.modules: dict[int, types.ModuleType] = {}
         self._segments: dict[str, mmap.mmap | bytearray] = dict(zip(device_segments, device_maps))
         self._host: dict[str, Region] = {}
+        self._pages = PageTable()  # whether this process has touched device pages yet
+        self._bases: dict[str, int] = {}  # device segment -> the address of its mapping here
         self.signals: dict[str, NotifyArea] = {}
         self._cancelled: Callable[[], set[int]] = set
         self.output = KernelOutput()  # what the running launch prints
@@ -432,12 +440,30 @@ class WorkRunner:
         return memoryview(memory)[span.offset : span.offset + count]
 
     def copy(self, dst: Span, src: Span, count: int) -> None:
+        self.prefault(dst, count)
         with self.memory(dst, count) as target, self.memory(src, count) as source:
             target[:] = source
 
     def fill(self, dst: Span, value: int, count: int) -> None:
+        self.prefault(dst, count)
         with self.memory(dst, count) as target:
             np.frombuffer(target, np.uint8).fill(value)
+
+    def prefault(self, dst: Span, count: int) -> None:
+        """Before writing `count` bytes (PREFAULT_MIN or more) of device memory that this
+        process has not touched since it was committed (its first page is not in the page
+        table), map the range's pages with one madvise instead of a fault per page
+        (docs/device-memory.md). OSError if the pages cannot be had (memory freed and given
+        back meanwhile, on a full /dev/shm): the task fails instead of a SIGBUS."""
+        memory = self._segments.get(dst.segment)
+        if count < PREFAULT_MIN or not isinstance(memory, mmap.mmap):
+            return
+        base = self._bases.get(dst.segment)
+        if base is None:
+            base = self._bases[dst.segment] = ctypes.addressof(ctypes.c_char.from_buffer(memory))
+        if not self._pages.present(base + dst.offset):
+            start = dst.offset & -mmap.PAGESIZE
+            populate(memory, start, dst.offset + count - start)
 
     # ---- host segments ------------------------------------------------------------------------
     def host_segment(self, name: str) -> Region:
@@ -523,12 +549,13 @@ def end_with_daemon(cleanup: Callable[[], None] = lambda: None) -> int:
 
 def main(core_id: int, device_segments: list[str], conn) -> None:
     """Entry point of a spawned worker process."""
-    for signum in (signal.SIGINT, signal.SIGTERM):  # the daemon decides when workers stop:
-        signal.signal(signum, signal.SIG_IGN)  # a Ctrl-C or SIGTERM to its group is its alone
+    for signum in _GROUP_SIGNALS:  # the daemon decides when workers stop: a Ctrl-C or
+        signal.signal(signum, signal.SIG_IGN)  # SIGTERM to its group is the daemon's alone
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, _GROUP_SIGNALS)  # (blocked since its birth)
     daemon_pid = end_with_daemon()
-    regions = [
-        Region.attach(name, populate=True) for name in device_segments
-    ]  # device memory is resident
+    regions = [  # pages are committed by the daemon at allocation (docs/device-memory.md)
+        Region.attach(name) for name in device_segments
+    ]
     runner = WorkRunner(core_id, [region.map for region in regions], device_segments, conn.send)
     watch_numpy(runner.overflow)  # the built-in kernels raise the flag on float overflow
     incoming = select.poll()  # one poll object: Connection.poll() builds a selector per call
@@ -569,7 +596,6 @@ def main(core_id: int, device_segments: list[str], conn) -> None:
 
 # ---- the daemon's executor -----------------------------------------------------------------------
 _SPAWN = multiprocessing.get_context("spawn")
-START_TIMEOUT_S = 60.0
 EXIT_WAIT_S = 2.0  # a worker that closed its pipe has this long to exit before it is killed
 
 
@@ -594,7 +620,13 @@ class _Process:
             name=f"simnpu-{unit.kind.value.replace(' ', '-')}-{unit.device}.{unit.index}",
             daemon=True,
         )
-        self.process.start()
+        # Born with the group's signals blocked, until main() ignores them: a worker still
+        # booting (workers start while the daemon serves) must not die of a Ctrl-C either.
+        previous = signal.pthread_sigmask(signal.SIG_BLOCK, _GROUP_SIGNALS)
+        try:
+            self.process.start()
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, previous)
         child.close()
         self.conn: Connection = parent
         self.hung_up = False  # its pipe was found closed: it is exiting
@@ -626,6 +658,8 @@ class ProcessExecutor:
         self.units = units
         self._segments = segments
         self._processes: dict[Unit, _Process] = {}
+        self._lock = threading.Lock()  # guards adding workers (launch) against stop
+        self._stopped = False
         self._wake_r, self._wake_w = os.pipe()
         os.set_blocking(self._wake_r, False)
         os.set_blocking(self._wake_w, False)
@@ -636,20 +670,24 @@ class ProcessExecutor:
         # units whose batch a kernel process runs (or the error of getting one)
         self._running: dict[Unit, KernelProcess | OSError] = {}
 
-    def start(self) -> None:
+    def start(self, units: Sequence[Unit]) -> None:
+        """Start the kernel zygote and wait until it is ready (blocks), then launch the
+        workers of `units` (the others later: `launch`); they boot meanwhile, each unit ready
+        once its worker reports Ready."""
         _keep_working_directory_off_import_path()
-        for unit in self.units:
-            self._processes[unit] = _Process(unit, self._segments)
         self.kernels.start()
-        deadline = time.monotonic() + START_TIMEOUT_S
-        for unit in self.units:
-            conn = self._processes[unit].conn
-            if not conn.poll(max(deadline - time.monotonic(), 0)):
-                raise RuntimeError(f"{unit.name} did not start within {START_TIMEOUT_S:.0f} s")
-            report = conn.recv()
-            if not isinstance(report, Ready):
-                raise RuntimeError(f"{unit.name} sent {report!r} instead of Ready")
-            unit.ready = True
+        self.launch(units)
+
+    def launch(self, units: Sequence[Unit]) -> None:
+        """Start the workers of `units` without waiting for them: each unit becomes ready
+        when its worker's Ready report comes through `wait`, as a replaced worker's does."""
+        with self._lock:
+            if self._stopped:
+                return
+            for unit in units:
+                self._processes[unit] = _Process(unit, self._segments)
+            self._poller = None  # the scheduler thread polls the new pipes from its next wait
+        self.wake()
 
     def send(self, unit: Unit, batch: list, tenant: Owner | None = None) -> None:
         if tenant is not None:
@@ -775,7 +813,9 @@ class ProcessExecutor:
         poller.register(self._wake_r, select.POLLIN)
         self._kernels_version = self.kernels.version
         by_fd: dict[int, tuple[Unit, KernelProcess | None]] = {}
-        for unit, process in self._processes.items():
+        with self._lock:
+            processes = list(self._processes.items())
+        for unit, process in processes:
             try:
                 fd = process.conn.fileno()
             except OSError:  # closed: replaced meanwhile, the next rebuild has it
@@ -821,6 +861,8 @@ class ProcessExecutor:
         return how
 
     def stop(self) -> None:
+        with self._lock:
+            self._stopped = True
         self.kernels.stop()
         for process in self._processes.values():
             try:

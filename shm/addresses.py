@@ -7,6 +7,8 @@ by the number alone. Device d owns [DEVICE_BASE + d * DEVICE_SPAN, ... + DEVICE_
 
 DEVICE_BASE = 1 << 47
 DEVICE_SPAN = 1 << 40  # 1 TiB of address space per device
+MAX_MEMORY = DEVICE_SPAN // 2  # a device's memory, at most; the upper half is left for
+# reserved virtual address ranges (docs/device-memory.md)
 
 
 def device_address(device: int, offset: int) -> int:

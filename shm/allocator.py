@@ -216,6 +216,8 @@ class DeviceAllocator:
         # Starts freed lately (kept for messages only, their owners by name): a free of one
         # of these that is not live again and not inside a live block is a double free.
         self._freed: dict[int, Allocation] = {}
+        # (start, size) of the free block the last free() left its block in, merged
+        self.freed_block = (0, 0)
 
         # Counters (torch.cuda.memory_stats names in stats()); "freed" = allocated - current.
         self._huge_cur = self._huge_peak = self._huge_alloc = 0
@@ -372,6 +374,7 @@ class DeviceAllocator:
         free.add((end - start) << shift | start)
         free_at[start] = end - start
         free_end[end] = start
+        self.freed_block = (start, end - start)
         freed = self._freed
         freed[offset] = _new_allocation(Allocation, (offset, size, reserved, _Former(owner), huge))
         if len(freed) > 2 * _FREED_MEMORY:  # keep the newest, trimmed in bulk
@@ -379,6 +382,17 @@ class DeviceAllocator:
         if huge:
             self._huge_cur -= reserved
         self._req_cur -= size
+        return a
+
+    def withdraw(self, offset: int) -> Allocation:
+        """Undo the allocation just made at `offset`, which cannot be used (the host cannot
+        back it with pages): it is freed and counted as a failed allocation, not as one made."""
+        a = self.free(offset)
+        self._all_alloc -= a.reserved
+        if a.huge:
+            self._huge_alloc -= a.reserved
+        self._n_alloc -= 1
+        self._num_ooms += 1
         return a
 
     def lookup(self, address_offset: int) -> Allocation | None:

@@ -3,6 +3,10 @@
 The process that creates a region owns it and is the only one that unlinks it; others
 attach by name with size 0 (a non-zero size would ftruncate, i.e. resize, the owner's
 segment). Mappings stay valid after unlink until every process has closed them.
+
+A new segment is a sparse tmpfs file: it costs RAM and /dev/shm space only for the pages
+written. `commit` backs a range with pages now, `decommit` gives them back
+(docs/device-memory.md).
 """
 
 from __future__ import annotations
@@ -12,6 +16,8 @@ import mmap
 import os
 
 import posix_ipc
+
+from simnpu.shm.pages import populate
 
 NAME_PREFIX = "/simnpu"
 
@@ -38,6 +44,23 @@ class Region:
         finally:
             memory.close_fd()
         self._closed = False
+
+    def commit(self, offset: int, length: int) -> None:
+        """Back `[offset, +length)` (page-aligned offset) with pages now, through this
+        mapping (simnpu.shm.pages.populate). OSError if the pages cannot be had (a full
+        /dev/shm, no memory): nothing of the range is then left committed."""
+        try:
+            populate(self.map, offset, length)
+        except OSError:
+            self.decommit(offset, length)
+            raise
+
+    def decommit(self, offset: int, length: int) -> None:
+        """Give the pages of `[offset, +length)` (page-aligned offset) back to the system:
+        madvise(MADV_REMOVE) punches a hole in the file and unmaps the pages from every
+        process that maps them; reading the range later reads zeros. Never blocks on
+        anything but the kernel."""
+        self.map.madvise(mmap.MADV_REMOVE, offset, length)
 
     @classmethod
     def create(cls, name: str, size: int, reserve: bool = False) -> Region:

@@ -75,14 +75,17 @@ def alive(pid: int) -> bool:
 
 
 class DaemonProcess:
-    """A daemon started by a test; stop() checks it left nothing behind."""
+    """A daemon started by a test; stop() checks it left nothing behind. `prefix`: a
+    command that runs the daemon's command line given after it (it must exec it, so that
+    the daemon keeps its pid), e.g. in a namespace of its own."""
 
-    def __init__(self, directory, *flags, env=None, address=None):
+    def __init__(self, directory, *flags, env=None, address=None, prefix=()):
         self.address = address or f"unix://{directory}/npu.sock"
         self.log_path = os.path.join(directory, "daemon.log")
         self.log = open(self.log_path, "wb")
         self.process = subprocess.Popen(
             [
+                *prefix,
                 sys.executable,
                 "-m",
                 "simnpu.server",
@@ -184,10 +187,10 @@ def start_daemon(tmp_path):
     """Factory for a daemon with its own flags, stopped (and checked) after the test."""
     made = []
 
-    def start(*flags, env=None, address=None):
+    def start(*flags, env=None, address=None, prefix=()):
         directory = tmp_path / f"d{len(made)}"
         directory.mkdir()
-        made.append(DaemonProcess(directory, *flags, env=env, address=address))
+        made.append(DaemonProcess(directory, *flags, env=env, address=address, prefix=prefix))
         return made[-1]
 
     yield start

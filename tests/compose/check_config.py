@@ -24,7 +24,7 @@ def problems(config: dict) -> list[str]:
         found.append(f"{SERVER}: init is not true")
     if int(npu.get("shm_size") or 0) < 1 << 30:
         found.append(
-            f"{SERVER}: shm_size {npu.get('shm_size')!r} is under 1 GiB (4 devices x 256 MiB)"
+            f"{SERVER}: shm_size {npu.get('shm_size')!r} is under 1 GiB (what 4 ranks hold)"
         )
     if "healthcheck" not in npu or npu["healthcheck"].get("disable"):
         found.append(f"{SERVER}: no healthcheck")

@@ -213,11 +213,13 @@ def test_second_daemon_on_a_live_socket_refuses_to_start(daemon):
     rt.close()
 
 
-def test_not_enough_shared_memory_is_a_clear_error(tmp_path):
+def test_memory_beyond_a_devices_address_space_is_a_clear_error(tmp_path):
+    """Device memory costs nothing until allocated (docs/device-memory.md): what bounds
+    --memory is the device's address space, not /dev/shm."""
     path = tmp_path / "big.sock"
     result = run_daemon("--listen", f"unix://{path}", "--memory", "10000GiB")
     assert result.returncode == 2
-    assert "/dev/shm" in result.stderr and "--memory" in result.stderr, result.stderr
+    assert "--memory must be from 1MiB to 512GiB" in result.stderr, result.stderr
     assert not path.exists()
 
 
@@ -226,6 +228,30 @@ def test_bad_flags_are_refused(tmp_path):
         result = run_daemon("--listen", f"unix://{tmp_path}/x.sock", *flags)
         assert result.returncode == 2, (flags, result.stderr)
     assert not [n for n in os.listdir(tmp_path) if n.endswith(".sock")]
+
+
+def test_a_synchronize_waiting_for_tasks_no_unit_started_is_told_the_daemon_stopped(
+    start_daemon,
+):
+    """A kernel on device 1 waits for the device's workers, which start when the client
+    first names it: when the daemon stops meanwhile, the task is dropped unrun, and a
+    synchronize waiting on it is told, never answered with success. (Should the kernel be
+    running by then, the answer is the same.)"""
+    daemon = start_daemon("--devices", "2")
+    rt = Runtime(daemon.address)
+    rt.set_device(1)
+    nap = rt.get_function(rt.binary_load(NAP), "nap")
+    stream = rt.create_stream()
+    rt.launch_kernel(nap, 1, rt.signature(nap).pack(5.0), stream)
+    blocked: list = []
+    waiter = threading.Thread(
+        target=lambda: blocked.append(_code_of(rt.synchronize_stream, stream))
+    )
+    waiter.start()
+    assert daemon.stop() == 0, daemon.output()
+    waiter.join(30)
+    assert blocked == [codes.ACL_ERROR_RT_DRV_INTERNAL_ERROR]
+    rt.close()
 
 
 # ---- several devices -----------------------------------------------------------------------------

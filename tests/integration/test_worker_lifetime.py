@@ -101,3 +101,26 @@ def test_a_killed_kernel_zygote_is_replaced(start_daemon):
             time.sleep(0.02)
     finally:
         runtime.close()
+
+
+def test_workers_still_booting_ignore_a_signal_to_the_daemons_group(start_daemon):
+    """A device's workers start when a client first names the device, while the daemon
+    serves: a SIGTERM meant for the daemon's process group (a Ctrl-C) that reaches them
+    before they are up does not kill them."""
+    daemon = start_daemon("--devices", "2")
+    before = set(descendants(daemon.pid))
+    runtime = Runtime(daemon.address)
+    try:
+        runtime.set_device(1)  # device 1's workers are launched now
+        booting = set(descendants(daemon.pid)) - before
+        assert len(booting) == 4  # 2 AI cores and 2 copy engines, just born
+        for pid in booting:
+            os.kill(pid, signal.SIGTERM)
+        mark = runtime.malloc(4096, 0)
+        runtime.memset(mark, 4096, 7, 4096)  # a copy engine of device 1
+        runtime.synchronize_device()
+        assert all(alive(pid) for pid in booting)
+        runtime.free(mark)
+    finally:
+        runtime.close()
+    assert " ERROR " not in daemon.output(), daemon.output()

@@ -91,7 +91,7 @@ class Rig:
         self.memory = Memory()
         self.device = StandInDevice(0, ai_cores, copy_engines, 0)
         self.executor = ThreadExecutor(self.device.all_units(), self.memory)
-        self.executor.start()
+        self.executor.start(self.executor.units)
         self.scheduler = Scheduler([self.device], self.executor, op_timeout_s)
         self.scheduler.start()
         self.announced: list[int] = []

@@ -56,8 +56,8 @@ class ThreadExecutor:
         self._inboxes: dict[Unit, queue.SimpleQueue] = {}
         self._threads: list[threading.Thread] = []
 
-    def start(self) -> None:
-        for unit in self.units:
+    def start(self, units) -> None:
+        for unit in units:
             self._spawn(unit)
             unit.ready = True
 

@@ -166,3 +166,38 @@ def test_address_is_the_mapping_in_this_process(name):
         assert region.map[300:302] == b"zz"
     finally:
         region.close()  # address() left no export behind
+
+
+def _backed(name: str) -> int:
+    """Bytes of the segment's file that have pages."""
+    return os.stat(shm_path(name)).st_blocks * 512
+
+
+def test_a_new_segment_is_sparse_and_commit_backs_exactly_the_range(name):
+    region = Region.create(name, 64 << 20)
+    try:
+        assert _backed(name) == 0
+        region.commit(8 << 20, 4 << 20)
+        assert _backed(name) == 4 << 20
+        attached = Region.attach(name)  # another mapping sees the same pages
+        attached.map[8 << 20] = 5
+        assert region.map[8 << 20] == 5
+        attached.close()
+        region.decommit(0, 64 << 20)  # holes cost nothing to punch again
+        assert _backed(name) == 0
+        assert region.map[8 << 20] == 0  # a decommitted range reads zeros
+    finally:
+        region.close()
+
+
+def test_commit_without_madvise_populate_touches_one_byte_per_page(name, monkeypatch):
+    """On kernels before 5.14 MADV_POPULATE_WRITE is EINVAL: commit writes the pages."""
+    import simnpu.shm.pages as pages
+
+    monkeypatch.setattr(pages, "MADV_POPULATE_WRITE", 0x7FFF)  # no such advice
+    region = Region.create(name, 1 << 20)
+    try:
+        region.commit(4096, 3 * 4096 + 1)
+        assert _backed(name) == 4 * 4096
+    finally:
+        region.close()

@@ -16,6 +16,7 @@ from simnpu.server.executor import Unit, UnitKind
 from simnpu.server.host_memory import HostMemory, committed_failure
 from simnpu.server.objects import Owner
 from simnpu.server.untrusted import escaped
+from simnpu.server.virtual_memory import ReservedSpace
 from simnpu.shm.addresses import device_address, split_device_address
 from simnpu.shm.allocator import Allocation, DeviceAllocator
 from simnpu.shm.region import Region, segment_name
@@ -30,6 +31,24 @@ DECOMMIT_MIN = 2 << 20
 """A free that leaves a free block of at least this many bytes gives the block's pages back."""
 
 
+class WindowTable:
+    """Every device's physical blocks mapped at reserved addresses (aclrtMapMem), as
+    (device, reserved offset, length, segment offset), and a version that changes with it:
+    the scheduler sends it to a unit whose version is older (server/work.py, MapWindows).
+    Read without a lock: both are replaced whole."""
+
+    def __init__(self) -> None:
+        self.version = 0
+        self.entries: tuple[tuple[int, int, int, int], ...] = ()
+        self._lock = threading.Lock()
+
+    def update(self, device: int, mappings: list[tuple[int, int, int]]) -> None:
+        with self._lock:
+            others = tuple(entry for entry in self.entries if entry[0] != device)
+            self.entries = others + tuple((device, *mapping) for mapping in mappings)
+            self.version += 1
+
+
 class Device:
     """Device `index`. Memory is owned here; its units are driven by the scheduler."""
 
@@ -41,9 +60,13 @@ class Device:
         copy_engines: int,
         first_core_id: int,
         host: HostMemory,
+        windows: WindowTable | None = None,
     ):
         self.index = index
-        self.region = Region.create(segment_name(f"dev{index}"), memory_bytes)  # sparse
+        self.region = Region.create(segment_name(f"dev{index}"), memory_bytes, device=True)
+        self.reserved = ReservedSpace()  # aclrtReserveMemAddress's ranges (docs/device-memory.md)
+        self.windows = windows if windows is not None else WindowTable()
+        self._mapped: dict[int, tuple[int, int]] = {}  # reserved offset -> (length, block offset)
         self.host = host  # what the host can still back with pages
         self.allocator = DeviceAllocator(memory_bytes, align=mmap.PAGESIZE)  # blocks own pages
         self.lock = threading.Lock()  # guards the allocator: sessions allocate concurrently
@@ -139,6 +162,24 @@ class Device:
         if size >= DECOMMIT_MIN:
             self.region.decommit(start, size)  # (the host's estimate catches up by itself)
         return allocation
+
+    def map_window(self, offset: int, length: int, block: int) -> None:
+        """aclrtMapMem: the block at `block` is at reserved offset `offset` for every process
+        that maps this device: the daemon now, the workers with their next batch."""
+        with self.lock:
+            self._mapped[offset] = (length, block)
+            self._remap()
+
+    def unmap_window(self, offset: int) -> None:
+        """aclrtUnmapMem of the mapping at reserved offset `offset`."""
+        with self.lock:
+            del self._mapped[offset]
+            self._remap()
+
+    def _remap(self) -> None:
+        mappings = [(offset, length, block) for offset, (length, block) in self._mapped.items()]
+        self.region.map_reserved(mappings)
+        self.windows.update(self.index, mappings)
 
     def used_by(self, owner: object) -> int:
         """Bytes `owner`'s live blocks reserve on this device."""

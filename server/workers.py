@@ -58,6 +58,7 @@ from simnpu.server.work import (
     FillBytes,
     ForgetSegment,
     LoadModule,
+    MapWindows,
     RandomNumbers,
     Ready,
     ReduceBytes,
@@ -198,8 +199,10 @@ class WorkRunner:
         device_maps: list,
         device_segments: list[str],
         report: Callable[[object], None],
+        remap: Callable[[tuple], None] | None = None,
     ):
         self.core_id = core_id
+        self.remap = remap  # maps a MapWindows table into the device windows (workers only)
         self.maps = device_maps  # what kernels' views and reductions read and write
         self.report = report
         self.modules: dict[int, types.ModuleType] = {}
@@ -248,6 +251,10 @@ class WorkRunner:
                 continue
             elif kind is LoadModule:
                 self.load(LoadModule.unpack(packed))
+                continue
+            elif kind is MapWindows:
+                if self.remap is not None:
+                    self.remap(MapWindows.unpack(packed).windows)
                 continue
             else:  # ForgetSegment
                 self.forget(ForgetSegment.unpack(packed).name)
@@ -512,9 +519,17 @@ def main(core_id: int, device_segments: list[str], conn) -> None:
     signal.pthread_sigmask(signal.SIG_UNBLOCK, _GROUP_SIGNALS)  # (blocked since its birth)
     daemon_pid = end_with_daemon()
     regions = [  # pages are committed by the daemon at allocation (docs/device-memory.md)
-        Region.attach(name) for name in device_segments
+        Region.attach(name, device=True) for name in device_segments
     ]
-    runner = WorkRunner(core_id, [region.map for region in regions], device_segments, conn.send)
+
+    def remap(windows: tuple) -> None:
+        """Map the reserved halves of the device windows as the daemon's table says."""
+        for index, region in enumerate(regions):
+            region.map_reserved([(o, n, f) for d, o, n, f in windows if d == index])
+
+    runner = WorkRunner(
+        core_id, [region.map for region in regions], device_segments, conn.send, remap
+    )
     watch_numpy(runner.overflow)  # the built-in kernels raise the flag on float overflow
     incoming = select.poll()  # one poll object: Connection.poll() builds a selector per call
     incoming.register(conn.fileno(), select.POLLIN)

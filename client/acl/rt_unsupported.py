@@ -11,7 +11,7 @@ from __future__ import annotations
 
 # name: (C call, values returned before ret (None: ret only), why)
 _MANAGED = "managed (unified) memory is not simulated"
-_VMM = "virtual memory management (reserve/map physical memory) is not simulated"
+_VMM = "mapping without access, over chosen links or between devices is not simulated: use map_mem"
 _SHARE = (
     "sharing VMM handles between processes is not simulated (device memory is: acl.rt.ipc_mem_*)"
 )
@@ -55,16 +55,6 @@ CALLS: dict[str, tuple[str, tuple | None, str]] = {
         "mapping host memory into the device is not simulated",
     ),
     "mem_map_no_access": ("aclrtMemMapNoAccess", None, _VMM),
-    "mem_set_access": ("aclrtMemSetAccess", None, _VMM),
-    "mem_get_access": ("aclrtMemGetAccess", ({}, 0), _VMM),
-    "mem_retain_allocation_handle": ("aclrtMemRetainAllocationHandle", (0,), _VMM),
-    "mem_get_allocation_properties_from_handle": (
-        "aclrtMemGetAllocationPropertiesFromHandle",
-        ({},),
-        _VMM,
-    ),
-    "reserve_mem_address_no_uc_memory": ("aclrtReserveMemAddressNoUCMemory", (0,), _VMM),
-    "mem_get_address_range": ("aclrtMemGetAddressRange", (0, 0), _VMM),
     "mem_p2p_map": ("aclrtMemP2PMap", None, _VMM),
     "mem_map_selected_link": ("aclrtMemMapSelectedLink", None, _VMM),
     "mem_map_set_link": ("aclrtMemMapSetLink", None, _VMM),

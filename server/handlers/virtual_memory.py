@@ -1,0 +1,74 @@
+"""Virtual memory management: reserved address ranges, physical allocations, mappings
+(aclrtReserveMemAddress, aclrtMallocPhysical, aclrtMapMem...; server/virtual_memory.py)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from simnpu.proto import npu_pb2 as pb
+from simnpu.server.handlers.registry import handles
+from simnpu.server.session import HandleKind
+from simnpu.server.virtual_memory import Physical
+
+if TYPE_CHECKING:
+    from simnpu.server.session import Session
+
+
+@handles(pb.ReserveMemAddressRequest)
+def reserve(
+    session: Session, request: pb.ReserveMemAddressRequest, reply_to: int
+) -> pb.ReserveMemAddressReply:
+    device = session.device(request.device)
+    virtual = session.memory.virtual
+    address = virtual.reserve(device, request.size, request.alignment, request.expect)
+    return pb.ReserveMemAddressReply(address=address, size=virtual.reservations[address].size)
+
+
+@handles(pb.ReleaseMemAddressRequest)
+def release(session: Session, request: pb.ReleaseMemAddressRequest, reply_to: int) -> None:
+    session.memory.virtual.release(request.address)
+
+
+@handles(pb.MallocPhysicalRequest)
+def malloc_physical(
+    session: Session, request: pb.MallocPhysicalRequest, reply_to: int
+) -> pb.MallocPhysicalReply:
+    device = session.device(request.device)
+    physical = session.memory.virtual.malloc_physical(device, request.size, request.mem_attr)
+    handle = session.handles.add(physical, HandleKind.PHYSICAL)
+    return pb.MallocPhysicalReply(handle=handle, size=physical.size)
+
+
+@handles(pb.FreePhysicalRequest)
+def free_physical(session: Session, request: pb.FreePhysicalRequest, reply_to: int) -> None:
+    """aclrtFreePhysical: the handle goes with its last reference."""
+    physical = session.handles.get(request.handle, Physical, "physical memory handle")
+    if physical.refs <= 1:
+        session.handles.remove(request.handle)
+    session.memory.virtual.free_physical(physical)
+
+
+@handles(pb.MapMemRequest)
+def map_mem(session: Session, request: pb.MapMemRequest, reply_to: int) -> None:
+    physical = session.handles.get(request.handle, Physical, "physical memory handle")
+    session.memory.virtual.map(request.address, request.size, request.offset, physical)
+
+
+@handles(pb.UnmapMemRequest)
+def unmap_mem(session: Session, request: pb.UnmapMemRequest, reply_to: int) -> None:
+    session.memory.virtual.unmap(request.address)
+
+
+@handles(pb.RetainAllocationHandleRequest)
+def retain(
+    session: Session, request: pb.RetainAllocationHandleRequest, reply_to: int
+) -> pb.RetainAllocationHandleReply:
+    """aclrtMemRetainAllocationHandle: the handle of the block mapped at the address (the
+    same handle aclrtMallocPhysical gave, one more reference)."""
+    physical = session.memory.virtual.retain(request.address)
+    handle = next(
+        (h for h, obj in session.handles.items() if obj is physical), None
+    ) or session.handles.add(physical, HandleKind.PHYSICAL)
+    return pb.RetainAllocationHandleReply(
+        handle=handle, size=physical.size, device=physical.device, mem_attr=physical.mem_attr
+    )

@@ -289,6 +289,20 @@ class VirtualMemory:
         self._settle(physical)
 
     # ---- the client's memory ---------------------------------------------------------------------
+    def describe(self, address: int) -> dict | None:
+        """For the snapshot: the physical block at `address` -- its handle references and
+        the addresses it is mapped at -- or None if it is not one."""
+        if not self.blocks or (split_device_address(address)[0], address) not in self.blocks:
+            return None
+        physical = next(p for p in list(self.physical) if p.address == address)
+        mapped_at = sorted(
+            start
+            for reservation in list(self.reservations.values())
+            for start, mapped in list(reservation.mappings.items())
+            if mapped is physical
+        )
+        return {"handle_references": physical.refs, "mapped_at": mapped_at}
+
     def grant(self) -> tuple[list[tuple[int, int, int]], list[tuple[int, int, int, int]]]:
         """For its kernel processes: the blocks (device, offset, size) and the mappings
         (device, reserved offset, size, block offset)."""

@@ -4,7 +4,6 @@ module's daemon: one device of 256 MiB)."""
 
 from __future__ import annotations
 
-import json
 import struct
 
 import numpy as np
@@ -12,6 +11,7 @@ import pytest
 from conftest import run_client
 
 from simnpu.proto import codes
+from simnpu.proto.errors import NpuError
 
 MiB = 1 << 20
 GiB = 1 << 30
@@ -237,10 +237,12 @@ def test_growing_a_mapped_range_in_place(acl):
 
 
 def test_physical_memory_counts_and_goes_with_the_client(daemon, acl):
-    """Physical memory is the client's memory (statistics, quota); a client that ends
-    without freeing leaves nothing behind, and the daemon serves on."""
+    """Physical memory is the client's memory (memory information, statistics, snapshot,
+    quota); a client that ends without freeing leaves nothing behind."""
+    from simnpu.client.runtime import Runtime
+
     code = """
-        import json, acl
+        import acl
         assert acl.rt.set_device(0) == 0
         prop = {"handle_type": 0, "allocation_type": 0, "mem_attr": 4,
                 "location": {"id": 0, "type": 1}, "reserve": 0}
@@ -254,13 +256,24 @@ def test_physical_memory_counts_and_goes_with_the_client(daemon, acl):
     ret, ret2, mapped, in_use = map(int, done.stdout.split())
     assert (ret, ret2, mapped) == (0, 0, 0), done.stderr
     assert in_use >= 8 * MiB
-    after, _, _ = acl.rt.get_mem_info(1)
-    assert after == before  # the session's end freed the physical memory
-    # another client's reserved address is not this one's
-    base, _ = acl.rt.reserve_mem_address(2 * MiB, 0, 0, 0)
-    assert acl.rt.release_mem_address(base) == 0
-    snapshot = json.loads(json.dumps(acl.rt.get_mem_info(1)))
-    assert snapshot
+    assert acl.rt.get_mem_info(1)[0] == before  # the session's end freed it
+    rt = Runtime(daemon.address)
+    try:
+        rt.set_device(0)
+        base = rt.reserve_mem_address(4 * MiB)
+        handle = rt.malloc_physical(2 * MiB, PROP)
+        rt.map_mem(base + 2 * MiB, 2 * MiB, 0, handle)
+        stats = rt.memory_stats()
+        assert stats["allocated_bytes.all.current"] >= 2 * MiB
+        [block] = [b for b in rt.memory_snapshot() if "physical" in b]
+        assert block["physical"] == {"handle_references": 1, "mapped_at": [base + 2 * MiB]}
+        rt.set_memory_limit(4 * MiB)  # its quota counts physical memory
+        with pytest.raises(NpuError) as refused:
+            rt.malloc_physical(2 * MiB, PROP)
+        assert refused.value.code == codes.ACL_ERROR_RT_MEMORY_ALLOCATION
+    finally:
+        rt.close()
+    assert acl.rt.get_mem_info(1)[0] == before
 
 
 @pytest.mark.parametrize("size", [2 * MiB])

@@ -42,7 +42,7 @@ class WindowTable:
         self.entries: tuple[tuple[int, int, int, int], ...] = ()
         self._lock = threading.Lock()
 
-    def update(self, device: int, mappings: list[tuple[int, int, int]]) -> None:
+    def update(self, device: int, mappings: set[tuple[int, int, int]]) -> None:
         with self._lock:
             others = tuple(entry for entry in self.entries if entry[0] != device)
             self.entries = others + tuple((device, *mapping) for mapping in mappings)
@@ -177,7 +177,7 @@ class Device:
             self._remap()
 
     def _remap(self) -> None:
-        mappings = [(offset, length, block) for offset, (length, block) in self._mapped.items()]
+        mappings = {(offset, length, block) for offset, (length, block) in self._mapped.items()}
         self.region.map_reserved(mappings)
         self.windows.update(self.index, mappings)
 

@@ -525,7 +525,7 @@ def main(core_id: int, device_segments: list[str], conn) -> None:
     def remap(windows: tuple) -> None:
         """Map the reserved halves of the device windows as the daemon's table says."""
         for index, region in enumerate(regions):
-            region.map_reserved([(o, n, f) for d, o, n, f in windows if d == index])
+            region.map_reserved({(o, n, f) for d, o, n, f in windows if d == index})
 
     runner = WorkRunner(
         core_id, [region.map for region in regions], device_segments, conn.send, remap

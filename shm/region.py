@@ -45,6 +45,7 @@ class Region:
         self.owner = owner
         self.size = memory.size
         self.fd = -1  # kept open for a device's window: physical blocks are mapped into it
+        self._mapped: set[window.Mapping] = set()  # what its reserved half maps
         flags = mmap.MAP_SHARED | (mmap.MAP_POPULATE if populate else 0)
         try:
             if not self.size:
@@ -60,10 +61,12 @@ class Region:
             memory.close_fd()
         self._closed = False
 
-    def map_reserved(self, mappings: list[window.Mapping]) -> None:
+    def map_reserved(self, mappings: set[window.Mapping]) -> None:
         """A device's window: make its reserved half map exactly `mappings` (window offset,
-        length, segment offset) of the segment. Never blocks on anything but the kernel."""
-        window.remap_reserved(self.address(), self.fd, mappings)
+        length, segment offset) of the segment, changing only what changed since the last
+        call. Never blocks on anything but the kernel."""
+        window.remap_reserved(self.address(), self.fd, self._mapped, mappings)
+        self._mapped = mappings
 
     def commit(self, offset: int, length: int) -> None:
         """Back `[offset, +length)` (page-aligned offset) with pages now, through this

@@ -13,7 +13,7 @@ import ctypes
 import mmap
 from collections.abc import Iterable
 
-from simnpu.shm.addresses import DEVICE_SPAN, MAX_MEMORY
+from simnpu.shm.addresses import DEVICE_SPAN
 
 _libc = ctypes.CDLL(None, use_errno=True)
 _libc.mmap.restype = ctypes.c_void_p
@@ -69,7 +69,9 @@ def clear(base: int, offset: int, length: int) -> None:
     _mmap(base + offset, length, _PROT_NONE, _RESERVE | _MAP_FIXED, -1, 0)
 
 
-def remap_reserved(base: int, fd: int, mappings: Iterable[Mapping]) -> None:
-    """Make the window's upper half (the reserved ranges) exactly `mappings`."""
-    clear(base, MAX_MEMORY, DEVICE_SPAN - MAX_MEMORY)
-    map_shared(base, fd, mappings)
+def remap_reserved(base: int, fd: int, old: set[Mapping], new: set[Mapping]) -> None:
+    """Change the window's upper half (the reserved ranges) from mapping `old` to mapping
+    exactly `new`: what went is PROT_NONE again, what came is mapped."""
+    for offset, length, _ in old - new:
+        clear(base, offset, length)
+    map_shared(base, fd, new - old)

@@ -188,7 +188,7 @@ def test_growing_a_mapped_range_in_place(acl):
     assert ret == 0
     chunk = 2 * MiB
     handles = []
-    for step in range(1, 7):
+    for step in range(1, 13):
         handle, ret = acl.rt.malloc_physical(chunk, PROP, 0)
         assert ret == 0
         assert acl.rt.map_mem(base + (step - 1) * chunk, chunk, 0, handle, 0) == 0
@@ -220,7 +220,7 @@ def test_growing_a_mapped_range_in_place(acl):
             assert (part == 2 ** (rounds + 1) - 2).all(), (step, k, part[:4])
     # one byte past the mapped part is a fault in the kernel
     touch, _ = acl.rt.binary_get_function(binary, "touch")
-    args = struct.pack("<QQ", base, 6 * chunk // 4 + 1)
+    args = struct.pack("<QQ", base, 12 * chunk // 4 + 1)
     assert (
         acl.rt.launch_kernel_with_host_args(
             touch, 1, stream, None, acl.util.bytes_to_ptr(args), len(args)

@@ -44,6 +44,7 @@ from simnpu.client.runtime_model_build import RuntimeModelBuild
 from simnpu.client.runtime_notify import RuntimeNotify
 from simnpu.client.runtime_overflow import RuntimeOverflow
 from simnpu.client.runtime_peers import RuntimePeers
+from simnpu.client.runtime_shareable import RuntimeShareableMemory
 from simnpu.client.runtime_streams import RuntimeStreams
 from simnpu.client.runtime_task_groups import RuntimeTaskGroups
 from simnpu.client.runtime_values import RuntimeValues
@@ -81,6 +82,7 @@ class ContextInfo:
 class Runtime(
     RuntimeMemory,
     RuntimeVirtualMemory,
+    RuntimeShareableMemory,
     RuntimeStreams,
     RuntimePeers,
     RuntimeNotify,

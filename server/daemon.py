@@ -36,6 +36,7 @@ from simnpu.server.resources import Binary
 from simnpu.server.scheduler import Scheduler
 from simnpu.server.service import NpuServicer
 from simnpu.server.session import CLOSED, Session
+from simnpu.server.shareable_memory import ShareableMemory
 from simnpu.server.workers import ProcessExecutor
 from simnpu.shm.region import shm_available_bytes, unlink_daemon_segments
 
@@ -48,6 +49,7 @@ class Daemon:
         self.config = config
         self.devices: list[Device] = []
         self.ipc = IpcMemory(self.devices)  # exported device memory (aclrtIpcMem*)
+        self.shareable = ShareableMemory()  # exported physical memory (aclrtMemExport...)
         self.notifies = Notifies()  # notifies, exported ones by key
         self.ipc_events = IpcEvents()  # exported IPC events by handle
         self.cnt_notifies = CntNotifies()  # count notifies' ids

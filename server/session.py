@@ -500,6 +500,7 @@ class Session:
         """Free device memory, pinned segments, the staging area and the fast path's
         segments; forget the counts."""
         self.fast_path.stop_ring()
+        self.daemon.shareable.let_go(self.owner)  # its shareable handles end first
         self.memory.release_all()
         self.daemon.kernels.end_owner(self.id)
         for context in self.contexts:

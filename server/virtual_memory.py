@@ -92,14 +92,17 @@ class ReservedSpace:
 @dataclass(eq=False)
 class Physical:
     """A physical allocation: a block of `device`'s allocator, `size` bytes at `address`
-    (never given out). Freed once its handle references and mappings are all gone."""
+    (never given out). Freed once the handle references and mappings of every process that
+    holds it (its allocator and importers, server/shareable_memory.py) are all gone."""
 
     device: int
     address: int
     size: int
     mem_attr: int
-    refs: int = 1  # aclrtMallocPhysical's, and one per aclrtMemRetainAllocationHandle
-    mapped: int = 0  # mappings of it
+    owner: object  # the client that allocated it (its Owner): the block is its memory
+    refs: int = 0  # handle references in every process (allocation, retains, imports)
+    mapped: int = 0  # mappings of it in every process
+    freed: bool = False  # back to the allocator
 
     def properties(self) -> dict:
         """aclrtPhysicalMemProp, C field names in snake case."""
@@ -155,8 +158,8 @@ class VirtualMemory:
         self._limits = limits
         self.reservations: dict[int, Reservation] = {}  # start -> range
         self._starts: list[int] = []  # of the reservations, sorted
-        self.physical: set[Physical] = set()  # live blocks, mapped or not
-        self.blocks: set[tuple[int, int]] = set()  # (device, address) of the live blocks
+        self.physical: dict[Physical, int] = {}  # its handle references of each
+        self.blocks: set[tuple[int, int]] = set()  # (device, address) of what it holds or maps
 
     # ---- reserved ranges -----------------------------------------------------------------------
     def reserve(self, device: Device, size: int, alignment: int, expect: int) -> int:
@@ -214,17 +217,28 @@ class VirtualMemory:
         pages committed, under this client's limit."""
         size = _align_up(size, granularity(mem_attr))
         address = device.allocate(size, _POLICY, self.owner, self._limits.of(device.index))
-        physical = Physical(device.index, address, size, mem_attr)
-        self.physical.add(physical)
-        self.blocks.add((device.index, address))
-        self.owner.memory_generation += 1
+        physical = Physical(device.index, address, size, mem_attr, self.owner)
+        self.hold(physical)
         return physical
 
+    def hold(self, physical: Physical) -> None:
+        """One more handle reference of `physical` in this client (aclrtMallocPhysical,
+        aclrtMemRetainAllocationHandle, an import of a shareable handle)."""
+        physical.refs += 1
+        self.physical[physical] = self.physical.get(physical, 0) + 1
+        self._changed()
+
     def free_physical(self, physical: Physical) -> None:
-        """aclrtFreePhysical (or the release of a retained handle): the block goes once its
-        last mapping does."""
+        """aclrtFreePhysical (of any of this client's references): the block goes once
+        every reference and mapping of every process is gone."""
+        left = self.physical[physical] - 1
+        if left:
+            self.physical[physical] = left
+        else:
+            del self.physical[physical]
         physical.refs -= 1
         self._settle(physical)
+        self._changed()
 
     def retain(self, address: int) -> Physical:
         """aclrtMemRetainAllocationHandle: the block mapped at `address`, one more reference."""
@@ -233,7 +247,7 @@ class VirtualMemory:
         if reservation is None or start is None:
             raise invalid(f"{address:#x} is not inside memory this process mapped")
         physical = reservation.mappings[start]
-        physical.refs += 1
+        self.hold(physical)
         return physical
 
     # ---- mappings -------------------------------------------------------------------------------
@@ -271,7 +285,7 @@ class VirtualMemory:
         self._devices[reservation.device].map_window(
             split_device_address(address)[1], size, split_device_address(physical.address)[1]
         )
-        self.owner.memory_generation += 1
+        self._changed()
 
     def unmap(self, address: int) -> None:
         """aclrtUnmapMem of the mapping that starts at `address`."""
@@ -284,9 +298,9 @@ class VirtualMemory:
         physical = reservation.mappings.pop(address)
         del reservation.starts[bisect.bisect_left(reservation.starts, address)]
         self._devices[reservation.device].unmap_window(split_device_address(address)[1])
-        self.owner.memory_generation += 1
         physical.mapped -= 1
         self._settle(physical)
+        self._changed()
 
     # ---- the client's memory ---------------------------------------------------------------------
     def describe(self, address: int) -> dict | None:
@@ -294,21 +308,21 @@ class VirtualMemory:
         the addresses it is mapped at -- or None if it is not one."""
         if not self.blocks or (split_device_address(address)[0], address) not in self.blocks:
             return None
-        physical = next(p for p in list(self.physical) if p.address == address)
+        physical = next((p for p in self._held() if p.address == address), None)
+        if physical is None:
+            return None
         mapped_at = sorted(
             start
             for reservation in list(self.reservations.values())
             for start, mapped in list(reservation.mappings.items())
             if mapped is physical
         )
-        return {"handle_references": physical.refs, "mapped_at": mapped_at}
+        return {"handle_references": self.physical.get(physical, 0), "mapped_at": mapped_at}
 
     def grant(self) -> tuple[list[tuple[int, int, int]], list[tuple[int, int, int, int]]]:
         """For its kernel processes: the blocks (device, offset, size) and the mappings
         (device, reserved offset, size, block offset)."""
-        blocks = [
-            (p.device, split_device_address(p.address)[1], p.size) for p in list(self.physical)
-        ]
+        blocks = [(p.device, split_device_address(p.address)[1], p.size) for p in self._held()]
         mappings = [
             (r.device, split_device_address(start)[1], p.size, split_device_address(p.address)[1])
             for r in list(self.reservations.values())
@@ -322,15 +336,29 @@ class VirtualMemory:
             for address in list(reservation.mappings):
                 self._unmap(reservation, address)
             self._drop(reservation)
-        for physical in list(self.physical):
-            physical.refs = 0
+        for physical, references in list(self.physical.items()):
+            physical.refs -= references
             self._settle(physical)
+        self.physical.clear()
+        self._changed()
+
+    def _held(self) -> set[Physical]:
+        """The physical blocks this client holds a handle of or maps."""
+        held = set(self.physical)
+        for reservation in list(self.reservations.values()):
+            held.update(reservation.mappings.values())
+        return held
+
+    def _changed(self) -> None:
+        """Its memory changed: the blocks it holds, its kernel processes' grant."""
+        self.blocks = {(p.device, p.address) for p in self._held()}
+        self.owner.memory_generation += 1
 
     def _settle(self, physical: Physical) -> None:
-        if physical.refs <= 0 and not physical.mapped and physical in self.physical:
-            self.physical.discard(physical)
-            self.blocks.discard((physical.device, physical.address))
-            self.owner.memory_generation += 1
+        """Free `physical` once no process holds or maps it (whichever client lets go last:
+        the block stays its allocator's in the statistics until then)."""
+        if physical.refs <= 0 and not physical.mapped and not physical.freed:
+            physical.freed = True
             self._devices[physical.device].free(physical.address)
 
     def _drop(self, reservation: Reservation) -> None:

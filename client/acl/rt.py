@@ -487,10 +487,6 @@ def peek_at_last_error(level=codes.ACL_RT_THREAD_LEVEL):
 
 # ---- what simnpu does not simulate ---------------------------------------------------------------
 # name: (C call, values returned before ret (None: ret only), why)
-_IPC = (
-    "sharing VMM handles between processes is not simulated (device memory, notifies and "
-    "events are: acl.rt.ipc_mem_*, acl.rt.notify_get_export_key, acl.rt.ipc_get_event_handle)"
-)
 _NOTIFY = "notify ids and batch resets are not simulated"
 _ALLOC = "user allocators for streams are not simulated"
 _CAPS = "the simulated device has no such attribute or capability to report"
@@ -534,9 +530,6 @@ _UNSUPPORTED = {
         "copy descriptors are not simulated",
     ),
     "cmo_async": ("aclrtCmoAsync", None, "cache maintenance operations are not simulated"),
-    "mem_export_to_shareable_handle": ("aclrtMemExportToShareableHandle", (0,), _IPC),
-    "mem_import_from_shareable_handle": ("aclrtMemImportFromShareableHandle", (0,), _IPC),
-    "mem_set_pid_to_shareable_handle": ("aclrtMemSetPidToShareableHandle", None, _IPC),
     "host_register": (
         "aclrtHostRegister",
         (0,),

@@ -12,9 +12,6 @@ from __future__ import annotations
 # name: (C call, values returned before ret (None: ret only), why)
 _MANAGED = "managed (unified) memory is not simulated"
 _VMM = "mapping without access, over chosen links or between devices is not simulated: use map_mem"
-_SHARE = (
-    "sharing VMM handles between processes is not simulated (device memory is: acl.rt.ipc_mem_*)"
-)
 _SYMBOLS = (
     "device symbols, globals and code addresses do not exist: kernels are Python functions "
     "(use binary_load_from_file / binary_get_function)"
@@ -58,9 +55,6 @@ CALLS: dict[str, tuple[str, tuple | None, str]] = {
     "mem_p2p_map": ("aclrtMemP2PMap", None, _VMM),
     "mem_map_selected_link": ("aclrtMemMapSelectedLink", None, _VMM),
     "mem_map_set_link": ("aclrtMemMapSetLink", None, _VMM),
-    "mem_export_to_shareable_handle_v2": ("aclrtMemExportToShareableHandleV2", (0,), _SHARE),
-    "mem_import_from_shareable_handle_v2": ("aclrtMemImportFromShareableHandleV2", (0,), _SHARE),
-    "mem_set_pid_to_shareable_handle_v2": ("aclrtMemSetPidToShareableHandleV2", None, _SHARE),
     "get_symbol_address": ("aclrtGetSymbolAddress", (0,), _SYMBOLS),
     "get_symbol_size": ("aclrtGetSymbolSize", (0,), _SYMBOLS),
     "memcpy_from_symbol": ("aclrtMemcpyFromSymbol", None, _SYMBOLS),

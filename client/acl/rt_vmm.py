@@ -1,5 +1,5 @@
-"""acl.rt virtual-memory calls: reserved address ranges, physical memory, mappings, access
-and pointer attributes.
+"""acl.rt virtual-memory calls: reserved address ranges, physical memory, mappings, access,
+pointer attributes, and physical memory shared between processes.
 
 Written like the rest of acl.rt (client/acl/rt.py, which offers the calls this module lists
 in `__all__` as its own): pyACL's argument checks and return shapes, the ACL code last.
@@ -17,12 +17,18 @@ __all__ = [
     "free_physical",
     "malloc_physical",
     "map_mem",
+    "mem_export_to_shareable_handle",
+    "mem_export_to_shareable_handle_v2",
     "mem_get_access",
     "mem_get_address_range",
     "mem_get_allocation_granularity",
     "mem_get_allocation_properties_from_handle",
+    "mem_import_from_shareable_handle",
+    "mem_import_from_shareable_handle_v2",
     "mem_retain_allocation_handle",
     "mem_set_access",
+    "mem_set_pid_to_shareable_handle",
+    "mem_set_pid_to_shareable_handle_v2",
     "pointer_get_attributes",
     "release_mem_address",
     "reserve_mem_address",
@@ -123,6 +129,59 @@ def pointer_get_attributes(rt, ptr):
     """aclrtPointerGetAttributes: `attributes, ret`, {"location": {"id", "type"},
     "page_size"}."""
     return rt.pointer_get_attributes(ptr)
+
+
+# ---- physical memory shared between processes ------------------------------------------------
+def _pids(pids, name: str) -> list[int]:
+    try:
+        return [int(pid) for pid in pids]
+    except (TypeError, ValueError):
+        raise TypeError(f"acl.rt.{name}: pids must be a list of ints") from None
+
+
+@api("kIK", (0,))
+def mem_export_to_shareable_handle(rt, handle, handle_type, flags):
+    """aclrtMemExportToShareableHandle: `shareable_handle, ret` for other processes of the
+    daemon. flags: ACL_RT_VMM_EXPORT_FLAG_DEFAULT (0, only pids set with
+    mem_set_pid_to_shareable_handle import) or _DISABLE_PID_VALIDATION (1). Blocks."""
+    return rt.mem_export_to_shareable_handle(handle, handle_type, flags)
+
+
+@api("kKI", (0,))
+def mem_export_to_shareable_handle_v2(rt, handle, flags, share_type):
+    """aclrtMemExportToShareableHandleV2: `shareable_handle, ret` (share type DEFAULT: a
+    64-bit number; FABRIC, between servers, is 207000). Blocks."""
+    return rt.mem_export_to_shareable_handle_v2(handle, flags, share_type)
+
+
+@api("KO")
+def mem_set_pid_to_shareable_handle(rt, shareable_handle, pids):
+    """aclrtMemSetPidToShareableHandle: whitelist processes (a list of device_get_bare_tgid
+    values). Blocks."""
+    rt.mem_set_pid_to_shareable_handle(
+        shareable_handle, _pids(pids, "mem_set_pid_to_shareable_handle")
+    )
+
+
+@api("KIO")
+def mem_set_pid_to_shareable_handle_v2(rt, shareable_handle, share_type, pids):
+    """aclrtMemSetPidToShareableHandleV2. Blocks."""
+    rt.mem_set_pid_to_shareable_handle_v2(
+        shareable_handle, share_type, _pids(pids, "mem_set_pid_to_shareable_handle_v2")
+    )
+
+
+@api("Ki", (0,))
+def mem_import_from_shareable_handle(rt, shareable_handle, device_id):
+    """aclrtMemImportFromShareableHandle: `handle, ret`, this process's handle of the
+    exported physical memory (for its own device). Blocks."""
+    return rt.mem_import_from_shareable_handle(shareable_handle, device_id)
+
+
+@api("KIK", (0,))
+def mem_import_from_shareable_handle_v2(rt, shareable_handle, share_type, flags):
+    """aclrtMemImportFromShareableHandleV2: `handle, ret` for the current device. Blocks."""
+    return rt.mem_import_from_shareable_handle_v2(shareable_handle, share_type, flags)
 
 
 __getattr__, __dir__ = _on_demand(globals())

@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from simnpu.client.last_error import records_errors
+from simnpu.client.runtime_memory import wire_int
 from simnpu.proto import codes
 from simnpu.proto import npu_pb2 as pb
 from simnpu.proto.errors import NpuError, invalid
@@ -63,6 +64,7 @@ class RuntimeShareableMemory:
         if handle_type != codes.ACL_MEM_HANDLE_TYPE_NONE:
             raise _param("handle_type must be ACL_MEM_HANDLE_TYPE_NONE (0)")
         self._physical(handle)
+        wire_int(flags, "flags")
         return self._call(pb.ExportShareableRequest(handle=handle, flags=flags)).shareable
 
     @records_errors
@@ -72,6 +74,7 @@ class RuntimeShareableMemory:
             raise _param("null handle passed to mem_export_to_shareable_handle_v2")
         _share_type(share_type)
         self._physical(handle)
+        wire_int(flags, "flags")
         return self._call(pb.ExportShareableRequest(handle=handle, flags=flags)).shareable
 
     @records_errors
@@ -80,6 +83,7 @@ class RuntimeShareableMemory:
         device_get_bare_tgid) for `shareable`. Blocks."""
         if not pids:
             raise _param("mem_set_pid_to_shareable_handle needs at least one pid")
+        pids = [wire_int(pid, "pid") for pid in pids]
         self._call(pb.SetShareablePidsRequest(shareable=shareable, pids=pids))
 
     @records_errors
@@ -90,6 +94,7 @@ class RuntimeShareableMemory:
         if not shareable or not pids:
             raise _param("mem_set_pid_to_shareable_handle_v2 needs a handle and pids")
         _share_type(share_type)
+        pids = [wire_int(pid, "pid") for pid in pids]
         self._call(pb.SetShareablePidsRequest(shareable=shareable, pids=pids))
 
     @records_errors

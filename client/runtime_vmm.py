@@ -15,6 +15,7 @@ import mmap
 from typing import TYPE_CHECKING, Any
 
 from simnpu.client.last_error import records_errors
+from simnpu.client.runtime_memory import check_allocatable, wire_int
 from simnpu.proto import codes
 from simnpu.proto import npu_pb2 as pb
 from simnpu.proto.errors import NpuError, invalid
@@ -56,9 +57,12 @@ def _param(message: str) -> NpuError:
 
 
 def _field(value: Any, *path: str) -> int:
-    """An int field of an ACL struct given as a dict (absent: 0)."""
+    """An int field of an ACL struct given as a dict (absent: 0, as in a zeroed struct)."""
     for key in path:
-        value = value.get(key, 0) if isinstance(value, dict) else 0
+        if isinstance(value, dict):
+            value = value.get(key, 0)
+        elif value != 0:
+            raise _param(f"{key} must be in a dict (an ACL struct), not {value!r}")
     if not isinstance(value, int):
         raise _param(f"{'.'.join(path)} must be an int, not {value!r}")
     return value
@@ -98,6 +102,8 @@ class RuntimeVirtualMemory:
             raise _param(f"cannot reserve {size} bytes")
         if flags not in (0, 1):
             raise _param(f"flags {flags}: only 0 (or 1, kept for compatibility) is allowed")
+        check_allocatable(size, "device address space")
+        wire_int(alignment, "alignment")
         device = self._current().device
         reply = self._call(
             pb.ReserveMemAddressRequest(
@@ -182,6 +188,7 @@ class RuntimeVirtualMemory:
             raise _param(f"cannot allocate {size} bytes of physical memory")
         if flags:
             raise _param(f"flags {flags}: must be 0")
+        check_allocatable(size, "physical memory")
         if _field(prop, "handle_type") != codes.ACL_MEM_HANDLE_TYPE_NONE:
             raise _param("prop handle_type must be ACL_MEM_HANDLE_TYPE_NONE (0)")
         if _field(prop, "allocation_type") != codes.ACL_MEM_ALLOCATION_TYPE_PINNED:
@@ -252,6 +259,8 @@ class RuntimeVirtualMemory:
         if flags:
             raise _param(f"flags {flags}: must be 0")
         self._physical(handle)
+        wire_int(size, "size")
+        wire_int(offset, "offset")
         self._call(pb.MapMemRequest(address=address, size=size, offset=offset, handle=handle))
         with self._lock:
             self.mappings[address] = (size, handle)

@@ -286,15 +286,49 @@ def test_physical_memory_counts_and_goes_with_the_client(daemon, acl):
     free_again(acl, before)
 
 
-@pytest.mark.parametrize("size", [2 * MiB])
-def test_bad_input_does_not_harm_the_daemon(acl, size):
+def test_bad_input_does_not_harm_the_daemon(acl):
+    size, huge = 2 * MiB, 1 << 63
+    rt_invalid, oom = codes.ACL_ERROR_RT_PARAM_INVALID, codes.ACL_ERROR_RT_MEMORY_ALLOCATION
+    assert acl.rt.reserve_mem_address(huge, 0, 0, 0) == (0, oom)
+    assert acl.rt.reserve_mem_address(600 * GiB, 0, 0, 0) == (0, oom)  # the reserved half
+    assert acl.rt.reserve_mem_address(size, huge, 0, 0) == (0, rt_invalid)
+    assert acl.rt.reserve_mem_address(size, 0, 4096, 0) == (0, rt_invalid)  # not a device's
+    assert acl.rt.malloc_physical(huge, PROP, 0) == (0, oom)
+    assert acl.rt.malloc_physical(size, "prop", 0) == (0, codes.ACL_ERROR_INVALID_PARAM)
+    assert acl.rt.malloc_physical(size, {**PROP, "location": "x"}, 0)[1] == (
+        codes.ACL_ERROR_INVALID_PARAM
+    )
     base, _ = acl.rt.reserve_mem_address(size, 0, 0, 0)
     handle, _ = acl.rt.malloc_physical(size, PROP, 0)
-    assert acl.rt.map_mem(base, size, 0, handle + 1, 0) == codes.ACL_ERROR_RT_PARAM_INVALID
-    assert acl.rt.map_mem(base + size, size, 0, handle, 0) == codes.ACL_ERROR_RT_PARAM_INVALID
+    assert acl.rt.map_mem(base, huge, 0, handle, 0) == rt_invalid
+    assert acl.rt.map_mem(base, size, huge, handle, 0) == rt_invalid
+    assert acl.rt.map_mem(base, size, 0, handle + 1, 0) == rt_invalid
+    assert acl.rt.map_mem(base + size, size, 0, handle, 0) == rt_invalid
+    assert acl.rt.mem_get_access(base, "x") == (0, rt_invalid)
+    assert acl.rt.mem_get_address_range((1 << 64) - 1) == (0, 0, rt_invalid)
     assert acl.rt.map_mem(base, size, 0, handle, 0) == 0
     assert acl.rt.free_physical(handle) == 0
     assert acl.rt.unmap_mem(base) == 0
     assert acl.rt.release_mem_address(base) == 0
     ptr, ret = acl.rt.malloc(64, 0)
     assert ret == 0 and acl.rt.free(ptr) == 0
+
+
+def test_another_clients_ranges_are_not_this_ones(daemon, acl):
+    """A reserved or mapped address of another process is no memory of this one: 107000,
+    not even the fault that names a range of its own."""
+    base, _ = acl.rt.reserve_mem_address(2 * MiB, 0, 0, 0)
+    handle, _ = acl.rt.malloc_physical(2 * MiB, PROP, 0)
+    assert acl.rt.map_mem(base, 2 * MiB, 0, handle, 0) == 0
+    code = f"""
+        import acl
+        acl.rt.set_device(0)
+        print(acl.rt.memset({base}, 16, 0, 16), acl.rt.unmap_mem({base}),
+              acl.rt.release_mem_address({base}), acl.rt.mem_retain_allocation_handle({base})[1])
+    """
+    other = run_client(daemon.address, code)
+    invalid = str(codes.ACL_ERROR_RT_PARAM_INVALID)
+    assert other.stdout.split() == [invalid] * 4, other.stderr
+    assert acl.rt.unmap_mem(base) == 0
+    assert acl.rt.free_physical(handle) == 0
+    assert acl.rt.release_mem_address(base) == 0

@@ -250,6 +250,7 @@ def test_physical_memory_counts_and_goes_with_the_client(daemon, acl):
     """Physical memory is the client's memory (memory information, statistics, snapshot,
     quota); a client that ends without freeing leaves nothing behind."""
     from simnpu.client.runtime import Runtime
+    from simnpu.client.tools.memory import format_snapshot
 
     code = """
         import acl
@@ -275,8 +276,10 @@ def test_physical_memory_counts_and_goes_with_the_client(daemon, acl):
         rt.map_mem(base + 2 * MiB, 2 * MiB, 0, handle)
         stats = rt.memory_stats()
         assert stats["allocated_bytes.all.current"] >= 2 * MiB
-        [block] = [b for b in rt.memory_snapshot() if "physical" in b]
+        snapshot = rt.memory_snapshot()
+        [block] = [b for b in snapshot if "physical" in b]
         assert block["physical"] == {"handle_references": 1, "mapped_at": [base + 2 * MiB]}
+        assert f"physical, mapped at {base + 2 * MiB:#x}" in format_snapshot(snapshot)
         rt.set_memory_limit(4 * MiB)  # its quota counts physical memory
         with pytest.raises(NpuError) as refused:
             rt.malloc_physical(2 * MiB, PROP)

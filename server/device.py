@@ -32,8 +32,9 @@ DECOMMIT_MIN = 2 << 20
 
 
 class WindowTable:
-    """Every device's physical blocks mapped at reserved addresses (aclrtMapMem), as
-    (device, reserved offset, length, segment offset), and a version that changes with it:
+    """Every device's physical blocks mapped at reserved addresses (aclrtMapMem; the last
+    at each offset, unmapped since or not), as (device, reserved offset, length, segment
+    offset), and a version that changes with it:
     the scheduler sends it to a unit whose version is older (server/work.py, MapWindows).
     Read without a lock: both are replaced whole."""
 
@@ -66,7 +67,8 @@ class Device:
         self.region = Region.create(segment_name(f"dev{index}"), memory_bytes, device=True)
         self.reserved = ReservedSpace()  # aclrtReserveMemAddress's ranges (docs/device-memory.md)
         self.windows = windows if windows is not None else WindowTable()
-        self._mapped: dict[int, tuple[int, int]] = {}  # reserved offset -> (length, block offset)
+        self._mapped: dict[int, tuple[int, int]] = {}  # reserved offset -> (length, block
+        # offset): the last block mapped at each offset, unmapped or not
         self.host = host  # what the host can still back with pages
         self.allocator = DeviceAllocator(memory_bytes, align=mmap.PAGESIZE)  # blocks own pages
         self.lock = threading.Lock()  # guards the allocator: sessions allocate concurrently
@@ -165,21 +167,19 @@ class Device:
 
     def map_window(self, offset: int, length: int, block: int) -> None:
         """aclrtMapMem: the block at `block` is at reserved offset `offset` for every process
-        that maps this device: the daemon now, the workers with their next batch."""
+        that maps this device: the daemon now, the workers with their next batch. What it
+        replaces there goes; an unmap changes nothing here: until something else is mapped
+        there, the old pages stay, so work that outlives an unmap touches them as work that
+        outlives a free does (docs/device-memory.md), never a page that is not mapped."""
         with self.lock:
+            end = offset + length
+            self._mapped = {
+                o: (n, b) for o, (n, b) in self._mapped.items() if o + n <= offset or end <= o
+            }
             self._mapped[offset] = (length, block)
-            self._remap()
-
-    def unmap_window(self, offset: int) -> None:
-        """aclrtUnmapMem of the mapping at reserved offset `offset`."""
-        with self.lock:
-            del self._mapped[offset]
-            self._remap()
-
-    def _remap(self) -> None:
-        mappings = {(offset, length, block) for offset, (length, block) in self._mapped.items()}
-        self.region.map_reserved(mappings)
-        self.windows.update(self.index, mappings)
+            mappings = {(o, n, b) for o, (n, b) in self._mapped.items()}
+            self.region.map_reserved(mappings)
+            self.windows.update(self.index, mappings)
 
     def used_by(self, owner: object) -> int:
         """Bytes `owner`'s live blocks reserve on this device."""

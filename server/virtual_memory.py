@@ -297,7 +297,6 @@ class VirtualMemory:
     def _unmap(self, reservation: Reservation, address: int) -> None:
         physical = reservation.mappings.pop(address)
         del reservation.starts[bisect.bisect_left(reservation.starts, address)]
-        self._devices[reservation.device].unmap_window(split_device_address(address)[1])
         physical.mapped -= 1
         self._settle(physical)
         self._changed()

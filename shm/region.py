@@ -62,9 +62,9 @@ class Region:
         self._closed = False
 
     def map_reserved(self, mappings: set[window.Mapping]) -> None:
-        """A device's window: make its reserved half map exactly `mappings` (window offset,
-        length, segment offset) of the segment, changing only what changed since the last
-        call. Never blocks on anything but the kernel."""
+        """A device's window: its reserved half maps `mappings` (window offset, length,
+        segment offset) of the segment, mapped over what they replace since the last call.
+        Never blocks on anything but the kernel."""
         window.remap_reserved(self.address(), self.fd, self._mapped, mappings)
         self._mapped = mappings
 

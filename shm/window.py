@@ -64,14 +64,8 @@ def map_shared(base: int, fd: int, mappings: Iterable[Mapping]) -> None:
         _mmap(base + offset, length, _PROT_RW, mmap.MAP_SHARED | _MAP_FIXED, fd, file_offset)
 
 
-def clear(base: int, offset: int, length: int) -> None:
-    """Make `[offset, +length)` of the window at `base` reserved PROT_NONE again."""
-    _mmap(base + offset, length, _PROT_NONE, _RESERVE | _MAP_FIXED, -1, 0)
-
-
 def remap_reserved(base: int, fd: int, old: set[Mapping], new: set[Mapping]) -> None:
-    """Change the window's upper half (the reserved ranges) from mapping `old` to mapping
-    exactly `new`: what went is PROT_NONE again, what came is mapped."""
-    for offset, length, _ in old - new:
-        clear(base, offset, length)
+    """Change the window's upper half (the reserved ranges) from mapping `old` to `new`:
+    map what came (over what it replaces). Nothing mapped there is ever made PROT_NONE
+    again (docs/device-memory.md: work that outlives an unmap)."""
     map_shared(base, fd, new - old)

@@ -9,7 +9,7 @@ import time
 
 import numpy as np
 import pytest
-from conftest import run_client
+from conftest import GATE, run_client
 
 from simnpu.proto import codes
 from simnpu.proto.errors import NpuError
@@ -335,3 +335,35 @@ def test_another_clients_ranges_are_not_this_ones(daemon, acl):
     assert acl.rt.unmap_mem(base) == 0
     assert acl.rt.free_physical(handle) == 0
     assert acl.rt.release_mem_address(base) == 0
+
+
+def test_work_queued_before_an_unmap_runs_on_the_old_pages(acl):
+    """ACL's unmap does not wait for tasks: a memset queued before it and run after it is
+    the program's use after unmap; it touches the old pages (as after aclrtFree), the
+    copy engine carries on and the stream completes."""
+    binary, _ = acl.rt.binary_load_from_data(GATE.encode(), None)
+    gate, _ = acl.rt.binary_get_function(binary, "gate")
+    flag, _ = acl.rt.malloc(4, 0)
+    assert acl.rt.memset(flag, 4, 0, 4) == 0
+    stream, _ = acl.rt.create_stream()
+    base, _ = acl.rt.reserve_mem_address(2 * MiB, 0, 0, 0)
+    handle, _ = acl.rt.malloc_physical(2 * MiB, PROP, 0)
+    assert acl.rt.map_mem(base, 2 * MiB, 0, handle, 0) == 0
+    args = struct.pack("<Qd", flag, 60.0)
+    assert (
+        acl.rt.launch_kernel_with_host_args(
+            gate, 1, stream, None, acl.util.bytes_to_ptr(args), len(args)
+        )
+        == 0
+    )
+    assert acl.rt.memset_async(base, 2 * MiB, 1, 2 * MiB, stream) == 0
+    assert acl.rt.unmap_mem(base) == 0
+    assert acl.rt.free_physical(handle) == 0
+    assert acl.rt.release_mem_address(base) == 0
+    assert acl.rt.memset(flag, 4, 1, 4) == 0  # open the gate
+    assert acl.rt.synchronize_stream(stream) == 0, acl.get_recent_err_msg()
+    ptr, _ = acl.rt.malloc(4 * MiB, 0)  # the device works on
+    assert acl.rt.memset(ptr, 4 * MiB, 0, 4 * MiB) == 0
+    assert not read(acl, ptr, 4 * MiB).any()
+    for done in (acl.rt.free(ptr), acl.rt.free(flag), acl.rt.destroy_stream(stream)):
+        assert done == 0

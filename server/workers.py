@@ -173,6 +173,12 @@ class KernelContext:
                 if access == "r":
                     view.flags.writeable = False
                 return view
+        for start, size in self._bounds:
+            if size < 0 and start <= ptr < start - size:  # (launch_bounds: a reserved range)
+                raise MemoryFault(
+                    f"address {ptr:#x} lies in the reserved range [{start:#x}, +{-size}) "
+                    "where nothing is mapped"
+                )
         raise MemoryFault(f"address {ptr:#x} is not inside any allocation passed to this kernel")
 
 

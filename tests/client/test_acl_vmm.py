@@ -237,8 +237,18 @@ def test_growing_a_mapped_range_in_place(acl):
         )
         == 0
     )
-    assert acl.rt.synchronize_stream(stream) != 0
-    acl.get_recent_err_msg()
+    assert acl.rt.synchronize_stream(stream) == codes.ACL_ERROR_RT_DEVICE_MEM_ERROR
+    assert f"[{base:#x}, +{12 * chunk})" in acl.get_recent_err_msg()  # the mapped part
+    # a pointer into the range where nothing is mapped: a fault naming the range
+    args = struct.pack("<QQ", base + 12 * chunk, 1)
+    assert (
+        acl.rt.launch_kernel_with_host_args(
+            touch, 1, stream, None, acl.util.bytes_to_ptr(args), len(args)
+        )
+        == 0
+    )
+    assert acl.rt.synchronize_stream(stream) == codes.ACL_ERROR_RT_DEVICE_MEM_ERROR
+    assert f"reserved range [{base:#x}, +{GiB})" in acl.get_recent_err_msg()
     for index, handle in enumerate(handles):
         assert acl.rt.unmap_mem(base + index * chunk) == 0
         assert acl.rt.free_physical(handle) == 0

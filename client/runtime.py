@@ -45,9 +45,11 @@ from simnpu.client.runtime_model_build import RuntimeModelBuild
 from simnpu.client.runtime_notify import RuntimeNotify
 from simnpu.client.runtime_overflow import RuntimeOverflow
 from simnpu.client.runtime_peers import RuntimePeers
+from simnpu.client.runtime_shareable import RuntimeShareableMemory
 from simnpu.client.runtime_streams import RuntimeStreams
 from simnpu.client.runtime_task_groups import RuntimeTaskGroups
 from simnpu.client.runtime_values import RuntimeValues
+from simnpu.client.runtime_vmm import RuntimeVirtualMemory
 from simnpu.client.stream_states import STREAM_STATES
 from simnpu.client.transport import Connection, caller_site
 from simnpu.proto import codes, commands
@@ -80,6 +82,8 @@ class ContextInfo:
 
 class Runtime(
     RuntimeMemory,
+    RuntimeVirtualMemory,
+    RuntimeShareableMemory,
     RuntimeStreams,
     RuntimePeers,
     RuntimeNotify,
@@ -143,6 +147,11 @@ class Runtime(
         self.imported_counts: dict[str, int] = {}  # IPC key -> imports not yet closed
         self.pools: dict[int, int] = {}  # memory pool -> device
         self.pool_blocks: dict[int, int] = {}  # address -> its pool (also in allocations)
+        self.reserved: dict[int, tuple[int, int]] = {}  # reserved range -> (size, device)
+        self.reserved_starts: list[int] = []
+        self.mappings: dict[int, tuple[int, int]] = {}  # mapped start -> (size, physical)
+        self.mapping_starts: list[int] = []
+        self.physical: dict[int, list[int]] = {}  # handle -> [size, device, attr, references]
         self.functions: dict[int, KernelSignature] = {}
         self.function_binary: dict[int, int] = {}  # function handle -> its binary
         self.binaries: set[int] = {commands.BUILTIN_BINARY}
@@ -476,7 +485,8 @@ class Runtime(
         return address
 
     def device_range(self, address: int, count: int) -> None:
-        """Check [address, address+count) lies in one allocation of this process (107000)."""
+        """Check [address, address+count) lies in one allocation of this process, or in its
+        mapped memory (107000; 507053 where a reserved range has nothing mapped)."""
         index = bisect.bisect_right(self.allocation_starts, address) - 1
         if index >= 0:
             start = self.allocation_starts[index]
@@ -488,6 +498,8 @@ class Runtime(
                     f"{count} bytes at {address:#x} run past the end of the allocation "
                     f"[{start:#x}, +{size})"
                 )
+        if self.mapped_range(address, count):
+            return
         raise invalid(f"{address:#x} is not inside a device allocation of this process")
 
     # ---- pinned host memory ----------------------------------------------------------------------

@@ -10,12 +10,12 @@ device), which must be one of the two and have enabled access to the other.
 
 from __future__ import annotations
 
-import bisect
 from typing import TYPE_CHECKING
 
 from simnpu.client.last_error import records_errors
 from simnpu.proto import codes
 from simnpu.proto.errors import NpuError, invalid
+from simnpu.shm.addresses import split_device_address
 
 if TYPE_CHECKING:
     from simnpu.client.runtime import ContextInfo
@@ -25,8 +25,6 @@ class RuntimePeers:
     # what the mixin uses of Runtime (client/runtime.py), which sets all of it
     device_count: int
     peer_access: set[tuple[int, int]]  # (device, peer): device may reach peer's memory
-    allocation_starts: list[int]
-    allocations: dict[int, tuple[int, int]]
 
     if TYPE_CHECKING:
 
@@ -78,9 +76,8 @@ class RuntimePeers:
         return int((device, peer) in self.peer_access)
 
     def device_of(self, address: int) -> int:
-        """The device of this process's allocation holding `address` (checked before)."""
-        index = bisect.bisect_right(self.allocation_starts, address) - 1
-        return self.allocations[self.allocation_starts[index]][1]
+        """The device of this process's memory at `address` (checked before)."""
+        return split_device_address(address)[0]
 
     def check_peer_copy(self, src: int, dst: int, device: int) -> None:
         """A copy from `src` to `dst` (device memory of this process) run by `device`: between

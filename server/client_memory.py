@@ -1,5 +1,6 @@
 """The device memory of one client: its own blocks, what it imported through IPC, its
-limits, and the blocks of its stream-ordered pools (docs/memory.md).
+limits, the blocks of its stream-ordered pools (docs/memory.md), and its virtual memory
+(reserved ranges, physical blocks, mappings: server/virtual_memory.py).
 
 The session's memory handlers (server/handlers/memory.py, pools.py, ipc.py) work on it;
 its checks of device ranges (Session.device_range) read it. Blocks belong to the client's
@@ -15,6 +16,7 @@ from simnpu.proto import codes
 from simnpu.proto.errors import NpuError, invalid
 from simnpu.server import quotas
 from simnpu.server.kernel_processes import Grant, page_spans
+from simnpu.server.virtual_memory import VirtualMemory
 from simnpu.server.work import Span
 from simnpu.shm.addresses import is_device_address, split_device_address
 from simnpu.shm.allocator import Allocation
@@ -40,6 +42,7 @@ class ClientMemory:
         self.limits = quotas.Limits(default_limit, len(devices))
         self.pools: set[MemPool] = set()  # its live pools
         self.pool_blocks: dict[int, MemPool] = {}  # address -> its pool, until its FreeAsync
+        self.virtual = VirtualMemory(owner, devices, self.limits)
         self._grant = Grant(-1, ())
         owner.kernel_grant = self.kernel_grant
 
@@ -87,6 +90,7 @@ class ClientMemory:
         self.pool_blocks.clear()
         self._ipc.session_ended(self.owner, list(self.imported))
         self.imported.clear()
+        self.virtual.release_all()
 
     def imported_now(self, key: str, address: int, size: int, device: int) -> None:
         """aclrtIpcMemImportByKey succeeded: `[address, +size)` of `device` is usable."""
@@ -99,9 +103,10 @@ class ClientMemory:
         self.owner.memory_generation += 1
 
     def kernel_grant(self) -> Grant:
-        """The pages a process running this client's own kernels maps: its blocks and its
-        IPC imports (docs/kernel-isolation.md). Called with the kernel processes' lock held,
-        which frees of device memory take first."""
+        """The pages a process running this client's own kernels maps: its blocks, its IPC
+        imports, its physical blocks and where they are mapped (docs/kernel-isolation.md).
+        Called with the kernel processes' lock held, which frees of device memory take
+        first."""
         generation = self.owner.memory_generation  # read first: a change since recomputes
         if self._grant.generation == generation:
             return self._grant
@@ -112,7 +117,8 @@ class ClientMemory:
                 ranges.append((device, allocation.offset, allocation.reserved))
         for address, size, device in list(self.imported.values()):
             ranges.append((device, split_device_address(address)[1], size))
-        self._grant = Grant(generation, page_spans(ranges))
+        blocks, mappings = self.virtual.grant()
+        self._grant = Grant(generation, page_spans(ranges + blocks), tuple(mappings))
         return self._grant
 
     # ---- addresses -------------------------------------------------------------------------------
@@ -127,13 +133,21 @@ class ClientMemory:
 
     def own_allocation(self, address: int) -> tuple[int, int] | None:
         """(start, requested size) of the allocation holding `address` that this client may
-        use: its own, or a range it imported."""
+        use: its own, a range it imported, or mapped memory (the mappings side by side that
+        hold it). Never a physical block's own address: those are used through mappings."""
         allocation = self.allocation_at(address)
         if allocation is None:
-            return None
-        if allocation.owner is not self.owner:
+            return self.virtual.mapped_run(address)
+        if allocation.owner is not self.owner or self._is_physical(address, allocation):
             return self.imported_range(address) if self.imported else None
         return address - (split_device_address(address)[1] - allocation.offset), allocation.size
+
+    def _is_physical(self, address: int, allocation: Allocation) -> bool:
+        blocks = self.virtual.blocks
+        if not blocks:
+            return False
+        device, offset = split_device_address(address)
+        return (device, address - (offset - allocation.offset)) in blocks
 
     def imported_range(self, address: int) -> tuple[int, int] | None:
         """(start, size) of an IPC range this client imported that holds `address`."""

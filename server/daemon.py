@@ -22,7 +22,7 @@ from simnpu.proto.kernel_abi import discover_kernels
 from simnpu.server import handlers, observe, smi_view  # noqa: F401 - handlers: registers every handler
 from simnpu.server.cnt_notifies import CntNotifies
 from simnpu.server.config import DaemonConfig
-from simnpu.server.device import Device
+from simnpu.server.device import Device, WindowTable
 from simnpu.server.host_memory import HostMemory
 from simnpu.server.ipc_events import IpcEvents
 from simnpu.server.ipc_memory import IpcMemory
@@ -36,6 +36,7 @@ from simnpu.server.resources import Binary
 from simnpu.server.scheduler import Scheduler
 from simnpu.server.service import NpuServicer
 from simnpu.server.session import CLOSED, Session
+from simnpu.server.shareable_memory import ShareableMemory
 from simnpu.server.workers import ProcessExecutor
 from simnpu.shm.region import shm_available_bytes, unlink_daemon_segments
 
@@ -48,6 +49,7 @@ class Daemon:
         self.config = config
         self.devices: list[Device] = []
         self.ipc = IpcMemory(self.devices)  # exported device memory (aclrtIpcMem*)
+        self.shareable = ShareableMemory()  # exported physical memory (aclrtMemExport...)
         self.notifies = Notifies()  # notifies, exported ones by key
         self.ipc_events = IpcEvents()  # exported IPC events by handle
         self.cnt_notifies = CntNotifies()  # count notifies' ids
@@ -87,6 +89,7 @@ class Daemon:
         """Create device memory, start workers and the scheduler, then serve gRPC."""
         check_shm_space(self.config.staging_bytes)  # device memory costs nothing until used
         host = HostMemory()
+        windows = WindowTable()  # what every device maps at reserved addresses
         try:
             units_per_device = self.config.ai_cores + self.config.copy_engines
             for index in range(self.config.devices):
@@ -98,6 +101,7 @@ class Daemon:
                         self.config.copy_engines,
                         index * units_per_device,
                         host,
+                        windows,
                     )
                 )
             units = [unit for device in self.devices for unit in device.all_units()]
@@ -107,7 +111,9 @@ class Daemon:
             self.executor.start(first.all_units())
             for device in self.devices:  # frees end the kernel processes that map the block
                 device.kernels = self.executor.kernels
-            self.scheduler = Scheduler(self.devices, self.executor, self.config.op_timeout_s)
+            self.scheduler = Scheduler(
+                self.devices, self.executor, self.config.op_timeout_s, windows
+            )
             observe.install(self, self.scheduler)  # --trace / --check
             self.jobs = Jobs(self.scheduler)
             self.scheduler.start()

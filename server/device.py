@@ -16,6 +16,7 @@ from simnpu.server.executor import Unit, UnitKind
 from simnpu.server.host_memory import HostMemory, committed_failure
 from simnpu.server.objects import Owner
 from simnpu.server.untrusted import escaped
+from simnpu.server.virtual_memory import ReservedSpace
 from simnpu.shm.addresses import device_address, split_device_address
 from simnpu.shm.allocator import Allocation, DeviceAllocator
 from simnpu.shm.region import Region, segment_name
@@ -30,6 +31,25 @@ DECOMMIT_MIN = 2 << 20
 """A free that leaves a free block of at least this many bytes gives the block's pages back."""
 
 
+class WindowTable:
+    """Every device's physical blocks mapped at reserved addresses (aclrtMapMem; the last
+    at each offset, unmapped since or not), as (device, reserved offset, length, segment
+    offset), and a version that changes with it:
+    the scheduler sends it to a unit whose version is older (server/work.py, MapWindows).
+    Read without a lock: both are replaced whole."""
+
+    def __init__(self) -> None:
+        self.version = 0
+        self.entries: tuple[tuple[int, int, int, int], ...] = ()
+        self._lock = threading.Lock()
+
+    def update(self, device: int, mappings: set[tuple[int, int, int]]) -> None:
+        with self._lock:
+            others = tuple(entry for entry in self.entries if entry[0] != device)
+            self.entries = others + tuple((device, *mapping) for mapping in mappings)
+            self.version += 1
+
+
 class Device:
     """Device `index`. Memory is owned here; its units are driven by the scheduler."""
 
@@ -41,9 +61,14 @@ class Device:
         copy_engines: int,
         first_core_id: int,
         host: HostMemory,
+        windows: WindowTable | None = None,
     ):
         self.index = index
-        self.region = Region.create(segment_name(f"dev{index}"), memory_bytes)  # sparse
+        self.region = Region.create(segment_name(f"dev{index}"), memory_bytes, device=True)
+        self.reserved = ReservedSpace()  # aclrtReserveMemAddress's ranges (docs/device-memory.md)
+        self.windows = windows if windows is not None else WindowTable()
+        self._mapped: dict[int, tuple[int, int]] = {}  # reserved offset -> (length, block
+        # offset): the last block mapped at each offset, unmapped or not
         self.host = host  # what the host can still back with pages
         self.allocator = DeviceAllocator(memory_bytes, align=mmap.PAGESIZE)  # blocks own pages
         self.lock = threading.Lock()  # guards the allocator: sessions allocate concurrently
@@ -139,6 +164,22 @@ class Device:
         if size >= DECOMMIT_MIN:
             self.region.decommit(start, size)  # (the host's estimate catches up by itself)
         return allocation
+
+    def map_window(self, offset: int, length: int, block: int) -> None:
+        """aclrtMapMem: the block at `block` is at reserved offset `offset` for every process
+        that maps this device: the daemon now, the workers with their next batch. What it
+        replaces there goes; an unmap changes nothing here: until something else is mapped
+        there, the old pages stay, so work that outlives an unmap touches them as work that
+        outlives a free does (docs/device-memory.md), never a page that is not mapped."""
+        with self.lock:
+            end = offset + length
+            self._mapped = {
+                o: (n, b) for o, (n, b) in self._mapped.items() if o + n <= offset or end <= o
+            }
+            self._mapped[offset] = (length, block)
+            mappings = {(o, n, b) for o, (n, b) in self._mapped.items()}
+            self.region.map_reserved(mappings)
+            self.windows.update(self.index, mappings)
 
     def used_by(self, owner: object) -> int:
         """Bytes `owner`'s live blocks reserve on this device."""

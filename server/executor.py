@@ -40,6 +40,7 @@ class Unit:
         "loaded",
         "ready",
         "restarts",
+        "windows",
     )
 
     def __init__(self, kind: UnitKind, device: int, index: int, core_id: int):
@@ -59,6 +60,7 @@ class Unit:
         self.deadline: float | None = None
         self.loaded: set[int] = set()  # binary ids whose module it has executed
         self.forget: list[str] = []  # unlinked segments to unmap, sent with the next batch
+        self.windows = -1  # the version of the WindowTable it maps (server/device.py)
         self.lent: StreamSignal | None = None  # the signal it writes after its batch, if any
 
     @property

@@ -46,6 +46,8 @@ from simnpu.server import sandbox
 from simnpu.server.device_printf import MAX_OUTPUT
 from simnpu.server.overflow import watch_numpy
 from simnpu.server.work import Accesses, Cancel
+from simnpu.shm import window
+from simnpu.shm.addresses import DEVICE_SPAN
 
 if TYPE_CHECKING:
     from simnpu.server.executor import Unit
@@ -67,15 +69,20 @@ END_WAIT_S = 5.0  # how long a killed kernel process may take to be gone
 EXIT_WAIT_S = 2.0  # how long one that closed its socket has to exit by itself
 
 Span = tuple[int, int, int]  # (device, offset, length): whole pages of a device's segment
+Mapping = tuple[int, int, int, int]
+"""(device, reserved offset, length, segment offset): a physical block mapped at a reserved
+device address (aclrtMapMem), whole pages."""
 
 
 @dataclass(frozen=True)
 class Grant:
-    """The device memory a client's kernel processes map: whole pages, sorted and merged.
-    `generation` changes whenever the client's memory does."""
+    """The device memory a client's kernel processes map: whole pages, sorted and merged,
+    and its mappings of physical blocks at reserved addresses. `generation` changes whenever
+    the client's memory does."""
 
     generation: int
     spans: tuple[Span, ...]
+    mappings: tuple[Mapping, ...] = ()
 
 
 def page_spans(ranges: Iterable[Span]) -> tuple[Span, ...]:
@@ -203,7 +210,6 @@ def zygote_main(conn: Connection, device_segments: list[str], scratch_root: str)
     import simnpu  # noqa: F401 - the `kernel` decorator kernels import
 
     memories = [posix_ipc.SharedMemory(name) for name in device_segments]
-    sizes = [memory.size for memory in memories]
     readable = _readable_directories()
     ended: dict[int, int] = {}  # pid -> wait status, of kernel processes reaped
 
@@ -231,7 +237,7 @@ def zygote_main(conn: Connection, device_segments: list[str], scratch_root: str)
         if request is None:
             break
         if request[0] == "fork":
-            _, core_id, spans, notify = request
+            _, core_id, spans, mappings, notify = request
             sock = reduction.recv_handle(conn)
             try:
                 pid = os.fork()
@@ -247,7 +253,7 @@ def zygote_main(conn: Connection, device_segments: list[str], scratch_root: str)
                     scratch = os.path.join(scratch_root, str(os.getpid()))
                     os.mkdir(scratch, 0o700)
                     _kernel_process(
-                        sock, core_id, spans, notify, memories, sizes, readable, scratch
+                        sock, core_id, spans, mappings, notify, memories, readable, scratch
                     )
                     code = 0
                 finally:
@@ -278,61 +284,28 @@ def _readable_directories() -> tuple[str, ...]:
 
 
 # ---- a kernel process (untrusted once it has run a kernel) ---------------------------------------
-_libc = ctypes.CDLL(None, use_errno=True)
-_libc.mmap.restype = ctypes.c_void_p
-_libc.mmap.argtypes = [
-    ctypes.c_void_p,
-    ctypes.c_size_t,
-    ctypes.c_int,
-    ctypes.c_int,
-    ctypes.c_int,
-    ctypes.c_long,
-]
-_MAP_FAILED = ctypes.c_void_p(-1).value
-_PROT_NONE = 0
-_MAP_FIXED = 0x10
-_MAP_NORESERVE = 0x4000
-
-
-def _mmap(address: int | None, length: int, prot: int, flags: int, fd: int, offset: int) -> int:
-    result = _libc.mmap(address, length, prot, flags, fd, offset)
-    if result == _MAP_FAILED or result is None:
-        raise OSError(ctypes.get_errno(), "mmap of device memory failed")
-    return int(result)
-
-
-def map_windows(fds: list[int], sizes: list[int], spans: Iterable[Span]) -> list[Any]:
-    """One window per device, `sizes[device]` bytes of PROT_NONE, with the spans of the
-    device's segment (descriptor `fds[device]`) mapped shared at their own offsets: a
-    buffer per device that kernels' views index like the whole segment."""
-    windows = []
-    bases = []
-    for size in sizes:
-        length = (size + PAGE - 1) & -PAGE
-        flags = mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS | _MAP_NORESERVE
-        base = _mmap(None, length, _PROT_NONE, flags, -1, 0)
-        bases.append(base)
-        windows.append((ctypes.c_char * size).from_address(base))
-    fixed = mmap.MAP_SHARED | _MAP_FIXED  # into the window's reserved range
+def map_windows(
+    fds: list[int], spans: Iterable[Span], mappings: Iterable[Mapping] = ()
+) -> list[Any]:
+    """One window per device (simnpu.shm.window), PROT_NONE but for the spans of the
+    device's segment (descriptor `fds[device]`), mapped shared at their own offsets, and
+    the mappings (device, reserved offset, length, segment offset) at their reserved
+    offsets: a buffer per device that kernels' views index like the device's address span."""
+    bases = [window.reserve() for _ in fds]
     for device, offset, length in spans:
-        _mmap(
-            bases[device] + offset,
-            length,
-            mmap.PROT_READ | mmap.PROT_WRITE,
-            fixed,
-            fds[device],
-            offset,
-        )
-    return windows
+        window.map_shared(bases[device], fds[device], [(offset, length, offset)])
+    for device, offset, length, file_offset in mappings:
+        window.map_shared(bases[device], fds[device], [(offset, length, file_offset)])
+    return [(ctypes.c_char * DEVICE_SPAN).from_address(base) for base in bases]
 
 
 def _kernel_process(
     sock: int,
     core_id: int,
     spans: tuple[Span, ...],
+    mappings: tuple[Mapping, ...],
     notify: str | None,
     memories: list,
-    sizes: list[int],
     readable: tuple[str, ...],
     scratch: str,
 ) -> None:
@@ -340,7 +313,7 @@ def _kernel_process(
     from simnpu.shm.notify import NotifyArea
     from simnpu.shm.region import Region
 
-    maps = map_windows([memory.fd for memory in memories], sizes, spans)
+    maps = map_windows([memory.fd for memory in memories], spans, mappings)
     area = NotifyArea(Region.attach(notify).map) if notify else None
     null = os.open(os.devnull, os.O_RDWR)
     for fd in (0, 1, 2):  # never into the daemon's log (a kernel module's print is device
@@ -573,7 +546,9 @@ class KernelProcesses:
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         notify = owner.signals.name if owner.signals is not None else None
         try:
-            reply = self._ask(("fork", unit.core_id, grant.spans, notify), theirs.fileno())
+            reply = self._ask(
+                ("fork", unit.core_id, grant.spans, grant.mappings, notify), theirs.fileno()
+            )
         except OSError:
             ours.close()
             raise

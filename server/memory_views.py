@@ -24,9 +24,10 @@ def memory_stats(daemon, device) -> dict:
 
 
 def memory_snapshot(daemon, device, viewer: object = None) -> list[dict]:
-    """Live blocks in address order: where, how big, whose (session, pid, process), and
-    how they are shared (IPC keys only to their exporter: `viewer` is the asking client's
-    Owner, None for a tool)."""
+    """Live blocks in address order: where, how big, whose (session, pid, process), how
+    they are shared (IPC keys only to their exporter: `viewer` is the asking client's
+    Owner, None for a tool), and for physical memory (aclrtMallocPhysical) where it is
+    mapped."""
     with device.lock:
         blocks = device.allocator.snapshot()
     out = []
@@ -47,5 +48,8 @@ def memory_snapshot(daemon, device, viewer: object = None) -> list[dict]:
         pool = session.memory.pool_of(address) if session is not None else None
         if pool is not None:
             entry["pool"] = pool
+        physical = session.memory.virtual.describe(address) if session is not None else None
+        if physical is not None:
+            entry["physical"] = physical
         out.append(entry)
     return out

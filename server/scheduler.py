@@ -31,10 +31,11 @@ from typing import TYPE_CHECKING, Any
 from simnpu.proto import codes
 from simnpu.server import replay_observe
 from simnpu.server.collectives import Collectives
+from simnpu.server.device import WindowTable
 from simnpu.server.executor import LOST, Executor, Unit, UnitKind
 from simnpu.server.objects import Failure, Owner, Stream, Waiter
 from simnpu.server.tasks import DeviceWork, Task, TaskState
-from simnpu.server.work import Accesses, ForgetSegment, Ready, WriteSignal
+from simnpu.server.work import Accesses, ForgetSegment, MapWindows, Ready, WriteSignal
 
 if TYPE_CHECKING:
     from simnpu.server.device import Device
@@ -51,8 +52,15 @@ TIMERS_KEPT = 64  # settled waiters stay among the timers until this many, or tw
 
 
 class Scheduler:
-    def __init__(self, devices: Sequence[Device], executor: Executor, op_timeout_s: float):
+    def __init__(
+        self,
+        devices: Sequence[Device],
+        executor: Executor,
+        op_timeout_s: float,
+        windows: WindowTable | None = None,
+    ):
         self.devices = devices
+        self.windows = windows if windows is not None else WindowTable()
         self.executor = executor
         self.op_timeout_s = op_timeout_s
         self.lock = threading.RLock()  # held while any scheduler state is read or changed
@@ -386,9 +394,14 @@ class Scheduler:
         own kernels goes to that client's kernel process for the unit (its tenant)."""
         work = next(iter(unit.inflight.values()))
         tenant = work.tenant
-        if unit.forget and tenant is None:
-            items = [ForgetSegment.pack(name) for name in unit.forget] + items
-            unit.forget = []
+        if tenant is None:
+            if unit.forget:
+                items = [ForgetSegment.pack(name) for name in unit.forget] + items
+                unit.forget = []
+            windows = self.windows
+            if unit.windows != windows.version:  # aclrtMapMem since: map before the work
+                unit.windows = windows.version
+                items = [MapWindows.pack(windows.entries), *items]
         timeout = (
             getattr(work, "timeout_s", None) or work.stream.owner.op_timeout_s or self.op_timeout_s
         )

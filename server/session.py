@@ -72,6 +72,7 @@ class HandleKind(enum.IntEnum):
     FUNCTION = 5
     PINNED = 6
     MEM_POOL = 7
+    PHYSICAL = 8  # a physical allocation (aclrtMallocPhysical, server/virtual_memory.py)
     NOTIFY = 45
     CNT_NOTIFY = 170
     IPC_EVENT = 180  # another client's IPC event, opened in this one (server/ipc_events.py)
@@ -407,9 +408,17 @@ class Session:
 
     def device_range(self, address: int, count: int) -> Span:
         """[address, +count) of device memory, checked to lie in one allocation this client
-        may use (its own, or imported); 107000 otherwise."""
+        may use (its own, imported, or mapped); 107000 otherwise, 507053 in a reserved range
+        where nothing is mapped."""
         found = self.memory.own_allocation(address)
         if found is None:
+            reservation = self.memory.virtual.reservation_at(address)
+            if reservation is not None:
+                raise NpuError(
+                    codes.ACL_ERROR_RT_DEVICE_MEM_ERROR,
+                    f"memory fault: {address:#x} lies in the reserved range "
+                    f"[{reservation.start:#x}, +{reservation.size}) where nothing is mapped",
+                )
             raise invalid(f"{address:#x} is not inside a device allocation of this process")
         start, size = found
         if address + count > start + size:
@@ -492,6 +501,7 @@ class Session:
         """Free device memory, pinned segments, the staging area and the fast path's
         segments; forget the counts."""
         self.fast_path.stop_ring()
+        self.daemon.shareable.let_go(self.owner)  # its shareable handles end first
         self.memory.release_all()
         self.daemon.kernels.end_owner(self.id)
         for context in self.contexts:

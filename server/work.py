@@ -2,7 +2,7 @@
 a batch, and what a unit reports back.
 
 A batch is a list of items that the unit runs in order. Items with a `token` report one
-result each; the others (LoadModule, ForgetSegment, WriteSignal) report nothing. While a
+result each; the others (LoadModule, ForgetSegment, WriteSignal, MapWindows) report nothing. While a
 batch runs the scheduler may send `Cancel`: kernels of the batch not started yet are
 skipped (reported done, without running), and a kernel running a chunk of blocks starts no
 more of them (its session ended). A unit reports `Ready` once it can take work,
@@ -260,6 +260,21 @@ class RunKernels(_RunKernelsFields, _Item):
     TAG = 9
 
 
+class _MapWindowsFields(NamedTuple):
+    # every device's mappings of physical blocks at reserved addresses (aclrtMapMem):
+    # (device, reserved offset, length, segment offset), whole pages
+    windows: tuple[tuple[int, int, int, int], ...]
+
+
+class MapWindows(_MapWindowsFields, _Item):
+    """The reserved halves of the unit's device windows map exactly these blocks now
+    (docs/device-memory.md): sent before a batch when the table changed since the unit
+    last saw it."""
+
+    __slots__ = ()
+    TAG = 10
+
+
 ITEMS: tuple[type, ...] = (
     LoadModule,
     ForgetSegment,
@@ -271,6 +286,7 @@ ITEMS: tuple[type, ...] = (
     ReduceBytes,
     RandomNumbers,
     RunKernels,
+    MapWindows,
 )
 """Every item kind, by TAG."""
 assert all(kind.TAG == tag for tag, kind in enumerate(ITEMS))  # type: ignore[attr-defined]

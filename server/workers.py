@@ -58,6 +58,7 @@ from simnpu.server.work import (
     FillBytes,
     ForgetSegment,
     LoadModule,
+    MapWindows,
     RandomNumbers,
     Ready,
     ReduceBytes,
@@ -173,6 +174,12 @@ class KernelContext:
                 if access == "r":
                     view.flags.writeable = False
                 return view
+        for start, size in self._bounds:
+            if size < 0 and start <= ptr < start - size:  # (launch_bounds: a reserved range)
+                raise MemoryFault(
+                    f"address {ptr:#x} lies in the reserved range [{start:#x}, +{-size}) "
+                    "where nothing is mapped"
+                )
         raise MemoryFault(f"address {ptr:#x} is not inside any allocation passed to this kernel")
 
 
@@ -201,8 +208,10 @@ class WorkRunner:
         device_maps: list,
         device_segments: list[str],
         report: Callable[[object], None],
+        remap: Callable[[tuple], None] | None = None,
     ):
         self.core_id = core_id
+        self.remap = remap  # maps a MapWindows table into the device windows (workers only)
         self.maps = device_maps  # what kernels' views and reductions read and write
         self.report = report
         self.modules: dict[int, types.ModuleType] = {}
@@ -260,6 +269,10 @@ class WorkRunner:
                 continue
             elif kind is LoadModule:
                 self.load(LoadModule.unpack(packed))
+                continue
+            elif kind is MapWindows:
+                if self.remap is not None:
+                    self.remap(MapWindows.unpack(packed).windows)
                 continue
             else:  # ForgetSegment
                 self.forget(ForgetSegment.unpack(packed).name)
@@ -554,9 +567,17 @@ def main(core_id: int, device_segments: list[str], conn) -> None:
     signal.pthread_sigmask(signal.SIG_UNBLOCK, _GROUP_SIGNALS)  # (blocked since its birth)
     daemon_pid = end_with_daemon()
     regions = [  # pages are committed by the daemon at allocation (docs/device-memory.md)
-        Region.attach(name) for name in device_segments
+        Region.attach(name, device=True) for name in device_segments
     ]
-    runner = WorkRunner(core_id, [region.map for region in regions], device_segments, conn.send)
+
+    def remap(windows: tuple) -> None:
+        """Map the reserved halves of the device windows as the daemon's table says."""
+        for index, region in enumerate(regions):
+            region.map_reserved({(o, n, f) for d, o, n, f in windows if d == index})
+
+    runner = WorkRunner(
+        core_id, [region.map for region in regions], device_segments, conn.send, remap
+    )
     watch_numpy(runner.overflow)  # the built-in kernels raise the flag on float overflow
     incoming = select.poll()  # one poll object: Connection.poll() builds a selector per call
     incoming.register(conn.fileno(), select.POLLIN)

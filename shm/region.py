@@ -6,7 +6,9 @@ segment). Mappings stay valid after unlink until every process has closed them.
 
 A new segment is a sparse tmpfs file: it costs RAM and /dev/shm space only for the pages
 written. `commit` backs a range with pages now, `decommit` gives them back
-(docs/device-memory.md).
+(docs/device-memory.md). A device's segment is mapped as a window of the device's whole
+address span (simnpu.shm.window), so that physical blocks mapped at reserved device
+addresses (aclrtMapMem) are offsets of the same buffer.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import os
 
 import posix_ipc
 
+from simnpu.shm import window
 from simnpu.shm.pages import populate
 
 NAME_PREFIX = "/simnpu"
@@ -31,19 +34,39 @@ class Region:
     """One mapped shared-memory segment. Use create() or attach()."""
 
     def __init__(
-        self, name: str, memory: posix_ipc.SharedMemory, owner: bool, populate: bool = False
+        self,
+        name: str,
+        memory: posix_ipc.SharedMemory,
+        owner: bool,
+        populate: bool = False,
+        device: bool = False,
     ):
         self.name = name
         self.owner = owner
         self.size = memory.size
+        self.fd = -1  # kept open for a device's window: physical blocks are mapped into it
+        self._mapped: set[window.Mapping] = set()  # what its reserved half maps
         flags = mmap.MAP_SHARED | (mmap.MAP_POPULATE if populate else 0)
         try:
             if not self.size:
                 raise ValueError(f"shared-memory segment {name} is empty")
-            self.map = mmap.mmap(memory.fd, self.size, flags=flags)
+            if device:
+                self.map = window.reserve_mmap()
+                length = (self.size + mmap.PAGESIZE - 1) & -mmap.PAGESIZE
+                window.map_shared(self.address(), memory.fd, [(0, length, 0)])
+                self.fd = os.dup(memory.fd)
+            else:
+                self.map = mmap.mmap(memory.fd, self.size, flags=flags)
         finally:
             memory.close_fd()
         self._closed = False
+
+    def map_reserved(self, mappings: set[window.Mapping]) -> None:
+        """A device's window: its reserved half maps `mappings` (window offset, length,
+        segment offset) of the segment, mapped over what they replace since the last call.
+        Never blocks on anything but the kernel."""
+        window.remap_reserved(self.address(), self.fd, self._mapped, mappings)
+        self._mapped = mappings
 
     def commit(self, offset: int, length: int) -> None:
         """Back `[offset, +length)` (page-aligned offset) with pages now, through this
@@ -63,28 +86,32 @@ class Region:
         self.map.madvise(mmap.MADV_REMOVE, offset, length)
 
     @classmethod
-    def create(cls, name: str, size: int, reserve: bool = False) -> Region:
+    def create(cls, name: str, size: int, reserve: bool = False, device: bool = False) -> Region:
         """Create a new segment of `size` bytes (fails if the name exists). reserve=True
         allocates its pages now (posix_fallocate), so that a /dev/shm too full for it fails
-        here (OSError) rather than with a SIGBUS at the first write into a page."""
+        here (OSError) rather than with a SIGBUS at the first write into a page. device=True
+        maps it as a device's window."""
         memory = posix_ipc.SharedMemory(name, posix_ipc.O_CREX, mode=0o600, size=size)
         try:
             if reserve:
                 os.posix_fallocate(memory.fd, 0, size)
-            return cls(name, memory, owner=True)
+            return cls(name, memory, owner=True, device=device)
         except BaseException:  # e.g. too big to map: the segment must not outlive the failure
             memory.close_fd()
             unlink_quietly(name)
             raise
 
     @classmethod
-    def attach(cls, name: str, populate: bool = False) -> Region:
+    def attach(cls, name: str, populate: bool = False, device: bool = False) -> Region:
         """Map an existing segment created by someone else; never resizes it.
 
         populate=True faults every page in now (MAP_POPULATE), so that the first copy into
-        the memory runs at full speed instead of ~10x slower on first touch.
+        the memory runs at full speed instead of ~10x slower on first touch. device=True
+        maps it as a device's window.
         """
-        return cls(name, posix_ipc.SharedMemory(name), owner=False, populate=populate)
+        return cls(
+            name, posix_ipc.SharedMemory(name), owner=False, populate=populate, device=device
+        )
 
     def address(self) -> int:
         """The address of the mapping in this process (for ctypes / pyACL-style pointers)."""
@@ -101,6 +128,9 @@ class Region:
             unlink_quietly(self.name)  # first: the name goes even if views keep the mapping
             self.owner = False
         self.map.close()
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
         self._closed = True
 
     def unlink(self) -> None:

@@ -36,6 +36,7 @@ from . import rt_peers as _peers
 from . import rt_streams as _streams
 from . import rt_unsupported as _more
 from . import rt_values as _values
+from . import rt_vmm as _vmm
 
 _FLOAT = struct.Struct("<f")
 
@@ -486,11 +487,6 @@ def peek_at_last_error(level=codes.ACL_RT_THREAD_LEVEL):
 
 # ---- what simnpu does not simulate ---------------------------------------------------------------
 # name: (C call, values returned before ret (None: ret only), why)
-_VMM = "virtual memory management (reserve/map physical memory) is not simulated"
-_IPC = (
-    "sharing VMM handles between processes is not simulated (device memory, notifies and "
-    "events are: acl.rt.ipc_mem_*, acl.rt.notify_get_export_key, acl.rt.ipc_get_event_handle)"
-)
 _NOTIFY = "notify ids and batch resets are not simulated"
 _ALLOC = "user allocators for streams are not simulated"
 _CAPS = "the simulated device has no such attribute or capability to report"
@@ -534,21 +530,6 @@ _UNSUPPORTED = {
         "copy descriptors are not simulated",
     ),
     "cmo_async": ("aclrtCmoAsync", None, "cache maintenance operations are not simulated"),
-    "reserve_mem_address": ("aclrtReserveMemAddress", (0,), _VMM),
-    "release_mem_address": ("aclrtReleaseMemAddress", None, _VMM),
-    "malloc_physical": ("aclrtMallocPhysical", (0,), _VMM),
-    "free_physical": ("aclrtFreePhysical", None, _VMM),
-    "map_mem": ("aclrtMapMem", None, _VMM),
-    "unmap_mem": ("aclrtUnmapMem", None, _VMM),
-    "mem_get_allocation_granularity": ("aclrtMemGetAllocationGranularity", (0,), _VMM),
-    "mem_export_to_shareable_handle": ("aclrtMemExportToShareableHandle", (0,), _IPC),
-    "mem_import_from_shareable_handle": ("aclrtMemImportFromShareableHandle", (0,), _IPC),
-    "mem_set_pid_to_shareable_handle": ("aclrtMemSetPidToShareableHandle", None, _IPC),
-    "pointer_get_attributes": (
-        "aclrtPointerGetAttributes",
-        ({},),
-        "pointer attributes are not reported",
-    ),
     "host_register": (
         "aclrtHostRegister",
         (0,),
@@ -718,4 +699,5 @@ __getattr__, __dir__ = _on_demand(
     _builtin_tasks,
     _ipc_events,
     _flow,
+    _vmm,
 )

@@ -11,10 +11,7 @@ from __future__ import annotations
 
 # name: (C call, values returned before ret (None: ret only), why)
 _MANAGED = "managed (unified) memory is not simulated"
-_VMM = "virtual memory management (reserve/map physical memory) is not simulated"
-_SHARE = (
-    "sharing VMM handles between processes is not simulated (device memory is: acl.rt.ipc_mem_*)"
-)
+_VMM = "mapping without access, over chosen links or between devices is not simulated: use map_mem"
 _SYMBOLS = (
     "device symbols, globals and code addresses do not exist: kernels are Python functions "
     "(use binary_load_from_file / binary_get_function)"
@@ -55,22 +52,9 @@ CALLS: dict[str, tuple[str, tuple | None, str]] = {
         "mapping host memory into the device is not simulated",
     ),
     "mem_map_no_access": ("aclrtMemMapNoAccess", None, _VMM),
-    "mem_set_access": ("aclrtMemSetAccess", None, _VMM),
-    "mem_get_access": ("aclrtMemGetAccess", ({}, 0), _VMM),
-    "mem_retain_allocation_handle": ("aclrtMemRetainAllocationHandle", (0,), _VMM),
-    "mem_get_allocation_properties_from_handle": (
-        "aclrtMemGetAllocationPropertiesFromHandle",
-        ({},),
-        _VMM,
-    ),
-    "reserve_mem_address_no_uc_memory": ("aclrtReserveMemAddressNoUCMemory", (0,), _VMM),
-    "mem_get_address_range": ("aclrtMemGetAddressRange", (0, 0), _VMM),
     "mem_p2p_map": ("aclrtMemP2PMap", None, _VMM),
     "mem_map_selected_link": ("aclrtMemMapSelectedLink", None, _VMM),
     "mem_map_set_link": ("aclrtMemMapSetLink", None, _VMM),
-    "mem_export_to_shareable_handle_v2": ("aclrtMemExportToShareableHandleV2", (0,), _SHARE),
-    "mem_import_from_shareable_handle_v2": ("aclrtMemImportFromShareableHandleV2", (0,), _SHARE),
-    "mem_set_pid_to_shareable_handle_v2": ("aclrtMemSetPidToShareableHandleV2", None, _SHARE),
     "get_symbol_address": ("aclrtGetSymbolAddress", (0,), _SYMBOLS),
     "get_symbol_size": ("aclrtGetSymbolSize", (0,), _SYMBOLS),
     "memcpy_from_symbol": ("aclrtMemcpyFromSymbol", None, _SYMBOLS),

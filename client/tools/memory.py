@@ -45,6 +45,10 @@ def format_snapshot(blocks: list) -> str:
             shared = f"{ipc['key_count']} key(s), {len(ipc['importers'])} importer(s)"
             if ipc.get("held_after_free"):
                 shared += ", freed by owner"
+        physical = b.get("physical")
+        if physical is not None:  # aclrtMallocPhysical memory: where it is mapped
+            at = ", ".join(f"{address:#x}" for address in physical["mapped_at"])
+            shared = f"physical, mapped at {at}" if at else "physical, not mapped"
         rows.append(
             (
                 f"{b['address']:#x}",

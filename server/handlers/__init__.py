@@ -32,6 +32,7 @@ from simnpu.server.handlers import (  # noqa: F401 - imported for their registra
     streams,
     task_groups,
     values,
+    virtual_memory,
 )
 from simnpu.server.handlers.registry import HANDLERS, LATER
 

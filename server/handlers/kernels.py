@@ -59,13 +59,20 @@ def get_function(
 
 
 def launch_bounds(session: Session, function: Function, values: tuple) -> tuple:
-    """The allocations a kernel may touch: its client's, passed to it as pointers."""
+    """The allocations a kernel may touch: its client's, passed to it as pointers, as
+    (start, size). A pointer into a reserved range where nothing is mapped adds (start,
+    -size) of the range: touching it is a fault, whose message names the range."""
     bounds = []
+    memory = session.memory
     for kind, value in zip(function.signature.types, values):
         if kind == "ptr" and value:
-            allocation = session.memory.own_allocation(value)
+            allocation = memory.own_allocation(value)
             if allocation is not None:
                 bounds.append(allocation)
+            else:
+                reservation = memory.virtual.reservation_at(value)
+                if reservation is not None:
+                    bounds.append((reservation.start, -reservation.size))
     return tuple(bounds)
 
 

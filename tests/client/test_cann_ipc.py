@@ -99,3 +99,23 @@ def test_ipc_memory_withoutpid(daemon):
     assert "Source data: 123" in out.splitlines()
     assert "Destination data: 123" in out.splitlines()
     assert out.splitlines()[-1] == "[SUCCESS] the memory was shared: both sides saw 123"
+
+
+def test_physical_memory_sharing_withpid(daemon):
+    program = "1_basic_features/memory/7_physical_memory_sharing_withpid.py"
+    out = run_cann_example(daemon.address, program)
+    assert "[INFO] A: process B may import the memory" in out
+    assert "[INFO] B: copied 123 to the host" in out
+    assert "[INFO] A: process B says it is done (1)" in out
+    assert "Source data: 123" in out.splitlines()
+    assert "Destination data: 123" in out.splitlines()
+    assert out.splitlines()[-1] == "[SUCCESS] the memory was shared: both sides saw 123"
+
+
+def test_physical_memory_sharing_withoutpid(daemon):
+    program = "1_basic_features/memory/8_physical_memory_sharing_withoutpid.py"
+    out = run_cann_example(daemon.address, program)
+    assert "pid" not in out  # no whitelist
+    assert "[INFO] B: copied 123 to the host" in out
+    assert "Destination data: 123" in out.splitlines()
+    assert out.splitlines()[-1] == "[SUCCESS] the memory was shared: both sides saw 123"

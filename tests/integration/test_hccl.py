@@ -291,3 +291,44 @@ def test_the_data_parallel_example_matches_numpy(daemon4):
     assert result.returncode == 0, result.stdout + result.stderr
     assert "every rank's weights identical bit for bit: True" in result.stdout
     assert result.stdout.strip().endswith("ok")
+
+
+VMM = """
+import acl
+prop = {"handle_type": 0, "allocation_type": 0, "mem_attr": 4,
+        "location": {"id": DEVICE, "type": 1}, "reserve": 0}
+chunk = 2 << 20
+base, ret = acl.rt.reserve_mem_address(64 << 20, 0, 0, 0)
+assert ret == 0, ret
+handles = []
+for index in range(2):  # two physical chunks mapped side by side: one buffer
+    handle, ret = acl.rt.malloc_physical(chunk, prop, 0)
+    assert ret == 0, ret
+    assert acl.rt.map_mem(base + index * chunk, chunk, 0, handle, 0) == 0
+    handles.append(handle)
+n = 2 * chunk // 4
+mine = np.arange(n, dtype=np.float32) * (RANK + 1)
+assert acl.rt.memcpy(base, 2 * chunk, mine.ctypes.data, 2 * chunk, 1) == 0
+comm, ret = hccl.comm_init_root_info(N, exchange_root_info(), RANK)
+assert ret == 0, ret
+stream, _ = acl.rt.create_stream()
+assert hccl.all_reduce(base, base, n, hccl.HCCL_DATA_TYPE_FP32, hccl.HCCL_REDUCE_SUM, comm,
+                       stream) == 0
+assert acl.rt.synchronize_stream(stream) == 0
+out = np.zeros(n, np.float32)
+assert acl.rt.memcpy(out.ctypes.data, 2 * chunk, base, 2 * chunk, 2) == 0
+assert np.array_equal(out, np.arange(n, dtype=np.float32) * sum(range(1, N + 1)))
+assert hccl.comm_destroy(comm) == 0
+for index, handle in enumerate(handles):
+    assert acl.rt.unmap_mem(base + index * chunk) == 0
+    assert acl.rt.free_physical(handle) == 0
+assert acl.rt.release_mem_address(base) == 0
+report(ok=True)
+"""
+
+
+def test_all_reduce_in_place_on_mapped_memory(daemon4, tmp_path):
+    """Collectives work on memory mapped at reserved addresses (aclrtMapMem), across two
+    physical chunks mapped side by side, as on aclrtMalloc memory."""
+    results = run_ranks(daemon4.address, 2, VMM, tmp_path, devices=[0, 1])
+    assert_all_ok(results)

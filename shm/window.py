@@ -1,0 +1,71 @@
+"""Windows of device address space in this process (docs/device-memory.md).
+
+A device's window is its whole address span (`DEVICE_SPAN`) reserved PROT_NONE, with its
+segment mapped shared at the start; physical blocks mapped at reserved device addresses
+(aclrtMapMem) are the segment's pages mapped again, MAP_FIXED, at those offsets. A device
+address is then an offset into the window, for reserved ranges as for aclrtMalloc memory.
+Reserving costs no memory and no commit charge (MAP_NORESERVE, PROT_NONE).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import mmap
+from collections.abc import Iterable
+
+from simnpu.shm.addresses import DEVICE_SPAN
+
+_libc = ctypes.CDLL(None, use_errno=True)
+_libc.mmap.restype = ctypes.c_void_p
+_libc.mmap.argtypes = [
+    ctypes.c_void_p,
+    ctypes.c_size_t,
+    ctypes.c_int,
+    ctypes.c_int,
+    ctypes.c_int,
+    ctypes.c_long,
+]
+_MAP_FAILED = ctypes.c_void_p(-1).value
+_PROT_NONE = 0
+_PROT_RW = mmap.PROT_READ | mmap.PROT_WRITE
+_MAP_FIXED = 0x10
+_MAP_NORESERVE = 0x4000
+_RESERVE = mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS | _MAP_NORESERVE
+
+Mapping = tuple[int, int, int]
+"""(offset in the window, length, offset in the segment): whole pages."""
+
+
+def _mmap(address: int | None, length: int, prot: int, flags: int, fd: int, offset: int) -> int:
+    result = _libc.mmap(address, length, prot, flags, fd, offset)
+    if result == _MAP_FAILED or result is None:
+        raise OSError(ctypes.get_errno(), "mmap of device memory failed")
+    return int(result)
+
+
+def reserve(length: int = DEVICE_SPAN) -> int:
+    """Reserve `length` bytes of address space, PROT_NONE: the address of its start."""
+    return _mmap(None, length, _PROT_NONE, _RESERVE, -1, 0)
+
+
+def reserve_mmap(length: int = DEVICE_SPAN) -> mmap.mmap:
+    """A Python mmap of `length` bytes of reserved address space (PROT_NONE: touching it
+    before something is mapped into it is a SIGSEGV), for buffer and madvise access."""
+    window = mmap.mmap(-1, length, flags=_RESERVE)  # read-write for Python; no pages, no charge
+    base = ctypes.addressof(ctypes.c_char.from_buffer(window))
+    _mmap(base, length, _PROT_NONE, _RESERVE | _MAP_FIXED, -1, 0)
+    return window
+
+
+def map_shared(base: int, fd: int, mappings: Iterable[Mapping]) -> None:
+    """Map each (window offset, length, segment offset) of the segment `fd` into the window
+    at `base`, MAP_FIXED."""
+    for offset, length, file_offset in mappings:
+        _mmap(base + offset, length, _PROT_RW, mmap.MAP_SHARED | _MAP_FIXED, fd, file_offset)
+
+
+def remap_reserved(base: int, fd: int, old: set[Mapping], new: set[Mapping]) -> None:
+    """Change the window's upper half (the reserved ranges) from mapping `old` to `new`:
+    map what came (over what it replaces). Nothing mapped there is ever made PROT_NONE
+    again (docs/device-memory.md: work that outlives an unmap)."""
+    map_shared(base, fd, new - old)

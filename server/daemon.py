@@ -3,6 +3,7 @@ server, started and stopped in the right order. Workers are spawned before gRPC 
 
 from __future__ import annotations
 
+import faulthandler
 import itertools
 import logging
 import os
@@ -62,6 +63,7 @@ class Daemon:
         self._lock = threading.Lock()
         self._streams = [0] * config.devices
         self._events = [0] * config.devices
+        self._stopping = False  # stop() has begun (under _lock)
         self._stopped = threading.Event()
         self._last_activity = time.monotonic()
         self.server: grpc.Server | None = None
@@ -173,23 +175,30 @@ class Daemon:
         self.health.set(service.SERVICE, health_pb2.HealthCheckResponse.SERVING)
 
     def wait(self) -> None:
-        """Block until stop() is called (by a signal, the idle timer, or another thread)."""
-        self._stopped.wait()
+        """Block until stop() is called (by a signal, the idle timer, or another thread).
+        Wakes every second: a signal the kernel hands to another thread runs its Python
+        handler only when this thread next runs."""
+        while not self._stopped.wait(1.0):
+            pass
 
     def install_signal_handlers(self) -> None:
+        """SIGTERM and SIGINT stop the daemon; SIGUSR1 writes every thread's stack to its
+        log and leaves it running (for a daemon that seems stuck)."""
         for signum in (signal.SIGTERM, signal.SIGINT):
             signal.signal(
                 signum, lambda *_: threading.Thread(target=self.stop, daemon=True).start()
             )
+        faulthandler.register(signal.SIGUSR1, all_threads=True, chain=False)
 
     def stop(self) -> None:
         """Tell clients the device is gone, stop serving, stop workers, unlink all memory."""
-        if self._stopped.is_set():
-            return
+        with self._lock:  # once; and no session opens after this snapshot of them
+            if self._stopping:
+                return
+            self._stopping = True
+            sessions = list(self.sessions.values())
         if self.health is not None:
             self.health.enter_graceful_shutdown()
-        with self._lock:
-            sessions = list(self.sessions.values())
         for session in sessions:
             session.outbox.put(
                 npu_pb2.Notice(
@@ -241,7 +250,7 @@ class Daemon:
         daemon's session limit, or the peer's (--max-sessions-per-peer)."""
         config = self.config
         with self._lock:
-            if self._stopped.is_set():
+            if self._stopping:
                 return "the daemon is shutting down"
             if len(self.sessions) >= config.max_sessions:
                 return f"the daemon serves at most {config.max_sessions} sessions"
@@ -263,7 +272,7 @@ class Daemon:
             return self._peer_of.get(session.id, Peer("?", 0))
 
     def close_session(self, session: Session) -> None:
-        if self._stopped.is_set() or self.scheduler is None:
+        if self._stopping or self.scheduler is None:  # (stop() releases every session)
             return
         session.close(self._session_closed)
 

@@ -197,7 +197,12 @@ def test_a_sigterm_to_the_daemons_process_group_logs_no_error(tmp_path):
         with runtime_of(address) as rt:
             round_trip(rt)  # every worker has done some work
         os.killpg(process.pid, signal.SIGTERM)
-        assert process.wait(30) == 0
+        try:
+            assert process.wait(30) == 0
+        except subprocess.TimeoutExpired:
+            os.kill(process.pid, signal.SIGUSR1)  # its threads' stacks, into the log
+            time.sleep(1)
+            pytest.fail(f"the daemon did not stop:\n{log_path.read_text()}")
     finally:
         if process.poll() is None:
             process.kill()
@@ -209,3 +214,13 @@ def test_a_sigterm_to_the_daemons_process_group_logs_no_error(tmp_path):
     assert not [name for name in simnpu_segments() if name.startswith(f"simnpu-{process.pid}-")]
     output = log_path.read_text()
     assert " ERROR " not in output and "Traceback" not in output, output
+
+
+def test_sigusr1_writes_every_threads_stack_to_the_log_and_changes_nothing_else(start_daemon):
+    daemon = start_daemon()
+    os.kill(daemon.pid, signal.SIGUSR1)
+    wait_for_line(daemon, r"^Thread 0x[0-9a-f]+ \(most recent call first\):")
+    wait_for_line(daemon, r"in wait")  # the main thread, waiting for a stop
+    with runtime_of(daemon.address) as rt:
+        round_trip(rt)  # it serves on
+    assert daemon.process.poll() is None

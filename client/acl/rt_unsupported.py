@@ -10,7 +10,10 @@ runtime function (docs/cann_functions.py) shows the reasons.
 from __future__ import annotations
 
 # name: (C call, values returned before ret (None: ret only), why)
-_MANAGED = "managed (unified) memory is not simulated"
+_MANAGED = (
+    "advice, prefetches and range attributes of managed memory are not simulated (its pages "
+    "are shared host pages, never moved)"
+)
 _VMM = "mapping without access, over chosen links or between devices is not simulated: use map_mem"
 _SYMBOLS = (
     "device symbols, globals and code addresses do not exist: kernels are Python functions "
@@ -40,7 +43,6 @@ CALLS: dict[str, tuple[str, tuple | None, str]] = {
         None,
         "per-binary exception callbacks are not simulated (use exception_info_callback_register)",
     ),
-    "mem_alloc_managed": ("aclrtMemAllocManaged", (0,), _MANAGED),
     "mem_managed_get_attr": ("aclrtMemManagedGetAttr", None, _MANAGED),
     "mem_managed_get_attrs": ("aclrtMemManagedGetAttrs", None, _MANAGED),
     "mem_managed_advise": ("aclrtMemManagedAdvise", None, _MANAGED),

@@ -36,6 +36,7 @@ from simnpu.client.runtime_devices import RuntimeDevices
 from simnpu.client.runtime_graphs import Model, RuntimeGraphs
 from simnpu.client.runtime_host_register import RuntimeHostRegister
 from simnpu.client.runtime_ipc_events import RuntimeIpcEvents
+from simnpu.client.runtime_managed import RuntimeManagedMemory
 from simnpu.client.runtime_memory import (
     RuntimeMemory,
     check_allocatable,
@@ -85,6 +86,7 @@ class Runtime(
     RuntimeMemory,
     RuntimeVirtualMemory,
     RuntimeHostRegister,
+    RuntimeManagedMemory,
     RuntimeShareableMemory,
     RuntimeStreams,
     RuntimePeers,
@@ -155,6 +157,7 @@ class Runtime(
         self.mapping_starts: list[int] = []
         self.physical: dict[int, list[int]] = {}  # handle -> [size, device, attr, references]
         self._init_host_register()  # registered and managed host memory
+        self._init_managed_advice()  # advice and prefetches of managed memory
         self.functions: dict[int, KernelSignature] = {}
         self.function_binary: dict[int, int] = {}  # function handle -> its binary
         self.binaries: set[int] = {commands.BUILTIN_BINARY}

@@ -53,6 +53,7 @@ class RuntimeHostRegister:
         def _current(self) -> ContextInfo: ...
         def malloc_host(self, size: int) -> int: ...
         def free_host(self, address: int) -> None: ...
+        def drop_managed_advice(self, ptr: int) -> None: ...
 
     _register_lock: threading.Lock
     _registered: dict[int, tuple[int, int]]  # host start -> (size, device pointer or 0)
@@ -247,5 +248,6 @@ class RuntimeHostRegister:
     def free_managed(self, ptr: int) -> None:
         """aclrtFree of managed memory: unregister it and free its pinned memory."""
         self._managed.discard(ptr)
+        self.drop_managed_advice(ptr)
         self._unregister(ptr)
         self.free_host(ptr)

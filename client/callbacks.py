@@ -97,6 +97,11 @@ class HostCallbacks:
         if thread_id is not None:
             self._queue(function, data, True, stream, target)
             return
+        self.launch_runtime_func(function, data, stream)
+
+    def launch_runtime_func(self, function, data, stream: int) -> None:
+        """A task of the runtime's own (a managed-memory prefetch): the stream waits until
+        `function(data)` has returned, always run by the runtime's thread."""
         with self._lock:
             if self._host_functions is None:
                 self._host_functions = queue.SimpleQueue()

@@ -34,7 +34,9 @@ from simnpu.client.runtime_cnt_notify import RuntimeCntNotify
 from simnpu.client.runtime_cond_tasks import RuntimeCondTasks
 from simnpu.client.runtime_devices import RuntimeDevices
 from simnpu.client.runtime_graphs import Model, RuntimeGraphs
+from simnpu.client.runtime_host_register import RuntimeHostRegister
 from simnpu.client.runtime_ipc_events import RuntimeIpcEvents
+from simnpu.client.runtime_managed import RuntimeManagedMemory
 from simnpu.client.runtime_memory import (
     RuntimeMemory,
     check_allocatable,
@@ -83,6 +85,8 @@ class ContextInfo:
 class Runtime(
     RuntimeMemory,
     RuntimeVirtualMemory,
+    RuntimeHostRegister,
+    RuntimeManagedMemory,
     RuntimeShareableMemory,
     RuntimeStreams,
     RuntimePeers,
@@ -152,6 +156,8 @@ class Runtime(
         self.mappings: dict[int, tuple[int, int]] = {}  # mapped start -> (size, physical)
         self.mapping_starts: list[int] = []
         self.physical: dict[int, list[int]] = {}  # handle -> [size, device, attr, references]
+        self._init_host_register()  # registered and managed host memory
+        self._init_managed_advice()  # advice and prefetches of managed memory
         self.functions: dict[int, KernelSignature] = {}
         self.function_binary: dict[int, int] = {}  # function handle -> its binary
         self.binaries: set[int] = {commands.BUILTIN_BINARY}
@@ -498,7 +504,7 @@ class Runtime(
                     f"{count} bytes at {address:#x} run past the end of the allocation "
                     f"[{start:#x}, +{size})"
                 )
-        if self.mapped_range(address, count):
+        if self.mapped_range(address, count) or self.registered_range(address, count):
             return
         raise invalid(f"{address:#x} is not inside a device allocation of this process")
 
@@ -524,6 +530,9 @@ class Runtime(
         block = self.host.find(address)
         if block is None or block.address != address:
             raise invalid(f"{address:#x} is not the start of pinned host memory of this process")
+        if self.is_managed(address):
+            raise invalid(f"{address:#x} is managed memory: free it with aclrtFree")
+        self.unregister_block(address, block.size)  # its registrations go with it
         self.host.remove(address)
         if block.region is not None:
             self._call(pb.FreeHostRequest(segment=block.handle))

@@ -92,6 +92,8 @@ class RuntimeMemory:
         def _check_device(self, device: int) -> None: ...
         def stream(self, handle: int) -> int: ...
         def device_range(self, address: int, count: int) -> None: ...
+        def is_managed(self, ptr: int) -> bool: ...
+        def free_managed(self, ptr: int) -> None: ...
 
     # ---- free ----------------------------------------------------------------------------------
     @records_errors
@@ -103,6 +105,9 @@ class RuntimeMemory:
         is reported at the next synchronize)."""
         if not address:
             raise NpuError(codes.ACL_ERROR_INVALID_PARAM, "null pointer passed to free")
+        if self.is_managed(address):
+            self.free_managed(address)
+            return
         with self._lock:
             if (
                 address not in self.allocations

@@ -16,6 +16,7 @@ from simnpu.proto import codes
 from simnpu.proto.errors import NpuError, invalid
 from simnpu.server import quotas
 from simnpu.server.kernel_processes import Grant, page_spans
+from simnpu.server.registered_memory import RegisteredMemory
 from simnpu.server.virtual_memory import VirtualMemory
 from simnpu.server.work import Span
 from simnpu.shm.addresses import is_device_address, split_device_address
@@ -43,6 +44,7 @@ class ClientMemory:
         self.pools: set[MemPool] = set()  # its live pools
         self.pool_blocks: dict[int, MemPool] = {}  # address -> its pool, until its FreeAsync
         self.virtual = VirtualMemory(owner, devices, self.limits)
+        self.registered = RegisteredMemory(owner, devices)  # aliases of its pinned memory
         self._grant = Grant(-1, ())
         owner.kernel_grant = self.kernel_grant
 
@@ -91,6 +93,7 @@ class ClientMemory:
         self._ipc.session_ended(self.owner, list(self.imported))
         self.imported.clear()
         self.virtual.release_all()
+        self.registered.release_all()
 
     def imported_now(self, key: str, address: int, size: int, device: int) -> None:
         """aclrtIpcMemImportByKey succeeded: `[address, +size)` of `device` is usable."""
@@ -118,6 +121,7 @@ class ClientMemory:
         for address, size, device in list(self.imported.values()):
             ranges.append((device, split_device_address(address)[1], size))
         blocks, mappings = self.virtual.grant()
+        mappings += self.registered.grant()
         self._grant = Grant(generation, page_spans(ranges + blocks), tuple(mappings))
         return self._grant
 
@@ -133,11 +137,12 @@ class ClientMemory:
 
     def own_allocation(self, address: int) -> tuple[int, int] | None:
         """(start, requested size) of the allocation holding `address` that this client may
-        use: its own, a range it imported, or mapped memory (the mappings side by side that
-        hold it). Never a physical block's own address: those are used through mappings."""
+        use: its own, a range it imported, registered host memory, or mapped memory (the
+        mappings side by side that hold it). Never a physical block's own address: those
+        are used through mappings."""
         allocation = self.allocation_at(address)
         if allocation is None:
-            return self.virtual.mapped_run(address)
+            return self.virtual.mapped_run(address) or self.registered.run(address)
         if allocation.owner is not self.owner or self._is_physical(address, allocation):
             return self.imported_range(address) if self.imported else None
         return address - (split_device_address(address)[1] - allocation.offset), allocation.size

@@ -17,6 +17,7 @@ from simnpu.server.host_memory import HostMemory, committed_failure
 from simnpu.server.objects import Owner
 from simnpu.server.untrusted import escaped
 from simnpu.server.virtual_memory import ReservedSpace
+from simnpu.shm import window
 from simnpu.shm.addresses import device_address, split_device_address
 from simnpu.shm.allocator import Allocation, DeviceAllocator
 from simnpu.shm.region import Region, segment_name
@@ -32,18 +33,19 @@ DECOMMIT_MIN = 2 << 20
 
 
 class WindowTable:
-    """Every device's physical blocks mapped at reserved addresses (aclrtMapMem; the last
-    at each offset, unmapped since or not), as (device, reserved offset, length, segment
-    offset), and a version that changes with it:
-    the scheduler sends it to a unit whose version is older (server/work.py, MapWindows).
+    """Every device's entries mapped at reserved addresses -- physical blocks (aclrtMapMem;
+    the last at each offset, unmapped since or not) and registered host memory (retired
+    once unregistered) -- as (device, reserved offset, length, source offset, source:
+    simnpu.shm.window.Entry), and a version that changes with it: the scheduler sends it to
+    a unit whose version is older (server/work.py, MapWindows).
     Read without a lock: both are replaced whole."""
 
     def __init__(self) -> None:
         self.version = 0
-        self.entries: tuple[tuple[int, int, int, int], ...] = ()
+        self.entries: tuple[tuple[int, int, int, int, str], ...] = ()
         self._lock = threading.Lock()
 
-    def update(self, device: int, mappings: set[tuple[int, int, int]]) -> None:
+    def update(self, device: int, mappings: set[window.Entry]) -> None:
         with self._lock:
             others = tuple(entry for entry in self.entries if entry[0] != device)
             self.entries = others + tuple((device, *mapping) for mapping in mappings)
@@ -67,8 +69,8 @@ class Device:
         self.region = Region.create(segment_name(f"dev{index}"), memory_bytes, device=True)
         self.reserved = ReservedSpace()  # aclrtReserveMemAddress's ranges (docs/device-memory.md)
         self.windows = windows if windows is not None else WindowTable()
-        self._mapped: dict[int, tuple[int, int]] = {}  # reserved offset -> (length, block
-        # offset): the last block mapped at each offset, unmapped or not
+        self._mapped: dict[int, tuple[int, int, str]] = {}  # reserved offset -> (length,
+        # source offset, source): the last entry mapped at each offset, unmapped or not
         self.host = host  # what the host can still back with pages
         self.allocator = DeviceAllocator(memory_bytes, align=mmap.PAGESIZE)  # blocks own pages
         self.lock = threading.Lock()  # guards the allocator: sessions allocate concurrently
@@ -165,19 +167,21 @@ class Device:
             self.region.decommit(start, size)  # (the host's estimate catches up by itself)
         return allocation
 
-    def map_window(self, offset: int, length: int, block: int) -> None:
-        """aclrtMapMem: the block at `block` is at reserved offset `offset` for every process
-        that maps this device: the daemon now, the workers with their next batch. What it
-        replaces there goes; an unmap changes nothing here: until something else is mapped
-        there, the old pages stay, so work that outlives an unmap touches them as work that
-        outlives a free does (docs/device-memory.md), never a page that is not mapped."""
+    def map_window(self, offset: int, length: int, block: int, source: str = window.OWN) -> None:
+        """aclrtMapMem: the block at `block` (of `source`: this device's segment, or a host
+        segment by name for registered host memory, or window.RETIRED) is at reserved offset
+        `offset` for every process that maps this device: the daemon now, the workers with
+        their next batch. What it replaces there goes; an unmap changes nothing here: until
+        something else is mapped there, the old pages stay, so work that outlives an unmap
+        touches them as work that outlives a free does (docs/device-memory.md), never a page
+        that is not mapped."""
         with self.lock:
             end = offset + length
             self._mapped = {
-                o: (n, b) for o, (n, b) in self._mapped.items() if o + n <= offset or end <= o
+                o: entry for o, entry in self._mapped.items() if o + entry[0] <= offset or end <= o
             }
-            self._mapped[offset] = (length, block)
-            mappings = {(o, n, b) for o, (n, b) in self._mapped.items()}
+            self._mapped[offset] = (length, block, source)
+            mappings = {(o, n, b, s) for o, (n, b, s) in self._mapped.items()}
             self.region.map_reserved(mappings)
             self.windows.update(self.index, mappings)
 

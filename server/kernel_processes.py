@@ -69,9 +69,10 @@ END_WAIT_S = 5.0  # how long a killed kernel process may take to be gone
 EXIT_WAIT_S = 2.0  # how long one that closed its socket has to exit by itself
 
 Span = tuple[int, int, int]  # (device, offset, length): whole pages of a device's segment
-Mapping = tuple[int, int, int, int]
-"""(device, reserved offset, length, segment offset): a physical block mapped at a reserved
-device address (aclrtMapMem), whole pages."""
+Mapping = tuple[int, int, int, int, str]
+"""(device, reserved offset, length, source offset, source): a physical block mapped at a
+reserved device address (aclrtMapMem; source window.OWN, the device's segment), or
+registered host memory (source: its segment's name), whole pages."""
 
 
 @dataclass(frozen=True)
@@ -289,13 +290,17 @@ def map_windows(
 ) -> list[Any]:
     """One window per device (simnpu.shm.window), PROT_NONE but for the spans of the
     device's segment (descriptor `fds[device]`), mapped shared at their own offsets, and
-    the mappings (device, reserved offset, length, segment offset) at their reserved
-    offsets: a buffer per device that kernels' views index like the device's address span."""
+    the mappings (device, reserved offset, length, source offset, source) at their reserved
+    offsets: a buffer per device that kernels' views index like the device's address span.
+    A host segment gone meanwhile (unregistered) stays PROT_NONE: touching it faults."""
     bases = [window.reserve() for _ in fds]
     for device, offset, length in spans:
         window.map_shared(bases[device], fds[device], [(offset, length, offset)])
-    for device, offset, length, file_offset in mappings:
-        window.map_shared(bases[device], fds[device], [(offset, length, file_offset)])
+    for device, offset, length, file_offset, source in mappings:
+        if source == window.OWN:
+            window.map_shared(bases[device], fds[device], [(offset, length, file_offset)])
+        else:
+            window.map_segment(bases[device], source, [(offset, length, file_offset)])
     return [(ctypes.c_char * DEVICE_SPAN).from_address(base) for base in bases]
 
 

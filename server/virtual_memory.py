@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 
 from simnpu.proto import codes
 from simnpu.proto.errors import NpuError, invalid
+from simnpu.shm import window
 from simnpu.shm.addresses import DEVICE_SPAN, MAX_MEMORY, device_address, split_device_address
 
 if TYPE_CHECKING:
@@ -318,12 +319,18 @@ class VirtualMemory:
         )
         return {"handle_references": self.physical.get(physical, 0), "mapped_at": mapped_at}
 
-    def grant(self) -> tuple[list[tuple[int, int, int]], list[tuple[int, int, int, int]]]:
+    def grant(self) -> tuple[list[tuple[int, int, int]], list[tuple[int, int, int, int, str]]]:
         """For its kernel processes: the blocks (device, offset, size) and the mappings
-        (device, reserved offset, size, block offset)."""
+        (device, reserved offset, size, block offset, window.OWN)."""
         blocks = [(p.device, split_device_address(p.address)[1], p.size) for p in self._held()]
         mappings = [
-            (r.device, split_device_address(start)[1], p.size, split_device_address(p.address)[1])
+            (
+                r.device,
+                split_device_address(start)[1],
+                p.size,
+                split_device_address(p.address)[1],
+                window.OWN,
+            )
             for r in list(self.reservations.values())
             for start, p in list(r.mappings.items())
         ]

@@ -262,8 +262,9 @@ class RunKernels(_RunKernelsFields, _Item):
 
 class _MapWindowsFields(NamedTuple):
     # every device's mappings of physical blocks at reserved addresses (aclrtMapMem):
-    # (device, reserved offset, length, segment offset), whole pages
-    windows: tuple[tuple[int, int, int, int], ...]
+    # and of registered host memory: (device, reserved offset, length, source offset,
+    # source: simnpu.shm.window.Entry), whole pages
+    windows: tuple[tuple[int, int, int, int, str], ...]
 
 
 class MapWindows(_MapWindowsFields, _Item):

@@ -175,7 +175,7 @@ class KernelContext:
                     view.flags.writeable = False
                 return view
         for start, size in self._bounds:
-            if size < 0 and start <= ptr < start - size:  # (launch_bounds: a reserved range)
+            if size < 0 and start <= ptr < start - size:  # (launch_arguments: a reserved range)
                 raise MemoryFault(
                     f"address {ptr:#x} lies in the reserved range [{start:#x}, +{-size}) "
                     "where nothing is mapped"
@@ -573,7 +573,7 @@ def main(core_id: int, device_segments: list[str], conn) -> None:
     def remap(windows: tuple) -> None:
         """Map the reserved halves of the device windows as the daemon's table says."""
         for index, region in enumerate(regions):
-            region.map_reserved({(o, n, f) for d, o, n, f in windows if d == index})
+            region.map_reserved({(o, n, f, s) for d, o, n, f, s in windows if d == index})
 
     runner = WorkRunner(
         core_id, [region.map for region in regions], device_segments, conn.send, remap

@@ -45,7 +45,7 @@ class Region:
         self.owner = owner
         self.size = memory.size
         self.fd = -1  # kept open for a device's window: physical blocks are mapped into it
-        self._mapped: set[window.Mapping] = set()  # what its reserved half maps
+        self._mapped: set[window.Entry] = set()  # what its reserved half maps
         flags = mmap.MAP_SHARED | (mmap.MAP_POPULATE if populate else 0)
         try:
             if not self.size:
@@ -61,9 +61,10 @@ class Region:
             memory.close_fd()
         self._closed = False
 
-    def map_reserved(self, mappings: set[window.Mapping]) -> None:
+    def map_reserved(self, mappings: set[window.Entry]) -> None:
         """A device's window: its reserved half maps `mappings` (window offset, length,
-        segment offset) of the segment, mapped over what they replace since the last call.
+        source offset, source: simnpu.shm.window.Entry), mapped over what they replace since
+        the last call.
         Never blocks on anything but the kernel."""
         window.remap_reserved(self.address(), self.fd, self._mapped, mappings)
         self._mapped = mappings

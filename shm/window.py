@@ -13,6 +13,8 @@ import ctypes
 import mmap
 from collections.abc import Iterable
 
+import posix_ipc
+
 from simnpu.shm.addresses import DEVICE_SPAN
 
 _libc = ctypes.CDLL(None, use_errno=True)
@@ -34,6 +36,14 @@ _RESERVE = mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS | _MAP_NORESERVE
 
 Mapping = tuple[int, int, int]
 """(offset in the window, length, offset in the segment): whole pages."""
+Entry = tuple[int, int, int, str]
+"""A mapping of a window's reserved half: (offset in the window, length, offset in the
+source, source), whole pages. The source is the device's own segment (""), a host segment
+by name (registered pinned memory), or RETIRED."""
+OWN = ""
+RETIRED = "-"
+"""The source of an entry whose memory went (an unregistered host range): fresh private
+zero pages, so that work outliving it touches nothing shared and never a PROT_NONE page."""
 
 
 def _mmap(address: int | None, length: int, prot: int, flags: int, fd: int, offset: int) -> int:
@@ -64,8 +74,27 @@ def map_shared(base: int, fd: int, mappings: Iterable[Mapping]) -> None:
         _mmap(base + offset, length, _PROT_RW, mmap.MAP_SHARED | _MAP_FIXED, fd, file_offset)
 
 
-def remap_reserved(base: int, fd: int, old: set[Mapping], new: set[Mapping]) -> None:
+def remap_reserved(base: int, fd: int, old: set[Entry], new: set[Entry]) -> None:
     """Change the window's upper half (the reserved ranges) from mapping `old` to `new`:
-    map what came (over what it replaces). Nothing mapped there is ever made PROT_NONE
-    again (docs/device-memory.md: work that outlives an unmap)."""
-    map_shared(base, fd, new - old)
+    map what came (over what it replaces); `fd` is the device's own segment. Nothing mapped
+    there is ever made PROT_NONE again (docs/device-memory.md: work that outlives an
+    unmap); a host segment already unlinked is mapped as RETIRED."""
+    for offset, length, file_offset, source in new - old:
+        if source == OWN:
+            map_shared(base, fd, [(offset, length, file_offset)])
+        elif source == RETIRED or not map_segment(base, source, [(offset, length, file_offset)]):
+            _mmap(base + offset, length, _PROT_RW, _RESERVE | _MAP_FIXED, -1, 0)
+
+
+def map_segment(base: int, name: str, mappings: Iterable[Mapping]) -> bool:
+    """Map `mappings` of the shared-memory segment `name` into the window at `base`; False
+    if the segment is gone (unlinked)."""
+    try:
+        memory = posix_ipc.SharedMemory(name)
+    except posix_ipc.ExistentialError:
+        return False
+    try:
+        map_shared(base, memory.fd, mappings)
+    finally:
+        memory.close_fd()
+    return True

@@ -27,6 +27,7 @@ from . import rt_cnt_notify as _cnt_notify
 from . import rt_devices as _devices
 from . import rt_exceptions as _exceptions
 from . import rt_flow as _flow
+from . import rt_host_memory as _host_memory
 from . import rt_ipc_events as _ipc_events
 from . import rt_kernel_args as _kernel_args
 from . import rt_memory as _memory
@@ -530,26 +531,6 @@ _UNSUPPORTED = {
         "copy descriptors are not simulated",
     ),
     "cmo_async": ("aclrtCmoAsync", None, "cache maintenance operations are not simulated"),
-    "host_register": (
-        "aclrtHostRegister",
-        (0,),
-        "registering pageable host memory is not simulated",
-    ),
-    "host_unregister": (
-        "aclrtHostUnregister",
-        None,
-        "registering pageable host memory is not simulated",
-    ),
-    "host_register_v2": (
-        "aclrtHostRegisterV2",
-        None,
-        "registering pageable host memory is not simulated",
-    ),
-    "host_get_device_pointer": (
-        "aclrtHostGetDevicePointer",
-        (0,),
-        "registering pageable host memory is not simulated",
-    ),
     "device_task_abort": (
         "aclrtDeviceTaskAbort",
         None,
@@ -700,4 +681,5 @@ __getattr__, __dir__ = _on_demand(
     _ipc_events,
     _flow,
     _vmm,
+    _host_memory,
 )

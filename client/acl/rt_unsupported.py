@@ -1,6 +1,6 @@
 """acl.rt calls of the CANN runtime headers that simnpu does not simulate, beyond the ones
-client/acl/rt.py lists itself: managed and virtual memory, device symbols, mbufs, groups,
-snapshots, fault repair and other launch forms.
+client/acl/rt.py lists itself: host memory mapping, virtual memory links, device symbols,
+mbufs, groups, snapshots, fault repair and other launch forms.
 
 client/acl/rt.py turns every entry into a call that returns ACL_ERROR_RT_FEATURE_NOT_SUPPORT
 (207000) in pyACL's shape and lists it in acl.rt.UNSUPPORTED; docs/acl.md's table of every
@@ -10,7 +10,6 @@ runtime function (docs/cann_functions.py) shows the reasons.
 from __future__ import annotations
 
 # name: (C call, values returned before ret (None: ret only), why)
-_MANAGED = "managed (unified) memory is not simulated"
 _VMM = "mapping without access, over chosen links or between devices is not simulated: use map_mem"
 _SYMBOLS = (
     "device symbols, globals and code addresses do not exist: kernels are Python functions "
@@ -40,12 +39,6 @@ CALLS: dict[str, tuple[str, tuple | None, str]] = {
         None,
         "per-binary exception callbacks are not simulated (use exception_info_callback_register)",
     ),
-    "mem_alloc_managed": ("aclrtMemAllocManaged", (0,), _MANAGED),
-    "mem_managed_get_attr": ("aclrtMemManagedGetAttr", None, _MANAGED),
-    "mem_managed_get_attrs": ("aclrtMemManagedGetAttrs", None, _MANAGED),
-    "mem_managed_advise": ("aclrtMemManagedAdvise", None, _MANAGED),
-    "mem_managed_prefetch_async": ("aclrtMemManagedPrefetchAsync", None, _MANAGED),
-    "mem_managed_prefetch_batch_async": ("aclrtMemManagedPrefetchBatchAsync", None, _MANAGED),
     "host_mem_map_capabilities": (
         "aclrtHostMemMapCapabilities",
         (0,),

@@ -13,6 +13,7 @@ from simnpu.server.handlers import (  # noqa: F401 - imported for their registra
     event_timestamps,
     events,
     graphs,
+    host_register,
     ipc,
     ipc_events,
     jobs,

@@ -58,14 +58,18 @@ def get_function(
     return pb.GetFunctionReply(function=handle, signature=signature.to_wire())
 
 
-def launch_bounds(session: Session, function: Function, values: tuple) -> tuple:
-    """The allocations a kernel may touch: its client's, passed to it as pointers, as
-    (start, size). A pointer into a reserved range where nothing is mapped adds (start,
-    -size) of the range: touching it is a fault, whose message names the range."""
+def launch_arguments(session: Session, function: Function, values: tuple) -> tuple[tuple, tuple]:
+    """The kernel's arguments -- a pointer into the client's managed memory translated to
+    the same byte's device address (server/registered_memory.py) -- and the allocations it
+    may touch: its client's, passed to it as pointers, as (start, size). A pointer into a
+    reserved range where nothing is mapped adds (start, -size) of the range: touching it is
+    a fault, whose message names the range."""
     bounds = []
     memory = session.memory
+    translated = []
     for kind, value in zip(function.signature.types, values):
         if kind == "ptr" and value:
+            value = memory.registered.translate(value)
             allocation = memory.own_allocation(value)
             if allocation is not None:
                 bounds.append(allocation)
@@ -73,7 +77,8 @@ def launch_bounds(session: Session, function: Function, values: tuple) -> tuple:
                 reservation = memory.virtual.reservation_at(value)
                 if reservation is not None:
                     bounds.append((reservation.start, -reservation.size))
-    return tuple(bounds)
+        translated.append(value)
+    return tuple(translated), tuple(bounds)
 
 
 def _stream(session: Session, record: commands.Launch | commands.LaunchDeviceArgs) -> Stream:
@@ -95,8 +100,7 @@ def launch(session: Session, record: commands.Launch) -> None:
             stream,
             function,
             record.num_blocks,
-            values,
-            launch_bounds(session, function, values),
+            *launch_arguments(session, function, values),
         )
     )
 
@@ -116,7 +120,7 @@ def launch_device_args(session: Session, record: commands.LaunchDeviceArgs) -> N
         values = function.signature.unpack(
             bytes(device.region.map[span.offset : span.offset + size])
         )
-        return values, launch_bounds(session, function, values)
+        return launch_arguments(session, function, values)
 
     session.submit(
         KernelTask(session.seq, stream, function, record.num_blocks, None, read_args=read_args)

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 
 from simnpu.proto import codes, commands
 from simnpu.proto.errors import check_num_blocks, invalid
-from simnpu.server.handlers.kernels import launch_bounds
+from simnpu.server.handlers.kernels import launch_arguments
 from simnpu.server.handlers.registry import handles
 from simnpu.server.objects import Stream
 from simnpu.server.resources import Function
@@ -60,8 +60,7 @@ def launch_with_config(session: Session, record: commands.LaunchWithConfig) -> N
             stream,
             function,
             record.num_blocks,
-            values,
-            launch_bounds(session, function, values),
+            *launch_arguments(session, function, values),
             timeout_s,
             session.memory,
             scratch,

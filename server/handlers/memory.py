@@ -124,5 +124,8 @@ def malloc_host(
 @handles(pb.FreeHostRequest)
 def free_host(session: Session, request: pb.FreeHostRequest, reply_to: int) -> None:
     pinned = session.handles.get(request.segment, Pinned, "pinned host memory")
+    registered = session.memory.registered
+    for registration in registered.of_segment(pinned):  # they go with their memory
+        registered.unregister(registration.address)
     session.handles.remove(request.segment)
     session.release_segment(pinned.region)

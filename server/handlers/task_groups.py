@@ -18,7 +18,7 @@ from simnpu.proto import npu_pb2 as pb
 from simnpu.proto.errors import NpuError, check_num_blocks, invalid
 from simnpu.server.cond_tasks import not_sub_model
 from simnpu.server.graphs import TASK_TYPES, Graph
-from simnpu.server.handlers.kernels import launch_bounds
+from simnpu.server.handlers.kernels import launch_arguments
 from simnpu.server.handlers.registry import LATER, handles
 from simnpu.server.resources import Function
 from simnpu.server.session import HandleKind
@@ -310,7 +310,7 @@ def _launch(
     """A launch of `function` with the new parameters (not submitted: its payload is used)."""
     if params.args:  # host arguments: decoded now
         values = function.signature.unpack(params.args)
-        bounds = launch_bounds(session, function, values)
+        values, bounds = launch_arguments(session, function, values)
         return KernelTask(task.seq, task.stream, function, params.num_blocks, values, bounds)
     address, size = params.args_ptr, params.args_size
     span = session.device_range(address, size)
@@ -321,7 +321,7 @@ def _launch(
         values = function.signature.unpack(
             bytes(device.region.map[span.offset : span.offset + size])
         )
-        return values, launch_bounds(session, function, values)
+        return launch_arguments(session, function, values)
 
     return KernelTask(task.seq, task.stream, function, params.num_blocks, None, read_args=read_args)
 

@@ -71,6 +71,11 @@ def session(address: str) -> Iterator[None]:
             os.environ["SIMNPU_ADDRESS"] = previous
 
 
+def _turn(round_: int, pair: list) -> list:
+    """The two sides of a comparison in the order of this round: each goes first in turn."""
+    return pair if round_ % 2 == 0 else pair[::-1]
+
+
 class Mapped:
     """A reserved range of `chunks` x `chunk` bytes, each chunk a physical allocation mapped
     behind the one before (an expandable segment grown to its full size)."""
@@ -94,7 +99,8 @@ class Mapped:
 def call_pairs(rounds: int, reserved: int = 1 << 30, size: int = 2 * MiB) -> dict:
     """p50/p99 (µs), interleaved round by round: aclrtReserveMemAddress + aclrtReleaseMemAddress
     of `reserved` bytes; aclrtMallocPhysical + aclrtMapMem + aclrtUnmapMem + aclrtFreePhysical
-    of `size` bytes (each call too); and the baseline, aclrtMalloc + aclrtFree of `size`."""
+    of `size` bytes (each call too); and the baseline, aclrtMalloc + aclrtFree of `size` (the
+    free returns before the daemon frees)."""
     clock = time.perf_counter
     names = ("reserve_release", "physical_cycle", "malloc_physical", "map", "unmap")
     names += ("free_physical", "malloc_free")
@@ -115,6 +121,9 @@ def call_pairs(rounds: int, reserved: int = 1 << 30, size: int = 2 * MiB) -> dic
         t4 = clock()
         _check(acl.rt.free(_value(acl.rt.malloc(size, HUGE_FIRST), "malloc")), "free")
         t5 = clock()
+        # aclrtFree returns before the daemon frees (and decommits): drain that, untimed, so
+        # that the next round's first call does not wait behind it
+        _check(acl.rt.synchronize_device(), "synchronize_device")
         for name, seconds in zip(
             names, (t0 - start, t4 - t0, t1 - t0, t2 - t1, t3 - t2, t4 - t3, t5 - t4), strict=True
         ):
@@ -164,8 +173,8 @@ def growth(rounds: int, steps: int = 64, chunk: int = 2 * MiB, reserved: int = 1
 def h2d_bandwidth(rounds: int, chunks: int = 8, chunk: int = 32 * MiB) -> dict:
     """Best-of-`rounds` GB/s of an H2D copy of `chunks` x `chunk` bytes from pinned host
     memory into a range mapped from `chunks` physical allocations and into one aclrtMalloc
-    buffer, both warm (each written once first), taken in turn: synchronous (the daemon
-    copies) and asynchronous (the copy engines copy)."""
+    buffer, both warm (each written once first), taken in turn (each first every other
+    round): synchronous (the daemon copies) and asynchronous (the copy engines copy)."""
     size = chunks * chunk
     host = _value(acl.rt.malloc_host(size), "malloc_host")
     ctypes.memset(host, 1, size)
@@ -185,8 +194,8 @@ def h2d_bandwidth(rounds: int, chunks: int = 8, chunk: int = 32 * MiB) -> dict:
         for name, copy in (("sync", sync), ("async", asynchronous)):
             for dst in (mapped.base, buffer):  # warm: pages committed and in every page table
                 copy(dst)
-            for _ in range(rounds):
-                for where, dst in (("mapped", mapped.base), ("malloc", buffer)):
+            for rnd in range(rounds):
+                for where, dst in _turn(rnd, [("mapped", mapped.base), ("malloc", buffer)]):
                     start = time.perf_counter()
                     copy(dst)
                     rate = size / (time.perf_counter() - start) / 1e9
@@ -201,9 +210,10 @@ def h2d_bandwidth(rounds: int, chunks: int = 8, chunk: int = 32 * MiB) -> dict:
 
 
 def kernel_rate(rounds: int, size: int = 64 * MiB, chunk: int = 2 * MiB) -> dict:
-    """Best-of-`rounds` GB/s (3 arrays moved) of the built-in add_f32 over `size` bytes a
-    array, numBlocks = AI cores: the arrays side by side in one range mapped from chunks of
-    `chunk` bytes, and in three aclrtMalloc buffers; both warm, taken in turn."""
+    """Best-of-`rounds` GB/s (3 arrays moved) of the built-in add_f32 over arrays of `size`
+    bytes, numBlocks = AI cores: the three side by side in one range mapped from chunks of
+    `chunk` bytes, and in three aclrtMalloc buffers; both warm, taken in turn (each first
+    every other round)."""
     from simnpu.client.device import runtime
 
     elements = size // 4
@@ -226,7 +236,7 @@ def kernel_rate(rounds: int, size: int = 64 * MiB, chunk: int = 2 * MiB) -> dict
             for where, pointers in arrays.items()
         }
         for rnd in range(rounds + 1):  # the first round warms the cores' page tables
-            for where, args in packed.items():
+            for where, args in _turn(rnd, list(packed.items())):
                 start = time.perf_counter()
                 _check(
                     acl.rt.launch_kernel_with_host_args(

@@ -390,8 +390,8 @@ def virtual_memory(table, quick: bool) -> dict:
             with vmm_probes.session(daemon.address):
                 calls = vmm_probes.call_pairs(200 if quick else 500)
                 grown = vmm_probes.growth(2 if quick else 3)
-                copies = vmm_probes.h2d_bandwidth(3 if quick else 5)
-                kernels = vmm_probes.kernel_rate(3 if quick else 5)
+                copies = vmm_probes.h2d_bandwidth(3 if quick else 6)
+                kernels = vmm_probes.kernel_rate(3 if quick else 8)
         finally:
             daemon.close()
     malloc_free = calls["malloc_free"]

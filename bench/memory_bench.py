@@ -1,6 +1,6 @@
 """Device-memory benchmarks: the allocator in the daemon, trace replays, malloc/free end to end.
 
-    python bench/memory_bench.py [--quick] [--json PATH]
+    python bench/memory_bench.py [--quick] [--only SECTION ...] [--json PATH]
 
 1. Allocator: alloc+free pairs at 4,096 live blocks (free a random live block, allocate a
    new one; sizes log-uniform 512 B-256 KiB), each pair timed; p50 and p99. The naive
@@ -16,7 +16,14 @@
    after its free), for 1 x 2 GiB and 8 x 64 GiB; an H2D copy of 256 MiB into a fresh
    allocation vs into the same one again (warm), from pageable and from pinned memory;
    the daemon's malloc+free pair of a 64 MiB block (commit, decommit) beside a 4 KiB one.
-   `--scale-only` runs this section alone.
+5. Virtual memory (bench/vmm_probes.py, through acl), each beside aclrtMalloc memory in the
+   same run: aclrtReserveMemAddress + aclrtReleaseMemAddress of 1 GiB and aclrtMallocPhysical
+   + aclrtMapMem + aclrtUnmapMem + aclrtFreePhysical of 2 MiB, p50/p99, beside aclrtMalloc +
+   aclrtFree of 2 MiB; an expandable segment growing by 64 chunks of 2 MiB, per step, beside
+   aclrtMalloc of 2 MiB; H2D of 256 MiB into 8 mapped chunks of 32 MiB vs into one buffer;
+   add_f32 over 64 MiB arrays in mapped chunks vs in buffers.
+
+`--only` runs some sections: `core` (1. to 3.), `scale` (4.), `vmm` (5.).
 
 Prints one table (targets from the issue; a missed target says MISS, nothing fails) and
 writes JSON (default bench/results/memory.json).
@@ -39,6 +46,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
 import baselines  # noqa: E402
+import vmm_probes  # noqa: E402
 from alloc_traces import Buddy, FirstFit, dl_trace, replay, trace_summary  # noqa: E402
 from run import Daemon  # noqa: E402
 
@@ -373,6 +381,71 @@ def hardware_scale(table, quick: bool) -> dict:
     return out
 
 
+# ---- 5. virtual memory --------------------------------------------------------------------------
+def virtual_memory(table, quick: bool) -> dict:
+    """Section 5 against a daemon of its own (one device of 2 GiB)."""
+    with tempfile.TemporaryDirectory(prefix="simnpu-membench-") as directory:
+        daemon = Daemon(directory, "2GiB")
+        try:
+            with vmm_probes.session(daemon.address):
+                calls = vmm_probes.call_pairs(200 if quick else 500)
+                grown = vmm_probes.growth(2 if quick else 3)
+                copies = vmm_probes.h2d_bandwidth(3 if quick else 6)
+                kernels = vmm_probes.kernel_rate(3 if quick else 8)
+        finally:
+            daemon.close()
+    malloc_free = calls["malloc_free"]
+    table.add(
+        "reserve+release 1 GiB p50 (vs malloc+free 2 MiB)",
+        calls["reserve_release"]["p50_us"],
+        "us",
+        malloc_free["p50_us"],
+    )
+    table.add(
+        "reserve+release 1 GiB p99", calls["reserve_release"]["p99_us"], "us", malloc_free["p99_us"]
+    )
+    table.add(
+        "MallocPhysical+Map+Unmap+FreePhysical 2 MiB p50 (vs same)",
+        calls["physical_cycle"]["p50_us"],
+        "us",
+        malloc_free["p50_us"],
+    )
+    table.add(
+        "MallocPhysical+Map+Unmap+FreePhysical 2 MiB p99",
+        calls["physical_cycle"]["p99_us"],
+        "us",
+        malloc_free["p99_us"],
+    )
+    for name in ("malloc_physical", "map", "unmap", "free_physical"):
+        table.add(f"  of which {name} p50", calls[name]["p50_us"], "us")
+    table.add(
+        "growth step MallocPhysical+Map 2 MiB p50 (vs malloc)",
+        grown["step"]["p50_us"],
+        "us",
+        grown["malloc"]["p50_us"],
+    )
+    table.add(
+        "growth step p50, last 8 of 64 steps (vs malloc)",
+        grown["late_step"]["p50_us"],
+        "us",
+        grown["malloc"]["p50_us"],
+    )
+    for name in ("sync", "async"):
+        table.add(
+            f"H2D 256 MiB pinned {name}, 8 x 32 MiB mapped (vs buffer)",
+            copies[f"{name}_mapped_gbps"],
+            "GB/s",
+            copies[f"{name}_malloc_gbps"],
+        )
+    table.add(
+        "add_f32 on 64 MiB arrays, 2 MiB mapped chunks (vs buffers)",
+        kernels["mapped_gbps"],
+        "GB/s",
+        kernels["malloc_gbps"],
+    )
+    return {"calls": calls, "growth": grown, "h2d": copies, "kernel": kernels}
+
+
 # ---- the table -----------------------------------------------------------------------------------
 class Table:
     def __init__(self):
@@ -398,21 +471,32 @@ class Table:
         print(f"  {what:<58} {value:>10.4g} {unit:<6} | {base}  {rat}  {verdict}", flush=True)
 
 
+SECTIONS = ("core", "scale", "vmm")
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true", help="fewer rounds and seeds")
     parser.add_argument("--json", default=os.path.join(HERE, "results", "memory.json"))
     parser.add_argument(
-        "--scale-only", action="store_true", help="only 4., devices at hardware scale"
+        "--only",
+        nargs="+",
+        choices=SECTIONS,
+        default=SECTIONS,
+        metavar="SECTION",
+        help="core (1. to 3.), scale (4., devices at hardware scale), vmm (5., virtual memory)",
     )
     args = parser.parse_args(argv)
     table = Table()
     results: dict = {"machine": {"cpus": os.cpu_count(), "python": sys.version.split()[0]}}
-    if not args.scale_only:
+    if "core" in args.only:
         allocator_and_end_to_end(table, results, args.quick)
-
-    print("\n4. devices at hardware scale")
-    results["hardware_scale"] = hardware_scale(table, args.quick)
+    if "scale" in args.only:
+        print("\n4. devices at hardware scale")
+        results["hardware_scale"] = hardware_scale(table, args.quick)
+    if "vmm" in args.only:
+        print("\n5. virtual memory, through acl")
+        results["virtual_memory"] = virtual_memory(table, args.quick)
 
     results["rows"] = table.rows
     os.makedirs(os.path.dirname(os.path.abspath(args.json)), exist_ok=True)

@@ -161,6 +161,7 @@ class VirtualMemory:
         self._starts: list[int] = []  # of the reservations, sorted
         self.physical: dict[Physical, int] = {}  # its handle references of each
         self.blocks: set[tuple[int, int]] = set()  # (device, address) of what it holds or maps
+        self._uses: dict[Physical, int] = {}  # its handle references and mappings of each
 
     # ---- reserved ranges -----------------------------------------------------------------------
     def reserve(self, device: Device, size: int, alignment: int, expect: int) -> int:
@@ -227,7 +228,7 @@ class VirtualMemory:
         aclrtMemRetainAllocationHandle, an import of a shareable handle)."""
         physical.refs += 1
         self.physical[physical] = self.physical.get(physical, 0) + 1
-        self._changed()
+        self._use(physical, 1)
 
     def free_physical(self, physical: Physical) -> None:
         """aclrtFreePhysical (of any of this client's references): the block goes once
@@ -238,8 +239,8 @@ class VirtualMemory:
         else:
             del self.physical[physical]
         physical.refs -= 1
+        self._use(physical, -1)
         self._settle(physical)
-        self._changed()
 
     def retain(self, address: int) -> Physical:
         """aclrtMemRetainAllocationHandle: the block mapped at `address`, one more reference."""
@@ -275,8 +276,10 @@ class VirtualMemory:
                 f"mapping device {physical.device}'s memory into a range of device "
                 f"{reservation.device} is not simulated",
             )
-        for start in reservation.starts:
-            if start < address + size and address < start + reservation.mappings[start].size:
+        index = bisect.bisect_left(reservation.starts, address + size) - 1
+        if index >= 0:  # the last mapping starting before the end is the only one to check
+            start = reservation.starts[index]
+            if address < start + reservation.mappings[start].size:
                 raise invalid(
                     f"[{address:#x}, +{size}) overlaps the mapping at {start:#x}: unmap it first"
                 )
@@ -286,7 +289,7 @@ class VirtualMemory:
         self._devices[reservation.device].map_window(
             split_device_address(address)[1], size, split_device_address(physical.address)[1]
         )
-        self._changed()
+        self._use(physical, 1)
 
     def unmap(self, address: int) -> None:
         """aclrtUnmapMem of the mapping that starts at `address`."""
@@ -299,8 +302,8 @@ class VirtualMemory:
         physical = reservation.mappings.pop(address)
         del reservation.starts[bisect.bisect_left(reservation.starts, address)]
         physical.mapped -= 1
+        self._use(physical, -1)
         self._settle(physical)
-        self._changed()
 
     # ---- the client's memory ---------------------------------------------------------------------
     def describe(self, address: int) -> dict | None:
@@ -344,20 +347,25 @@ class VirtualMemory:
             self._drop(reservation)
         for physical, references in list(self.physical.items()):
             physical.refs -= references
+            self._use(physical, -references)
             self._settle(physical)
         self.physical.clear()
-        self._changed()
 
     def _held(self) -> set[Physical]:
         """The physical blocks this client holds a handle of or maps."""
-        held = set(self.physical)
-        for reservation in list(self.reservations.values()):
-            held.update(reservation.mappings.values())
-        return held
+        return set(self._uses)
 
-    def _changed(self) -> None:
-        """Its memory changed: the blocks it holds, its kernel processes' grant."""
-        self.blocks = {(p.device, p.address) for p in self._held()}
+    def _use(self, physical: Physical, change: int) -> None:
+        """`change` more (or fewer) handle references or mappings of `physical` in this
+        client: its blocks and its kernel processes' grant change with them. Constant time,
+        however many blocks it holds (an expandable segment maps one chunk after another)."""
+        uses = self._uses.get(physical, 0) + change
+        if uses:
+            self._uses[physical] = uses
+            self.blocks.add((physical.device, physical.address))
+        else:
+            del self._uses[physical]
+            self.blocks.discard((physical.device, physical.address))
         self.owner.memory_generation += 1
 
     def _settle(self, physical: Physical) -> None:

@@ -256,6 +256,35 @@ def test_growing_a_mapped_range_in_place(acl):
     assert acl.rt.destroy_stream(stream) == 0
 
 
+def test_a_mapping_between_others_fits_only_where_nothing_is_mapped(acl):
+    """Mappings on both sides: one that runs into the next mapping, one that would cover it
+    whole and one that starts inside the previous are refused; one that fits the gap exactly
+    is taken; each block is used through its own mapping."""
+    rt_invalid = codes.ACL_ERROR_RT_PARAM_INVALID
+    base, _ = acl.rt.reserve_mem_address(16 * MiB, 0, 0, 0)
+    small = [acl.rt.malloc_physical(2 * MiB, PROP, 0)[0] for _ in range(2)]
+    large, _ = acl.rt.malloc_physical(6 * MiB, PROP, 0)
+    gap, _ = acl.rt.malloc_physical(4 * MiB, PROP, 0)
+    assert acl.rt.map_mem(base, 2 * MiB, 0, small[0], 0) == 0  # [0, 2)
+    assert acl.rt.map_mem(base + 6 * MiB, 2 * MiB, 0, small[1], 0) == 0  # [6, 8)
+    assert acl.rt.map_mem(base + 4 * MiB, 4 * MiB, 0, gap, 0) == rt_invalid  # into [6, 8)
+    assert acl.rt.map_mem(base + 4 * MiB, 6 * MiB, 0, large, 0) == rt_invalid  # over [6, 8)
+    assert acl.rt.map_mem(base + 10 * MiB, 6 * MiB, 0, large, 0) == 0  # [10, 16)
+    assert acl.rt.map_mem(base, 4 * MiB, 0, gap, 0) == rt_invalid  # over [0, 2)
+    assert acl.rt.map_mem(base + 2 * MiB, 4 * MiB, 0, gap, 0) == 0  # [2, 6): the gap exactly
+    data = np.arange(2 * MiB, dtype=np.float32)  # 8 MiB: the three mappings side by side
+    assert acl.rt.memcpy(base, 8 * MiB, data.ctypes.data, 8 * MiB, H2D) == 0
+    assert np.array_equal(read(acl, base, 8 * MiB), data)
+    assert acl.rt.memcpy(base + 10 * MiB, 6 * MiB, data.ctypes.data, 6 * MiB, H2D) == 0
+    assert np.array_equal(read(acl, base + 10 * MiB, 6 * MiB), data[: 6 * MiB // 4])
+    longer = np.zeros(10 * MiB, np.uint8)  # runs past [6, 8) into [8, 10), nothing mapped
+    assert acl.rt.memcpy(base, 10 * MiB, longer.ctypes.data, 10 * MiB, H2D) == rt_invalid
+    for start, handle in ((0, small[0]), (2, gap), (6, small[1]), (10, large)):
+        assert acl.rt.unmap_mem(base + start * MiB) == 0
+        assert acl.rt.free_physical(handle) == 0
+    assert acl.rt.release_mem_address(base) == 0
+
+
 def test_physical_memory_counts_and_goes_with_the_client(daemon, acl):
     """Physical memory is the client's memory (memory information, statistics, snapshot,
     quota); a client that ends without freeing leaves nothing behind."""

@@ -528,9 +528,12 @@ def end_with_daemon(cleanup: Callable[[], None] = lambda: None) -> int:
     workers (SIGKILL), after `cleanup`, then ends the worker as the signal would.
     Returns the daemon's pid.
 
-    The signal comes when the daemon's thread that started this worker ends, which is
-    either the whole daemon dying or (a worker the scheduler thread replaced) the daemon
-    stopping; the daemon's pidfd tells which."""
+    The signal comes whenever the daemon's thread that is this worker's parent ends (the
+    kernel then makes another of its threads the parent, and signals again when that one
+    ends). Workers start from whatever thread needed them (a session's, naming a device
+    for the first time; the scheduler's, replacing a worker), so a signal while this
+    process's parent is still the daemon and its pidfd is not readable is only a thread
+    ending, and is ignored. The daemon gone, the pidfd or the new parent tells."""
     parent = multiprocessing.parent_process()
     daemon_pid = parent.pid if parent is not None and parent.pid else os.getppid()
     try:
@@ -542,6 +545,8 @@ def end_with_daemon(cleanup: Callable[[], None] = lambda: None) -> int:
     daemon.register(pidfd, select.POLLIN)
 
     def daemon_ended(signum: int, frame: types.FrameType | None) -> None:
+        if os.getppid() == daemon_pid and not daemon.poll(0):
+            return  # one of the daemon's threads ended, not the daemon
         signal.signal(signum, signal.SIG_IGN)  # once: the signal may come again meanwhile
         try:
             cleanup()

@@ -6,7 +6,7 @@ import os
 import signal
 import time
 
-from conftest import alive, children_of, descendants
+from conftest import alive, children_of, descendants, round_trip
 from device_peek import peek
 
 from simnpu.client.runtime import Runtime
@@ -124,3 +124,26 @@ def test_workers_still_booting_ignore_a_signal_to_the_daemons_group(start_daemon
     finally:
         runtime.close()
     assert " ERROR " not in daemon.output(), daemon.output()
+
+
+def test_workers_outlive_the_session_that_started_them(start_daemon):
+    """A device's workers start from the thread of the first session naming the device.
+    That thread ends with the session, and the kernel then sends the workers their
+    parent-death signal: they must tell a daemon thread's end from the daemon's."""
+    daemon = start_daemon("--devices", "2")
+    before = set(descendants(daemon.pid))
+    first = Runtime(daemon.address)
+    try:
+        first.set_device(1)  # device 1's workers are launched from this session's thread
+        started = set(descendants(daemon.pid)) - before
+        round_trip(first)
+    finally:
+        first.close()  # its session's thread ends
+    second = Runtime(daemon.address)
+    try:
+        second.set_device(1)
+        round_trip(second)  # the first session's end is past once this one runs
+    finally:
+        second.close()
+    assert len(started) == 4 and all(alive(pid) for pid in started)
+    assert "SIGUSR2" not in daemon.output() and " ERROR " not in daemon.output(), daemon.output()

@@ -4,6 +4,7 @@ printed structure and the JSON, never the speeds."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -35,6 +36,20 @@ def row(what: str, value: float, unit: str, target: str) -> dict:
     }
 
 
+def busy_processes() -> list[str]:
+    """Processes running run.py's load (this interpreter, `-c "while True: pass"`)."""
+    found = []
+    for entry in os.listdir("/proc"):
+        try:
+            with open(f"/proc/{entry}/cmdline", "rb") as handle:
+                arguments = handle.read().split(b"\0")[:-1]
+        except OSError:
+            continue
+        if arguments == [sys.executable.encode(), b"-c", b"while True: pass"]:
+            found.append(entry)
+    return found
+
+
 def line(output: str, start: str) -> str:
     found = [text.strip() for text in output.splitlines() if text.strip().startswith(start)]
     assert len(found) == 1, output
@@ -64,6 +79,7 @@ def test_launch_rows_beside_the_wakeup_chain_under_load_then_compare(tmp_path):
         "--json", str(new), "--compare", str(old),
     )  # fmt: skip
 
+    assert not busy_processes()  # the load was stopped
     table, comparison = output.split(f"change against {old}:")
     rows = {r["what"]: r for r in json.loads(new.read_text())["rows"]}
     assert json.loads(new.read_text())["load"] is True

@@ -68,6 +68,7 @@ from simnpu.server.work import (
     RunKernels,
     Span,
     WriteSignal,
+    next_message,
     pack_results,
 )
 from simnpu.shm.addresses import split_device_address
@@ -598,7 +599,7 @@ def main(core_id: int, device_segments: list[str], conn) -> None:
     conn.send(Ready())
     while True:
         try:
-            batch = conn.recv()
+            batch = next_message(conn, incoming)
         except EOFError:  # the daemon died without stopping us (SIGKILL): clean up after it
             unlink_daemon_segments(daemon_pid)
             return

@@ -369,7 +369,10 @@ def _kernel_process(
         if isinstance(batch, Cancel):
             continue
         cancelled.clear()
-        conn.send_bytes(encode_results(runner.run(batch, take_cancellations)))
+        try:
+            conn.send_bytes(encode_results(runner.run(batch, take_cancellations)))
+        finally:
+            runner.wake_clients()
 
 
 # ---- the daemon's side ---------------------------------------------------------------------------

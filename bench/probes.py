@@ -14,6 +14,7 @@ import sys
 import time
 
 import numpy as np
+import wakeups
 
 import acl
 
@@ -83,20 +84,39 @@ def launch_rate(count: str = "100000", together: str = ""):
     return {"host_rate": count / host, "completed_rate": count / total}
 
 
-def round_trip(rounds: str = "3000"):
-    """Launch of an empty kernel + synchronize, p50 and p99 in µs."""
+def percentiles(samples: list[float]) -> tuple[float, float]:
+    """p50 and p99 of samples in seconds, in µs."""
+    samples = sorted(samples)
+    return samples[len(samples) // 2] * 1e6, samples[int(len(samples) * 0.99)] * 1e6
+
+
+def round_trip(rounds: str = "3000", batch: str = "100"):
+    """Launch of an empty kernel + synchronize, p50 and p99 in µs, beside three chained
+    process wake-ups (bench/wakeups.py) measured in alternate batches of `batch` rounds, so
+    that both see the same machine."""
     stream = setup()
     empty = builtin("empty")
-    samples = []
-    check(launch(empty, 1, stream), "launch")
-    for i in range(int(rounds) + 200):
-        start = time.perf_counter()
-        check(launch(empty, 1, stream))
-        check(acl.rt.synchronize_stream(stream))
-        if i >= 200:
+    rounds, batch = int(rounds), int(batch)
+
+    def launches(count):
+        samples = []
+        for _ in range(count):
+            start = time.perf_counter()
+            check(launch(empty, 1, stream))
+            check(acl.rt.synchronize_stream(stream))
             samples.append(time.perf_counter() - start)
-    samples.sort()
-    return {"p50": samples[len(samples) // 2] * 1e6, "p99": samples[int(len(samples) * 0.99)] * 1e6}
+        return samples
+
+    with wakeups.Chain() as chain:
+        launches(200)
+        chain.rounds(200)
+        simnpu, limit = [], []
+        while len(simnpu) < rounds:
+            simnpu += launches(min(batch, rounds - len(simnpu)))
+            limit += chain.rounds(min(batch, rounds - len(limit)))
+    p50, p99 = percentiles(simnpu)
+    chain_p50, chain_p99 = percentiles(limit)
+    return {"p50": p50, "p99": p99, "chain_p50": chain_p50, "chain_p99": chain_p99}
 
 
 OWN_EMPTY = """
@@ -127,12 +147,8 @@ def own_round_trip(rounds: str = "3000"):
         check(acl.rt.synchronize_stream(stream))
         if i >= 200:
             samples.append(time.perf_counter() - start)
-    samples.sort()
-    return {
-        "first_ms": first * 1e3,
-        "p50": samples[len(samples) // 2] * 1e6,
-        "p99": samples[int(len(samples) * 0.99)] * 1e6,
-    }
+    p50, p99 = percentiles(samples)
+    return {"first_ms": first * 1e3, "p50": p50, "p99": p99}
 
 
 def device_throughput(streams: str = "1", count: str = "50000"):

@@ -1,11 +1,14 @@
 """simnpu's benchmark suite: every figure beside the machine's limit, measured in the same run.
 
-    python bench/run.py [--quick] [--only NAME ...] [--json PATH]
+    python bench/run.py [--quick] [--only NAME ...] [--json PATH] [--with-load]
+                        [--compare OLD.json [NEW.json]]
 
 Starts its own daemon (and a bare gRPC server for the baselines), runs each probe
 (bench/probes.py) as a separate client process, prints one table and writes JSON
 (default bench/results/latest.json). Targets are the project's; a row that misses its
-target says so — the suite measures, it does not fail.
+target says so — the suite measures, it does not fail. `--with-load` keeps one CPU-bound
+process running beside the whole run; `--compare` prints the change per row
+(bench/compare.py).
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
 import baselines  # noqa: E402
+import compare  # noqa: E402
 
 from simnpu.client import autostart  # noqa: E402
 
@@ -126,9 +130,20 @@ class Table:
         )
         print(
             f"  {what:<52} {value:>11.4g} {unit:<9} | {limit:>11.4g}  {ratio:>6.2f}x  "
-            f"{'ok ' if met else 'MISS'} ({target})",
+            f"{'ok ' if met else 'MISS'} ({target}; limit: {limit_what})",
             flush=True,
         )
+
+
+class Load:
+    """One CPU-bound process for the length of a run, stopped by its PID."""
+
+    def __init__(self) -> None:
+        self.process = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+
+    def close(self) -> None:
+        self.process.kill()
+        self.process.wait()
 
 
 def run(args) -> Table:
@@ -155,23 +170,22 @@ def run(args) -> Table:
                     rate >= 300_000,
                 )
             if selected("round_trip"):
-                p50, p99 = baselines.ping_pong_us(bare.address)
-                figures = probe(address, "round_trip", 1000 if quick else 3000)
+                figures = probe(address, "round_trip", 1000 if quick else 3000, args.batch)
                 table.add(
                     "launch + synchronize, p50",
                     figures["p50"],
                     "us",
-                    p50,
-                    "bare bidi ping-pong p50",
-                    "<= 1.5x ping-pong",
-                    figures["p50"] <= 1.5 * p50,
+                    figures["chain_p50"],
+                    "3 chained process wake-ups p50, interleaved",
+                    "<= 1.25x chain",
+                    figures["p50"] <= 1.25 * figures["chain_p50"],
                 )
                 table.add(
                     "launch + synchronize, p99",
                     figures["p99"],
                     "us",
-                    p99,
-                    "bare bidi ping-pong p99",
+                    figures["chain_p99"],
+                    "3 chained process wake-ups p99, interleaved",
                     "(printed)",
                     True,
                 )
@@ -395,18 +409,50 @@ def main() -> None:
         "first_call",
     )
     parser.add_argument("--json", default=os.path.join(HERE, "results", "latest.json"))
+    parser.add_argument(
+        "--with-load", action="store_true", help="keep one CPU-bound process running beside"
+    )
+    parser.add_argument(
+        "--batch",
+        type=int,
+        default=100,
+        help="round_trip: rounds per batch, alternating simnpu and the wake-up chain",
+    )
+    parser.add_argument(
+        "--compare",
+        nargs="+",
+        metavar="JSON",
+        help="OLD.json: run, then print the change per row; OLD.json NEW.json: compare only",
+    )
     args = parser.parse_args()
-    table = run(args)
-    os.makedirs(os.path.dirname(args.json), exist_ok=True)
+    if args.compare and len(args.compare) > 2:
+        parser.error("--compare takes OLD.json and at most one NEW.json")
+    if args.compare and len(args.compare) == 2:
+        print("\n".join(compare.report(*map(compare.load, args.compare))))
+        return
+    old = compare.load(args.compare[0]) if args.compare else None
+    load = Load() if args.with_load else None
+    try:
+        table = run(args)
+    finally:
+        if load:
+            load.close()
+    new = {
+        "time": time.strftime("%Y-%m-%dT%H:%M:%S"),
+        "load": args.with_load,
+        "rows": table.rows,
+    }
+    os.makedirs(os.path.dirname(os.path.abspath(args.json)), exist_ok=True)
     with open(args.json, "w", encoding="utf-8") as handle:
-        json.dump(
-            {"time": time.strftime("%Y-%m-%dT%H:%M:%S"), "rows": table.rows}, handle, indent=2
-        )
+        json.dump(new, handle, indent=2)
     missed = [r["what"] for r in table.rows if not r["met"]]
     print(
         f"\n{len(table.rows) - len(missed)} of {len(table.rows)} rows meet their target; JSON in "
         f"{args.json}"
     )
+    if old:
+        print(f"\nchange against {args.compare[0]}:")
+        print("\n".join(compare.report(old, new)))
 
 
 if __name__ == "__main__":

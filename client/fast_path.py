@@ -52,7 +52,7 @@ class StreamSignals:
             return timeout_ms
         area = self.area
         deadline = None if timeout_ms == -1 else time.monotonic() + timeout_ms / 1000
-        connection.ring_doorbell()  # the daemon must not wait for the sender thread now
+        connection.ring_doorbell()  # a wake-up of the daemon the launch missed
         while True:
             word = area.word(slot)
             if word & SEQ_MASK >= target:

@@ -336,7 +336,7 @@ class Connection:
         with self._lock:
             seq = self.log.take(site, stream, True, record)
             if self.ring is not None:
-                self._put(record, site, wake=False)
+                self._put(record, site)
                 return seq
             self._pending_items.append(record)
         if not self._wake.is_set():
@@ -379,26 +379,27 @@ class Connection:
             raise self._broken
         with self._lock:
             seq = self.log.take(site, deferred=True)
-            self._queue_request(request, site, wake=False)
+            self._queue_request(request, site)
         return seq
 
-    def _queue_request(self, request: npu_pb2.Request, site: str, wake: bool = True) -> None:
+    def _queue_request(self, request: npu_pb2.Request, site: str) -> None:
         """Into the ring if it is in use and the request fits, else to the stream (marked in
         the ring at its place). The caller holds the lock."""
         if self.ring is not None:
             payload = request.SerializeToString()
             if len(payload) + 6 <= ring_layout.MAX_RECORD:
-                self._put(commands.RingRequest.pack(payload), site, wake)
+                self._put(commands.RingRequest.pack(payload), site)
                 return
-            self._put(commands.RingStreamItem.RECORD, site, wake)
+            self._put(commands.RingStreamItem.RECORD, site)
         self._pending_items.append(request)
         self._wake.set()
 
-    def _put(self, record: bytes, site: str, wake: bool) -> None:
+    def _put(self, record: bytes, site: str) -> None:
         """Put a call's record in the ring (after its site when observed and it differs from
-        the last call's); the caller holds the lock. `wake`: the caller is about to wait for
-        an answer, so the daemon is woken now; else the sender thread wakes it, once for a
-        whole burst of launches (and whoever waits next wakes it at once: ring_doorbell)."""
+        the last call's) and wake the daemon if it sleeps; the caller holds the lock. The
+        calling thread wakes it itself: no other thread of this process is woken for a
+        call, and the daemon starts on the record while the caller goes on (in a burst of
+        launches the daemon sleeps only when it has caught up)."""
         ring = self.ring
         assert ring is not None  # the callers put records only while the ring is in use
         try:
@@ -406,15 +407,15 @@ class Connection:
             if log.observed and site != log.ring_site:  # a loop sends its site once
                 ring.put(commands.RingSite.pack(site or "?"), False)
                 log.ring_site = site
-            asleep = ring.put(record, wake)
+            ring.put(record)
         except ring_layout.RingClosed:  # full, and the daemon is gone
             assert self._broken is not None  # the ring closes once the session broke
             raise self._broken from None
-        if asleep and not wake and not self._wake.is_set():
-            self._wake.set()
 
     def ring_doorbell(self) -> None:
-        """Wake the daemon now for what is in the ring (before sleeping on an answer)."""
+        """Before a thread sleeps on an answer: wake the daemon if it sleeps with records
+        not taken, a wake-up lost to the ring's memory-ordering window (docs/fast-path.md).
+        Never wakes a daemon that took everything."""
         if self.ring is not None:
             self.ring.wake_reader()
 
@@ -481,7 +482,6 @@ class Connection:
                     return
                 self._wake.wait()
                 self._wake.clear()
-                self.ring_doorbell()  # commands put in the ring since the daemon fell asleep
                 continue
             items = []
             run: list = []

@@ -45,7 +45,7 @@ from simnpu.proto import codes
 from simnpu.server import sandbox
 from simnpu.server.device_printf import MAX_OUTPUT
 from simnpu.server.overflow import watch_numpy
-from simnpu.server.work import Accesses, Cancel
+from simnpu.server.work import Accesses, Cancel, next_message
 from simnpu.shm import window
 from simnpu.shm.addresses import DEVICE_SPAN
 
@@ -361,7 +361,7 @@ def _kernel_process(
 
     while True:
         try:
-            batch = conn.recv()
+            batch = next_message(conn, incoming)
         except EOFError:
             return
         if batch is None:
@@ -369,7 +369,10 @@ def _kernel_process(
         if isinstance(batch, Cancel):
             continue
         cancelled.clear()
-        conn.send_bytes(encode_results(runner.run(batch, take_cancellations)))
+        try:
+            conn.send_bytes(encode_results(runner.run(batch, take_cancellations)))
+        finally:
+            runner.wake_clients()
 
 
 # ---- the daemon's side ---------------------------------------------------------------------------

@@ -19,6 +19,8 @@ workers share: the device's clock.
 
 from __future__ import annotations
 
+import select
+from multiprocessing.connection import Connection
 from typing import Any, ClassVar, NamedTuple
 
 
@@ -298,6 +300,18 @@ class Cancel(NamedTuple):
     not started of the one running."""
 
     tokens: list[int]
+
+
+def next_message(conn: Connection, incoming: select.poll) -> Any:
+    """A unit's next message from the daemon on `conn` (a batch, a late Cancel, None: stop),
+    with `incoming` polling it. Blocks; EOFError if the daemon's end is closed.
+
+    The unit sleeps in poll(), not in recv(): the kernel wakes a thread blocked in recv()
+    on a Unix socket whenever room to write frees up on it, which is every time the daemon
+    reads a report from the other end -- a wake-up of the unit per batch, for nothing.
+    poll() is woken only by what it waits for."""
+    incoming.poll()
+    return conn.recv()
 
 
 # ---- unit -> scheduler --------------------------------------------------------------------------

@@ -68,6 +68,7 @@ from simnpu.server.work import (
     RunKernels,
     Span,
     WriteSignal,
+    next_message,
     pack_results,
 )
 from simnpu.shm.addresses import split_device_address
@@ -220,6 +221,7 @@ class WorkRunner:
         self._pages = PageTable()  # whether this process has touched device pages yet
         self._bases: dict[str, int] = {}  # device segment -> the address of its mapping here
         self.signals: dict[str, NotifyArea] = {}
+        self._written: list[tuple[NotifyArea, int]] = []  # signals written, waiters not woken
         self._cancelled: Callable[[], set[int]] = set
         self.output = KernelOutput()  # what the running launch prints
         self.overflow = OverflowFlag()  # whether it raised the overflow flag
@@ -486,15 +488,26 @@ class WorkRunner:
         return region
 
     def write_signal(self, segment: str, slot: int, seq: int) -> None:
-        """A WriteSignal item (its fields): write a stream's completion signal and wake its
-        client (docs/fast-path.md)."""
+        """A WriteSignal item (its fields): write a stream's completion signal; its client
+        is woken by wake_clients, once the batch's report is sent (docs/fast-path.md)."""
         area = self.signals.get(segment)
         if area is None:
             try:
                 area = self.signals[segment] = NotifyArea(self.host_segment(segment).map)
             except posix_ipc.ExistentialError:  # the session ended meanwhile: nobody waits
                 return
-        area.set_done(slot, seq, False)
+        area.set_done(slot, seq, False, wake=False)
+        self._written.append((area, slot))
+
+    def wake_clients(self) -> None:
+        """Wake the waiters of the signals the last batch wrote. Called after its report is
+        sent: a client woken sooner takes this process's CPU before the report is out, and
+        its next launch then waits for the scheduler thread to take that report before it
+        can be handed out; sent first, the report is usually taken by the time the launch
+        comes, and the thread that decodes the launch hands it out itself."""
+        written, self._written = self._written, []
+        for area, slot in written:
+            area.wake_stream(slot)
 
     def forget(self, name: str) -> None:
         area = self.signals.pop(name, None)
@@ -603,7 +616,7 @@ def main(core_id: int, device_segments: list[str], conn) -> None:
     conn.send(Ready())
     while True:
         try:
-            batch = conn.recv()
+            batch = next_message(conn, incoming)
         except EOFError:  # the daemon died without stopping us (SIGKILL): clean up after it
             unlink_daemon_segments(daemon_pid)
             return
@@ -618,6 +631,8 @@ def main(core_id: int, device_segments: list[str], conn) -> None:
             if os.getppid() != daemon_pid:  # ...or it died: clean up after it
                 unlink_daemon_segments(daemon_pid)
             return
+        finally:
+            runner.wake_clients()
 
 
 # ---- the daemon's executor -----------------------------------------------------------------------

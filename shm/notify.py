@@ -74,9 +74,15 @@ class NotifyArea:
         futex.wake(self._base + _DOORBELL)
         return fits
 
-    def set_done(self, slot: int, seq: int, dirty: bool) -> None:
-        """Stream word `slot` says its tasks up to `seq` completed; wake its waiters."""
+    def set_done(self, slot: int, seq: int, dirty: bool, wake: bool = True) -> None:
+        """Stream word `slot` says its tasks up to `seq` completed; wake its waiters (else
+        the caller does, with wake_stream)."""
         self._words[slot] = seq | DIRTY if dirty else seq
+        if wake:
+            futex.wake(self._base + _STREAMS + 8 * slot)
+
+    def wake_stream(self, slot: int) -> None:
+        """Wake the waiters of stream word `slot` (written with set_done without `wake`)."""
         futex.wake(self._base + _STREAMS + 8 * slot)
 
     # ---- the client ------------------------------------------------------------------------

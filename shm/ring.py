@@ -62,10 +62,10 @@ class SubmissionRing:
         return self._written
 
     # ---- the client ------------------------------------------------------------------------
-    def put(self, record: bytes, wake: bool = True) -> bool:
+    def put(self, record: bytes, wake: bool = True) -> None:
         """Append one record (2 .. MAX_RECORD bytes); with `wake`, wake the daemon if it
-        sleeps (else the caller sees to it, with wake_reader). Returns whether the daemon
-        said it sleeps. Blocks while the ring is full; raises RingClosed if its reader is
+        sleeps (else the caller sees to it: another record put with `wake`, or
+        wake_reader). Blocks while the ring is full; raises RingClosed if its reader is
         gone meanwhile."""
         size = len(record)
         head = self._written
@@ -82,14 +82,13 @@ class SubmissionRing:
             position = 0
         self.buffer[_DATA + position : _DATA + position + size] = record
         self._written = self._head.value = end
-        asleep = self._sleeping.value
-        if wake and asleep:
+        if wake and self._sleeping.value:
             futex.wake(self._head_address)
-        return bool(asleep)
 
     def wake_reader(self) -> None:
-        """Wake the daemon if it sleeps (after records were put without `wake`)."""
-        if self._sleeping.value:
+        """Wake the daemon if it sleeps although it has not taken everything written (a
+        wake-up `put` missed, see docs/fast-path.md, or records put without `wake`)."""
+        if self._sleeping.value and self._tail.value != self._written:
             futex.wake(self._head_address)
 
     def _wait_for_room(self, end: int) -> None:

@@ -107,6 +107,7 @@ class ThreadExecutor:
             except SystemExit:
                 return
             self._reports.put((unit, generation, results))
+            runner.wake_clients()
 
     def send(self, unit: Unit, batch: list, tenant: object = None) -> None:
         """Every batch runs in the unit's thread, a client's own kernels too (the daemon

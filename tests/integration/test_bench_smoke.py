@@ -1,0 +1,110 @@
+"""bench/run.py's launch + synchronize rows, --with-load and --compare at tiny sizes: the
+printed structure and the JSON, never the speeds."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+RUN = Path(__file__).resolve().parents[2] / "bench" / "run.py"
+CHAIN = "3 chained process wake-ups"
+
+
+def bench(*args: str) -> str:
+    done = subprocess.run(
+        [sys.executable, str(RUN), *args], capture_output=True, text=True, timeout=240
+    )
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+def row(what: str, value: float, unit: str, target: str) -> dict:
+    return {
+        "what": what,
+        "simnpu": value,
+        "unit": unit,
+        "limit": 1.0,
+        "limit_what": "an earlier limit",
+        "ratio": value,
+        "target": target,
+        "met": True,
+    }
+
+
+def busy_processes() -> list[str]:
+    """Processes running run.py's load (this interpreter, `-c "while True: pass"`)."""
+    found = []
+    for entry in os.listdir("/proc"):
+        try:
+            with open(f"/proc/{entry}/cmdline", "rb") as handle:
+                arguments = handle.read().split(b"\0")[:-1]
+        except OSError:
+            continue
+        if arguments == [sys.executable.encode(), b"-c", b"while True: pass"]:
+            found.append(entry)
+    return found
+
+
+def line(output: str, start: str) -> str:
+    found = [text.strip() for text in output.splitlines() if text.strip().startswith(start)]
+    assert len(found) == 1, output
+    return found[0]
+
+
+@pytest.mark.slow
+def test_launch_rows_beside_the_wakeup_chain_under_load_then_compare(tmp_path):
+    old, new = tmp_path / "old.json", tmp_path / "new.json"
+    old.write_text(
+        json.dumps(
+            {
+                "time": "then",
+                "load": False,
+                "rows": [
+                    row("launch + synchronize, p50", 1e-3, "us", "<= 1.5x ping-pong"),
+                    row(
+                        "own kernel: first launch + sync (forks its kernel process)", 1e9, "ms", ""
+                    ),
+                    row("a row since removed", 1.0, "launch/s", ">= 1"),
+                ],
+            }
+        )
+    )
+    output = bench(
+        "--quick", "--only", "round_trip", "--batch", "10", "--with-load",
+        "--json", str(new), "--compare", str(old),
+    )  # fmt: skip
+
+    assert not busy_processes()  # the load was stopped
+    table, comparison = output.split(f"change against {old}:")
+    rows = {r["what"]: r for r in json.loads(new.read_text())["rows"]}
+    assert json.loads(new.read_text())["load"] is True
+    for percentile in ("p50", "p99"):
+        figures = rows[f"launch + synchronize, {percentile}"]
+        assert figures["limit_what"] == f"{CHAIN} {percentile}, interleaved"
+        assert figures["simnpu"] > 0 and figures["limit"] > 0
+        assert figures["ratio"] == pytest.approx(figures["simnpu"] / figures["limit"])
+        assert f"limit: {CHAIN} {percentile}" in line(table, f"launch + synchronize, {percentile}")
+    assert rows["launch + synchronize, p50"]["target"] == "<= 1.25x chain"
+
+    assert "old: then, no load; new: " in comparison and "with a CPU-bound process" in comparison
+    p50 = line(comparison, "launch + synchronize, p50 (us)")
+    assert p50.endswith("worse") and "(other limit)" in p50  # from 0.001 µs, another limit
+    first = line(comparison, "own kernel: first launch + sync")
+    assert not first.endswith("worse") and "-100.0%" in first  # a time that fell is better
+    assert "only in the old run: a row since removed" in comparison
+    assert "only in the new run: launch + synchronize, p99" in comparison
+
+
+def test_compare_two_files_without_a_run(tmp_path):
+    old, new = tmp_path / "old.json", tmp_path / "new.json"
+    old.write_text(json.dumps({"rows": [row("rate", 100.0, "task/s", ">= 50")]}))
+    new.write_text(json.dumps({"load": True, "rows": [row("rate", 80.0, "task/s", ">= 50")]}))
+    output = bench("--compare", str(old), str(new))
+    assert line(output, "old: ?, load?; new: ?, with a CPU-bound process")
+    rate = line(output, "rate (task/s)").split()
+    assert rate[2:6] == ["100", "80", "0.800x", "-20.0%"] and rate[-1] == "worse"

@@ -31,6 +31,7 @@ import time
 import traceback
 import types
 from collections.abc import Callable, Sequence
+from concurrent import futures
 from multiprocessing.connection import Connection
 from multiprocessing.process import BaseProcess
 from typing import TYPE_CHECKING, Any
@@ -694,6 +695,8 @@ class ProcessExecutor:
         self._segments = segments
         self._processes: dict[Unit, _Process] = {}
         self._lock = threading.Lock()  # guards adding workers (launch) against stop
+        # starts workers for `launch`: a thread that lives as long as the daemon
+        self._launcher = futures.ThreadPoolExecutor(1, thread_name_prefix="simnpu-launcher")
         self._stopped = False
         self._wake_r, self._wake_w = os.pipe()
         os.set_blocking(self._wake_r, False)
@@ -715,8 +718,14 @@ class ProcessExecutor:
         self.launch(units)
 
     def launch(self, units: Sequence[Unit]) -> None:
-        """Start the workers of `units` without waiting for them: each unit becomes ready
-        when its worker's Ready report comes through `wait`, as a replaced worker's does."""
+        """Start the workers of `units` without waiting for them to boot: each unit becomes
+        ready when its worker's Ready report comes through `wait`, as a replaced worker's
+        does. They are started from the launcher thread: a worker's death signal
+        (PR_SET_PDEATHSIG) comes when the thread that started it ends, and the caller may
+        be a session's thread. Blocks until they are started."""
+        self._launcher.submit(self._start_workers, units).result()
+
+    def _start_workers(self, units: Sequence[Unit]) -> None:
         with self._lock:
             if self._stopped:
                 return

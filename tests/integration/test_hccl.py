@@ -9,10 +9,8 @@ others except through the collectives under test.
 
 from __future__ import annotations
 
-import os
-
 import pytest
-from conftest import DaemonProcess
+from conftest import DaemonProcess, children_of
 from hccl_ranks import assert_all_ok, run_ranks
 
 from simnpu.server import reduce
@@ -295,22 +293,11 @@ def test_big_collectives_of_odd_sizes_every_width(daemon4, tmp_path):
     assert_all_ok(results)
 
 
-def worker_environments(daemon_pid: int) -> list[bytes]:
-    children = []
-    for pid in os.listdir("/proc"):
-        try:
-            with open(f"/proc/{pid}/stat", "rb") as handle:
-                parent = int(handle.read().rsplit(b")", 1)[1].split()[1])
-            if parent == daemon_pid:
-                with open(f"/proc/{pid}/environ", "rb") as handle:
-                    children.append(handle.read())
-        except (OSError, ValueError):  # not a process, or it ended meanwhile
-            continue
-    return children
-
-
 def test_workers_copy_large_blocks_with_non_temporal_stores(daemon4):
-    environments = worker_environments(daemon4.pid)
+    environments = []
+    for pid in children_of(daemon4.pid):
+        with open(f"/proc/{pid}/environ", "rb") as handle:
+            environments.append(handle.read())
     assert environments
     threshold = f"glibc.cpu.x86_non_temporal_threshold={reduce.BLOCK_BYTES:#x}".encode()
     for environment in environments:

@@ -124,3 +124,27 @@ def test_workers_still_booting_ignore_a_signal_to_the_daemons_group(start_daemon
     finally:
         runtime.close()
     assert " ERROR " not in daemon.output(), daemon.output()
+
+
+def test_workers_outlive_the_session_that_started_their_device(start_daemon):
+    """A device's workers start when a session first uses it, from a thread of the daemon
+    that does not end with that session: a worker's death signal (PR_SET_PDEATHSIG) comes
+    when the thread that started it ends."""
+    daemon = start_daemon("--devices", "2")
+    first = Runtime(daemon.address)
+    first.set_device(1)
+    buffer = first.malloc(4096, 0)
+    first.memset(buffer, 4096, 7, 4096)
+    workers = set(children_of(daemon.pid))
+    first.close()
+    time.sleep(3)  # a worker whose starting thread ended would be gone 2 s after it did
+    assert workers <= {pid for pid in children_of(daemon.pid) if alive(pid)}
+    second = Runtime(daemon.address)
+    try:
+        second.set_device(1)
+        buffer = second.malloc(4096, 0)
+        second.memset(buffer, 4096, 7, 4096)
+        second.synchronize_device()
+    finally:
+        second.close()
+    assert "killed by signal" not in daemon.output()

@@ -637,7 +637,7 @@ def _stream_large_copies() -> None:
     non-temporal stores (glibc's GLIBC_TUNABLES, read when a process starts; other C
     libraries ignore it): a store that bypasses the cache does not read the line it
     replaces first, which an ordinary store does, and a collective writes each byte to up to
-    n destinations. glibc's own threshold is about the size of the L3 cache. A threshold
+    n destinations. glibc's own threshold is far larger. A threshold
     the daemon's environment already sets is kept."""
     tunables = os.environ.get("GLIBC_TUNABLES", "")
     if NON_TEMPORAL_TUNABLE not in tunables:

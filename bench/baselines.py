@@ -234,6 +234,49 @@ def shm_copy_bandwidth(nbytes: int) -> float:
         pair.close()
 
 
+def _copy_process(nbytes: int, copies: int, rounds: int, barrier, results) -> None:
+    pair = ShmPair(nbytes)
+    try:
+        np.copyto(pair.arrays[1], pair.arrays[0])  # warm
+        for _ in range(rounds):
+            barrier.wait()
+            start = time.perf_counter()
+            for _ in range(copies):
+                np.copyto(pair.arrays[1], pair.arrays[0])
+            results.put(time.perf_counter() - start)
+    finally:
+        pair.close()
+
+
+def shm_copy_bandwidth_processes(
+    nbytes: int = 64 << 20, processes: int = 2, copies: int = 4, rounds: int = 3
+) -> float:
+    """GB/s read plus written by `processes` processes at once, each copying `nbytes`
+    between its own two warm shared-memory buffers (numpy copyto) `copies` times: a copy
+    counts 2 x nbytes (it reads nbytes and writes nbytes); per round the bytes of every
+    process over the slowest one's time, best of `rounds` rounds started together."""
+    context = multiprocessing.get_context("spawn")
+    barrier, results = context.Barrier(processes), context.Queue()
+    children = [
+        context.Process(target=_copy_process, args=(nbytes, copies, rounds, barrier, results))
+        for _ in range(processes)
+    ]
+    for child in children:
+        child.start()
+    try:
+        best = 0.0
+        for _ in range(rounds):
+            slowest = max(results.get(timeout=120) for _ in range(processes))
+            best = max(best, processes * copies * 2 * nbytes / slowest / 1e9)
+        return best
+    finally:
+        for child in children:
+            child.join(30)
+            if child.is_alive():
+                child.kill()
+                child.join(5)
+
+
 def python_startup_ms(rounds: int = 5) -> float:
     """Median time to start Python with numpy and grpc imported (ms)."""
     samples = []

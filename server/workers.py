@@ -637,6 +637,7 @@ def main(core_id: int, device_segments: list[str], conn) -> None:
 
 # ---- the daemon's executor -----------------------------------------------------------------------
 _SPAWN = multiprocessing.get_context("spawn")
+NON_TEMPORAL_TUNABLE = "glibc.cpu.x86_non_temporal_threshold"
 EXIT_WAIT_S = 2.0  # a worker that closed its pipe has this long to exit before it is killed
 
 
@@ -648,6 +649,19 @@ def _keep_working_directory_off_import_path() -> None:
     os.environ["PYTHONSAFEPATH"] = "1"
     if not sys.flags.safe_path and sys.path and sys.path[0] in ("", os.getcwd()):
         del sys.path[0]
+
+
+def _stream_large_copies() -> None:
+    """Workers and kernel processes copy `reduce.BLOCK_BYTES` or more at a time with
+    non-temporal stores (glibc's GLIBC_TUNABLES, read when a process starts; other C
+    libraries ignore it): a store that bypasses the cache does not read the line it
+    replaces first, which an ordinary store does, and a collective writes each byte to up to
+    n destinations. glibc's own threshold is far larger. A threshold
+    the daemon's environment already sets is kept."""
+    tunables = os.environ.get("GLIBC_TUNABLES", "")
+    if NON_TEMPORAL_TUNABLE not in tunables:
+        threshold = f"{NON_TEMPORAL_TUNABLE}={reduce.BLOCK_BYTES:#x}"
+        os.environ["GLIBC_TUNABLES"] = f"{tunables}:{threshold}" if tunables else threshold
 
 
 class _Process:
@@ -716,12 +730,14 @@ class ProcessExecutor:
         workers of `units` (the others later: `launch`); they boot meanwhile, each unit ready
         once its worker reports Ready."""
         _keep_working_directory_off_import_path()
+        _stream_large_copies()
         self.kernels.start()
         self.launch(units)
 
     def launch(self, units: Sequence[Unit]) -> None:
         """Start the workers of `units` without waiting for them: each unit becomes ready
-        when its worker's Ready report comes through `wait`, as a replaced worker's does."""
+        when its worker's Ready report comes through `wait`, as a replaced worker's does.
+        The caller may be any thread, a session's too (`end_with_daemon`)."""
         with self._lock:
             if self._stopped:
                 return

@@ -10,8 +10,10 @@ others except through the collectives under test.
 from __future__ import annotations
 
 import pytest
-from conftest import DaemonProcess
+from conftest import DaemonProcess, children_of
 from hccl_ranks import assert_all_ok, run_ranks
+
+from simnpu.server import reduce
 
 pytestmark = pytest.mark.multiprocess
 
@@ -231,6 +233,76 @@ comm.destroy()
 def test_in_place_big_and_reproducible_2_ranks(daemon4, tmp_path):
     results = run_ranks(daemon4.address, 2, IN_PLACE, tmp_path, devices=[2, 3])
     assert_all_ok(results)
+
+
+BIG = (
+    DATA
+    + """
+from simnpu.server.reduce import BLOCK_BYTES
+
+comm = Communicator(N, exchange_root_info(), RANK)
+stream = npu.Stream()
+
+def device(array):
+    return npu.DeviceBuffer.from_array(array)
+
+def check(buffer, expected):
+    got = buffer.to_numpy(expected.dtype)[:expected.size]
+    assert got.tobytes() == expected.tobytes(), (expected.dtype, got[:8], expected[:8])
+
+# pieces of more than a cache block (copied with non-temporal stores), counts no multiple
+# of a block, of a vector or of the pieces
+for case, (name, op) in enumerate((("int8", "sum"), ("bfloat16", "max")), start=20):
+    dt = dtype_of(name)
+    count = 4 * BLOCK_BYTES // dt.itemsize + 2 * case + 1
+    inputs = [data(case, r, count, dt) for r in range(N)]
+    send, recv = device(inputs[RANK]), npu.DeviceBuffer(count * dt.itemsize)
+    comm.all_reduce(send, recv, op, dtype=dt, stream=stream)       # out of place
+    stream.synchronize()
+    check(recv, reduced(op, inputs))
+    for buffer in (send, recv):
+        buffer.free()
+    part = count // 2
+    send, recv = device(inputs[RANK][:part]), npu.DeviceBuffer(part * N * dt.itemsize)
+    comm.all_gather(send, recv, dtype=dt, stream=stream)           # out of place
+    gathered = device(np.zeros(part * N, dt))                      # in place
+    gathered.copy_from_host(inputs[RANK][:part], offset=RANK * part * dt.itemsize)
+    comm.all_gather(gathered.ptr + RANK * part * dt.itemsize, gathered, dtype=dt, count=part,
+                    stream=stream)
+    stream.synchronize()
+    for buffer in (recv, gathered):
+        check(buffer, np.concatenate([a[:part] for a in inputs]))
+    for buffer in (send, recv, gathered):
+        buffer.free()
+    whole = [np.concatenate([a, a])[:part * N] for a in inputs]
+    send, recv = device(whole[RANK]), npu.DeviceBuffer(part * dt.itemsize)
+    comm.reduce_scatter(send, recv, op, dtype=dt, stream=stream)
+    stream.synchronize()
+    check(recv, reduced(op, whole)[RANK * part:(RANK + 1) * part])
+    for buffer in (send, recv):
+        buffer.free()
+report(ok=True)
+comm.destroy()
+"""
+)
+
+
+def test_big_collectives_of_odd_sizes_every_width(daemon4, tmp_path):
+    """Blocks that the AI cores copy with non-temporal stores, and the odd ends after them."""
+    results = run_ranks(daemon4.address, 2, BIG, tmp_path, devices=[2, 3])
+    assert_all_ok(results)
+
+
+def test_workers_copy_large_blocks_with_non_temporal_stores(daemon4):
+    environments = []
+    for pid in children_of(daemon4.pid):
+        with open(f"/proc/{pid}/environ", "rb") as handle:
+            environments.append(handle.read())
+    assert environments
+    threshold = f"glibc.cpu.x86_non_temporal_threshold={reduce.BLOCK_BYTES:#x}".encode()
+    for environment in environments:
+        tunables = [v for v in environment.split(b"\0") if v.startswith(b"GLIBC_TUNABLES=")]
+        assert tunables and threshold in tunables[0]
 
 
 ORDERING = '''

@@ -72,11 +72,11 @@ class StreamSignals:
         the session broke, or `still()` no longer holds (the daemon must be asked); None at
         the monotonic `deadline`. Blocks."""
         area, connection = self.area, self.connection
-        connection.ring_doorbell()  # a wake-up of the daemon the launch missed
+        word = area.word(slot)
+        if word & SEQ_MASK >= seq:
+            return not word & DIRTY
+        connection.ring_doorbell()  # before sleeping: a wake-up of the daemon the launch missed
         while True:
-            word = area.word(slot)
-            if word & SEQ_MASK >= seq:
-                return not word & DIRTY
             if connection.broken is not None or (still is not None and not still()):
                 return False  # the request raises the session's error, or decides
             slice_s = _SLICE_S
@@ -85,6 +85,9 @@ class StreamSignals:
                 if slice_s <= 0:
                     return None
             area.wait_word(slot, word, slice_s)
+            word = area.word(slot)
+            if word & SEQ_MASK >= seq:
+                return not word & DIRTY
 
     def _outcome(self, outcome: bool | None, timeout_ms: int) -> int | None:
         """What a synchronize tells its caller: None decided (success), else the timeout (ms)
@@ -144,21 +147,24 @@ class StreamSignals:
         stream's signal at its last command and clean, and this process's latest call whose
         failure is reported later covered by a clean signal (no call is left to be
         rejected). Returns as synchronize. Blocks."""
+        if timeout_ms < -1:
+            return timeout_ms
         slots, log = self.slots, self.connection.log
+        stream_seq, latest = log.stream_seq, log.deferred_seq
         waits = []
         for stream in streams:
             slot = slots.get(stream)
-            if slot is None or timeout_ms < -1:
+            if slot is None:
                 return timeout_ms
-            waits.append((slot, log.stream_seq.get(stream, 0)))
+            waits.append((slot, stream_seq.get(stream, 0)))
         deadline = _deadline(timeout_ms)
         for slot, seq in waits:
             outcome = self._wait(slot, seq, deadline)
             if not outcome:
                 return self._outcome(outcome, timeout_ms)
-        latest = log.deferred_seq
-        if latest and not any(self._covers(slot, latest) for slot in slots.values()):
-            return timeout_ms
+        if latest and all(seq != latest for _, seq in waits):  # a call elsewhere, after these
+            if not any(self._covers(slot, latest) for slot in slots.values()):
+                return timeout_ms
         self.decided += 1
         return None
 

@@ -183,17 +183,20 @@ class Runtime(
         """False when the daemon's /dev/shm is out of reach and bytes travel in-stream."""
         return self.copies.shared
 
-    def _deciding(self, *contexts: ContextInfo) -> fast_path.StreamSignals | None:
+    def _deciding(
+        self, *contexts: ContextInfo, one_stream: bool = False
+    ) -> fast_path.StreamSignals | None:
         """The completion signals, if they may decide a call on work of `contexts`
         (docs/fast-path.md): not when the session is observed (tracing and checking see
         every synchronize), a capture runs (the daemon refuses the call), a model was made
-        (its replays run tasks and record events the call log does not show), or a context
-        stops on failure (its failure is every later call's, and a signal written clean
-        before it stays clean)."""
+        (its replays run tasks and record events the call log does not show; a call on
+        `one_stream` only sees a replay as that stream's command), or a context stops on
+        failure (its failure is every later call's, and a signal written clean before it
+        stays clean)."""
         signals = self.signals
         if (
             signals is None
-            or signals.models
+            or (signals.models and not one_stream)
             or self.capturing
             or self.observer.flags
             or any(context.stops_on_failure for context in contexts)
@@ -393,8 +396,9 @@ class Runtime(
         Decided on the stream's completion signal when that can prove it (client/fast_path.py)."""
         stream = self.stream(handle)
         wire_int(timeout_ms, "timeout_ms")
-        if self.signals is not None and not self.observer.flags:
-            remaining = self.signals.synchronize(stream, timeout_ms)
+        signals = self._deciding(self.stream_context[stream], one_stream=True)
+        if signals is not None:
+            remaining = signals.synchronize(stream, timeout_ms)
             if remaining is None:
                 return
             timeout_ms = remaining
@@ -405,7 +409,7 @@ class Runtime(
         """aclrtStreamQuery: ACL_STREAM_STATUS_COMPLETE or _NOT_READY. Complete without a
         request when the stream's signal proves it (as synchronize_stream)."""
         stream = self.stream(handle)
-        signals = self._deciding(self.stream_context[stream])
+        signals = self._deciding(self.stream_context[stream], one_stream=True)
         if signals is not None and signals.stream_complete(stream):
             return codes.ACL_STREAM_STATUS_COMPLETE
         return self._call(pb.QueryStreamRequest(stream=stream)).status

@@ -360,7 +360,7 @@ def test_failures_are_reported_as_the_request_reports_them(rt, work, capfd, monk
     on_signals = failing_scenario(rt, work)
     warned = capfd.readouterr().err
     with monkeypatch.context() as patch:
-        patch.setattr(rt, "_deciding", lambda *contexts: None)  # every call asks the daemon
+        patch.setattr(rt, "_deciding", lambda *contexts, **_: None)  # every call asks the daemon
         by_request = failing_scenario(rt, work)
     assert on_signals == by_request
     numbers = re.compile(r"task \d+ |0x[0-9a-f]+")  # of other calls, of another stream
@@ -413,6 +413,28 @@ def test_stop_on_failure_asks_the_daemon(rt, work):
         assert raised.value.code == codes.ACL_ERROR_RT_AICORE_EXCEPTION
     rt.destroy_context(context)
     rt.set_device(0)
+
+
+def test_stop_on_failure_reaches_a_stream_synchronized_clean_before(rt, work):
+    context = rt.create_context(0)
+    clean, failing = rt.create_stream(), rt.create_stream()
+    rt.set_stream_failure_mode(clean, codes.ACL_STOP_ON_FAILURE)
+    failing_work = Work(rt)
+    flag = failing_work.gate(failing)
+    failing_work.launch(failing_work.fail_kernel, failing, 4)
+    work.launch(work.empty, clean)  # the latest call: its signal would prove it
+    rt.synchronize_stream(clean)
+    failing_work.open(flag)  # (a copy: nothing whose failure is reported later)
+    with pytest.raises(NpuError) as first:
+        rt.synchronize_stream(failing)
+    assert first.value.code == codes.ACL_ERROR_RT_AICORE_EXCEPTION
+    for timeout_ms in (-1, 5000):  # the stopped context's failure, as the daemon answers
+        with requests(rt), pytest.raises(NpuError) as raised:
+            rt.synchronize_stream(clean, timeout_ms)
+        assert (raised.value.code, raised.value.message) == (first.value.code, first.value.message)
+    rt.destroy_context(context)
+    rt.set_device(0)
+    round_trip(rt)
 
 
 # ---- what the signals never decide ------------------------------------------------------------
@@ -475,6 +497,46 @@ def test_a_capture_and_a_model_hand_the_calls_to_the_daemon(rt, work):
     rt.destroy_event(event)
     for handle in (stream, capturing):
         rt.destroy_stream(handle)
+
+
+def test_a_stream_synchronize_during_its_capture_is_refused(rt, work):
+    origin, pulled = rt.create_stream(), rt.create_stream()
+    event = rt.create_event()
+    work.launch(work.empty, pulled)
+    rt.synchronize_stream(pulled)
+    work.launch(work.empty, origin)  # the latest call: its signal would prove it
+    rt.synchronize_stream(origin)
+    rt.capture_begin(origin, codes.ACL_MODEL_RI_CAPTURE_MODE_RELAXED)
+    calls = (
+        (rt.synchronize_stream, (origin,)),
+        (rt.synchronize_stream, (origin, 5000)),
+        (rt.stream_query, (origin,)),
+    )
+    for call, args in calls:
+        with requests(rt), pytest.raises(NpuError) as raised:
+            call(*args)
+        assert raised.value.code == codes.ACL_ERROR_RT_STREAM_CAPTURED
+    rt.record_event(event, origin)
+    rt.stream_wait_event(pulled, event)  # pulled into the capture
+    rt.record_event(event, pulled)
+    for stream in (origin, pulled):
+        with requests(rt), pytest.raises(NpuError) as raised:
+            rt.synchronize_stream(stream)
+        assert raised.value.code == codes.ACL_ERROR_RT_STREAM_CAPTURED
+    rt.stream_wait_event(origin, event)  # joined back
+    status, _ = rt.capture_get_info(origin)
+    assert status == codes.ACL_MODEL_RI_CAPTURE_STATUS_ACTIVE  # the refusals left it valid
+    model = rt.capture_end(origin)
+    for stream in (origin, pulled):
+        rt.synchronize_stream(stream)
+    rt.model_execute_async(model, origin)
+    rt.synchronize_stream(origin)
+    with no_request(rt):  # a replay is its stream's command: the signal proves it
+        rt.synchronize_stream(origin)
+    rt.model_destroy(model)
+    rt.destroy_event(event)
+    for stream in (origin, pulled):
+        rt.destroy_stream(stream)
 
 
 def test_bad_handles_are_refused_as_before(rt, daemon):

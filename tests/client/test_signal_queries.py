@@ -8,6 +8,7 @@ import contextlib
 import re
 import signal
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -34,6 +35,11 @@ KERNELS = (
 def fail(ctx, length):
     """Raise with a message of `length` characters."""
     raise RuntimeError("x" * length)
+
+
+@kernel("u32")
+def talk(ctx, tag):
+    ctx.printf("tag %u talks\\n", tag)
 '''
 )
 
@@ -60,6 +66,7 @@ class Work:
         binary = rt.binary_load(KERNELS, "signal_kernels.py")
         self.gate_kernel = rt.get_function(binary, "gate")
         self.fail_kernel = rt.get_function(binary, "fail")
+        self.talk_kernel = rt.get_function(binary, "talk")
         self.empty = rt.get_function(commands.BUILTIN_BINARY, "empty")
 
     def launch(self, function: int, stream: int, *args) -> None:
@@ -435,6 +442,27 @@ def test_stop_on_failure_reaches_a_stream_synchronized_clean_before(rt, work):
     rt.destroy_context(context)
     rt.set_device(0)
     round_trip(rt)
+
+
+def test_output_of_another_streams_kernel_comes_with_the_next_synchronize(rt, work, capfd):
+    quiet, talking = rt.create_stream(), rt.create_stream()
+    flag = work.gate(talking)
+    work.launch(work.talk_kernel, talking, 7)
+    work.launch(work.empty, quiet)  # the latest call: its signal would prove it
+    rt.synchronize_stream(quiet)
+    assert "talks" not in capfd.readouterr().out
+    work.open(flag)
+    while rt.stream_query(talking) != STREAM_COMPLETE:  # a query prints nothing
+        time.sleep(0.005)
+    assert "talks" not in capfd.readouterr().out
+    rt.synchronize_stream(quiet)  # what this process's kernels printed, as docs/acl.md says
+    assert capfd.readouterr().out.count("tag 7 talks") == 1
+    work.launch(work.empty, quiet)
+    with no_request(rt):  # taken: the signals decide again
+        rt.synchronize_stream(quiet)
+    assert "talks" not in capfd.readouterr().out
+    for stream in (quiet, talking):
+        rt.destroy_stream(stream)
 
 
 # ---- what the signals never decide ------------------------------------------------------------

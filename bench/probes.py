@@ -119,6 +119,84 @@ def round_trip(rounds: str = "3000", batch: str = "100"):
     return {"p50": p50, "p99": p99, "chain_p50": chain_p50, "chain_p99": chain_p99}
 
 
+def signal_calls(rounds: str = "1000", batch: str = "100"):
+    """Event synchronize, device synchronize, stream query and event query after an empty
+    kernel, decided on the completion signals and (as before they were) by a request,
+    beside launch + synchronize; batches of `batch` rounds of each, interleaved. p50 and
+    p99 in µs per kind: a synchronize is timed with its launch (and record), a query alone,
+    after its work completed."""
+    from simnpu.client.device import runtime
+
+    stream = setup()
+    event = value(acl.rt.create_event(), "create_event")
+    empty = builtin("empty")
+    rt = runtime()
+
+    def sync_stream():
+        check(launch(empty, 1, stream))
+        check(acl.rt.synchronize_stream(stream))
+
+    def sync_event():
+        check(launch(empty, 1, stream))
+        check(acl.rt.record_event(event, stream))
+        check(acl.rt.synchronize_event(event))
+
+    def sync_device():
+        check(launch(empty, 1, stream))
+        check(acl.rt.synchronize_device())
+
+    def query_stream():
+        if value(acl.rt.stream_query(stream)) != acl.ACL_STREAM_STATUS_COMPLETE:
+            raise SystemExit("stream query: not complete after its synchronize")
+
+    def query_event():
+        if value(acl.rt.query_event_status(event)) != acl.ACL_EVENT_RECORDED_STATUS_COMPLETE:
+            raise SystemExit("event query: not complete after its synchronize")
+
+    def completed():
+        sync_event()  # the stream's last call: an event record, complete
+
+    kinds = {  # name -> (untimed before, timed)
+        "sync_stream": (None, sync_stream),
+        "sync_event": (None, sync_event),
+        "sync_device": (None, sync_device),
+        "query_stream": (completed, query_stream),
+        "query_event": (completed, query_event),
+    }
+
+    def measure(before, timed, count, by_request):
+        if by_request:  # every call asks the daemon, as before the signals decided them
+            rt._deciding = lambda *contexts: None
+        samples = []
+        try:
+            for _ in range(count):
+                if before is not None:
+                    before()
+                start = time.perf_counter()
+                timed()
+                samples.append(time.perf_counter() - start)
+        finally:
+            rt.__dict__.pop("_deciding", None)
+        return samples
+
+    rounds, batch = int(rounds), int(batch)
+    runs = [(name, by_request) for name in kinds for by_request in (False, True)]
+    runs.remove(("sync_stream", True))
+    samples: dict = {run: [] for run in runs}
+    for run in runs:
+        measure(*kinds[run[0]], 100, run[1])  # warm up
+    while len(samples[runs[0]]) < rounds:
+        for run in runs:
+            samples[run] += measure(*kinds[run[0]], min(batch, rounds - len(samples[run])), run[1])
+    result = {}
+    for (name, by_request), figures in samples.items():
+        p50, p99 = percentiles(figures)
+        key = f"{name}_request" if by_request else name
+        result[key] = {"p50": p50, "p99": p99}
+    check(acl.rt.destroy_event(event))
+    return result
+
+
 OWN_EMPTY = """
 from simnpu import kernel
 
@@ -387,6 +465,7 @@ PROBES = {
         first_call,
         facade_overhead,
         own_round_trip,
+        signal_calls,
     )
 }
 

@@ -208,6 +208,8 @@ def run(args) -> Table:
                     "(printed)",
                     True,
                 )
+            if selected("signal_calls"):
+                signal_rows(table, address, quick)
             if selected("throughput"):
                 one_at_a_time = baselines.pipe_dispatch_rate(10_000, 1)
                 runs_of_ten = baselines.pipe_dispatch_rate(50_000, 10)
@@ -355,6 +357,43 @@ def run(args) -> Table:
     return table
 
 
+SIGNAL_CALLS = {
+    "sync_event": "launch + record + event synchronize",
+    "sync_device": "launch + device synchronize",
+    "query_stream": "stream query (its work done)",
+    "query_event": "event query (its record done)",
+}
+
+
+def signal_rows(table: Table, address: str, quick: bool) -> None:
+    """Calls decided on the completion signals, beside launch + synchronize of the same
+    run, and the same calls by a request (the path before, and the fallback)."""
+    figures = probe(address, "signal_calls", 300 if quick else 1000)
+    limit = figures["sync_stream"]["p50"]
+    for key, what in SIGNAL_CALLS.items():
+        for by_request in (False, True):
+            row = figures[f"{key}_request" if by_request else key]
+            how = "by request" if by_request else "on signals"
+            table.add(
+                f"{what}, {how}, p50",
+                row["p50"],
+                "us",
+                limit,
+                "launch + synchronize p50, same run",
+                "(printed)" if by_request else "<= 1x launch + sync",
+                by_request or row["p50"] <= limit,
+            )
+            table.add(
+                f"{what}, {how}, p99",
+                row["p99"],
+                "us",
+                limit,
+                "launch + synchronize p50, same run",
+                "(printed)",
+                True,
+            )
+
+
 def graph_rows(table: Table, address: str, quick: bool) -> None:
     """Graph capture and replay (bench/graph_probes.py), each beside its eager version."""
     figures = probe(address, "replay_vs_eager", 1000, 5 if quick else 15, script="graph_probes.py")
@@ -405,8 +444,8 @@ def main() -> None:
     parser.add_argument(
         "--only",
         nargs="*",
-        help="launch round_trip throughput copies kernels pipeline clients facade graphs "
-        "first_call",
+        help="launch round_trip signal_calls throughput copies kernels pipeline clients facade "
+        "graphs first_call",
     )
     parser.add_argument("--json", default=os.path.join(HERE, "results", "latest.json"))
     parser.add_argument(

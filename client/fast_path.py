@@ -11,6 +11,7 @@ must be asked.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable, Iterable
 
 from simnpu.shm import futex
 from simnpu.shm.notify import DIRTY, SEQ_MASK, NotifyArea
@@ -21,13 +22,17 @@ _SLICE_S = 0.1  # how often a sleeping synchronize re-checks that the session is
 
 
 class StreamSignals:
-    """The completion signals of one session's streams, as the client sees them."""
+    """The completion signals of one session's streams, as the client sees them, and the
+    calls they decide without a request: stream and event synchronize and query, device
+    synchronize (docs/fast-path.md says when each may)."""
 
     def __init__(self, connection, area):
         self.connection = connection
         self.area = area
         self.slots: dict[int, int] = {}  # stream handle -> its signal's slot
-        self.decided = 0  # synchronizes decided here, without a request (a statistic)
+        self.records: dict[int, tuple[int, int]] = {}  # event -> (stream, seq) of its latest record
+        self.models = False  # this process made a model run instance (client/runtime_graphs.py)
+        self.decided = 0  # calls decided here, without a request (a statistic)
 
     def add(self, stream: int, slot: int) -> None:
         self.slots[stream] = slot
@@ -36,38 +41,137 @@ class StreamSignals:
         self.slots.pop(stream, None)
         self.connection.log.stream_seq.pop(stream, None)
 
-    def synchronize(self, stream: int, timeout_ms: int) -> int | None:
-        """Wait for `stream` on its signal if that can decide the synchronize: None when it
-        did (success). Otherwise the timeout (ms) the daemon should be asked with: 0 when
-        this wait already used up `timeout_ms`. Blocks."""
+    def recorded(self, event: int, stream: int, seq: int) -> None:
+        """aclrtRecordEvent `seq` made `stream`'s record the event's latest."""
+        self.records[event] = (stream, seq)
+
+    def forget(self, event: int) -> None:
+        """The event's latest record is not known here any more (reset, destroyed)."""
+        self.records.pop(event, None)
+
+    def _last_command(self, stream: int) -> tuple[int, int] | None:
+        """(slot, seq) of `stream`'s signal and last command if that command is this
+        process's latest call whose failure is reported later: a clean signal at or past it
+        then proves every earlier call ran or was reported."""
         slot = self.slots.get(stream)
-        connection = self.connection
-        target = connection.log.stream_seq.get(stream)
-        if (
-            slot is None
-            or target is None
-            or target != connection.log.deferred_seq
-            or timeout_ms < -1
-        ):
-            return timeout_ms
-        area = self.area
-        deadline = None if timeout_ms == -1 else time.monotonic() + timeout_ms / 1000
-        connection.ring_doorbell()  # a wake-up of the daemon the launch missed
+        log = self.connection.log
+        seq = log.stream_seq.get(stream)
+        if slot is None or seq is None or seq != log.deferred_seq:
+            return None
+        return slot, seq
+
+    def _covers(self, slot: int, seq: int) -> bool:
+        """Signal `slot` is clean and at or past `seq`."""
+        word = self.area.word(slot)
+        return not word & DIRTY and word >= seq
+
+    def _wait(
+        self, slot: int, seq: int, deadline: float | None, still: Callable[[], bool] | None = None
+    ) -> bool | None:
+        """Sleep on signal `slot` until it reaches `seq`: True if it did clean; False if dirty,
+        the session broke, or `still()` no longer holds (the daemon must be asked); None at
+        the monotonic `deadline`. Blocks."""
+        area, connection = self.area, self.connection
+        word = area.word(slot)
+        if word & SEQ_MASK >= seq:
+            return not word & DIRTY
+        connection.ring_doorbell()  # before sleeping: a wake-up of the daemon the launch missed
         while True:
-            word = area.word(slot)
-            if word & SEQ_MASK >= target:
-                if word & DIRTY:
-                    return timeout_ms
-                self.decided += 1
-                return None
-            if connection.broken is not None:
-                return timeout_ms  # the request raises the session's error
+            if connection.broken is not None or (still is not None and not still()):
+                return False  # the request raises the session's error, or decides
             slice_s = _SLICE_S
             if deadline is not None:
                 slice_s = min(slice_s, deadline - time.monotonic())
                 if slice_s <= 0:
-                    return 0
+                    return None
             area.wait_word(slot, word, slice_s)
+            word = area.word(slot)
+            if word & SEQ_MASK >= seq:
+                return not word & DIRTY
+
+    def _outcome(self, outcome: bool | None, timeout_ms: int) -> int | None:
+        """What a synchronize tells its caller: None decided (success), else the timeout (ms)
+        to ask the daemon with, 0 when the wait used it up."""
+        if outcome is None:
+            return 0
+        if outcome:
+            self.decided += 1
+            return None
+        return timeout_ms
+
+    def synchronize(self, stream: int, timeout_ms: int) -> int | None:
+        """aclrtSynchronizeStream(WithTimeout) on `stream`'s signal, if that can decide it:
+        None when it did (success), else the timeout (ms) to ask the daemon with, 0 when
+        this wait used up `timeout_ms`. Blocks."""
+        last = self._last_command(stream)
+        if last is None or timeout_ms < -1:
+            return timeout_ms
+        return self._outcome(self._wait(*last, _deadline(timeout_ms)), timeout_ms)
+
+    def stream_complete(self, stream: int) -> bool:
+        """aclrtStreamQuery: True when `stream`'s signal proves its work done with nothing to
+        report; False when the daemon must answer (running, failed, or unknown here)."""
+        last = self._last_command(stream)
+        if last is None or not self._covers(*last):
+            return False
+        self.decided += 1
+        return True
+
+    def event_complete(self, event: int) -> bool:
+        """aclrtQueryEventStatus: True when the signal of the stream of the event's latest
+        record proves it ran, with no failure before it; False: the daemon must answer."""
+        record = self.records.get(event)
+        slot = None if record is None else self.slots.get(record[0])
+        if record is None or slot is None or not self._covers(slot, record[1]):
+            return False
+        self.decided += 1
+        return True
+
+    def synchronize_event(self, event: int, timeout_ms: int) -> int | None:
+        """aclrtSynchronizeEvent(WithTimeout) on the signal of the stream of the event's
+        latest record: it is waited on while that record is its stream's last command (the
+        signal is written when a stream drains). Returns as synchronize. Blocks."""
+        record = self.records.get(event)
+        slot = None if record is None else self.slots.get(record[0])
+        if record is None or slot is None or timeout_ms < -1:
+            return timeout_ms
+        stream, seq = record
+        stream_seq = self.connection.log.stream_seq
+        outcome = self._wait(
+            slot, seq, _deadline(timeout_ms), lambda: stream_seq.get(stream) == seq
+        )
+        return self._outcome(outcome, timeout_ms)
+
+    def synchronize_streams(self, streams: Iterable[int], timeout_ms: int) -> int | None:
+        """aclrtSynchronizeDevice(WithTimeout) of a device whose streams are `streams`: each
+        stream's signal at its last command and clean, and this process's latest call whose
+        failure is reported later covered by a clean signal (no call is left to be
+        rejected). Returns as synchronize. Blocks."""
+        if timeout_ms < -1:
+            return timeout_ms
+        slots, log = self.slots, self.connection.log
+        stream_seq, latest = log.stream_seq, log.deferred_seq
+        waits = []
+        for stream in streams:
+            slot = slots.get(stream)
+            if slot is None:
+                return timeout_ms
+            waits.append((slot, stream_seq.get(stream, 0)))
+        deadline = _deadline(timeout_ms)
+        for slot, seq in waits:
+            outcome = self._wait(slot, seq, deadline)
+            if not outcome:
+                return self._outcome(outcome, timeout_ms)
+        if latest and all(seq != latest for _, seq in waits):  # a call elsewhere, after these
+            if not any(self._covers(slot, latest) for slot in slots.values()):
+                return timeout_ms
+        self.decided += 1
+        return None
+
+
+def _deadline(timeout_ms: int) -> float | None:
+    """The monotonic time a wait of `timeout_ms` ends (-1: never)."""
+    return None if timeout_ms == -1 else time.monotonic() + timeout_ms / 1000
 
 
 class FastPath:

@@ -72,7 +72,7 @@ if TYPE_CHECKING:  # imported by get_function: a session without kernels never n
 
 
 class ContextInfo:
-    __slots__ = ("default_stream", "device", "events", "handle", "streams")
+    __slots__ = ("default_stream", "device", "events", "handle", "stops_on_failure", "streams")
 
     def __init__(self, handle, device, default_stream):
         self.handle = handle
@@ -80,6 +80,7 @@ class ContextInfo:
         self.default_stream = default_stream
         self.streams = {default_stream}
         self.events = set()
+        self.stops_on_failure = False  # ACL_STOP_ON_FAILURE was set (it cannot be undone)
 
 
 class Runtime(
@@ -145,6 +146,7 @@ class Runtime(
         self.sat_mode = codes.ACL_RT_OVERFLOW_MODE_INFNAN  # aclrtSetDeviceSatMode
         self.event_context: dict[int, ContextInfo] = {}
         self.ipc_events: set[int] = set()  # IPC events, created or opened
+        self.unsignaled_events: set[int] = set()  # events signals never decide (flags, reset)
         self.allocation_starts: list[int] = []
         self.allocations: dict[int, tuple[int, int]] = {}  # address -> (size, device)
         self.imported: dict[str, int] = {}  # IPC key -> address (also in allocations)
@@ -180,6 +182,27 @@ class Runtime(
     def uses_shared_memory(self) -> bool:
         """False when the daemon's /dev/shm is out of reach and bytes travel in-stream."""
         return self.copies.shared
+
+    def _deciding(
+        self, *contexts: ContextInfo, one_stream: bool = False
+    ) -> fast_path.StreamSignals | None:
+        """The completion signals, if they may decide a call on work of `contexts`
+        (docs/fast-path.md): not when the session is observed (tracing and checking see
+        every synchronize), a capture runs (the daemon refuses the call), a model was made
+        (its replays run tasks and record events the call log does not show; a call on
+        `one_stream` only sees a replay as that stream's command), or a context stops on
+        failure (its failure is every later call's, and a signal written clean before it
+        stays clean)."""
+        signals = self.signals
+        if (
+            signals is None
+            or (signals.models and not one_stream)
+            or self.capturing
+            or self.observer.flags
+            or any(context.stops_on_failure for context in contexts)
+        ):
+            return None
+        return signals
 
     def _call(self, body: Message) -> Any:
         """Send a request and wait for its reply body (the path of every call that answers).
@@ -281,6 +304,9 @@ class Runtime(
         for event in context.events:
             self.event_context.pop(event, None)
             self.ipc_events.discard(event)
+            self.unsignaled_events.discard(event)
+            if self.signals is not None:
+                self.signals.forget(event)
         if getattr(self._local, "context", None) is context:
             self._local.context = None
         self._call(pb.DestroyContextRequest(context=handle, drop_queued=drop_queued))
@@ -304,11 +330,19 @@ class Runtime(
     @records_errors
     def synchronize_device(self, timeout_ms: int = -1) -> None:
         """aclrtSynchronizeDevice(WithTimeout): wait for all this process's work on the
-        current device. Blocks; raises the first failure of that work."""
+        current device (every stream of its contexts there). Blocks; raises the first
+        failure of that work. Decided on the streams' signals when they prove it."""
         wire_int(timeout_ms, "timeout_ms")
-        self._call(
-            pb.SynchronizeDeviceRequest(device=self._current().device, timeout_ms=timeout_ms)
-        )
+        device = self._current().device
+        contexts = [c for c in list(self.contexts.values()) if c.device == device]
+        signals = self._deciding(*contexts)
+        if signals is not None:
+            streams = [stream for context in contexts for stream in list(context.streams)]
+            remaining = signals.synchronize_streams(streams, timeout_ms)
+            if remaining is None:
+                return
+            timeout_ms = remaining
+        self._call(pb.SynchronizeDeviceRequest(device=device, timeout_ms=timeout_ms))
 
     # ---- streams ---------------------------------------------------------------------------------
     def stream(self, handle: int) -> int:
@@ -362,8 +396,9 @@ class Runtime(
         Decided on the stream's completion signal when that can prove it (client/fast_path.py)."""
         stream = self.stream(handle)
         wire_int(timeout_ms, "timeout_ms")
-        if self.signals is not None and not self.observer.flags:
-            remaining = self.signals.synchronize(stream, timeout_ms)
+        signals = self._deciding(self.stream_context[stream], one_stream=True)
+        if signals is not None:
+            remaining = signals.synchronize(stream, timeout_ms)
             if remaining is None:
                 return
             timeout_ms = remaining
@@ -371,14 +406,22 @@ class Runtime(
 
     @records_errors
     def stream_query(self, handle: int) -> int:
-        """aclrtStreamQuery: ACL_STREAM_STATUS_COMPLETE or _NOT_READY."""
-        return self._call(pb.QueryStreamRequest(stream=self.stream(handle))).status
+        """aclrtStreamQuery: ACL_STREAM_STATUS_COMPLETE or _NOT_READY. Complete without a
+        request when the stream's signal proves it (as synchronize_stream)."""
+        stream = self.stream(handle)
+        signals = self._deciding(self.stream_context[stream], one_stream=True)
+        if signals is not None and signals.stream_complete(stream):
+            return codes.ACL_STREAM_STATUS_COMPLETE
+        return self._call(pb.QueryStreamRequest(stream=stream)).status
 
     @records_errors
     def set_stream_failure_mode(self, handle: int, mode: int) -> None:
         """aclrtSetStreamFailureMode: STOP_ON_FAILURE stops every stream of the context."""
         wire_int(mode, "mode")
-        self._call(pb.SetStreamFailureModeRequest(stream=self.stream(handle), mode=mode))
+        stream = self.stream(handle)
+        self._call(pb.SetStreamFailureModeRequest(stream=stream, mode=mode))
+        if mode == codes.ACL_STOP_ON_FAILURE:
+            self.stream_context[stream].stops_on_failure = True
 
     # ---- events ----------------------------------------------------------------------------------
     def _event(self, handle: int) -> int:
@@ -398,6 +441,8 @@ class Runtime(
         self.event_context[handle] = context
         if flags == codes.ACL_EVENT_IPC:
             self.ipc_events.add(handle)
+        if flags & ~_SIGNALED_EVENT_FLAGS:  # the daemon treats its records in its own way
+            self.unsignaled_events.add(handle)
         return handle
 
     @records_errors
@@ -405,14 +450,21 @@ class Runtime(
         self._call(pb.DestroyEventRequest(event=self._event(handle)))
         self.event_context.pop(handle).events.discard(handle)
         self.ipc_events.discard(handle)
+        self.unsignaled_events.discard(handle)
+        if self.signals is not None:
+            self.signals.forget(handle)
 
     @records_errors
     def record_event(self, event: int, stream: int) -> None:
         """aclrtRecordEvent (async)."""
         event, stream = self._event(event), self.stream(stream)
-        self.connection.send_command(
+        seq = self.connection.send_command(
             commands.RecordEvent.pack(event, stream), caller_site(), stream
         )
+        if self.signals is not None and not (
+            event in self.unsignaled_events or event in self.ipc_events
+        ):
+            self.signals.recorded(event, stream, seq)
 
     @records_errors
     def reset_event(self, event: int, stream: int) -> None:
@@ -420,6 +472,9 @@ class Runtime(
         event, stream = self._event(event), self.stream(stream)
         self.not_for_ipc(event, "aclrtResetEvent")
         self.connection.send_command(commands.ResetEvent.pack(event, stream), caller_site(), stream)
+        self.unsignaled_events.add(event)  # it undoes records made after it, until it runs
+        if self.signals is not None:
+            self.signals.forget(event)
 
     @records_errors
     def stream_wait_event(self, stream: int, event: int) -> None:
@@ -430,8 +485,12 @@ class Runtime(
     @records_errors
     def query_event_status(self, event: int) -> int:
         """aclrtQueryEventStatus: ACL_EVENT_RECORDED_STATUS_COMPLETE (1) or _NOT_READY (0).
-        Raises only a stopped context's failure (ACL_STOP_ON_FAILURE)."""
-        reply = self._call(pb.QueryEventRequest(event=self._event(event)))
+        Raises only a stopped context's failure (ACL_STOP_ON_FAILURE). Complete without a
+        request when the signal of the latest record's stream proves it."""
+        signals = self._event_signals(self._event(event))
+        if signals is not None and signals.event_complete(event):
+            return codes.ACL_EVENT_RECORDED_STATUS_COMPLETE
+        reply = self._call(pb.QueryEventRequest(event=event))
         if reply.HasField("unreported_failure"):
             self._warn_unreported(reply.unreported_failure, "aclrtQueryEventStatus")
         return reply.status
@@ -441,13 +500,30 @@ class Runtime(
         """aclrtSynchronizeEvent(WithTimeout). Blocks; 507047 on timeout. Raises only a
         stopped context's failure (ACL_STOP_ON_FAILURE); in ACL_CONTINUE_ON_FAILURE a task
         that failed before the record is reported by its stream's next synchronize, and
-        this call warns about it on stderr."""
+        this call warns about it on stderr. Decided on the signal of the latest record's
+        stream when that proves it."""
         wire_int(timeout_ms, "timeout_ms")
-        reply = self._call(
-            pb.SynchronizeEventRequest(event=self._event(event), timeout_ms=timeout_ms)
-        )
+        signals = self._event_signals(self._event(event))
+        if signals is not None:
+            remaining = signals.synchronize_event(event, timeout_ms)
+            if remaining is None:
+                return
+            timeout_ms = remaining
+        reply = self._call(pb.SynchronizeEventRequest(event=event, timeout_ms=timeout_ms))
         if reply is not None and reply.HasField("unreported_failure"):
             self._warn_unreported(reply.unreported_failure, "aclrtSynchronizeEvent")
+
+    def _event_signals(self, event: int) -> fast_path.StreamSignals | None:
+        """The signals, if they may decide a call on `event`: its own, of a context that does
+        not stop on failure, recorded last on a stream of such a context."""
+        signals = self.signals
+        record = None if signals is None else signals.records.get(event)
+        if record is None:
+            return None
+        context = self.stream_context.get(record[0])
+        if context is None:
+            return None
+        return self._deciding(self.event_context[event], context)
 
     def _warn_unreported(self, failure: pb.UnreportedFailure, call: str) -> None:
         """One stderr warning for a failure an event's success does not report (ACL semantics
@@ -758,6 +834,8 @@ class Runtime(
             fast_path.close()
 
 
+# event flags whose records the daemon treats as a plain event's (signals may decide them)
+_SIGNALED_EVENT_FLAGS = codes.ACL_EVENT_SYNC | codes.ACL_EVENT_TIME_LINE
 _HOST_ARGS: dict[int, type[ctypes.Array]] = {}  # argument-struct size -> ctypes array type
 
 

@@ -57,6 +57,7 @@ class RuntimeCondTasks:
 
         def _call(self, body: Message) -> Any: ...
         def stream(self, handle: int) -> int: ...
+        def add_model(self, handle: int) -> None: ...
         def _remember(self, address: int, size: int, device: int) -> None: ...
         def _forget(self, address: int) -> None: ...
 
@@ -116,7 +117,7 @@ class RuntimeCondTasks:
         )
         model = self.conditions[handle][0] if handle in self.conditions else 0
         for sub in reply.sub_models:
-            self.models[sub] = Model([], [])
+            self.add_model(sub)
             self.sub_models[sub] = model
         return list(reply.sub_models)
 

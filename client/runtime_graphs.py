@@ -25,6 +25,7 @@ if TYPE_CHECKING:
     from google.protobuf.message import Message
 
     from simnpu.client.callbacks import HostCallbacks
+    from simnpu.client.fast_path import StreamSignals
     from simnpu.client.transport import Connection
 
 
@@ -50,6 +51,7 @@ class RuntimeGraphs:
     task_models: dict[int, int]  # listed task -> its model
     task_args: dict[int, ctypes.Array]  # model task -> its arguments read back
     unready: dict[int, str]  # model -> why it does not replay (client/runtime_task_groups.py)
+    signals: StreamSignals | None  # the streams' completion signals (client/fast_path.py)
 
     if TYPE_CHECKING:
 
@@ -80,6 +82,14 @@ class RuntimeGraphs:
             raise NpuError(codes.ACL_ERROR_RT_MODEL_EXECUTE, self.unready[handle])
         return model
 
+    def add_model(self, handle: int) -> None:
+        """Model run instance `handle` is this process's from now on. From now on event calls
+        and device synchronize ask the daemon: replays run tasks and record events that
+        the call log does not show."""
+        self.models[handle] = Model([], [])
+        if self.signals is not None:
+            self.signals.models = True
+
     # ---- capture -------------------------------------------------------------------------------
     @records_errors
     def capture_begin(self, stream: int, mode: int, model: int = 0) -> None:
@@ -96,7 +106,7 @@ class RuntimeGraphs:
         reply = self._call(pb.CaptureBeginRequest(stream=handle, mode=mode, model=model))
         self.capture_modes.begun(handle, mode)
         if not model:  # a new model: known from now on (aclmdlRICaptureGetInfo returns it)
-            self.models[reply.model] = Model([], [])
+            self.add_model(reply.model)
         self.capturing[handle] = (reply.model, not model)
 
     @records_errors

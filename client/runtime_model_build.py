@@ -39,6 +39,7 @@ class RuntimeModelBuild:
         def _call(self, body: Message) -> Any: ...
         def _current(self) -> ContextInfo: ...
         def _model(self, handle: int) -> Model: ...
+        def add_model(self, handle: int) -> None: ...
         def stream(self, handle: int) -> int: ...
 
     # ---- building ------------------------------------------------------------------------------
@@ -46,7 +47,7 @@ class RuntimeModelBuild:
     def model_build_begin(self, flag: int) -> int:
         """aclmdlRIBuildBegin: a new, empty model of the current context (flag reserved, 0)."""
         reply = self._call(pb.BuildBeginRequest(flag=flag, context=self._current().handle))
-        self.models[reply.model] = Model([], [])
+        self.add_model(reply.model)
         return reply.model
 
     @records_errors

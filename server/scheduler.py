@@ -440,7 +440,7 @@ class Scheduler:
             if failed:  # the failure of a kernel in a run (RunKernels): its own task's
                 work.failed_at(failed)
             if output:  # a kernel printed: its client takes it at its next synchronize
-                work.stream.owner.output.add(work.seq, token, output)
+                self._printed(work.stream.owner, work.seq, token, output)
             if overflow:  # its context's overflow status (aclrtGetOverflowStatus)
                 work.stream.context.overflow = True
             work.piece_done(self, code, end_ns, message)
@@ -464,6 +464,16 @@ class Scheduler:
                 f"{unit.name} {how} while running {work.what} (task {work.seq}); "
                 "its process was replaced",
             )
+
+    def _printed(self, owner: Owner, seq: int, token: int, text: str) -> None:
+        """Task `seq` of `owner` printed `text`: the next synchronize of any of its streams
+        hands it over (docs/acl.md), so every signal of the owner says "ask the daemon",
+        also those of streams that drained clean before."""
+        if not owner.output.pending:
+            for stream in owner.streams():
+                if stream.signal is not None:
+                    stream.signal.publish(stream.signal.value, True)
+        owner.output.add(seq, token, text)
 
     def rejected(self, owner: Owner, seq: int) -> None:
         """Asynchronous call `seq` of `owner` was rejected (in submission order). Its stream

@@ -21,6 +21,11 @@ from __future__ import annotations
 
 from typing import Any, ClassVar, NamedTuple
 
+DAEMON_GONE = (EOFError, ConnectionResetError)
+"""What a unit's `recv` raises once the daemon's end of its pipe is gone: end of file, or a
+reset when the daemon died with reports of the unit unread (a socketpair's peer closed
+with data in its queue)."""
+
 
 class Span(NamedTuple):
     """Where bytes are: `offset` into the shared-memory segment `segment`, which is device

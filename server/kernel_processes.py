@@ -45,7 +45,7 @@ from simnpu.proto import codes
 from simnpu.server import sandbox
 from simnpu.server.device_printf import MAX_OUTPUT
 from simnpu.server.overflow import watch_numpy
-from simnpu.server.work import Accesses, Cancel, next_message
+from simnpu.server.work import DAEMON_GONE, Accesses, Cancel, next_message
 from simnpu.shm import window
 from simnpu.shm.addresses import DEVICE_SPAN
 
@@ -232,7 +232,7 @@ def zygote_main(conn: Connection, device_segments: list[str], scratch_root: str)
     while True:
         try:
             request = conn.recv()
-        except EOFError:  # the daemon died (SIGKILL): its death signal may come too late
+        except DAEMON_GONE:  # the daemon died (SIGKILL): its death signal may come too late
             shutil.rmtree(scratch_root, True)  # to clean up before this process has ended
             break
         if request is None:
@@ -353,8 +353,11 @@ def _kernel_process(
 
     def take_cancellations() -> set[int]:
         while incoming.poll(0):
-            message = conn.recv()
-            if message is None:
+            try:
+                message = conn.recv()
+            except DAEMON_GONE:
+                message = None
+            if message is None:  # the daemon asks this process to stop (or is gone)
                 raise SystemExit(0)
             cancelled.update(message.tokens)
         return cancelled
@@ -362,7 +365,7 @@ def _kernel_process(
     while True:
         try:
             batch = next_message(conn, incoming)
-        except EOFError:
+        except DAEMON_GONE:
             return
         if batch is None:
             return

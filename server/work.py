@@ -23,6 +23,11 @@ import select
 from multiprocessing.connection import Connection
 from typing import Any, ClassVar, NamedTuple
 
+DAEMON_GONE = (EOFError, ConnectionResetError)
+"""What a unit's `recv` raises once the daemon's end of its pipe is gone: end of file, or a
+reset when the daemon died with reports of the unit unread (a socketpair's peer closed
+with data in its queue)."""
+
 
 class Span(NamedTuple):
     """Where bytes are: `offset` into the shared-memory segment `segment`, which is device
@@ -304,7 +309,7 @@ class Cancel(NamedTuple):
 
 def next_message(conn: Connection, incoming: select.poll) -> Any:
     """A unit's next message from the daemon on `conn` (a batch, a late Cancel, None: stop),
-    with `incoming` polling it. Blocks; EOFError if the daemon's end is closed.
+    with `incoming` polling it. Blocks; one of DAEMON_GONE if the daemon's end is gone.
 
     The unit sleeps in poll(), not in recv(): the kernel wakes a thread blocked in recv()
     on a Unix socket whenever room to write frees up on it, which is every time the daemon

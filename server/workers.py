@@ -52,6 +52,7 @@ from simnpu.server.kernel_processes import (
 )
 from simnpu.server.overflow import OverflowFlag, saturate, watch_numpy
 from simnpu.server.work import (
+    DAEMON_GONE,
     ITEMS,
     Cancel,
     CopyBytes,
@@ -606,7 +607,7 @@ def main(core_id: int, device_segments: list[str], conn) -> None:
         while incoming.poll(0):
             try:
                 message = conn.recv()
-            except EOFError:
+            except DAEMON_GONE:
                 message = None
             if message is None:  # the daemon asks this worker to stop (or is gone)
                 raise SystemExit(0)
@@ -617,7 +618,7 @@ def main(core_id: int, device_segments: list[str], conn) -> None:
     while True:
         try:
             batch = next_message(conn, incoming)
-        except EOFError:  # the daemon died without stopping us (SIGKILL): clean up after it
+        except DAEMON_GONE:  # the daemon died without stopping us (SIGKILL): clean up after it
             unlink_daemon_segments(daemon_pid)
             return
         if batch is None:

@@ -546,8 +546,10 @@ def end_with_daemon(cleanup: Callable[[], None] = lambda: None) -> int:
     kernel then makes another of its threads the parent, and signals again when that one
     ends). Workers start from whatever thread needed them (a session's, naming a device
     for the first time; the scheduler's, replacing a worker), so a signal while this
-    process's parent is still the daemon and its pidfd is not readable is only a thread
-    ending, and is ignored. The daemon gone, the pidfd or the new parent tells."""
+    process's parent is still the daemon is only a thread ending, and is ignored; once the
+    daemon's last thread has ended, the parent is a process outside it. The handler asks
+    nothing but getppid before it decides: a burst of these signals comes while a killed
+    daemon's threads end, and it may run again inside itself."""
     parent = multiprocessing.parent_process()
     daemon_pid = parent.pid if parent is not None and parent.pid else os.getppid()
     try:
@@ -559,7 +561,7 @@ def end_with_daemon(cleanup: Callable[[], None] = lambda: None) -> int:
     daemon.register(pidfd, select.POLLIN)
 
     def daemon_ended(signum: int, frame: types.FrameType | None) -> None:
-        if os.getppid() == daemon_pid and not daemon.poll(0):
+        if os.getppid() == daemon_pid:
             return  # one of the daemon's threads ended, not the daemon
         signal.signal(signum, signal.SIG_IGN)  # once: the signal may come again meanwhile
         try:

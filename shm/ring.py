@@ -7,7 +7,9 @@ written back to back; `head` and `tail` count bytes written and consumed since t
 (they never wrap; a position in the data is the count modulo CAPACITY). A record never
 straddles the end of the data: the producer writes RING_END there (or leaves fewer
 than 2 bytes) and goes on at the start. Both sides sleep on futexes: the daemon on `head`
-when the ring is empty, the client on `tail` when it is full. Words are read and written
+when the ring is empty, the client on `tail` when it is full. The daemon counts its naps in
+`sleeping` (odd while it naps), so the client wakes it once per nap, not once per record
+put while it has not run yet. Words are read and written
 through ctypes views (single aligned loads and stores).
 """
 
@@ -50,6 +52,7 @@ class SubmissionRing:
         self._waiting = ctypes.c_uint32.from_buffer(buffer, _WAITING)
         self._consumed = 0  # the daemon's own tail: what the client writes is never trusted
         self._written = 0  # the client's own head
+        self._woken = 0  # the client's: the daemon's nap (an odd count) it last woke
         self._room_until = CAPACITY  # the client may write up to here without reading tail
 
     def release(self) -> None:
@@ -82,13 +85,19 @@ class SubmissionRing:
             position = 0
         self.buffer[_DATA + position : _DATA + position + size] = record
         self._written = self._head.value = end
-        if wake and self._sleeping.value:
-            futex.wake(self._head_address)
+        if wake:
+            nap = self._sleeping.value
+            if nap & 1 and nap != self._woken:
+                self._woken = nap
+                futex.wake(self._head_address)
 
     def wake_reader(self) -> None:
-        """Wake the daemon if it sleeps although it has not taken everything written (a
-        wake-up `put` missed, see docs/fast-path.md, or records put without `wake`)."""
-        if self._sleeping.value and self._tail.value != self._written:
+        """Wake the daemon if it naps although it has not taken everything written (a
+        wake-up `put` missed, see docs/fast-path.md, or records put without `wake`) and
+        nobody woke it from this nap yet."""
+        nap = self._sleeping.value
+        if nap & 1 and nap != self._woken and self._tail.value != self._written:
+            self._woken = nap
             futex.wake(self._head_address)
 
     def _wait_for_room(self, end: int) -> None:
@@ -131,10 +140,11 @@ class SubmissionRing:
         seen = self._head.value
         if seen != self._consumed:
             return
-        self._sleeping.value = 1
+        nap = self._sleeping.value | 1  # odd: napping (a client may have scribbled on it)
+        self._sleeping.value = nap
         if self._head.value == seen:
             futex.wait(self._head_address, seen, timeout_s)
-        self._sleeping.value = 0
+        self._sleeping.value = nap + 1
 
     def wake_consumer(self) -> None:
         """Wake the daemon's ring thread without writing (it re-checks whether to stop)."""

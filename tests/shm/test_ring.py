@@ -100,6 +100,31 @@ def test_a_sleeping_reader_is_woken_by_a_write(ends):
     assert len(decoded(consumer.take())) == 1
 
 
+def _napping(buffer) -> bool:
+    return int.from_bytes(buffer[128:132], "little") & 1 == 1
+
+
+def test_the_writer_wakes_a_napping_reader_once_per_nap(buffer, ends, monkeypatch):
+    producer, consumer = ends
+    wakes = []
+    wake = futex.wake
+    monkeypatch.setattr(futex, "wake", lambda address: (wakes.append(address), wake(address)))
+    for nap in (1, 2):
+        napper = threading.Thread(target=consumer.sleep, args=(30.0,))
+        napper.start()
+        deadline = time.monotonic() + 10
+        while not _napping(buffer) and time.monotonic() < deadline:
+            time.sleep(0.001)
+        assert _napping(buffer)
+        for record in records(3, 40):  # the first wakes it; the others find it woken
+            producer.put(record)
+        producer.wake_reader()  # nothing to do: this nap was woken already
+        napper.join(10)
+        assert not napper.is_alive() and not _napping(buffer)
+        assert len(wakes) == nap
+        assert len(decoded(consumer.take())) == 3
+
+
 def test_the_reader_trusts_only_its_own_tail(buffer, ends):
     producer, consumer = ends
     producer.put(records(1, 40)[0])

@@ -10,7 +10,9 @@
    first out-of-memory on a trace whose batch size keeps growing; simnpu's allocator under
    NORMAL_ONLY and HUGE_FIRST, the first fit and the buddy beside it.
 3. End to end: aclrtMalloc and aclrtFree through the client against a daemon started here,
-   beside one ping-pong on an open gRPC bidi stream to a bare server (bench/baselines.py).
+   beside one ping-pong on an open gRPC bidi stream to a bare server (bench/baselines.py);
+   the pair through acl (4 KiB and 2 MiB, bench/probes.py malloc_pair) beside launch +
+   synchronize of an empty kernel, in alternate batches in the same process.
 4. Devices at hardware scale (docs/device-memory.md): a daemon's start until its first
    client is served, and its PSS with its workers and /dev/shm use (idle, holding 1 GiB,
    after its free), for 1 x 2 GiB and 8 x 64 GiB; an H2D copy of 256 MiB into a fresh
@@ -48,7 +50,7 @@ sys.path.insert(0, HERE)
 import baselines  # noqa: E402
 import vmm_probes  # noqa: E402
 from alloc_traces import Buddy, FirstFit, dl_trace, replay, trace_summary  # noqa: E402
-from run import Daemon  # noqa: E402
+from run import Daemon, probe  # noqa: E402
 
 from simnpu.client import autostart  # noqa: E402
 from simnpu.proto import codes  # noqa: E402
@@ -570,6 +572,12 @@ def allocator_and_end_to_end(table: Table, results: dict, quick: bool) -> None:
             ping = baselines.ping_pong_us(bare.address, rounds)
             e2e = end_to_end(daemon.address, rounds)
             ping_again = baselines.ping_pong_us(bare.address, rounds)
+            acl_pairs = {
+                size: probe(
+                    daemon.address, "malloc_pair", size, rounds // (1 if size < 1 << 20 else 6)
+                )
+                for size in (4096, 2 << 20)
+            }
         finally:
             daemon.close()
             bare.close()
@@ -598,6 +606,23 @@ def allocator_and_end_to_end(table: Table, results: dict, quick: bool) -> None:
         e2e["free_p50_us"] <= 1.2 * ping_p50,
     )
     table.add("aclrtFree p99", e2e["free_p99_us"], "us", min(ping[1], ping_again[1]))
+    results["acl_pairs"] = acl_pairs
+    small, large = acl_pairs[4096], acl_pairs[2 << 20]
+    table.add(
+        "aclrtMalloc + aclrtFree 4 KiB via acl p50 (vs launch + synchronize p50, same run)",
+        small["p50"],
+        "us",
+        small["launch_p50"],
+        "<= 2x",
+        small["p50"] <= 2 * small["launch_p50"],
+    )
+    table.add("aclrtMalloc + aclrtFree 4 KiB via acl p99", small["p99"], "us", small["launch_p99"])
+    table.add(
+        "aclrtMalloc + aclrtFree 2 MiB via acl p50 (commits its pages)",
+        large["p50"],
+        "us",
+        large["launch_p50"],
+    )
 
 
 if __name__ == "__main__":

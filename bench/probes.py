@@ -119,6 +119,43 @@ def round_trip(rounds: str = "3000", batch: str = "100"):
     return {"p50": p50, "p99": p99, "chain_p50": chain_p50, "chain_p99": chain_p99}
 
 
+def malloc_pair(size: str = "4096", rounds: str = "3000", batch: str = "100"):
+    """aclrtMalloc + aclrtFree of `size` bytes through acl, p50 and p99 in µs, beside launch
+    + synchronize of an empty kernel measured in alternate batches of `batch` rounds."""
+    stream = setup()
+    empty = builtin("empty")
+    size, rounds, batch = int(size), int(rounds), int(batch)
+
+    def pairs(count):
+        samples = []
+        for _ in range(count):
+            start = time.perf_counter()
+            ptr = value(acl.rt.malloc(size, acl.ACL_MEM_MALLOC_HUGE_FIRST), "malloc")
+            check(acl.rt.free(ptr), "free")
+            samples.append(time.perf_counter() - start)
+        return samples
+
+    def launches(count):
+        samples = []
+        for _ in range(count):
+            start = time.perf_counter()
+            check(launch(empty, 1, stream))
+            check(acl.rt.synchronize_stream(stream))
+            samples.append(time.perf_counter() - start)
+        return samples
+
+    pairs(200)
+    launches(200)
+    pair, limit = [], []
+    while len(pair) < rounds:
+        pair += pairs(min(batch, rounds - len(pair)))
+        limit += launches(min(batch, rounds - len(limit)))
+    check(acl.rt.synchronize_device())  # every free was accepted
+    p50, p99 = percentiles(pair)
+    launch_p50, launch_p99 = percentiles(limit)
+    return {"p50": p50, "p99": p99, "launch_p50": launch_p50, "launch_p99": launch_p99}
+
+
 def signal_calls(rounds: str = "1000", batch: str = "100"):
     """Event synchronize, device synchronize, stream query and event query after an empty
     kernel, decided on the completion signals and (as before they were) by a request,
@@ -466,6 +503,7 @@ PROBES = {
         facade_overhead,
         own_round_trip,
         signal_calls,
+        malloc_pair,
     )
 }
 

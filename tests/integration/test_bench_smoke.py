@@ -108,3 +108,42 @@ def test_compare_two_files_without_a_run(tmp_path):
     assert line(output, "old: ?, load?; new: ?, with a CPU-bound process")
     rate = line(output, "rate (task/s)").split()
     assert rate[2:6] == ["100", "80", "0.800x", "-20.0%"] and rate[-1] == "worse"
+
+
+def test_tables_of_several_runs_before_and_after(tmp_path):
+    def runs(side: str, figures: list[tuple[float, float]]) -> list[str]:
+        paths = []
+        for index, (latency, rate) in enumerate(figures):
+            path = tmp_path / f"{side}{index}.json"
+            rows = [
+                row("launch + synchronize, p50", latency, "us", "<= 1.25x chain"),
+                row("async launches", rate, "launch/s", ">= 500k/s"),
+                row("copy", 5.0 + index, "GB/s", ""),
+            ]
+            if side == "after":
+                rows.append(row("a row only after", 1.0, "us", ""))
+            path.write_text(json.dumps({"rows": rows}))
+            paths.append(str(path))
+        return paths
+
+    before = runs("before", [(400.0, 90e3), (380.0, 95e3), (420.0, 80e3)])
+    after = runs("after", [(300.0, 70e3), (310.0, 75e3), (290.0, 85e3)])
+    tables = str(RUN.parent / "tables.py")
+    done = subprocess.run(
+        [sys.executable, tables, "run", "--before", *before, "--after", *after],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    _, figures, ratios = done.stdout.split("| row | before | after | |")  # two tables
+    assert line(figures, "| launch + synchronize, p50 (us)") == (
+        "| launch + synchronize, p50 (us) | 400 [380–420] | 300 [290–310] | **better** |"
+    )
+    assert line(figures, "| async launches (launch/s)") == (
+        "| async launches (launch/s) | 90k [80k–95k] | 75k [70k–85k] | same |"  # ranges overlap
+    )
+    assert line(figures, "| copy (GB/s)") == "| copy (GB/s) | 6 [5–7] | 6 [5–7] | same |"
+    assert "a row only after" not in figures  # not in every run
+    assert line(figures, "2 same") == "2 same, 1 better, 0 worse"
+    assert line(ratios, "| launch + synchronize, p50 (ratio to its limit)").endswith("**better** |")

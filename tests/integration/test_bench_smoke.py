@@ -147,3 +147,15 @@ def test_tables_of_several_runs_before_and_after(tmp_path):
     assert "a row only after" not in figures  # not in every run
     assert line(figures, "2 same") == "2 same, 1 better, 0 worse"
     assert line(ratios, "| launch + synchronize, p50 (ratio to its limit)").endswith("**better** |")
+
+
+def test_waker_cost_names_both_ways_and_leaves_nothing():
+    wakeups = str(RUN.parent / "wakeups.py")
+    done = subprocess.run(
+        [sys.executable, wakeups, "waker-cost", "50"], capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    figures = json.loads(done.stdout)
+    assert sorted(figures) == ["futex_p50_us", "socket_p50_us"]
+    assert all(value > 0 for value in figures.values())
+    assert not [name for name in os.listdir("/dev/shm") if "simnpu-bench-sleeper" in name]

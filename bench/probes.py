@@ -56,6 +56,23 @@ def launch(func, blocks, stream, args: bytes = b""):
     )
 
 
+def launch_and_synchronize(func, stream):
+    """One launch of `func` (one block, no arguments) and a synchronize of its stream."""
+    check(launch(func, 1, stream))
+    check(acl.rt.synchronize_stream(stream))
+
+
+def timed(call, count: int) -> list[float]:
+    """The seconds each of `count` calls of `call()` took."""
+    samples = []
+    clock = time.perf_counter
+    for _ in range(count):
+        start = clock()
+        call()
+        samples.append(clock() - start)
+    return samples
+
+
 def launch_rate(count: str = "100000", together: str = ""):
     """Async empty-kernel launches per second, host side (until the last launch returns).
     With `together`, say "ready" once set up and start when the parent says "go" (so that
@@ -99,13 +116,7 @@ def round_trip(rounds: str = "3000", batch: str = "100"):
     rounds, batch = int(rounds), int(batch)
 
     def launches(count):
-        samples = []
-        for _ in range(count):
-            start = time.perf_counter()
-            check(launch(empty, 1, stream))
-            check(acl.rt.synchronize_stream(stream))
-            samples.append(time.perf_counter() - start)
-        return samples
+        return timed(lambda: launch_and_synchronize(empty, stream), count)
 
     with wakeups.Chain() as chain:
         launches(200)
@@ -126,32 +137,21 @@ def malloc_pair(size: str = "4096", rounds: str = "3000", batch: str = "100"):
     empty = builtin("empty")
     size, rounds, batch = int(size), int(rounds), int(batch)
 
-    def pairs(count):
-        samples = []
-        for _ in range(count):
-            start = time.perf_counter()
-            ptr = value(acl.rt.malloc(size, acl.ACL_MEM_MALLOC_HUGE_FIRST), "malloc")
-            check(acl.rt.free(ptr), "free")
-            samples.append(time.perf_counter() - start)
-        return samples
+    def malloc_and_free():
+        ptr = value(acl.rt.malloc(size, acl.ACL_MEM_MALLOC_HUGE_FIRST), "malloc")
+        check(acl.rt.free(ptr), "free")
 
-    def launches(count):
-        samples = []
-        for _ in range(count):
-            start = time.perf_counter()
-            check(launch(empty, 1, stream))
-            check(acl.rt.synchronize_stream(stream))
-            samples.append(time.perf_counter() - start)
-        return samples
+    def launch_and_sync():
+        launch_and_synchronize(empty, stream)
 
-    pairs(200)
-    launches(200)
-    pair, limit = [], []
-    while len(pair) < rounds:
-        pair += pairs(min(batch, rounds - len(pair)))
-        limit += launches(min(batch, rounds - len(limit)))
+    timed(malloc_and_free, 200)
+    timed(launch_and_sync, 200)
+    pairs, limit = [], []
+    while len(pairs) < rounds:
+        pairs += timed(malloc_and_free, min(batch, rounds - len(pairs)))
+        limit += timed(launch_and_sync, min(batch, rounds - len(limit)))
     check(acl.rt.synchronize_device())  # every free was accepted
-    p50, p99 = percentiles(pair)
+    p50, p99 = percentiles(pairs)
     launch_p50, launch_p99 = percentiles(limit)
     return {"p50": p50, "p99": p99, "launch_p50": launch_p50, "launch_p99": launch_p99}
 
@@ -170,8 +170,7 @@ def signal_calls(rounds: str = "1000", batch: str = "100"):
     rt = runtime()
 
     def sync_stream():
-        check(launch(empty, 1, stream))
-        check(acl.rt.synchronize_stream(stream))
+        launch_and_synchronize(empty, stream)
 
     def sync_event():
         check(launch(empty, 1, stream))

@@ -270,11 +270,16 @@ def shm_copy_bandwidth_processes(
             best = max(best, processes * copies * 2 * nbytes / slowest / 1e9)
         return best
     finally:
-        for child in children:
-            child.join(30)
-            if child.is_alive():
-                child.kill()
-                child.join(5)
+        end_processes(children)
+
+
+def end_processes(processes) -> None:
+    """Join each multiprocessing process, killing (by its PID) one still running after 30 s."""
+    for process in processes:
+        process.join(30)
+        if process.is_alive():
+            process.kill()
+            process.join(5)
 
 
 def python_startup_ms(rounds: int = 5) -> float:

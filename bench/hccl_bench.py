@@ -237,11 +237,9 @@ def run_config(address, n, devices, ops, size_list, quick) -> dict:
             op, size, mode, rank, attempt, seconds = results.get(timeout=600)
             times[(op, size, mode, rank, attempt)] = seconds
     finally:
-        for process in processes:
-            process.join(30)
-            if process.is_alive():
-                process.kill()
-                process.join(5)
+        import baselines  # (imported where used, as the baselines below are)
+
+        baselines.end_processes(processes)
     table: dict = {}
     for op, size, mode, _, _ in times:
         table[(op, size, mode)] = min(

@@ -240,6 +240,14 @@ def gate(ctx, flag, limit):
         time.sleep(0.0002)
 '''
 
+FAIL = '''
+
+@kernel("u32")
+def fail(ctx, length):
+    """Raise with a message of `length` characters."""
+    raise RuntimeError("x" * length)
+'''  # follows GATE (which imports `kernel`) in a module's source
+
 
 @contextlib.contextmanager
 def runtime_of(address: str):

@@ -12,7 +12,7 @@ import time
 
 import numpy as np
 import pytest
-from conftest import GATE, DaemonProcess, round_trip, runtime_of
+from conftest import FAIL, GATE, DaemonProcess, round_trip, runtime_of
 
 from simnpu.client.runtime import Runtime
 from simnpu.proto import codes, commands
@@ -29,18 +29,14 @@ STREAM_NOT_READY = codes.ACL_STREAM_STATUS_NOT_READY
 
 KERNELS = (
     GATE
-    + '''
-
-@kernel("u32")
-def fail(ctx, length):
-    """Raise with a message of `length` characters."""
-    raise RuntimeError("x" * length)
+    + FAIL
+    + """
 
 
 @kernel("u32")
 def talk(ctx, tag):
     ctx.printf("tag %u talks\\n", tag)
-'''
+"""
 )
 
 

@@ -11,7 +11,7 @@ import time
 
 import numpy as np
 import pytest
-from conftest import GATE, runtime_of
+from conftest import FAIL, GATE, runtime_of
 
 from simnpu.client.runtime import Runtime
 from simnpu.proto import codes, commands
@@ -27,12 +27,8 @@ D2H = codes.ACL_MEMCPY_DEVICE_TO_HOST
 
 KERNELS = (
     GATE
+    + FAIL
     + '''
-
-@kernel("u32")
-def fail(ctx, length):
-    """Raise with a message of `length` characters."""
-    raise RuntimeError("x" * length)
 
 
 @kernel("ptr", "u32")

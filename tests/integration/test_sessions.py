@@ -203,8 +203,12 @@ def test_sigkill_mid_flight_frees_everything_and_drops_queued_work(daemon, obser
 
 
 INTERRUPTED = """
-import os, sys, time
+import os, signal, sys, time
 import simnpu.client as npu
+
+# Ctrl-C raises KeyboardInterrupt even in a client started from a background job (which
+# inherits SIGINT ignored, and Python then keeps it ignored)
+signal.signal(signal.SIGINT, signal.default_int_handler)
 
 SOURCE = '''
 import time

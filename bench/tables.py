@@ -4,9 +4,11 @@
 
 SCRIPT is the script that wrote the JSON files: run, memory, hccl or observe. Prints a
 Markdown table: one line per row of the runs, the median of the runs before and after with
-their [min-max], and "better" or "worse" only where the two ranges do not overlap ("same"
-otherwise). Which way is better comes from the row's target, else its unit (times and CPU
-lower; rates, bandwidths and ratios higher). Rows of `run` also get a table of their
+their [min-max], and "better" or "worse" only where the two ranges do not overlap and the
+medians differ by more than SAME_WITHIN ("same" otherwise: a figure that hardly varies,
+such as a memory footprint, does not change verdict for its last digit). Which way is
+better comes from the row's target, else its unit (times and CPU lower; rates, bandwidths
+and ratios higher). Rows of `run` also get a table of their
 ratio to the limit measured in the same run.
 """
 
@@ -21,6 +23,7 @@ from typing import Any
 from compare import TIME_UNITS
 
 Row = tuple[str, float, bool]  # name (with its unit), value, lower is better
+SAME_WITHIN = 0.01  # medians closer than this (relative) are the same whatever their ranges
 
 
 def _lower(target: str, unit: str) -> bool:
@@ -117,7 +120,10 @@ def table(
     for name, ((old, new), lower) in figures.items():
         if len(old) != len(before) or len(new) != len(after):
             continue  # a row some runs lack (new, or a section not run)
-        if max(old) < min(new):
+        was, now = statistics.median(old), statistics.median(new)
+        if abs(now - was) <= SAME_WITHIN * max(abs(was), abs(now)):
+            verdict = "same"
+        elif max(old) < min(new):
             verdict = "worse" if lower else "better"
         elif max(new) < min(old):
             verdict = "better" if lower else "worse"

@@ -119,6 +119,7 @@ def test_tables_of_several_runs_before_and_after(tmp_path):
                 row("launch + synchronize, p50", latency, "us", "<= 1.25x chain"),
                 row("async launches", rate, "launch/s", ">= 500k/s"),
                 row("copy", 5.0 + index, "GB/s", ""),
+                row("footprint", 100.0 if side == "before" else 100.5, "MiB", ""),
             ]
             if side == "after":
                 rows.append(row("a row only after", 1.0, "us", ""))
@@ -144,8 +145,11 @@ def test_tables_of_several_runs_before_and_after(tmp_path):
         "| async launches (launch/s) | 90k [80k–95k] | 75k [70k–85k] | same |"  # ranges overlap
     )
     assert line(figures, "| copy (GB/s)") == "| copy (GB/s) | 6 [5–7] | 6 [5–7] | same |"
+    assert line(figures, "| footprint (MiB)") == (  # apart, but by less than 1 %
+        "| footprint (MiB) | 100 [100–100] | 100 [100–100] | same |"
+    )
     assert "a row only after" not in figures  # not in every run
-    assert line(figures, "2 same") == "2 same, 1 better, 0 worse"
+    assert line(figures, "3 same") == "3 same, 1 better, 0 worse"
     assert line(ratios, "| launch + synchronize, p50 (ratio to its limit)").endswith("**better** |")
 
 

@@ -216,7 +216,10 @@ class Daemon:
         if self.executor is not None:
             self.executor.stop()
         for session in sessions:
-            session.release_all()
+            try:
+                session.release_all()
+            except Exception:  # a bug of ours must not keep the daemon from stopping
+                log.exception("%r: releasing what it held failed", session)
         for device in self.devices:
             device.close()
         unlink_daemon_segments(os.getpid())  # whatever a racing session created meanwhile

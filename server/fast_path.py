@@ -137,6 +137,8 @@ class RingReader:
         self.ring = SubmissionRing(region.map)
         self.stream_items: queue.SimpleQueue = queue.SimpleQueue()  # Items from the gRPC stream
         self._stopping = False
+        self._stop_lock = threading.Lock()
+        self._stopped = threading.Event()  # set once stop() has released the ring's views
         self._thread = threading.Thread(
             target=self._run, name=f"simnpu-ring-{session.id}", daemon=True
         )
@@ -157,15 +159,23 @@ class RingReader:
         return None if item is _STOP else item
 
     def stop(self) -> None:
-        """End the thread; what it has not taken is dropped. Idempotent."""
-        if self._stopping:
+        """End the thread; what it has not taken is dropped. Idempotent: a second caller
+        returns once the first is done (the ring's views are gone, its segment may be
+        closed), but for the ring thread itself. Blocks."""
+        with self._stop_lock:
+            first, self._stopping = not self._stopping, True
+        if not first:
+            if threading.current_thread() is not self._thread:
+                self._stopped.wait()
             return
-        self._stopping = True
-        self.stream_items.put(_STOP)
-        self.ring.wake_consumer()
-        if threading.current_thread() is not self._thread:
-            self._thread.join(30)
-        self.ring.release()
+        try:
+            self.stream_items.put(_STOP)
+            self.ring.wake_consumer()
+            if threading.current_thread() is not self._thread:
+                self._thread.join(30)
+            self.ring.release()
+        finally:
+            self._stopped.set()
 
     def _run(self) -> None:
         ring, session = self.ring, self.session

@@ -21,6 +21,7 @@ import enum
 import itertools
 import logging
 import queue
+import threading
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -152,6 +153,8 @@ class Session:
         self._batch: list[tuple[Callable, tuple]] = []
         self._ring_site: str | None = None  # the call site of the calls in the ring, when observed
         self.rejections = 0  # asynchronous calls rejected so far
+        self._release_lock = threading.Lock()
+        self._released = False  # release_all ran (the session's end and the daemon's may race)
 
     def __repr__(self) -> str:
         return repr(self.owner)
@@ -499,7 +502,11 @@ class Session:
 
     def release_all(self) -> None:
         """Free device memory, pinned segments, the staging area and the fast path's
-        segments; forget the counts."""
+        segments; forget the counts. Once: a second call returns at once."""
+        with self._release_lock:
+            first, self._released = not self._released, True
+        if not first:
+            return
         self.fast_path.stop_ring()
         self.daemon.shareable.let_go(self.owner)  # its shareable handles end first
         self.memory.release_all()

@@ -799,9 +799,12 @@ class ProcessExecutor:
     def cancel(self, unit: Unit, tokens: list[int]) -> None:
         with self.kernels.lock:  # (a kernel process's socket: see _send_to_kernel_process)
             running = self._running.get(unit)
-            conn = (
-                running.conn if isinstance(running, KernelProcess) else self._processes[unit].conn
-            )
+            if isinstance(running, KernelProcess):
+                conn = running.conn
+            elif unit in self._processes:
+                conn = self._processes[unit].conn
+            else:  # stopped: the workers are gone with what they ran
+                return
             try:
                 conn.send(Cancel(tokens))
             except (OSError, ValueError):  # it died: its results never come; it is replaced

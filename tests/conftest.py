@@ -301,10 +301,11 @@ def run_client(
     )
 
 
-def start_client(address: str, code: str, env=None) -> subprocess.Popen:
-    """Like run_client, without waiting."""
+def start_client(address: str, code: str, env=None, stdin: bool = False) -> subprocess.Popen:
+    """Like run_client, without waiting (with `stdin`, a pipe to its standard input)."""
     return subprocess.Popen(
         [sys.executable, "-c", textwrap.dedent(code)],
+        stdin=subprocess.PIPE if stdin else None,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,

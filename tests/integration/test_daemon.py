@@ -15,7 +15,7 @@ import time
 import grpc
 import numpy as np
 import pytest
-from conftest import round_trip, run_client, simnpu_segments
+from conftest import round_trip, run_client, simnpu_segments, start_client
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from simnpu.client import autostart
@@ -172,6 +172,37 @@ except NpuError as error:
             process.kill()
             process.communicate()
     assert out.strip() == str(codes.ACL_ERROR_RT_DRV_INTERNAL_ERROR), err
+
+
+def test_a_daemon_stopped_while_a_session_ends_still_stops(start_daemon):
+    """SIGTERM while a client that died is being cleaned up: its ring thread is still
+    running the burst it left in its submission ring when the daemon releases it too (the
+    daemon used to meet the ring's segment still in use, and never stopped)."""
+    for _ in range(3):
+        daemon = start_daemon()
+        process = start_client(
+            daemon.address,
+            """
+            import ctypes, sys
+            import acl
+            acl.init()
+            acl.rt.set_device(0)
+            stream, _ = acl.rt.create_stream()
+            empty, _ = acl.rt.binary_get_function(acl.SIMNPU_BUILTIN_BINARY, "empty")
+            no_args = ctypes.addressof(ctypes.create_string_buffer(1))
+            for _ in range(120_000):  # fits in the ring: the daemon takes it all at once
+                acl.rt.launch_kernel_with_host_args(empty, 1, stream, None, no_args, 0)
+            print("sent", flush=True)
+            sys.stdin.readline()
+            """,
+            stdin=True,
+        )
+        try:
+            assert process.stdout.readline().strip() == "sent", process.stderr.read()
+        finally:
+            process.kill()
+            process.communicate()
+        assert daemon.stop(signal.SIGTERM) == 0, daemon.output()
 
 
 # ---- the socket ----------------------------------------------------------------------------------

@@ -98,6 +98,7 @@ class RuntimeStreams:
     stream_context: dict[int, Any]  # stream -> its context
     capture_modes: CaptureModes  # the streams this process captures (client/runtime_graphs.py)
     _thread_res: threading.local  # .stream: the stream whose limits this thread uses
+    _thread_res_used: bool  # whether any thread ever did (launches skip the lookup until then)
 
     if TYPE_CHECKING:
 
@@ -179,6 +180,7 @@ class RuntimeStreams:
         the stream's limits (the last stream set wins), and its launches on any stream are
         bounded by that stream's core limit."""
         self._thread_res.stream = self.stream(stream)
+        self._thread_res_used = True
 
     @records_errors
     def unuse_stream_res_in_current_thread(self, stream: int) -> None:
@@ -188,11 +190,13 @@ class RuntimeStreams:
 
     def send_launch(self, record: bytes, stream: int) -> None:
         """Send a launch's record; from a thread that uses another stream's limits, as a
-        ThreadLimited record: that stream's core limit bounds it."""
-        limits = getattr(self._thread_res, "stream", None)
-        if limits is not None and limits != stream and limits in self.stream_context:
-            record = commands.ThreadLimited.pack(limits, record)
-        self.connection.send_command(record, caller_site(), stream)
+        ThreadLimited record: that stream's core limit bounds it. Called by the runtime's
+        launch methods only (the call site is looked for above them)."""
+        if self._thread_res_used:
+            limits = getattr(self._thread_res, "stream", None)
+            if limits is not None and limits != stream and limits in self.stream_context:
+                record = commands.ThreadLimited.pack(limits, record)
+        self.connection.send_command(record, caller_site(3), stream)  # our caller is ours
 
     def thread_res_stream(self) -> int | None:
         """The stream whose limits this thread uses (aclrtUseStreamResInCurrentThread), if

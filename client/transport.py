@@ -42,34 +42,44 @@ if TYPE_CHECKING:
 _SITE_RING = 1 << 16
 _SITE_MASK = _SITE_RING - 1
 _MAILBOX_SLICE_S = 0.1  # a mailbox waiter re-checks for a broken session this often
+_thread_id = threading.get_ident
 _OWN_MODULES = ("simnpu.", "acl", "hccl")
 _Item = npu_pb2.Item
 _ClientMessage = npu_pb2.ClientMessage
 
 
-_own_code: dict = {}  # code object -> whether it belongs to simnpu's client packages
-_site_names: dict = {}  # (code object, instruction offset) -> "file:line"
+_codes: dict = {}  # id -> every code object caller_site has met, kept so that its id stays its own
+_own_ids: set = set()  # ids of those that belong to simnpu's client packages
+_site_names: dict = {}  # (id of a code object, instruction offset) -> "file:line"
 
 
-def caller_site() -> str:
-    """file:line of the first frame outside simnpu's client packages (the user's call).
+def caller_site(depth: int = 2) -> str:
+    """file:line of the first frame outside simnpu's client packages (the user's call),
+    looked for from `depth` frames up (2: the caller's caller).
 
-    On every asynchronous call, so both answers are cached: which code objects are ours,
+    On every asynchronous call, so the answers are cached: which code objects are ours,
     and the text of each call site seen, keyed by instruction offset (f_lineno decodes
-    the line table each time: ~10 µs in a long module-level script)."""
-    frame: FrameType | None = sys._getframe(2)
+    the line table each time: ~10 µs in a long module-level script). The caches go by
+    the code object's id: hashing a code object hashes its bytecode and constants each
+    time (~0.25 µs a frame)."""
+    frame: FrameType | None = sys._getframe(depth)
     while frame is not None:
         code = frame.f_code
-        own = _own_code.get(code)
-        if own is None:
-            own = _own_code[code] = frame.f_globals.get("__name__", "").startswith(_OWN_MODULES)
-        if not own:
-            key = (code, frame.f_lasti)
-            name = _site_names.get(key)
-            if name is None:
-                name = _site_names[key] = f"{code.co_filename}:{frame.f_lineno}"
+        if id(code) in _own_ids:
+            frame = frame.f_back
+            continue
+        key = (id(code), frame.f_lasti)
+        name = _site_names.get(key)
+        if name is not None:
             return name
-        frame = frame.f_back
+        if id(code) not in _codes:  # first met: ours?
+            _codes[id(code)] = code
+            if frame.f_globals.get("__name__", "").startswith(_OWN_MODULES):
+                _own_ids.add(id(code))
+                frame = frame.f_back
+                continue
+        name = _site_names[key] = f"{code.co_filename}:{frame.f_lineno}"
+        return name
     return "?"
 
 
@@ -118,7 +128,7 @@ class CallLog:
         if record is None:
             self._sites[seq & _SITE_MASK] = (seq, site)
         else:
-            thread = threading.get_ident()
+            thread = _thread_id()
             self._sites[seq & _SITE_MASK] = (seq, site, stream, thread, record)
             self.thread_seq[thread] = seq
         if deferred:
@@ -334,9 +344,18 @@ class Connection:
                 f"({ring_layout.MAX_RECORD})",
             )
         with self._lock:
-            seq = self.log.take(site, stream, True, record)
-            if self.ring is not None:
-                self._put(record, site)
+            log = self.log
+            seq = log.take(site, stream, True, record)
+            ring = self.ring
+            if ring is not None:
+                if log.observed:
+                    self._put(record, site)
+                    return seq
+                try:
+                    ring.put(record)
+                except ring_layout.RingClosed:  # full, and the daemon is gone
+                    assert self._broken is not None  # the ring closes once the session broke
+                    raise self._broken from None
                 return seq
             self._pending_items.append(record)
         if not self._wake.is_set():

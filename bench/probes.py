@@ -74,7 +74,8 @@ def timed(call, count: int) -> list[float]:
 
 
 def launch_rate(count: str = "100000", together: str = ""):
-    """Async empty-kernel launches per second, host side (until the last launch returns).
+    """Async empty-kernel launches per second, host side (until the last launch returns),
+    and the calling thread's CPU per launch.
     With `together`, say "ready" once set up and start when the parent says "go" (so that
     several clients really launch at once)."""
     count = int(count)
@@ -89,16 +90,20 @@ def launch_rate(count: str = "100000", together: str = ""):
         print("ready", flush=True)
         sys.stdin.readline()
     failures = 0
-    start = time.perf_counter()
+    start, cpu = time.perf_counter(), time.thread_time()
     for _ in range(count):  # what a pyACL program's launch loop is: the call and its check
         if acl.rt.launch_kernel_with_host_args(empty, 1, stream, None, no_args, 0):
             failures += 1
-    host = time.perf_counter() - start
+    host, cpu = time.perf_counter() - start, time.thread_time() - cpu
     if failures:
         raise SystemExit(f"{failures} launches failed: {acl.get_recent_err_msg()}")
     check(acl.rt.synchronize_stream(stream))
     total = time.perf_counter() - start
-    return {"host_rate": count / host, "completed_rate": count / total}
+    return {
+        "host_rate": count / host,
+        "completed_rate": count / total,
+        "client_cpu_us": cpu / count * 1e6,
+    }
 
 
 def percentiles(samples: list[float]) -> tuple[float, float]:

@@ -230,8 +230,13 @@ def _copy_out(src, dsts, block) -> None:
 def _reduce_out(ufunc, srcs, dsts, block, dtype) -> None:
     """dsts[*] = srcs[0] op srcs[1] op ... in rank order, block by block.
 
-    The last step writes straight into the first destination, whose block the others
-    then copy while it is in cache. A destination may be a source at the same address:
+    With three sources or more and a first destination that is none of them, each block is
+    reduced into a scratch block that stays in cache and copied to every destination: a
+    copy of BLOCK_BYTES is made with non-temporal stores (server/workers.py), which do not
+    first read the destination from memory as a ufunc's stores into it do. Otherwise the
+    last step writes straight into the first destination (in place, its lines were just
+    read; with two sources the extra pass costs more than the read it saves), and the
+    others copy it while it is in cache. A destination may be a source at the same address:
     each block reads all its sources before any destination of it is written.
     """
     import numpy as np
@@ -239,7 +244,8 @@ def _reduce_out(ufunc, srcs, dsts, block, dtype) -> None:
     acc = _scratch.get(dtype)
     if acc is None or len(acc) < block:
         acc = _scratch[dtype] = np.empty(block, dtype)
-    first_dst, others = dsts[0], dsts[1:]
+    first_dst = dsts[0]
+    stream_out = len(srcs) > 2 and not any(np.may_share_memory(first_dst, s) for s in srcs)
     last = len(srcs) - 1
     for first in range(0, len(srcs[0]), block):
         end = first + block
@@ -251,6 +257,8 @@ def _reduce_out(ufunc, srcs, dsts, block, dtype) -> None:
             ufunc(srcs[0][first:end], srcs[1][first:end], out=running)
             for src in srcs[2:last]:
                 ufunc(running, src[first:end], out=running)
-            ufunc(running, srcs[last][first:end], out=out)
-        for dst in others:
-            np.copyto(dst[first:end], out)
+            ufunc(running, srcs[last][first:end], out=running if stream_out else out)
+            if stream_out:
+                np.copyto(out, running)
+        for dst in dsts[1:]:
+            np.copyto(dst[first:end], running if stream_out else out)

@@ -722,7 +722,10 @@ class ProcessExecutor:
         os.set_blocking(self._wake_r, False)
         os.set_blocking(self._wake_w, False)
         self._poller: select.poll | None = None  # rebuilt when a worker is replaced
-        self._by_fd: dict[int, tuple[Unit, KernelProcess | None]] = {}
+        self._by_fd: dict[int, tuple[Unit, KernelProcess | _Process]] = {}
+        # pipes of replaced workers: the scheduler thread may be reading one, so it closes
+        # them itself, when it next builds its poll set
+        self._retired: list = []
         self.kernels = KernelProcesses(segments)  # where clients' own kernels run
         self._kernels_version = -1  # of the kernel processes the poller watches
         # units whose batch a kernel process runs (or the error of getting one)
@@ -823,15 +826,17 @@ class ProcessExecutor:
                 except BlockingIOError:
                     pass
                 continue
-            unit, kernel_process = by_fd.get(fd, (None, None))
-            if unit is None:
+            unit, process = by_fd.get(fd, (None, None))
+            if unit is None or process is None:
                 continue
-            if kernel_process is not None:
-                report = self._kernel_report(unit, kernel_process)
+            if isinstance(process, KernelProcess):
+                report = self._kernel_report(unit, process)
                 if report is not None:
                     reports.append((unit, unit.generation, report))
                 continue
-            generation, process = unit.generation, self._processes[unit]
+            generation = unit.generation
+            if self._processes.get(unit) is not process:  # replaced since the poll set was made
+                continue
             try:
                 report = process.conn.recv()
             except (EOFError, OSError):
@@ -875,15 +880,18 @@ class ProcessExecutor:
         poller = select.poll()
         poller.register(self._wake_r, select.POLLIN)
         self._kernels_version = self.kernels.version
-        by_fd: dict[int, tuple[Unit, KernelProcess | None]] = {}
+        by_fd: dict[int, tuple[Unit, KernelProcess | _Process]] = {}
         with self._lock:
             processes = list(self._processes.items())
+            retired, self._retired = self._retired, []
+        for conn in retired:
+            conn.close()
         for unit, process in processes:
             try:
                 fd = process.conn.fileno()
-            except OSError:  # closed: replaced meanwhile, the next rebuild has it
+            except OSError:  # closed: stopped meanwhile
                 continue
-            by_fd[fd] = (unit, None)
+            by_fd[fd] = (unit, process)
         for kernel_process in self.kernels.processes():
             try:
                 by_fd[kernel_process.conn.fileno()] = (kernel_process.unit, kernel_process)
@@ -914,11 +922,15 @@ class ProcessExecutor:
             return f"(no kernel process: {running})"
         old = self._processes[unit]
         how = old.end()
-        old.conn.close()
+        new = _Process(unit, self._segments)
+        with self._lock:
+            self._processes[unit] = new
+            self._retired.append(old.conn)
+        # only now: a report the scheduler thread reads from the old pipe meanwhile carries
+        # the old generation, and is dropped as a replaced unit's
         unit.generation += 1
         unit.restarts += 1
         unit.reset()
-        self._processes[unit] = _Process(unit, self._segments)
         self._poller = None  # the scheduler thread polls the new pipe from its next wait
         self.wake()
         return how
@@ -939,5 +951,8 @@ class ProcessExecutor:
                 process.process.join(2.0)
             process.conn.close()
         self._processes.clear()
+        for conn in self._retired:
+            conn.close()
+        self._retired.clear()
         for fd in (self._wake_r, self._wake_w):
             os.close(fd)

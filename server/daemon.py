@@ -3,6 +3,7 @@ server, started and stopped in the right order. Workers are spawned before gRPC 
 
 from __future__ import annotations
 
+import contextlib
 import faulthandler
 import itertools
 import logging
@@ -214,7 +215,10 @@ class Daemon:
         if self.scheduler is not None:
             self.scheduler.stop()
         if self.executor is not None:
-            self.executor.stop()
+            # under the scheduler lock: a session's post (its ring thread runs until the
+            # session is released, below) never uses a worker's pipe while it closes
+            with self.scheduler.lock if self.scheduler is not None else contextlib.nullcontext():
+                self.executor.stop()
         for session in sessions:
             try:
                 session.release_all()

@@ -756,7 +756,9 @@ class ProcessExecutor:
         if tenant is not None:
             self._send_to_kernel_process(unit, batch, tenant)
             return
-        process = self._processes[unit]
+        process = self._processes.get(unit)
+        if process is None:
+            raise OSError("the daemon is stopping: its workers are gone")
         try:
             process.conn.send(batch)
         except ValueError as error:  # a closed pipe
@@ -909,6 +911,10 @@ class ProcessExecutor:
             pass
 
     def restart(self, unit: Unit) -> str:
+        if self._stopped:  # the daemon is stopping: nothing is replaced
+            unit.generation += 1
+            unit.reset()
+            return "was stopped with the daemon"
         running = self._running.pop(unit, None)
         if running is not None:  # a kernel process ran the batch: end it, keep the worker
             unit.generation += 1

@@ -147,7 +147,9 @@ class Daemon:
             futures.ThreadPoolExecutor(
                 max_workers=2 * self.config.max_sessions + 8, thread_name_prefix="simnpu-rpc"
             ),
-            options=service.CHANNEL_OPTIONS,
+            # a TCP port another process listens on is refused, not shared: gRPC's default
+            # SO_REUSEPORT would let a second daemon take half of the first one's clients
+            options=[*service.CHANNEL_OPTIONS, ("grpc.so_reuseport", 0)],
         )
         self.server.add_generic_rpc_handlers([NpuServicer(self).handlers()])
         self.health = health.HealthServicer()

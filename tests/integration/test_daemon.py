@@ -321,6 +321,19 @@ def test_tcp_without_a_token_refuses_to_start(monkeypatch):
     assert "token" in result.stderr.lower(), result.stderr
 
 
+def test_second_daemon_on_a_taken_tcp_port_refuses_to_start(start_daemon):
+    """gRPC would share the port (SO_REUSEPORT) and split the clients between the two."""
+    address = f"127.0.0.1:{free_port()}"
+    token = {"SIMNPU_TOKEN": "s3cret-token"}
+    start_daemon(address=address, env=token)
+    result = run_daemon("--listen", address, env=token)
+    assert result.returncode == 2, result.stderr
+    assert f"cannot start the daemon: Failed to bind to address {address}" in result.stderr
+    rt = client(address, token="s3cret-token")  # the first one still serves
+    round_trip(rt)
+    rt.close()
+
+
 def test_tcp_needs_the_right_token(start_daemon, monkeypatch):
     monkeypatch.delenv("SIMNPU_TOKEN", raising=False)
     address = f"127.0.0.1:{free_port()}"

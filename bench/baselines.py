@@ -80,7 +80,7 @@ class BareServer:
 
 
 def _channel(address):
-    return grpc.insecure_channel(address, options=service.CHANNEL_OPTIONS)
+    return grpc.insecure_channel(address, options=service.CLIENT_CHANNEL_OPTIONS)
 
 
 # ---- gRPC baselines ---------------------------------------------------------------------------

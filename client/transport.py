@@ -301,7 +301,7 @@ class Connection:
     def _open(self) -> None:
         if not autostart.reachable(self.address):
             autostart.ensure_daemon(self.address)
-        self._channel = grpc.insecure_channel(self.address, options=service.CHANNEL_OPTIONS)
+        self._channel = grpc.insecure_channel(self.address, options=service.CLIENT_CHANNEL_OPTIONS)
         # this process as the daemon sees it (0: unverified): aclrtDeviceGetBareTgid
         self.verified_pid, metadata = peer_credentials.ask(self.address)
         if self.token:

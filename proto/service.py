@@ -14,6 +14,12 @@ CHANNEL_OPTIONS = [
     ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
     ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
 ]
+# A client's channels: CHANNEL_OPTIONS, and connections of their own. gRPC otherwise shares
+# one connection per address and channel options across the process, with its state: a
+# channel still backing off after nobody listened at an address made every new channel's
+# calls to that address fail at once (UNAVAILABLE, "Connection refused"), even once a
+# daemon listened there.
+CLIENT_CHANNEL_OPTIONS = [*CHANNEL_OPTIONS, ("grpc.use_local_subchannel_pool", 1)]
 # grpcio's classic polling engine: on a 2-vCPU machine it cuts a Unix-socket round trip by
 # about a third. An experimental grpcio setting that may disappear; each side sets it as
 # GRPC_EXPERIMENTS' default, so a user's own GRPC_EXPERIMENTS (even "") wins.

@@ -31,7 +31,7 @@ def check(address: str, what: str = service.SERVICE, timeout: float = 5.0) -> st
     except OSError:
         token = None  # the health service does not need it
     metadata = [(service.TOKEN_METADATA_KEY, token)] if token else None
-    with grpc.insecure_channel(address) as channel:
+    with grpc.insecure_channel(address, options=service.CLIENT_CHANNEL_OPTIONS) as channel:
         stub = health_pb2_grpc.HealthStub(channel)
         try:
             reply = stub.Check(

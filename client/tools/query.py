@@ -77,7 +77,7 @@ def query(what: str, device: int = 0, address: str | None = None, token: str | N
         except OSError as error:  # SIMNPU_TOKEN_FILE names a file we cannot read
             raise ToolError(f"SIMNPU_TOKEN_FILE: {error}") from None
     metadata = [(service.TOKEN_METADATA_KEY, token)] if token else None
-    with grpc.insecure_channel(address, options=service.CHANNEL_OPTIONS) as channel:
+    with grpc.insecure_channel(address, options=service.CLIENT_CHANNEL_OPTIONS) as channel:
         call = channel.unary_unary(
             service.QUERY_METHOD,
             request_serializer=npu_pb2.QueryRequest.SerializeToString,

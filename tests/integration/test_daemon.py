@@ -334,6 +334,28 @@ def test_second_daemon_on_a_taken_tcp_port_refuses_to_start(start_daemon):
     rt.close()
 
 
+def test_a_client_connects_at_once_while_another_channel_to_its_address_backs_off(
+    start_daemon,
+):
+    """gRPC shares one connection per address and channel options across a process: a
+    new client used to get the connection of an older channel of the process to the same
+    address, still backing off after nobody listened there, and its calls failed at once
+    (UNAVAILABLE, "Connection refused") although a daemon listened there by then."""
+    address = f"127.0.0.1:{free_port()}"
+    older = grpc.insecure_channel(address, options=service.CLIENT_CHANNEL_OPTIONS)
+    try:
+        ask = older.unary_unary(service.QUERY_METHOD)
+        with pytest.raises(grpc.RpcError) as nobody:  # connects, is refused, backs off...
+            ask(b"", timeout=3, wait_for_ready=True)
+        assert nobody.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
+        start_daemon(address=address, env={"SIMNPU_TOKEN": "s3cret-token"})
+        rt = client(address, token="s3cret-token")  # ...while a daemon comes up there
+        round_trip(rt)
+        rt.close()
+    finally:
+        older.close()
+
+
 def test_tcp_needs_the_right_token(start_daemon, monkeypatch):
     monkeypatch.delenv("SIMNPU_TOKEN", raising=False)
     address = f"127.0.0.1:{free_port()}"

@@ -43,7 +43,7 @@ class SilentStreams:
     """Raw session streams over TCP that never send a message (no hello)."""
 
     def __init__(self, address: str, count: int):
-        self.channel = grpc.insecure_channel(address, options=service.CHANNEL_OPTIONS)
+        self.channel = grpc.insecure_channel(address, options=service.CLIENT_CHANNEL_OPTIONS)
         self.quiet = threading.Event()
         method = self.channel.stream_stream(
             service.SESSION_METHOD,
@@ -87,8 +87,13 @@ def test_idle_tcp_sessions_neither_lock_out_unix_clients_nor_stay(start_daemon):
             return [d for c, d in silent.outcomes() if c == grpc.StatusCode.RESOURCE_EXHAUSTED]
 
         def seen() -> str:
-            ended = collections.Counter(c.name for c, _ in silent.outcomes())
-            return f"(session counts polled: {sorted(set(counts))}; streams ended: {ended})"
+            outcomes = silent.outcomes()
+            ended = collections.Counter(c.name for c, _ in outcomes)
+            details = sorted({d for _, d in outcomes})[:3]
+            return (
+                f"(session counts polled: {sorted(set(counts))}; streams ended: {ended};"
+                f" their details: {details}; daemon log: {daemon.output()[-2000:]!r})"
+            )
 
         # every stream is answered while the first 16 hold the host's share: 54 refused
         eventually(

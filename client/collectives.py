@@ -21,6 +21,8 @@ when the host can tell.
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 
 from simnpu.client import hcclrt
@@ -83,9 +85,22 @@ class Communicator:
     `n_ranks` ranks have joined. `with` destroys it at the end (HcclCommDestroy)."""
 
     def __init__(self, n_ranks: int, root_info: bytes, rank: int):
-        self._layer = _layer()
-        self.handle = self._layer.comm_init_root_info(n_ranks, root_info, rank)
-        info = self._layer.comm(self.handle)
+        layer = _layer()
+        self._adopt(layer, layer.comm_init_root_info(n_ranks, root_info, rank))
+
+    @classmethod
+    def from_rank_table(cls, path: str | os.PathLike, rank: int) -> Communicator:
+        """HcclCommInitClusterInfo: this process's `rank` of the world the rank table file
+        at `path` names (docs/hccl.md), on the current device; blocks until every rank of
+        the table has joined."""
+        comm = cls.__new__(cls)
+        layer = _layer()
+        comm._adopt(layer, layer.comm_init_cluster_info(path, rank))
+        return comm
+
+    def _adopt(self, layer, handle: int) -> None:
+        self._layer, self.handle = layer, handle
+        info = layer.comm(handle)
         self.rank, self.size, self.device, self.name = (
             info.rank,
             info.n_ranks,

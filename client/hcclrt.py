@@ -11,18 +11,20 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 import weakref
 from typing import Any
 
 from google.protobuf.message import Message
 
 from simnpu.client.transport import caller_site
-from simnpu.proto import commands
+from simnpu.proto import commands, rank_table
 from simnpu.proto import hccl_types as ht
 from simnpu.proto import npu_pb2 as pb
 from simnpu.proto.errors import NpuError
 from simnpu.shm.addresses import is_device_address, split_device_address
 
+RANK_TABLE_WAIT_S = 1800.0  # how long HCCL waits for a rank table to be "completed"
 _instances: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 _instances_lock = threading.Lock()
 
@@ -138,10 +140,72 @@ class Hccl:
                 connect_timeout_ms=round(timeout_s * 1000),
             )
         )
+        return self._joined(reply, n_ranks, rank, device)
+
+    def comm_init_cluster_info(self, cluster_info, rank: int) -> int:
+        """HcclCommInitClusterInfo: join as `rank` of the rank table file `cluster_info`
+        (proto/rank_table.py) on the current device, which must be the rank's device_id.
+        Blocks while the table's status is not "completed" (re-read every second, up to 30
+        minutes, as HCCL does: then HCCL_E_TIMEOUT), then until every rank of the table has
+        joined, or HCCL_CONNECT_TIMEOUT (this process's) has passed (HCCL_E_TIMEOUT)."""
+        if cluster_info is None:
+            raise HcclError(ht.HCCL_E_PTR, "cluster_info (the rank table's path) is None")
+        if not isinstance(cluster_info, (str, os.PathLike)):
+            raise HcclError(
+                ht.HCCL_E_PARA,
+                f"cluster_info must be a path, not {type(cluster_info).__name__}",
+            )
+        rank = int(rank)
+        device = self._device()
+        deadline = time.monotonic() + RANK_TABLE_WAIT_S
+        while True:
+            table = self._read_rank_table(os.fspath(cluster_info))
+            if table.completed:
+                break
+            if time.monotonic() > deadline:
+                raise HcclError(
+                    ht.HCCL_E_TIMEOUT,
+                    f"{cluster_info}: the rank table's status stayed {table.status!r}, not "
+                    f"'completed', for {RANK_TABLE_WAIT_S:g} s",
+                )
+            time.sleep(1.0)
+        try:
+            table.entry(rank, device)
+        except rank_table.RankTableError as error:
+            raise HcclError(error.result, f"{cluster_info}: {error.message}") from None
+        connect_s = seconds_from_env(ht.CONNECT_TIMEOUT_ENV, ht.DEFAULT_CONNECT_TIMEOUT_S)
+        exec_s = seconds_from_env(ht.EXEC_TIMEOUT_ENV, ht.DEFAULT_EXEC_TIMEOUT_S)
+        reply = self.call(
+            pb.HcclCommInitClusterRequest(
+                rank_table=table.text,
+                rank=rank,
+                device=device,
+                connect_timeout_ms=round(connect_s * 1000),
+                exec_timeout_ms=round(exec_s * 1000),
+            )
+        )
+        return self._joined(reply, len(table.ranks), rank, device)
+
+    @staticmethod
+    def _read_rank_table(path: str) -> rank_table.RankTable:
+        """The rank table file at `path`: what HCCL fails to load is HCCL_E_INTERNAL."""
+        if not path.endswith(".json"):
+            raise HcclError(ht.HCCL_E_INTERNAL, f"{path!r}: a rank table's name ends in .json")
+        try:
+            with open(path, encoding="utf-8") as handle:
+                text = handle.read(rank_table.MAX_TABLE_BYTES + 1)
+        except (OSError, UnicodeDecodeError) as error:
+            raise HcclError(ht.HCCL_E_INTERNAL, f"cannot read the rank table: {error}") from None
+        try:
+            return rank_table.parse(text)
+        except rank_table.RankTableError as error:
+            raise HcclError(error.result, f"{path}: {error.message}") from None
+
+    def _joined(self, reply, n_ranks: int, rank: int, device: int) -> int:
+        """Record the communicator an init call's `reply` formed; its handle."""
         handle = reply.comm
-        comm_id = int.from_bytes(data[20:28], "little")
         with self._lock:
-            self.comms[handle] = CommInfo(handle, n_ranks, rank, device, comm_id)
+            self.comms[handle] = CommInfo(handle, n_ranks, rank, device, reply.comm_id)
         return handle
 
     def comm(self, handle: int) -> CommInfo:

@@ -76,6 +76,7 @@ HCCL_CMD_SCATTER = 12
 HCCL_CMD_BARRIER = 103
 
 HCCL_ROOT_INFO_BYTES = 4108
+MAX_RANKS = 4096  # the most ranks of one communicator (a simnpu limit)
 HCCL_COMM_NAME_MAX_LENGTH = 128
 
 # ---- what simnpu supports ---------------------------------------------------------------

@@ -39,7 +39,6 @@ ROOT_VERSION = 1
 ROOT_LAYOUT = struct.Struct(
     "<16sIQI16sI"
 )  # magic, version, comm id, daemon pid, daemon nonce, root device
-MAX_RANKS = 4096
 
 
 class HcclFailure(Exception):
@@ -101,6 +100,7 @@ class Rendezvous:
     root_pid: int
     root_device: int
     n_ranks: int | None = None
+    table_key: bytes | None = None  # formed from a rank table: its key (proto/rank_table.py)
     joined: dict = field(default_factory=dict)  # rank -> (member, waiter, request id)
     state: str = "open"  # open -> formed | failed
     outcome: tuple | None = None  # failed: (HcclResult, message)
@@ -142,6 +142,7 @@ class Communicators:
         self.nonce = os.urandom(16)
         self._ids = itertools.count(1)
         self.rendezvous: dict[int, Rendezvous] = {}
+        self._tables: dict[bytes, int] = {}  # rank table key -> comm id of its open rendezvous
         self._members: dict = {}  # session -> [Member]
 
     def issue_root_info(self, root_pid: int, device: int, exec_timeout_s: float) -> bytes:
@@ -151,6 +152,19 @@ class Communicators:
         self.rendezvous[comm_id] = Rendezvous(comm_id, exec_timeout_s, root_pid, device)
         info = ROOT_LAYOUT.pack(ROOT_MAGIC, ROOT_VERSION, comm_id, self.pid, self.nonce, device)
         return info.ljust(ht.HCCL_ROOT_INFO_BYTES, b"\0")
+
+    def table_comm_id(self, table_key: bytes, pid: int, device: int) -> int:
+        """The communicator id that the ranks joining with the rank table `table_key` form
+        now (scheduler): that of its open rendezvous, else a new one. A table forms one
+        communicator at a time; once formed (or failed), the next joiner starts another."""
+        comm_id = self._tables.get(table_key)
+        if comm_id is None:
+            comm_id = next(self._ids)
+            self.rendezvous[comm_id] = Rendezvous(
+                comm_id, ht.DEFAULT_EXEC_TIMEOUT_S, pid, device, table_key=table_key
+            )
+            self._tables[table_key] = comm_id
+        return comm_id
 
     def parse_root_info(self, data: bytes) -> int:
         if len(data) != ht.HCCL_ROOT_INFO_BYTES or not data.startswith(ROOT_MAGIC):
@@ -251,12 +265,21 @@ class Communicators:
             waiter.finished = True
             member.comm = comm
             member.state = "ready"
-            member.session.respond(request_id, pb.HcclCommInitReply(comm=member.handle))
-        rendezvous.state = "formed"
+            member.session.respond(
+                request_id, pb.HcclCommInitReply(comm=member.handle, comm_id=comm.id)
+            )
+        self._close(rendezvous, "formed")
         rendezvous.joined = {}
 
+    def _close(self, rendezvous: Rendezvous, state: str) -> None:
+        rendezvous.state = state
+        if rendezvous.table_key is not None and self._tables.get(rendezvous.table_key) == (
+            rendezvous.comm_id
+        ):
+            del self._tables[rendezvous.table_key]
+
     def _fail_rendezvous(self, rendezvous: Rendezvous, result: int, message: str) -> None:
-        rendezvous.state = "failed"
+        self._close(rendezvous, "failed")
         rendezvous.outcome = (result, message)
         joined, rendezvous.joined = rendezvous.joined, {}
         for member, waiter, request_id in joined.values():

@@ -71,6 +71,14 @@ def comm_init_root_info(rt, n_ranks, root_info, rank):
     return _layer().comm_init_root_info(n_ranks, root_info, rank)
 
 
+@_hccl("OO", (0,))
+def comm_init_cluster_info(rt, cluster_info, rank):
+    """HcclCommInitClusterInfo -> (comm, ret): `rank` of the rank table file `cluster_info`
+    (version 1.0 JSON, one server), on the current device, which must be the rank's
+    device_id. Blocks until every rank of the table has joined (as comm_init_root_info)."""
+    return _layer().comm_init_cluster_info(cluster_info, rank)
+
+
 @_hccl("O", (0,))
 def get_rank_size(rt, comm):
     """HcclGetRankSize -> (n_ranks, ret)."""

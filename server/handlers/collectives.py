@@ -7,12 +7,12 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from simnpu.proto import codes, commands
+from simnpu.proto import codes, commands, rank_table
 from simnpu.proto import hccl_types as ht
 from simnpu.proto import npu_pb2 as pb
 from simnpu.proto.errors import NpuError, invalid
 from simnpu.server.collectives import Call
-from simnpu.server.communicators import MAX_RANKS, HcclFailure, Member, member_of
+from simnpu.server.communicators import HcclFailure, Member, member_of
 from simnpu.server.handlers.registry import LATER, handles
 from simnpu.server.session import HandleKind
 from simnpu.server.tasks import CollectiveTask
@@ -67,16 +67,62 @@ def comm_init(session: Session, request: pb.HcclCommInitRequest, reply_to: int) 
     comm_id = communicators.parse_root_info(request.root_info)
     session.device(request.device)
     n_ranks, rank = request.n_ranks, request.rank
-    if not 1 <= n_ranks <= MAX_RANKS:
-        raise HcclFailure(ht.HCCL_E_PARA, f"n_ranks {n_ranks} is not in [1, {MAX_RANKS}]")
+    if not 1 <= n_ranks <= ht.MAX_RANKS:
+        raise HcclFailure(ht.HCCL_E_PARA, f"n_ranks {n_ranks} is not in [1, {ht.MAX_RANKS}]")
     if not 0 <= rank < n_ranks:
         raise HcclFailure(ht.HCCL_E_PARA, f"rank {rank} is not in [0, n_ranks={n_ranks})")
-    timeout_ms = request.connect_timeout_ms
-    if timeout_ms <= 0:
-        timeout_ms = int(ht.DEFAULT_CONNECT_TIMEOUT_S * 1000)
     member = Member(session, rank, n_ranks, request.device, comm_id)
     member.handle = session.handles.add(member, HandleKind.COMMUNICATOR)
-    session.post(communicators.join, member, timeout_ms / 1000.0, reply_to)
+    session.post(
+        communicators.join, member, _connect_timeout_s(request.connect_timeout_ms), reply_to
+    )
+
+
+@handles(pb.HcclCommInitClusterRequest)
+@_hccl
+def comm_init_cluster(
+    session: Session, request: pb.HcclCommInitClusterRequest, reply_to: int
+) -> None:
+    """HcclCommInitClusterInfo: the ranks that join with the same rank table form one
+    communicator; answers once every rank of the table has joined (or failed)."""
+    try:
+        table = rank_table.parse(request.rank_table)
+        session.device(request.device)
+        if not table.completed:
+            raise HcclFailure(
+                ht.HCCL_E_PARA, f"the rank table's status is {table.status!r}, not 'completed'"
+            )
+        entry = table.entry(request.rank, request.device)
+    except rank_table.RankTableError as error:
+        raise HcclFailure(error.result, error.message) from None
+    if len(table.servers) > 1:
+        raise HcclFailure(
+            ht.HCCL_E_NOT_SUPPORT,
+            f"the rank table lists {len(table.servers)} servers; a simnpu daemon runs the "
+            "ranks of one server",
+        )
+    connect_timeout_s = _connect_timeout_s(request.connect_timeout_ms)
+    exec_timeout_s = (
+        ht.DEFAULT_EXEC_TIMEOUT_S
+        if request.exec_timeout_ms < 0
+        else request.exec_timeout_ms / 1000.0
+    )
+    member = Member(session, entry.rank, len(table.ranks), request.device, comm_id=0)
+    member.handle = session.handles.add(member, HandleKind.COMMUNICATOR)
+    communicators = session.scheduler.collectives.communicators
+
+    def join() -> None:
+        member.comm_id = communicators.table_comm_id(table.key, session.pid, request.device)
+        if member.rank == 0:  # rank 0's HCCL_EXEC_TIMEOUT becomes the communicator's
+            communicators.rendezvous[member.comm_id].exec_timeout_s = exec_timeout_s
+        communicators.join(member, connect_timeout_s, reply_to)
+
+    session.post(join)
+
+
+def _connect_timeout_s(timeout_ms: int) -> float:
+    """A request's HCCL_CONNECT_TIMEOUT in seconds (<= 0: HCCL's default)."""
+    return timeout_ms / 1000.0 if timeout_ms > 0 else ht.DEFAULT_CONNECT_TIMEOUT_S
 
 
 @handles(pb.HcclCommDestroyRequest)

@@ -7,7 +7,6 @@ from typing import TYPE_CHECKING
 
 from simnpu.proto import hccl_types as ht
 from simnpu.proto import npu_pb2 as pb
-from simnpu.server.communicators import MAX_RANKS
 from simnpu.server.handlers.registry import LATER, handles
 from simnpu.server.rendezvous import MAX_JOB_NAME, Arrival
 
@@ -22,8 +21,8 @@ def rendezvous(session: Session, request: pb.HcclRendezvousRequest, reply_to: in
     problem = None
     if not job or len(job) > MAX_JOB_NAME or not job.isprintable():
         problem = f"the job name must be 1..{MAX_JOB_NAME} printable characters, not {job!r}"
-    elif not 1 <= world_size <= MAX_RANKS:
-        problem = f"job {job!r}: world size {world_size} is not in [1, {MAX_RANKS}]"
+    elif not 1 <= world_size <= ht.MAX_RANKS:
+        problem = f"job {job!r}: world size {world_size} is not in [1, {ht.MAX_RANKS}]"
     if problem is not None:
         session.respond(reply_to, code=ht.HCCL_E_PARA, message=problem)
         return LATER

@@ -254,6 +254,9 @@ class Communicators:
     def _form(self, rendezvous: Rendezvous) -> None:
         members = [rendezvous.joined[rank][0] for rank in range(len(rendezvous.joined))]
         comm = Communicator(rendezvous.comm_id, members, rendezvous.exec_timeout_s)
+        reply_type = (  # HcclCommInitRootInfo's, or HcclCommInitClusterInfo's
+            pb.HcclCommInitReply if rendezvous.table_key is None else pb.HcclCommInitClusterReply
+        )
         devices = [m.device for m in members]
         if len(set(devices)) < len(devices):
             log.info(
@@ -265,9 +268,7 @@ class Communicators:
             waiter.finished = True
             member.comm = comm
             member.state = "ready"
-            member.session.respond(
-                request_id, pb.HcclCommInitReply(comm=member.handle, comm_id=comm.id)
-            )
+            member.session.respond(request_id, reply_type(comm=member.handle, comm_id=comm.id))
         self._close(rendezvous, "formed")
         rendezvous.joined = {}
 

@@ -21,6 +21,7 @@ import logging
 import os
 import struct
 import time
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -34,6 +35,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("simnpu.collectives")
 
+ENDED_KEPT = 4096  # ended rendezvous remembered, to tell a late joiner what became of its id
+UNJOINED_PER_SESSION = 1024  # root infos a session issued that nobody joined yet, at most
 ROOT_MAGIC = b"simnpu-hccl-root"
 ROOT_VERSION = 1
 ROOT_LAYOUT = struct.Struct(
@@ -99,6 +102,7 @@ class Rendezvous:
     exec_timeout_s: float
     root_pid: int
     root_device: int
+    issuer: object = None  # the Session that asked for the root info (None: a rank table's)
     n_ranks: int | None = None
     table_key: bytes | None = None  # formed from a rank table: its key (proto/rank_table.py)
     joined: dict = field(default_factory=dict)  # rank -> (member, waiter, request id)
@@ -141,15 +145,26 @@ class Communicators:
         self.pid = os.getpid()
         self.nonce = os.urandom(16)
         self._ids = itertools.count(1)
-        self.rendezvous: dict[int, Rendezvous] = {}
+        self.rendezvous: dict[int, Rendezvous] = {}  # the open ones, by comm id
+        self._ended: OrderedDict[int, tuple[int, str]] = OrderedDict()  # comm id -> its end
+        self._unjoined: dict[object, OrderedDict[int, None]] = {}  # issuer -> open, unjoined
         self._tables: dict[bytes, int] = {}  # rank table key -> comm id of its open rendezvous
         self._members: dict = {}  # session -> [Member]
 
-    def issue_root_info(self, root_pid: int, device: int, exec_timeout_s: float) -> bytes:
+    def issue_root_info(self, issuer: Session, device: int, exec_timeout_s: float) -> bytes:
         """A new communicator id as root info bytes (scheduler): for HcclGetRootInfo, and for
-        a job's rendezvous (server/rendezvous.py) on behalf of its rank 0."""
+        a job's rendezvous (server/rendezvous.py) on behalf of its rank 0. It lives while its
+        issuer's session does, or once a rank joined it; a session holds at most
+        UNJOINED_PER_SESSION that nobody joined: beyond, its oldest is forgotten."""
         comm_id = next(self._ids)
-        self.rendezvous[comm_id] = Rendezvous(comm_id, exec_timeout_s, root_pid, device)
+        self.rendezvous[comm_id] = Rendezvous(
+            comm_id, exec_timeout_s, issuer.pid, device, issuer=issuer
+        )
+        unjoined = self._unjoined.setdefault(issuer, OrderedDict())
+        unjoined[comm_id] = None
+        if len(unjoined) > UNJOINED_PER_SESSION:
+            oldest, _ = unjoined.popitem(last=False)
+            del self.rendezvous[oldest]
         info = ROOT_LAYOUT.pack(ROOT_MAGIC, ROOT_VERSION, comm_id, self.pid, self.nonce, device)
         return info.ljust(ht.HCCL_ROOT_INFO_BYTES, b"\0")
 
@@ -190,18 +205,12 @@ class Communicators:
         rendezvous = self.rendezvous.get(member.comm_id)
         problem: tuple | None = None
         if rendezvous is None:
-            problem = (
+            problem = self._ended.get(member.comm_id) or (
                 ht.HCCL_E_PARA,
-                f"communicator id {member.comm_id} is unknown to this daemon",
+                f"communicator id {member.comm_id} is unknown to this daemon (its root info "
+                "was forgotten: its process ended before any rank joined, or it issued "
+                f"{UNJOINED_PER_SESSION} newer ones nobody joined)",
             )
-        elif rendezvous.state == "formed":
-            problem = (
-                ht.HCCL_E_PARA,
-                f"this root info already formed communicator {member.comm_id}: "
-                "call get_root_info for a new one",
-            )
-        elif rendezvous.state == "failed":
-            problem = rendezvous.outcome
         elif rendezvous.n_ranks is not None and rendezvous.n_ranks != member.n_ranks:
             others = ", ".join(
                 f"{m.describe()} passed n_ranks={m.n_ranks}"
@@ -224,6 +233,9 @@ class Communicators:
             return
         assert rendezvous is not None
         rendezvous.n_ranks = n_ranks = member.n_ranks
+        unjoined = self._unjoined.get(rendezvous.issuer)
+        if unjoined is not None:  # joined: it lives until it forms or fails
+            unjoined.pop(rendezvous.comm_id, None)
 
         def finish(timed_out: bool) -> None:
             if timed_out and rendezvous.state == "open":
@@ -269,27 +281,44 @@ class Communicators:
             member.comm = comm
             member.state = "ready"
             member.session.respond(request_id, reply_type(comm=member.handle, comm_id=comm.id))
-        self._close(rendezvous, "formed")
+        self._close(
+            rendezvous,
+            "formed",
+            (
+                ht.HCCL_E_PARA,
+                f"this root info already formed communicator {rendezvous.comm_id}: "
+                "call get_root_info for a new one",
+            ),
+        )
         rendezvous.joined = {}
 
-    def _close(self, rendezvous: Rendezvous, state: str) -> None:
+    def _close(self, rendezvous: Rendezvous, state: str, outcome: tuple[int, str]) -> None:
+        """The rendezvous formed or failed: forget it, but for what a late joiner of its id
+        is told (`outcome`, kept for the last ENDED_KEPT)."""
         rendezvous.state = state
+        rendezvous.outcome = outcome
+        del self.rendezvous[rendezvous.comm_id]
+        self._ended[rendezvous.comm_id] = outcome
+        if len(self._ended) > ENDED_KEPT:
+            self._ended.popitem(last=False)
         if rendezvous.table_key is not None and self._tables.get(rendezvous.table_key) == (
             rendezvous.comm_id
         ):
             del self._tables[rendezvous.table_key]
 
     def _fail_rendezvous(self, rendezvous: Rendezvous, result: int, message: str) -> None:
-        self._close(rendezvous, "failed")
-        rendezvous.outcome = (result, message)
+        self._close(rendezvous, "failed", (result, message))
         joined, rendezvous.joined = rendezvous.joined, {}
         for member, waiter, request_id in joined.values():
             waiter.finished = True
             self._reject(member, request_id, result, message)
 
     def session_closed(self, session) -> list:
-        """The session ended: fail the rendezvous its ranks were waiting in; return its ranks
-        of formed communicators, now "gone", with the state each had before."""
+        """The session ended: forget the root infos it issued that nobody joined, fail the
+        rendezvous its ranks were waiting in; return its ranks of formed communicators, now
+        "gone", with the state each had before."""
+        for comm_id in self._unjoined.pop(session, {}):
+            del self.rendezvous[comm_id]
         formed = []
         for member in self._members.pop(session, []):
             if member.state == "joining":

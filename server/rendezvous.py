@@ -110,7 +110,7 @@ class Jobs:
     def _form(self, job: str, ranks: list[Arrival]) -> None:
         root = ranks[0]
         info = self.scheduler.collectives.communicators.issue_root_info(
-            root.session.pid, ROOT_DEVICE, root.exec_timeout_s
+            root.session, ROOT_DEVICE, root.exec_timeout_s
         )
         formation = self.formed[job] = self.formed.get(job, 0) + 1
         for rank, arrival in enumerate(ranks):

@@ -11,11 +11,13 @@ where a test needs one request to reach the daemon before another (noted there).
 from __future__ import annotations
 
 import signal
+import time
 
 import pytest
 from conftest import DaemonProcess
 from hccl_ranks import assert_all_ok, run_ranks
 
+from simnpu.client.tools.query import query
 from simnpu.proto import codes
 from simnpu.proto import hccl_types as ht
 
@@ -269,3 +271,46 @@ def test_init_errors_and_connect_timeout(daemon3, tmp_path):
     alone = results[2].values["alone"]
     assert alone[0] == ht.HCCL_E_TIMEOUT
     assert "ranks 1, 2 of 3 never joined" in alone[1] and "HCCL_CONNECT_TIMEOUT" in alone[1]
+
+
+# One process issues 1,100 root infos nobody joins, then joins some of them alone.
+HOARD = """
+def init(info):
+    comm, ret = hccl.comm_init_root_info(1, info, 0)
+    if ret == hccl.HCCL_SUCCESS:
+        hccl.comm_destroy(comm)
+    return [ret, hccl.get_recent_err_msg()]
+
+infos = []
+for _ in range(1100):
+    info, ret = hccl.get_root_info()
+    assert ret == hccl.HCCL_SUCCESS, ret
+    infos.append(info)
+report(oldest=init(infos[0]), oldest_kept=init(infos[-1024]), again=init(infos[-1024]),
+       kept_for_later=infos[-1].hex())
+"""
+
+LATER = """
+report(later=list(hccl.comm_init_root_info(1, bytes.fromhex(os.environ["INFO"]), 0)[1:])
+       + [hccl.get_recent_err_msg()])
+"""
+
+
+def test_root_infos_nobody_joins_do_not_pile_up_in_the_daemon(daemon3, tmp_path):
+    """A session keeps at most 1,024 root infos that nobody joined (its oldest is forgotten
+    beyond), and they go with the session: a client issuing root infos in a loop cannot
+    grow the daemon without bound."""
+    (first,) = run_ranks(daemon3.address, 1, HOARD, tmp_path)
+    assert_all_ok([first])
+    got = first.values
+    assert got["oldest"][0] == ht.HCCL_E_PARA and "was forgotten" in got["oldest"][1]
+    assert got["oldest_kept"][0] == ht.HCCL_SUCCESS, got["oldest_kept"]
+    assert got["again"][0] == ht.HCCL_E_PARA and "already formed" in got["again"][1]
+    deadline = time.monotonic() + 30  # the session's end is handled after its process ends
+    while query("devices", address=daemon3.address)["processes"]:
+        assert time.monotonic() < deadline, "the first process's session never ended"
+        time.sleep(0.05)
+    (second,) = run_ranks(daemon3.address, 1, LATER, tmp_path, env={"INFO": got["kept_for_later"]})
+    assert_all_ok([second])
+    ret, message = second.values["later"]
+    assert ret == ht.HCCL_E_PARA and "its process ended before any rank joined" in message

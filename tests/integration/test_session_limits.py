@@ -27,6 +27,25 @@ def free_port() -> int:
         return probe.getsockname()[1]
 
 
+TCP_STATES = {"01": "ESTABLISHED", "06": "TIME_WAIT", "07": "CLOSE", "0A": "LISTEN"}
+
+
+def sockets_on(port: int) -> list[str]:
+    """This host's TCP sockets whose local port is `port`, from /proc/net/tcp{,6}: what
+    held the daemon's port when the test fails."""
+    found = []
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        with open(table) as lines:
+            next(lines)
+            for line in lines:
+                fields = line.split()
+                local, remote, state, inode = fields[1], fields[2], fields[3], fields[9]
+                if int(local.rsplit(":", 1)[1], 16) == port:
+                    name = TCP_STATES.get(state, state)
+                    found.append(f"{table[10:]} {local}->{remote} {name} inode {inode}")
+    return found
+
+
 def sessions(address: str) -> int:
     return len(query("devices", address=address)["processes"])
 
@@ -75,6 +94,8 @@ def test_idle_tcp_sessions_neither_lock_out_unix_clients_nor_stay(start_daemon):
     daemon = start_daemon(
         "--listen", f"127.0.0.1:{port}", "--hello-timeout", "45", env={"SIMNPU_TOKEN": TOKEN}
     )
+    listening = sockets_on(port)
+    assert any(s.endswith("LISTEN", 0, s.index(" inode")) for s in listening), listening
     silent = SilentStreams(f"127.0.0.1:{port}", 70)
     try:
         counts: list[int] = []  # the daemon's session counts, as polled
@@ -92,7 +113,8 @@ def test_idle_tcp_sessions_neither_lock_out_unix_clients_nor_stay(start_daemon):
             details = sorted({d for _, d in outcomes})[:3]
             return (
                 f"(session counts polled: {sorted(set(counts))}; streams ended: {ended};"
-                f" their details: {details}; daemon log: {daemon.output()[-2000:]!r})"
+                f" their details: {details}; sockets on port {port}: {sockets_on(port)};"
+                f" daemon log: {daemon.output()[-2000:]!r})"
             )
 
         # every stream is answered while the first 16 hold the host's share: 54 refused

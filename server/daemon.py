@@ -155,7 +155,10 @@ class Daemon:
         self.health = health.HealthServicer()
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)
         socket_paths = {a: service.parse_address(a).path for a in self.config.listen}
-        for address, path in socket_paths.items():
+        # Network addresses first: a Unix socket accepts connections from its bind on (they
+        # wait for start()), and whoever finds one accepting -- a test, a tool, autostart --
+        # may at once use the daemon's other addresses; they must be listening by then.
+        for address, path in sorted(socket_paths.items(), key=lambda item: item[1] is not None):
             if path is not None:
                 prepare_socket_path(path)
             previous = os.umask(0o177) if path is not None else None  # the socket is born 0600

@@ -356,6 +356,39 @@ def test_a_client_connects_at_once_while_another_channel_to_its_address_backs_of
         older.close()
 
 
+def test_once_its_unix_socket_accepts_a_daemon_listens_on_its_tcp_address(tmp_path):
+    """A Unix socket accepts from its bind on; the daemon used to bind its TCP address after
+    it, so a client that found the Unix socket accepting -- as the tests' and the tools'
+    readiness probes do -- could be refused on the TCP address for a moment."""
+    for attempt in range(5):
+        path = tmp_path / f"npu{attempt}.sock"
+        port = free_port()
+        daemon = subprocess.Popen(
+            [
+                sys.executable, "-m", "simnpu.server", "--memory", "64MiB",
+                "--listen", f"unix://{path}", "--listen", f"127.0.0.1:{port}",
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            env={**os.environ, "SIMNPU_TOKEN": "s3cret-token"},
+        )  # fmt: skip
+        try:
+            while True:  # the first moment its Unix socket accepts
+                with socket.socket(socket.AF_UNIX) as probe:
+                    try:
+                        probe.connect(str(path))
+                        break
+                    except OSError:
+                        assert daemon.poll() is None, daemon.communicate()[1]
+            with socket.socket() as tcp:
+                tcp.connect(("127.0.0.1", port))  # refused while the daemon did not listen
+        finally:
+            daemon.terminate()
+            assert daemon.wait(60) == 0, daemon.communicate()[1]
+        left = [name for name in simnpu_segments() if name.startswith(f"simnpu-{daemon.pid}-")]
+        assert not left, left
+
+
 def test_tcp_needs_the_right_token(start_daemon, monkeypatch):
     monkeypatch.delenv("SIMNPU_TOKEN", raising=False)
     address = f"127.0.0.1:{free_port()}"

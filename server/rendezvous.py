@@ -7,7 +7,9 @@ process presents (job name, world size); once `world_size` processes of the job 
 waiting, each gets a distinct rank, 0..N-1 in the order they arrived, and all get the same
 root info, issued for the job as HcclGetRootInfo would be for rank 0 (that process, its
 HCCL_EXEC_TIMEOUT, device 0). Then the job name is free again: the next `world_size`
-arrivals form a new communicator.
+arrivals form a new communicator, the job's formation 2, and so on; the daemon counts the
+formations of the last JOBS_COUNTED job names that formed one, so a name unused for longer
+starts over at 1.
 
 - A waiting process that ends (exit, crash, SIGKILL) gives up its place: a replacement can
   take it, and nobody gets a rank until the world is complete.
@@ -23,6 +25,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections import OrderedDict
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -36,6 +39,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("simnpu.rendezvous")
 
 MAX_JOB_NAME = 256
+JOBS_COUNTED = 4096  # job names whose formations are counted: the most recently formed
 ROOT_DEVICE = 0  # rank 0 uses device 0 whatever the device count (rank % devices)
 
 
@@ -59,7 +63,8 @@ class Jobs:
     def __init__(self, scheduler):
         self.scheduler = scheduler
         self.waiting: dict[str, list[Arrival]] = {}
-        self.formed: dict[str, int] = {}  # job -> how many communicators it has formed
+        # job -> how many communicators it has formed, the most recently formed last
+        self.formed: OrderedDict[str, int] = OrderedDict()
 
     def describe(self) -> dict:
         """{job: {"world_size": n, "waiting": [pid, ...]}} of the processes waiting now, for
@@ -112,7 +117,10 @@ class Jobs:
         info = self.scheduler.collectives.communicators.issue_root_info(
             root.session, ROOT_DEVICE, root.exec_timeout_s
         )
-        formation = self.formed[job] = self.formed.get(job, 0) + 1
+        formation = self.formed.pop(job, 0) + 1
+        self.formed[job] = formation
+        if len(self.formed) > JOBS_COUNTED:
+            self.formed.popitem(last=False)
         for rank, arrival in enumerate(ranks):
             if arrival.waiter is not None:
                 arrival.waiter.finished = True  # its timer is dropped when it comes due

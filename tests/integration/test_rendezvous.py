@@ -19,6 +19,7 @@ import pytest
 from conftest import DaemonProcess, run_client
 
 import hccl
+from simnpu.server.rendezvous import JOBS_COUNTED
 
 pytestmark = pytest.mark.multiprocess
 
@@ -114,6 +115,27 @@ def test_the_job_name_forms_a_new_communicator_once_the_last_is_complete(daemon2
     assert {r["formation"] for r in first} == {1} and {r["formation"] for r in second} == {2}
     assert first[0]["root"] != second[0]["root"]  # a new communicator id
     assert sorted(r["rank"] for r in second) == [0, 1]
+
+
+def test_the_daemon_counts_the_formations_of_its_latest_job_names_only(daemon2):
+    """Every job name that formed a communicator used to be remembered for good: a daemon
+    serving jobs of fresh names grew without bound. It counts the last JOBS_COUNTED."""
+    code = f"""
+import simnpu.client as npu
+from simnpu.client.rendezvous import rendezvous
+npu.Device(0)
+first = [rendezvous(name, 1).formation for name in ("oldest", "recent")]
+for n in range({JOBS_COUNTED} - 1):
+    rendezvous(f"filler-{{n}}", 1)
+recent = rendezvous("recent", 1).formation  # formed again: the most recent
+for n in range({JOBS_COUNTED} - 1, {JOBS_COUNTED} + 1):
+    rendezvous(f"filler-{{n}}", 1)
+print(first, recent, rendezvous("recent", 1).formation, rendezvous("oldest", 1).formation)
+"""
+    result = run_client(daemon2.address, code)
+    # "oldest" was pushed out by JOBS_COUNTED newer names and starts over; "recent" was not
+    assert result.stdout.split("]", 1)[1].split() == ["2", "3", "1"], result.stderr
+    assert result.stdout.startswith("[1, 1]"), result.stdout
 
 
 def test_other_jobs_do_not_mix(daemon2):

@@ -183,6 +183,7 @@ def _serve_parser(sub) -> None:
 
 def serve(args) -> int:
     os.environ.setdefault("GRPC_EXPERIMENTS", service.FAST_GRPC_EXPERIMENTS)
+    from simnpu.server import gc_tuning
     from simnpu.server.daemon import Daemon
     from simnpu.shm import heap
 
@@ -235,6 +236,7 @@ def serve(args) -> int:
     except (ValueError, RuntimeError, OSError) as error:
         print(f"simnpu: cannot start the daemon: {error}", file=sys.stderr)
         return 2
+    gc_tuning.settle()
     daemon.wait()
     return 0
 

@@ -40,7 +40,7 @@ import posix_ipc
 
 from simnpu.proto import codes
 from simnpu.proto.kernel_abi import canonical_type
-from simnpu.server import random_numbers, reduce, reduce_copy
+from simnpu.server import gc_tuning, random_numbers, reduce, reduce_copy
 from simnpu.server.device_printf import KernelOutput
 from simnpu.server.executor import LOST, Unit
 from simnpu.server.kernel_processes import (
@@ -616,6 +616,7 @@ def main(core_id: int, device_segments: list[str], conn) -> None:
             cancelled.update(message.tokens)
         return cancelled
 
+    gc_tuning.settle()
     conn.send(Ready())
     while True:
         try:

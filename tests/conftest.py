@@ -182,6 +182,15 @@ def daemon(tmp_path_factory):
     assert process.stop() == 0, process.output()
 
 
+@pytest.fixture(scope="module")
+def daemon4(tmp_path_factory):
+    """A daemon with 4 devices of 96 MiB shared by the tests of one module: one device per
+    rank of a 4-rank communicator, as on hardware."""
+    process = DaemonProcess(tmp_path_factory.mktemp("npu4"), "--devices", "4", "--memory", "96MiB")
+    yield process
+    assert process.stop() == 0, process.output()
+
+
 @pytest.fixture
 def start_daemon(tmp_path):
     """Factory for a daemon with its own flags, stopped (and checked) after the test."""

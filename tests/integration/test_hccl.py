@@ -10,20 +10,12 @@ others except through the collectives under test.
 from __future__ import annotations
 
 import pytest
-from conftest import DaemonProcess, children_of
+from conftest import children_of
 from hccl_ranks import assert_all_ok, run_ranks
 
 from simnpu.server import reduce
 
 pytestmark = pytest.mark.multiprocess
-
-
-@pytest.fixture(scope="module")
-def daemon4(tmp_path_factory):
-    """A daemon with 4 devices (the ranks' own devices, as on hardware)."""
-    process = DaemonProcess(tmp_path_factory.mktemp("hccl"), "--devices", "4", "--memory", "96MiB")
-    yield process
-    assert process.stop() == 0, process.output()
 
 
 DATA = '''

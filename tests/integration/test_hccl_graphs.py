@@ -20,23 +20,12 @@ import textwrap
 import time
 
 import pytest
-from conftest import DaemonProcess
 from hccl_ranks import PRELUDE, assert_all_ok, run_ranks
 
 from simnpu.proto import codes
 from simnpu.proto import hccl_types as ht
 
 pytestmark = pytest.mark.multiprocess
-
-
-@pytest.fixture(scope="module")
-def daemon4(tmp_path_factory):
-    """A daemon with 4 devices, one per rank."""
-    process = DaemonProcess(
-        tmp_path_factory.mktemp("hccl-graphs"), "--devices", "4", "--memory", "32MiB"
-    )
-    yield process
-    assert process.stop() == 0, process.output()
 
 
 DEVICES = [0, 1, 2, 3]

@@ -8,18 +8,9 @@ from __future__ import annotations
 import json
 
 import pytest
-from conftest import DaemonProcess
 from hccl_ranks import assert_all_ok, run_ranks
 
 pytestmark = pytest.mark.multiprocess
-
-
-@pytest.fixture(scope="module")
-def daemon4(tmp_path_factory):
-    """A daemon with 4 devices (the ranks' own devices, as the table gives them)."""
-    process = DaemonProcess(tmp_path_factory.mktemp("table"), "--devices", "4", "--memory", "64MiB")
-    yield process
-    assert process.stop() == 0, process.output()
 
 
 def write_table(path, devices_of_ranks, servers=1, status="completed") -> str:

@@ -351,11 +351,76 @@ def _uses_shared_memory():
     return runtime().uses_shared_memory
 
 
+def _ufunc_call(kind: str, views: list):
+    """The numpy call a kernel_rate kind stands for, on `views` (its input(s), then its output)."""
+    if kind == "add":
+        return lambda: np.add(views[0], views[1], out=views[2])
+    return lambda: np.exp(views[0], out=views[1])
+
+
+def _one_part(segment, offsets, first, count, kind, go, ends, rounds):
+    """A process of `_parts_at_once`: `count` elements from element `first` of the buffers at
+    `offsets` of `segment`, each round when `go` opens; puts its (start, end) times."""
+    from simnpu.shm.region import Region
+
+    device = Region.attach(segment)
+    views = [np.frombuffer(device.map, np.float32, count, offset + first * 4) for offset in offsets]
+    call = _ufunc_call(kind, views)
+    for _ in range(rounds):
+        go.wait()
+        start = time.monotonic()
+        call()
+        ends.put((start, time.monotonic()))
+    views.clear()
+    device.close()
+
+
+class _PartsAtOnce:
+    """The machine's own limit for `parts` AI cores: `parts` numpy processes, each on its
+    block's share of the same buffers, started together by a barrier as a launch's blocks
+    start. Each `round()` is the time from the first start to the last end (seconds)."""
+
+    def __init__(self, segment, offsets, elements, kind, parts, rounds):
+        import multiprocessing
+
+        spawn = multiprocessing.get_context("spawn")  # no fork of a process with a session
+        self.go, self.ends, self.parts = spawn.Barrier(parts + 1), spawn.Queue(), parts
+        share = elements // parts
+        self.processes = [
+            spawn.Process(
+                target=_one_part,
+                args=(
+                    segment,
+                    offsets,
+                    i * share,
+                    share if i < parts - 1 else elements - i * share,
+                    kind,
+                    self.go,
+                    self.ends,
+                    rounds,
+                ),
+            )  # fmt: skip
+            for i in range(parts)
+        ]
+        for process in self.processes:
+            process.start()
+
+    def round(self) -> float:
+        self.go.wait(60)
+        times = [self.ends.get(timeout=60) for _ in range(self.parts)]
+        return max(end for _, end in times) - min(start for start, _ in times)
+
+    def close(self) -> None:
+        for process in self.processes:
+            process.join(60)
+
+
 def kernel_rate(kind: str, elements: str = "16777216"):
     """add (GB/s, 3 arrays) or exp (Gelem/s) of float32 with numBlocks = AI cores, best of 6,
     and its limit: the same numpy call in this one process on the very same buffers (the
     daemon's device segment mapped here, SIMNPU_BENCH_DAEMON_PID), the two measured in turn
-    so that the machine's drift hits both alike."""
+    so that the machine's drift hits both alike. Also, printed beside: as many numpy
+    processes as AI cores, each on its block's share of the buffers at once."""
     from simnpu.client.device import runtime
     from simnpu.shm.addresses import split_device_address
     from simnpu.shm.region import Region
@@ -366,30 +431,37 @@ def kernel_rate(kind: str, elements: str = "16777216"):
     buffers = [value(acl.rt.malloc(elements * 4, acl.ACL_MEM_MALLOC_HUGE_FIRST)) for _ in range(3)]
     for buffer in buffers:
         check(acl.rt.memset(buffer, elements * 4, 0, elements * 4))
-    device = Region.attach(f"/simnpu-{os.environ['SIMNPU_BENCH_DAEMON_PID']}-dev0")
-    views = [
-        np.frombuffer(device.map, np.float32, elements, split_device_address(b)[1]) for b in buffers
-    ]
+    segment = f"/simnpu-{os.environ['SIMNPU_BENCH_DAEMON_PID']}-dev0"
+    device = Region.attach(segment)
+    offsets = [split_device_address(b)[1] for b in buffers]
+    views = [np.frombuffer(device.map, np.float32, elements, offset) for offset in offsets]
+    numpy_call = _ufunc_call(kind, views)
     if kind == "add":
         func = builtin("add_f32")
         args = struct_pack("<QQQI", *buffers, elements)
-        numpy_call, amount = (lambda: np.add(views[0], views[1], out=views[2])), elements * 12 / 1e9
+        amount = elements * 12 / 1e9
     else:
         func = builtin("exp_f32")
         args = struct_pack("<QQI", buffers[0], buffers[1], elements)
-        numpy_call, amount = (lambda: np.exp(views[0], out=views[1])), elements / 1e9
-    best = limit = 0.0
-    for _ in range(6):
-        start = time.perf_counter()
-        numpy_call()
-        limit = max(limit, amount / (time.perf_counter() - start))
-        start = time.perf_counter()
-        check(launch(func, cores, stream, args))
-        check(acl.rt.synchronize_stream(stream))
-        best = max(best, amount / (time.perf_counter() - start))
+        amount = elements / 1e9
+    best = limit = at_once = 0.0
+    parts = _PartsAtOnce(segment, offsets, elements, kind, cores, rounds=6)
+    try:
+        for _ in range(6):  # each measured right after the one process's call, alike
+            start = time.perf_counter()
+            numpy_call()
+            limit = max(limit, amount / (time.perf_counter() - start))
+            start = time.perf_counter()
+            check(launch(func, cores, stream, args))
+            check(acl.rt.synchronize_stream(stream))
+            best = max(best, amount / (time.perf_counter() - start))
+            numpy_call()
+            at_once = max(at_once, amount / parts.round())
+    finally:
+        parts.close()
     views.clear()  # no numpy view may keep the mapping open
     device.close()
-    return {"rate": best, "limit": limit, "blocks": cores}
+    return {"rate": best, "limit": limit, "blocks": cores, "processes_at_once": at_once}
 
 
 def struct_pack(layout, *values):

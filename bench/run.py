@@ -290,6 +290,15 @@ def run(args) -> Table:
                         f">= {factor}x",
                         rate >= factor * limit,
                     )
+                    table.add(  # what the machine itself gives two streams at once
+                        f"{kind} of 16M float32, one numpy process per AI core at once",
+                        figures["processes_at_once"],
+                        unit,
+                        limit,
+                        f"np.{kind}(out=), 1 process, same buffers",
+                        "(printed)",
+                        True,
+                    )
             if selected("pipeline"):
                 figures = probe(address, "pipeline", 8 if quick else 12)
                 speedup = figures["one_stream_s"] / figures["two_streams_s"]

@@ -150,7 +150,8 @@ def split(groups: list, pieces: int) -> list:
 _scratch: dict = {}
 
 
-def _dtype(name: str):
+def numpy_dtype(name: str):
+    """The numpy dtype of an HCCL data type's name (hccl_types.DTYPE_NAMES), bfloat16 included."""
     import numpy as np
 
     if name == "bfloat16":
@@ -160,7 +161,8 @@ def _dtype(name: str):
     return np.dtype(name)
 
 
-def _ufunc(op: int):
+def reduce_ufunc(op: int):
+    """The numpy ufunc of an HcclReduceOp."""
     import numpy as np
 
     return {
@@ -192,7 +194,7 @@ def execute(maps: dict, item: ReducePiece) -> Result:
 def run(maps: dict, dtype_name: str, op: int, groups: list, snapshot: bool, piece: list) -> None:
     import numpy as np
 
-    dtype = _dtype(dtype_name)
+    dtype = numpy_dtype(dtype_name)
     block = max(1, BLOCK_BYTES // dtype.itemsize)
 
     def view(span: Span, first: int, count: int):
@@ -206,7 +208,7 @@ def run(maps: dict, dtype_name: str, op: int, groups: list, snapshot: bool, piec
         work.append((srcs, [view(d, first, count) for d in destinations]))
     if snapshot:  # every source copied aside before anything is written
         work = [([s.copy() for s in srcs], dsts) for srcs, dsts in work]
-    ufunc = _ufunc(op) if any(len(srcs) > 1 for srcs, _ in work) else None
+    ufunc = reduce_ufunc(op) if any(len(srcs) > 1 for srcs, _ in work) else None
     with np.errstate(all="ignore"):  # overflow is the data's business, as on the device
         for srcs, dsts in work:
             if len(srcs) == 1:

@@ -1,0 +1,144 @@
+"""The exchange between hosts: simnpu's engine processes beside Gloo's own all_reduce.
+
+    python bench/engine_bench.py [--size 64MiB] [--rounds 3] [--iters 10]
+
+Needs the multihost extra (torch's CPU build). Two engine processes (server/engine.py), each
+over its own shared-memory segment as two hosts' daemons would be, run an all_reduce of
+`size` bytes of float32 as the daemon will: a Reduce over ranges cut evenly, then a
+Gather. The baseline, measured in the same run, is two plain torch processes running
+`torch.distributed.all_reduce` over Gloo on a tensor of the same size. Both talk over
+loopback. Each round measures both, alternating; a figure is the p50 of `iters`
+all-reduces after 3 warm-ups, and the table shows every round. docs/multihost.md has
+the figures.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import multiprocessing
+import queue
+import secrets
+import statistics
+import time
+
+from simnpu.proto import hccl_types as ht
+from simnpu.server.engine import (
+    Engine,
+    EngineSetup,
+    Formed,
+    Gather,
+    Reduce,
+    StepDone,
+    StoreListening,
+)
+from simnpu.shm.region import Region, segment_name
+from simnpu.shm.sizes import parse_size
+
+WARMUP = 3
+TIMEOUT_S = 300.0
+
+
+def engine_all_reduce_ms(size: int, iters: int) -> float:
+    """p50 of `iters` all-reduces between two engine processes, submit to both done."""
+    tag = secrets.token_hex(4)
+    regions = [Region.create(segment_name("engine-bench", tag, h), size) for h in range(2)]
+    reports: list[queue.Queue] = [queue.Queue(), queue.Queue()]
+    engines: list[Engine] = []
+    try:
+        port = 0
+        for h in range(2):
+            setup = EngineSetup(h, 2, "127.0.0.1", port, regions[h].name, TIMEOUT_S)
+            engines.append(Engine(setup, reports[h].put))
+            engines[h].start()
+            if h == 0:
+                listening = reports[0].get(timeout=TIMEOUT_S)
+                assert isinstance(listening, StoreListening)
+                port = listening.port
+        for h in range(2):
+            assert isinstance(reports[h].get(timeout=TIMEOUT_S), Formed)
+        half = size // 8 * 4  # on a float32 boundary
+        owners = (((0, half),), ((half, size),))
+        times = []
+        for i in range(WARMUP + iters):
+            start = time.perf_counter()
+            steps = [
+                Reduce(2 * i, 0, "float32", ht.HCCL_REDUCE_SUM, owners),
+                Gather(2 * i + 1, 0, owners),
+            ]
+            for engine in engines:
+                for step in steps:
+                    engine.submit(step)
+            for h in range(2):
+                for step in steps:
+                    report = reports[h].get(timeout=TIMEOUT_S)
+                    assert report == StepDone(step.seq), report
+            times.append(time.perf_counter() - start)
+        return statistics.median(times[WARMUP:]) * 1e3
+    finally:
+        for engine in engines:
+            engine.stop()
+        for region in regions:
+            region.close()
+
+
+def _gloo_rank(rank: int, port_queue, size: int, iters: int, results) -> None:
+    import torch
+    import torch.distributed as dist
+
+    timeout = datetime.timedelta(seconds=TIMEOUT_S)
+    if rank == 0:
+        store = dist.TCPStore("127.0.0.1", 0, 2, True, timeout=timeout, wait_for_workers=False)
+        port_queue.put(store.port)
+    else:
+        port = port_queue.get(timeout=TIMEOUT_S)
+        store = dist.TCPStore("127.0.0.1", port, 2, False, timeout=timeout)
+    dist.init_process_group("gloo", store=store, rank=rank, world_size=2, timeout=timeout)
+    tensor = torch.ones(size // 4, dtype=torch.float32)
+    times = []
+    for _ in range(WARMUP + iters):
+        dist.barrier()
+        start = time.perf_counter()
+        dist.all_reduce(tensor)
+        times.append(time.perf_counter() - start)
+    results.put((rank, statistics.median(times[WARMUP:]) * 1e3))
+    dist.destroy_process_group()
+
+
+def gloo_all_reduce_ms(size: int, iters: int) -> float:
+    """p50 of Gloo's own all_reduce between two plain torch processes (the slower rank)."""
+    spawn = multiprocessing.get_context("spawn")
+    port_queue, results = spawn.Queue(), spawn.Queue()
+    ranks = [
+        spawn.Process(target=_gloo_rank, args=(r, port_queue, size, iters, results))
+        for r in range(2)
+    ]
+    for process in ranks:
+        process.start()
+    figures = [results.get(timeout=TIMEOUT_S)[1] for _ in ranks]
+    for process in ranks:
+        process.join()
+    return max(figures)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--size", type=parse_size, default=parse_size("64MiB"))
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--iters", type=int, default=10)
+    args = parser.parse_args()
+    size = args.size // 8 * 8
+    gib = size / (1 << 30)
+    print(f"all_reduce of {size >> 20} MiB float32, 2 hosts on loopback (p50 of {args.iters})")
+    print(f"{'round':>5}  {'engine ms':>10}  {'GiB/s':>6}  {'Gloo ms':>10}  {'GiB/s':>6}  ratio")
+    for round_ in range(1, args.rounds + 1):
+        engine_ms = engine_all_reduce_ms(size, args.iters)
+        gloo_ms = gloo_all_reduce_ms(size, args.iters)
+        print(
+            f"{round_:>5}  {engine_ms:>10.1f}  {gib / engine_ms * 1e3:>6.2f}  "
+            f"{gloo_ms:>10.1f}  {gib / gloo_ms * 1e3:>6.2f}  {gloo_ms / engine_ms:.2f}"
+        )
+
+
+if __name__ == "__main__":
+    main()

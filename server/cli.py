@@ -163,6 +163,14 @@ def _serve_parser(sub) -> None:
         help="DEBUG, INFO, WARNING or ERROR (default: %(default)s, $SIMNPU_LOG_LEVEL)",
     )
     p.add_argument(
+        "--advertise",
+        default=env("SIMNPU_ADVERTISE"),
+        metavar="HOST:PORT",
+        help="the address other hosts' daemons reach this one at, for HCCL worlds across "
+        "hosts (docs/multihost.md); root infos carry it (default: $SIMNPU_ADVERTISE, else "
+        "the first TCP --listen address, with the host's name for 0.0.0.0)",
+    )
+    p.add_argument(
         "--hello-timeout",
         type=float,
         default=10.0,
@@ -205,6 +213,9 @@ def serve(args) -> int:
         checks = parse_checks(args.check)
         for address in listen:
             _check_address(address)
+        advertise = args.advertise or environment.default_advertise(listen)
+        if advertise is not None:
+            _check_address(advertise)
     except ValueError as error:
         print(f"simnpu: {error}", file=sys.stderr)
         return 2
@@ -228,6 +239,7 @@ def serve(args) -> int:
         max_events_per_client=args.max_events_per_client,
         hello_timeout_s=args.hello_timeout,
         max_sessions_per_peer=args.max_sessions_per_peer,
+        advertise=advertise,
     )
     try:
         daemon = Daemon(config)

@@ -24,6 +24,7 @@ import heapq
 import itertools
 import os
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, NamedTuple
 
@@ -35,6 +36,7 @@ from simnpu.server.executor import UnitKind
 from simnpu.server.objects import Failure
 from simnpu.server.tasks import CollectiveTask, TaskState
 from simnpu.server.work import ReducePiece, Span
+from simnpu.server.worlds import Worlds
 
 if TYPE_CHECKING:
     from simnpu.server.executor import Unit
@@ -139,6 +141,7 @@ class Job:
     timestamp: int = 0
     next_piece: int = 0
     out: int = 0
+    on_done: Callable | None = None  # a phase across hosts: called instead of finishing
     what = "collective work"  # how a lost unit's message names it
     probe = None  # never observed itself (its ranks' tasks are)
     tenant = None  # daemon code: trusted workers run it (Scheduler.send)
@@ -170,7 +173,8 @@ class Collectives:
 
     def __init__(self, scheduler: Scheduler):
         self.scheduler = scheduler
-        self.communicators = Communicators(scheduler)
+        self.worlds = Worlds(self)  # communicators whose ranks span hosts
+        self.communicators = Communicators(scheduler, self.worlds)
         self.jobs: list[Job] = []
         self.deadline: float | None = None  # the earliest exec-timeout deadline of a waiting op
         self._heap: list = []
@@ -222,8 +226,7 @@ class Collectives:
             return
         op = comm.ops.get(key)
         if op is None:
-            ranks = tuple(range(comm.n_ranks)) if key[0] == "c" else (key[1], key[2])
-            op = comm.ops[key] = Op(key, ranks)
+            op = comm.ops[key] = Op(key, comm.ranks_of(key))
             self._watch_deadline(comm, op)
         op.arrivals[member.rank] = task
         if not self._matches(comm, op):
@@ -272,13 +275,16 @@ class Collectives:
         return False
 
     def _fail_op(self, comm: Communicator, op: Op, outcome: tuple, message: str) -> None:
-        """Fail every rank waiting in `op`; ranks that arrive at its key later fail too."""
+        """Fail every rank waiting in `op`; ranks that arrive at its key later fail too. A
+        world across hosts breaks: the other hosts' ranks never get this collective."""
         self._op_done(comm, op)
         to_come = {r for r in op.ranks if r not in op.arrivals}
         if to_come:
             comm.failed[op.key] = (outcome, message, to_come)
         for task in list(op.arrivals.values()):
             self._finish(task, outcome, message)
+        if comm.world is not None:
+            self.worlds.break_world(comm.world, f"on {comm.world.here()}: {message}")
 
     def _op_done(self, comm: Communicator, op: Op) -> None:
         comm.ops.pop(op.key, None)
@@ -306,6 +312,9 @@ class Collectives:
     # ---- execution ------------------------------------------------------------------------------
     def _execute(self, comm: Communicator, op: Op) -> None:
         tasks = [op.arrivals[rank] for rank in op.ranks]
+        if comm.world is not None and op.key[0] == "c":  # three phases (server/worlds.py)
+            comm.world.run(op, tasks)
+            return
         calls = [task.call for task in tasks]
         call = calls[0]
         kind, itemsize = call.kind, ht.ITEM_SIZES.get(call.dtype, 1)
@@ -336,6 +345,53 @@ class Collectives:
         )
         self.jobs.append(job)
 
+    def run_groups(
+        self, comm: Communicator, op: Op, tasks: list, groups: list, on_done: Callable
+    ) -> None:
+        """A phase of a collective across hosts: `groups` (server/reduce.py's form) on the
+        AI cores of the tasks' devices; `on_done(failure or None)` when the last piece has
+        reported."""
+        call = tasks[0].call
+        itemsize = ht.ITEM_SIZES.get(call.dtype, 1)
+        snapshot = reduce.needs_snapshot(groups, itemsize)
+        devices = sorted({task.stream.device for task in tasks})
+        cores = [
+            core for d in devices for core in self.scheduler.devices[d].units[UnitKind.AI_CORE]
+        ]
+        parallel = min(len(cores), self._cpus)
+        pieces = (
+            1 if snapshot else reduce.piece_count(reduce.bytes_written(groups, itemsize), parallel)
+        )
+        job = Job(
+            comm, op, tasks, call, groups, snapshot, reduce.split(groups, pieces), cores, parallel
+        )
+        job.on_done = on_done
+        self.jobs.append(job)
+
+    def finish_world_op(self, comm: Communicator, op: Op, tasks: list, failure: str | None) -> None:
+        """A collective across hosts ended: its local ranks' tasks complete (or fail with
+        HCCL_E_REMOTE and `failure`)."""
+        for task in tasks:
+            if failure is None:
+                self._finish(task)
+            else:
+                self._finish(
+                    task, REMOTE, f"{task.call.describe()} ({_op_title(comm, op.key)}): {failure}"
+                )
+
+    def break_communicator(self, comm: Communicator, message: str) -> None:
+        """`comm` is broken for good: every collective pending or to come on it fails."""
+        if comm.broken is not None:
+            return
+        comm.broken = (REMOTE, message)
+        for op in list(comm.ops.values()):
+            self._op_done(comm, op)
+            for task in list(op.arrivals.values()):
+                self._finish(
+                    task, REMOTE, f"{task.call.describe()} ({_op_title(comm, op.key)}): {message}"
+                )
+        comm.failed.clear()
+
     def dispatch(self) -> None:
         """Hand the next pieces of waiting jobs to idle AI cores of their devices, one piece
         per core and at most `parallel` cores per job at a time (before kernels)."""
@@ -363,6 +419,9 @@ class Collectives:
         if job.out or job.next_piece < len(job.pieces):
             return
         failure = job.failure
+        if job.on_done is not None:
+            job.on_done(failure)
+            return
         for task in job.tasks:
             if failure is None:
                 self._finish(task, end_ns=job.timestamp)
@@ -434,6 +493,10 @@ class Collectives:
         comm = member.comm
         if comm is None or comm.broken is not None:
             return
+        if comm.world is not None and all(
+            m.state in ("destroyed", "gone") for m in comm.local_members()
+        ):
+            self.worlds.communicator_done(comm)
         for op in list(comm.ops.values()):
             if (
                 member.rank in op.ranks
@@ -493,8 +556,10 @@ class Collectives:
         if op is not None:
             self._fail_op(comm, op, REMOTE, message)
         else:
-            ranks = range(comm.n_ranks) if key[0] == "c" else (key[1], key[2])
+            ranks = comm.ranks_of(key)
             comm.failed[key] = (REMOTE, message, {r for r in ranks if r != member.rank})
+            if comm.world is not None:
+                self.worlds.break_world(comm.world, f"on {comm.world.here()}: {message}")
 
     def session_closed(self, session) -> None:
         """The session ended (exit, crash, SIGKILL): each of its ranks is gone; its
@@ -507,17 +572,11 @@ class Collectives:
                 member.rank in op.arrivals for op in comm.ops.values()
             ):
                 continue  # it left cleanly earlier; what it never submitted fails as it arrives
-            comm.broken = (
-                REMOTE,
+            message = (
                 f"{member.describe()} ended (its process exited or was killed): "
-                f"communicator {comm.id} is broken; destroy it and create a new one",
+                f"communicator {comm.id} is broken; destroy it and create a new one"
             )
-            for op in list(comm.ops.values()):
-                self._op_done(comm, op)
-                for task in list(op.arrivals.values()):
-                    self._finish(
-                        task,
-                        comm.broken[0],
-                        f"{task.call.describe()} ({_op_title(comm, op.key)}): {comm.broken[1]}",
-                    )
-            comm.failed.clear()
+            if comm.world is not None:
+                self.worlds.break_world(comm.world, f"on {comm.world.here()}: {message}")
+            else:
+                self.break_communicator(comm, message)

@@ -2,8 +2,10 @@
 drive them (HcclGetRootInfo, HcclCommInitRootInfo, HcclCommDestroy, HcclGetCommAsyncError).
 
 - Root info: the daemon issues a communicator id to the root rank's process and records
-  that process's HCCL_EXEC_TIMEOUT; the 4108 bytes carry the id and the daemon's identity
-  (pid and a random nonce), so root info from another daemon is refused.
+  that process's HCCL_EXEC_TIMEOUT; the 4108 bytes carry the id, the daemon's identity
+  (pid and a random nonce) and its advertised address, if it has one. A rank that joins
+  with another daemon's root info joins a world across hosts through that address
+  (server/worlds.py); without an address it is refused.
 - Init: each rank's HcclCommInitRootInfo is a deferred request; the replies go out when
   every rank has joined, or with HCCL_E_TIMEOUT (naming the missing ranks) when a rank's
   HCCL_CONNECT_TIMEOUT passes first. Bad n_ranks / rank / a reused root info ->
@@ -23,12 +25,13 @@ import struct
 import time
 from collections import OrderedDict
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from simnpu.proto import hccl_types as ht
 from simnpu.proto import npu_pb2 as pb
 from simnpu.proto.errors import bad_handle
 from simnpu.server.objects import Waiter
+from simnpu.server.worlds import RemoteRank
 
 if TYPE_CHECKING:
     from simnpu.server.session import Session
@@ -38,10 +41,11 @@ log = logging.getLogger("simnpu.collectives")
 ENDED_KEPT = 4096  # ended rendezvous remembered, to tell a late joiner what became of its id
 UNJOINED_PER_SESSION = 1024  # root infos a session issued that nobody joined yet, at most
 ROOT_MAGIC = b"simnpu-hccl-root"
-ROOT_VERSION = 1
+ROOT_VERSION = 2
 ROOT_LAYOUT = struct.Struct(
-    "<16sIQI16sI"
-)  # magic, version, comm id, daemon pid, daemon nonce, root device
+    "<16sIQI16sIH"
+)  # magic, version, comm id, daemon pid, daemon nonce, root device, address length;
+# then the daemon's advertised address (UTF-8; empty: none)
 
 
 class HcclFailure(Exception):
@@ -110,18 +114,41 @@ class Rendezvous:
     outcome: tuple | None = None  # failed: (HcclResult, message)
 
 
+@dataclass(frozen=True)
+class RootInfo:
+    """What HcclGetRootInfo's bytes say (parse_root_info)."""
+
+    comm_id: int
+    pid: int
+    nonce: bytes
+    address: str  # the issuing daemon's advertised address ("" if none)
+
+
 @dataclass(eq=False)
 class Communicator:
     id: int
-    members: list  # Member by rank
+    members: list  # by rank: Member, or worlds.RemoteRank for a rank of another host
     exec_timeout_s: float
     ops: dict = field(default_factory=dict)  # key -> Op waiting for ranks
     failed: dict = field(default_factory=dict)  # key -> (codes, message, ranks yet to arrive)
     broken: tuple | None = None  # (codes, message): a rank is gone for good
+    world: Any = None  # a worlds.World when its ranks span hosts
 
     @property
     def n_ranks(self) -> int:
         return len(self.members)
+
+    def local_members(self) -> list[Member]:
+        return [m for m in self.members if not isinstance(m, RemoteRank)]
+
+    def ranks_of(self, key: tuple) -> tuple:
+        """The ranks that take part in `key` on this daemon: a collective's local ranks, a
+        send/recv's pair."""
+        if key[0] == "p":
+            return (key[1], key[2])
+        if self.world is None:
+            return tuple(range(self.n_ranks))
+        return tuple(m.rank for m in self.local_members())
 
 
 def member_of(session, handle: int) -> Member:
@@ -140,8 +167,9 @@ def rank_list(ranks) -> str:
 class Communicators:
     """Root infos, rendezvous and the ranks of every session (scheduler-owned)."""
 
-    def __init__(self, scheduler):
+    def __init__(self, scheduler, worlds):
         self.scheduler = scheduler
+        self.worlds = worlds  # server/worlds.py: ranks of other hosts
         self.pid = os.getpid()
         self.nonce = os.urandom(16)
         self._ids = itertools.count(1)
@@ -165,8 +193,11 @@ class Communicators:
         if len(unjoined) > UNJOINED_PER_SESSION:
             oldest, _ = unjoined.popitem(last=False)
             del self.rendezvous[oldest]
-        info = ROOT_LAYOUT.pack(ROOT_MAGIC, ROOT_VERSION, comm_id, self.pid, self.nonce, device)
-        return info.ljust(ht.HCCL_ROOT_INFO_BYTES, b"\0")
+        address = (self.worlds.advertise or "").encode()
+        info = ROOT_LAYOUT.pack(
+            ROOT_MAGIC, ROOT_VERSION, comm_id, self.pid, self.nonce, device, len(address)
+        )
+        return (info + address).ljust(ht.HCCL_ROOT_INFO_BYTES, b"\0")
 
     def table_comm_id(self, table_key: bytes, pid: int, device: int) -> int:
         """The communicator id that the ranks joining with the rank table `table_key` form
@@ -181,27 +212,55 @@ class Communicators:
             self._tables[table_key] = comm_id
         return comm_id
 
-    def parse_root_info(self, data: bytes) -> int:
+    def parse_root_info(self, data: bytes) -> RootInfo:
+        """The root info's fields; HCCL_E_PARA if it is not one, or is another daemon's
+        that carries no address."""
         if len(data) != ht.HCCL_ROOT_INFO_BYTES or not data.startswith(ROOT_MAGIC):
             raise HcclFailure(
                 ht.HCCL_E_PARA,
                 f"not a simnpu HCCL root info ({len(data)} bytes; "
                 f"expected {ht.HCCL_ROOT_INFO_BYTES} from get_root_info)",
             )
-        _, version, comm_id, pid, nonce, _ = ROOT_LAYOUT.unpack_from(data)
-        if version != ROOT_VERSION or nonce != self.nonce:
+        _, version, comm_id, pid, nonce, _, length = ROOT_LAYOUT.unpack_from(data)
+        address = data[ROOT_LAYOUT.size : ROOT_LAYOUT.size + length]
+        if version != ROOT_VERSION or (nonce != self.nonce and not address):
             raise HcclFailure(
                 ht.HCCL_E_PARA,
                 f"the root info was issued by another simnpu daemon (pid {pid}), "
-                f"not this one (pid {self.pid})",
+                f"not this one (pid {self.pid}), which advertises no address to join it by "
+                "(docs/multihost.md)",
             )
-        return comm_id
+        try:
+            return RootInfo(comm_id, pid, nonce, address.decode())
+        except UnicodeDecodeError:
+            raise HcclFailure(ht.HCCL_E_PARA, "the root info's address is not UTF-8") from None
+
+    def is_local(self, info: RootInfo) -> bool:
+        return info.nonce == self.nonce
 
     # ==== init (scheduler thread) ================================================================
     def join(self, member: Member, connect_timeout_s: float, request_id: int) -> None:
         """HcclCommInitRootInfo of `member` (under the scheduler): it waits for the others."""
-        session = member.session
-        self._members.setdefault(session, []).append(member)
+        self._members.setdefault(member.session, []).append(member)
+        self._join(member, connect_timeout_s, request_id)
+
+    def join_remote(self, remote: RemoteRank, connect_timeout_s: float) -> None:
+        """At the coordinator: a rank of another host joined the rendezvous of one of this
+        daemon's root infos (server/worlds.py)."""
+        self._join(remote, connect_timeout_s, 0)
+
+    def join_elsewhere(
+        self, member: Member, info: RootInfo, connect_timeout_s: float, request_id: int
+    ) -> None:
+        """HcclCommInitRootInfo with another daemon's root info: a world across hosts."""
+        self._members.setdefault(member.session, []).append(member)
+        try:
+            self.worlds.join_remote(member, info.address, info.nonce, connect_timeout_s, request_id)
+        except Exception as error:  # noqa: BLE001 - WorldError, or the address is bad
+            result = getattr(error, "result", ht.HCCL_E_PARA)
+            self.reject(member, request_id, result, getattr(error, "message", str(error)))
+
+    def _join(self, member, connect_timeout_s: float, request_id: int) -> None:
         rendezvous = self.rendezvous.get(member.comm_id)
         problem: tuple | None = None
         if rendezvous is None:
@@ -225,11 +284,10 @@ class Communicators:
             problem = (
                 ht.HCCL_E_PARA,
                 f"rank {member.rank} of communicator {member.comm_id} was already "
-                f"joined by pid {holder.session.pid} (device {holder.device}); "
-                f"pid {session.pid} asked for it again",
+                f"joined by {holder.describe()}; {member.describe()} asked for it again",
             )
         if problem is not None:
-            self._reject(member, request_id, *problem)
+            self.reject(member, request_id, *problem)
             return
         assert rendezvous is not None
         rendezvous.n_ranks = n_ranks = member.n_ranks
@@ -258,18 +316,50 @@ class Communicators:
         else:
             self.scheduler.watch(waiter)
 
-    def _reject(self, member: Member, request_id: int, result: int, message: str) -> None:
+    def reject(self, member, request_id: int, result: int, message: str) -> None:
+        """A rank's init fails: answer it (a remote rank: through its daemon)."""
         member.state = "gone"
+        if isinstance(member, RemoteRank):
+            self.worlds.reject_remote(member, result, message)
+            return
         member.session.handles.remove(member.handle)
         member.session.respond(request_id, code=result, message=message)
+
+    def remote_problem(self, comm_id: int, nonce: bytes) -> tuple[int, str] | None:
+        """Why a member daemon cannot join communicator `comm_id` here (None: it can)."""
+        if nonce != self.nonce:
+            return (
+                ht.HCCL_E_PARA,
+                f"the root info was not issued by the daemon at {self.worlds.advertise} "
+                "(it was restarted, or another daemon advertises its address)",
+            )
+        if comm_id not in self.rendezvous:
+            return self._ended.get(comm_id) or (
+                ht.HCCL_E_PARA,
+                f"communicator id {comm_id} is unknown to the daemon at {self.worlds.advertise}",
+            )
+        return None
+
+    def fail_open(self, comm_id: int, result: int, message: str, host: str | None = None) -> None:
+        """At the coordinator: the open rendezvous `comm_id` fails (a member daemon reported
+        a failure, or was lost: `host`, if none of its ranks has joined, fails nothing)."""
+        rendezvous = self.rendezvous.get(comm_id)
+        if rendezvous is None or rendezvous.state != "open":
+            return
+        if host is not None and not any(
+            isinstance(m, RemoteRank) and m.host == host for m, _, _ in rendezvous.joined.values()
+        ):
+            return
+        self._fail_rendezvous(rendezvous, result, message)
 
     def _form(self, rendezvous: Rendezvous) -> None:
         members = [rendezvous.joined[rank][0] for rank in range(len(rendezvous.joined))]
         comm = Communicator(rendezvous.comm_id, members, rendezvous.exec_timeout_s)
+        remote = any(isinstance(m, RemoteRank) for m in members)
         reply_type = (  # HcclCommInitRootInfo's, or HcclCommInitClusterInfo's
             pb.HcclCommInitReply if rendezvous.table_key is None else pb.HcclCommInitClusterReply
         )
-        devices = [m.device for m in members]
+        devices = [m.device for m in members if not isinstance(m, RemoteRank)]
         if len(set(devices)) < len(devices):
             log.info(
                 "communicator %d: several ranks share a device (%s), a simnpu extension",
@@ -278,9 +368,13 @@ class Communicators:
             )
         for member, waiter, request_id in rendezvous.joined.values():
             waiter.finished = True
-            member.comm = comm
             member.state = "ready"
+            if isinstance(member, RemoteRank):
+                continue
+            member.comm = comm
             member.session.respond(request_id, reply_type(comm=member.handle, comm_id=comm.id))
+        if remote:
+            self.worlds.coordinator_formed(comm, rendezvous.exec_timeout_s)
         self._close(
             rendezvous,
             "formed",
@@ -291,6 +385,20 @@ class Communicators:
             ),
         )
         rendezvous.joined = {}
+
+    def form_world_communicator(
+        self, members: list, exec_timeout_s: float, joined: object
+    ) -> Communicator:
+        """At a member: the world formed at its coordinator; this daemon's communicator of
+        it (an id of its own), its ranks answered. `joined`: (Member, request id) pairs."""
+        comm = Communicator(next(self._ids), members, exec_timeout_s)
+        for member, request_id in joined:  # type: ignore[attr-defined]
+            member.comm = comm
+            member.state = "ready"
+            member.session.respond(
+                request_id, pb.HcclCommInitReply(comm=member.handle, comm_id=comm.id)
+            )
+        return comm
 
     def _close(self, rendezvous: Rendezvous, state: str, outcome: tuple[int, str]) -> None:
         """The rendezvous formed or failed: forget it, but for what a late joiner of its id
@@ -311,7 +419,8 @@ class Communicators:
         joined, rendezvous.joined = rendezvous.joined, {}
         for member, waiter, request_id in joined.values():
             waiter.finished = True
-            self._reject(member, request_id, result, message)
+            self.reject(member, request_id, result, message)
+        self.worlds.rendezvous_ended(rendezvous.comm_id)
 
     def session_closed(self, session) -> list:
         """The session ended: forget the root infos it issued that nobody joined, fail the
@@ -322,6 +431,7 @@ class Communicators:
         formed = []
         for member in self._members.pop(session, []):
             if member.state == "joining":
+                self.worlds.member_left(member)
                 rendezvous = self.rendezvous.get(member.comm_id)
                 if (
                     rendezvous is not None

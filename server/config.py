@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import socket
 from dataclasses import dataclass
 
 from simnpu.proto import service
@@ -31,6 +32,7 @@ class DaemonConfig:
     max_events_per_client: int = 32768  # --max-events-per-client (per device)
     hello_timeout_s: float = 10.0  # --hello-timeout: a session silent this long is ended
     max_sessions_per_peer: int = 16  # --max-sessions-per-peer (server/peers.py)
+    advertise: str | None = None  # --advertise: this daemon's address for its peer daemons
 
     def validate(self) -> None:
         if self.devices < 1:
@@ -57,10 +59,16 @@ class DaemonConfig:
                 f"--max-sessions-per-peer must be from 1 to {self.max_sessions} "
                 "(the daemon's session limit)"
             )
-        if any(service.parse_address(a).path is None for a in self.listen) and not self.token:
+        tcp = any(service.parse_address(a).path is None for a in self.listen)
+        if tcp and not self.token:
             raise ValueError(
                 "a TCP listener needs a shared token: set SIMNPU_TOKEN or --token-file"
             )
+        if self.advertise is not None:
+            if not tcp:
+                raise ValueError("--advertise needs a TCP listener (--listen HOST:PORT)")
+            if service.parse_address(self.advertise).path is not None:
+                raise ValueError("--advertise takes a TCP address, HOST:PORT")
 
 
 def environment_listen() -> list[str]:
@@ -85,3 +93,16 @@ def read_token(flag: str | None) -> str | None:
     the file cannot be read."""
     path = token_file(flag)
     return service.read_token_file(path) if path else os.environ.get("SIMNPU_TOKEN") or None
+
+
+def default_advertise(listen: list[str]) -> str | None:
+    """The address advertised when --advertise is not given: the first TCP listener's,
+    with the host's name for a wildcard address."""
+    for address in listen:
+        parsed = service.parse_address(address)
+        if parsed.path is None:
+            host = parsed.host
+            if host in ("0.0.0.0", "::", "[::]", ""):
+                host = socket.gethostname()
+            return f"{host}:{parsed.port}"
+    return None

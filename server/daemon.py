@@ -32,6 +32,7 @@ from simnpu.server.kernel_processes import KernelProcesses
 from simnpu.server.memory_views import memory_snapshot, memory_stats
 from simnpu.server.notifies import Notifies
 from simnpu.server.observe import Observer
+from simnpu.server.peer_links import SERVER_KEEPALIVE
 from simnpu.server.peers import Peer, Peers
 from simnpu.server.rendezvous import Jobs
 from simnpu.server.resources import Binary
@@ -117,6 +118,9 @@ class Daemon:
             self.scheduler = Scheduler(
                 self.devices, self.executor, self.config.op_timeout_s, windows
             )
+            worlds = self.scheduler.collectives.worlds  # worlds across hosts (multihost.md)
+            worlds.advertise = self.config.advertise
+            worlds.token = self.config.token or ""
             observe.install(self, self.scheduler)  # --trace / --check
             self.jobs = Jobs(self.scheduler)
             self.scheduler.start()
@@ -149,7 +153,7 @@ class Daemon:
             ),
             # a TCP port another process listens on is refused, not shared: gRPC's default
             # SO_REUSEPORT would let a second daemon take half of the first one's clients
-            options=[*service.CHANNEL_OPTIONS, ("grpc.so_reuseport", 0)],
+            options=[*service.CHANNEL_OPTIONS, *SERVER_KEEPALIVE, ("grpc.so_reuseport", 0)],
         )
         self.server.add_generic_rpc_handlers([NpuServicer(self).handlers()])
         self.health = health.HealthServicer()
@@ -218,6 +222,8 @@ class Daemon:
         if self.observer is not None:
             self.observer.stop()  # --trace / --check-report files
         if self.scheduler is not None:
+            with self.scheduler.lock:
+                self.scheduler.collectives.worlds.stop()  # engine processes, peer streams
             self.scheduler.stop()
         if self.executor is not None:
             # under the scheduler lock: a session's post (its ring thread runs until the

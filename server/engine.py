@@ -92,6 +92,11 @@ class Recv:
     tag: int
 
 
+@dataclass(frozen=True)
+class Finish:
+    """No more steps: the engine process ends once the steps before are done."""
+
+
 Step = Reduce | Gather | Send | Recv
 
 
@@ -168,12 +173,21 @@ class Engine:
             except OSError:
                 pass
 
-    def stop(self, timeout_s: float = 5.0) -> None:
-        """End the engine process (at once: a step in flight is abandoned) and reap it.
-        Blocks until it has ended."""
+    def stop(self, graceful: bool = False, timeout_s: float = 5.0) -> None:
+        """End the engine process and reap it; blocks until it has ended. `graceful`: after
+        the steps submitted (a peer may still be reading what they sent), killed if that
+        takes `timeout_s`; else at once, abandoning a step in flight."""
         process = self._process
         if process is None:
             return
+        if graceful and process.is_alive():
+            assert self._conn is not None
+            with self._send_lock:
+                try:
+                    self._conn.send(Finish())
+                except OSError:
+                    pass
+            process.join(timeout_s)
         if process.is_alive():
             process.kill()
         process.join(timeout_s)

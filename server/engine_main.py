@@ -23,6 +23,7 @@ import numpy as np
 from simnpu.server import reduce
 from simnpu.server.engine import (
     EngineSetup,
+    Finish,
     Formed,
     Gather,
     Range,
@@ -158,6 +159,8 @@ def main(conn: Connection, setup: EngineSetup) -> None:
             try:
                 step = conn.recv()
             except EOFError:
+                return
+            if isinstance(step, Finish):
                 return
             seq = step.seq
             exchange.run(step)

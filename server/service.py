@@ -44,6 +44,11 @@ class NpuServicer:
                     request_deserializer=_or_unparsed(npu_pb2.QueryRequest.FromString),
                     response_serializer=npu_pb2.QueryReply.SerializeToString,
                 ),
+                "Peer": grpc.stream_stream_rpc_method_handler(
+                    self.Peer,
+                    request_deserializer=_or_unparsed(npu_pb2.PeerMessage.FromString),
+                    response_serializer=npu_pb2.PeerMessage.SerializeToString,
+                ),
             },
         )
 
@@ -129,6 +134,24 @@ class NpuServicer:
         return npu_pb2.QueryReply(
             json=json.dumps(self.daemon.describe(request.what, request.device))
         )
+
+    def Peer(self, request_iterator, context):
+        """A member daemon's stream for one world across hosts (server/worlds.py)."""
+        self._authorize(context)
+        first = next(request_iterator, None)
+        if first is UNPARSED or first is None or first.WhichOneof("body") != "hello":
+            context.abort(
+                grpc.StatusCode.INVALID_ARGUMENT, "simnpu: a Peer stream starts with a hello"
+            )
+        worlds = self.daemon.scheduler.collectives.worlds
+        if worlds.advertise is None:
+            context.abort(
+                grpc.StatusCode.FAILED_PRECONDITION,
+                "simnpu: this daemon takes part in no worlds across hosts (no --advertise)",
+            )
+        assert first is not None and first is not UNPARSED  # (abort raised otherwise)
+        link = worlds.accept(first.hello)
+        return link.serve(message for message in request_iterator if message is not UNPARSED)
 
 
 def _or_unparsed(parse: Callable[[bytes], Any]) -> Callable[[bytes], Any]:

@@ -17,6 +17,7 @@ from simnpu.server.handlers.registry import LATER, handles
 from simnpu.server.session import HandleKind
 from simnpu.server.tasks import CollectiveTask
 from simnpu.server.work import Span
+from simnpu.server.worlds import SUPPORTED, RemoteRank
 
 if TYPE_CHECKING:
     from simnpu.server.session import Session
@@ -64,18 +65,20 @@ def get_root_info(session: Session, request: pb.HcclGetRootInfoRequest, reply_to
 def comm_init(session: Session, request: pb.HcclCommInitRequest, reply_to: int) -> None:
     """HcclCommInitRootInfo: answers once every rank has joined (or failed)."""
     communicators = session.scheduler.collectives.communicators
-    comm_id = communicators.parse_root_info(request.root_info)
+    info = communicators.parse_root_info(request.root_info)
     session.device(request.device)
     n_ranks, rank = request.n_ranks, request.rank
     if not 1 <= n_ranks <= ht.MAX_RANKS:
         raise HcclFailure(ht.HCCL_E_PARA, f"n_ranks {n_ranks} is not in [1, {ht.MAX_RANKS}]")
     if not 0 <= rank < n_ranks:
         raise HcclFailure(ht.HCCL_E_PARA, f"rank {rank} is not in [0, n_ranks={n_ranks})")
-    member = Member(session, rank, n_ranks, request.device, comm_id)
+    member = Member(session, rank, n_ranks, request.device, info.comm_id)
     member.handle = session.handles.add(member, HandleKind.COMMUNICATOR)
-    session.post(
-        communicators.join, member, _connect_timeout_s(request.connect_timeout_ms), reply_to
-    )
+    connect_timeout_s = _connect_timeout_s(request.connect_timeout_ms)
+    if communicators.is_local(info):
+        session.post(communicators.join, member, connect_timeout_s, reply_to)
+    else:  # another daemon's root info: a world across hosts (docs/multihost.md)
+        session.post(communicators.join_elsewhere, member, info, connect_timeout_s, reply_to)
 
 
 @handles(pb.HcclCommInitClusterRequest)
@@ -186,6 +189,14 @@ def _buffer(session: Session, member: Member, address: int, nbytes: int, what: s
     return span
 
 
+def _runs_across_hosts(comm, record: commands.Collective) -> bool:
+    """What a communicator across hosts runs: the collectives of worlds.SUPPORTED, and
+    send/recv between two ranks of this host."""
+    if record.kind in ht.POINT_TO_POINT:
+        return not isinstance(comm.members[record.root], RemoteRank)
+    return record.kind in SUPPORTED
+
+
 @handles(commands.Collective)
 def collective(session: Session, record: commands.Collective) -> None:
     """One collective or send/recv of a rank (async): checked, then queued on its stream."""
@@ -218,6 +229,13 @@ def collective(session: Session, record: commands.Collective) -> None:
         raise invalid(f"rank {rank} cannot send to or receive from itself")
     if kind == ht.HCCL_CMD_ALLTOALL and (record.recv_count, record.recv_dtype) != (count, dtype):
         raise invalid("alltoall needs recv_count == send_count and recv_type == send_type")
+    comm = member.comm
+    if comm is not None and comm.world is not None and not _runs_across_hosts(comm, record):
+        raise NpuError(
+            codes.ACL_ERROR_RT_FEATURE_NOT_SUPPORT,
+            f"{ht.COLLECTIVE_NAMES[kind]} on a communicator across hosts is not supported by "
+            "the simulated NPU yet (docs/multihost.md)",
+        )
     send_bytes, recv_bytes = _buffer_bytes(
         kind, ht.ITEM_SIZES.get(dtype, 0) * count, n, rank == record.root
     )

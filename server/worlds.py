@@ -1,0 +1,755 @@
+"""HCCL worlds across hosts: communicators whose ranks are served by several daemons
+(docs/multihost.md).
+
+A root info carries its daemon's advertised address. A rank that joins with another
+daemon's root info makes its own daemon a *member* of the world: the daemon opens a Peer
+stream (server/peer_links.py) to the root info's daemon, the *coordinator*, and forwards
+the join. The coordinator counts remote joins in the rendezvous like local ones
+(server/communicators.py). When every rank has joined it numbers the hosts by their
+lowest rank and sends the layout to every member; each daemon then makes a
+`Communicator` of its own ranks, with the others as `RemoteRank`s, and a `World`.
+
+A World runs each matched collective in three phases, one collective at a time, in the
+order of the communicator's keys on every host: the AI cores reduce or gather the
+host's ranks into a host block in device memory, the engine processes
+(server/engine.py) exchange the blocks between hosts, and the AI cores copy the result
+out. Host 0's engine serves the engines' store; its port goes through the coordinator to
+every member.
+
+A world breaks on any failure. Failures include a collective that fails on one host (a
+mismatch, a timeout, a rank that left or ended), a Peer stream that ends, and an engine
+step that fails. The daemon that sees it tells the others, through the coordinator.
+Every host then fails the world's pending and future collectives with HCCL_E_REMOTE,
+naming what happened.
+
+Everything here runs under the scheduler lock; links and engines report through
+`scheduler.call`.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from simnpu.proto import codes, service
+from simnpu.proto import hccl_types as ht
+from simnpu.proto import npu_pb2 as pb
+from simnpu.server.engine import (
+    Engine,
+    EngineLost,
+    EngineSetup,
+    Formed,
+    Gather,
+    Reduce,
+    Report,
+    Step,
+    StepDone,
+    StepFailed,
+    StoreListening,
+)
+from simnpu.server.objects import Failure
+from simnpu.server.peer_links import Incoming, Link, Outgoing
+from simnpu.server.work import Span
+from simnpu.shm.addresses import split_device_address
+
+if TYPE_CHECKING:
+    from simnpu.server.collectives import Collectives
+    from simnpu.server.communicators import Communicator, Member
+    from simnpu.server.tasks import CollectiveTask
+
+log = logging.getLogger("simnpu.worlds")
+
+# kinds a world across hosts runs (scatter, alltoall and send/recv between hosts: not yet)
+SUPPORTED = (
+    ht.HCCL_CMD_ALLREDUCE,
+    ht.HCCL_CMD_ALLGATHER,
+    ht.HCCL_CMD_REDUCE_SCATTER,
+    ht.HCCL_CMD_BROADCAST,
+    ht.HCCL_CMD_REDUCE,
+    ht.HCCL_CMD_BARRIER,
+)
+
+
+class WorldError(Exception):
+    """A world cannot be joined or formed: an HcclResult and a message."""
+
+    def __init__(self, result: int, message: str):
+        super().__init__(message)
+        self.result = result
+        self.message = message
+
+
+@dataclass(eq=False)
+class RemoteRank:
+    """A rank served by another host's daemon, among a communicator's members (and, at the
+    coordinator, in a rendezvous until it forms)."""
+
+    rank: int
+    n_ranks: int
+    device: int
+    pid: int
+    host: str  # its daemon's advertised address
+    comm_id: int
+    link: Link | None = None  # at the coordinator: the stream its join came on
+    state: str = "joining"
+
+    def describe(self) -> str:
+        return f"rank {self.rank} (pid {self.pid}, device {self.device}, host {self.host})"
+
+
+def store_host(address: str) -> str:
+    """The host part of an advertised HOST:PORT, without IPv6 brackets."""
+    parsed = service.parse_address(address)
+    return parsed.host
+
+
+# ---- the phases of one collective -----------------------------------------------------------
+@dataclass
+class Phases:
+    """A matched collective's work on this host: groups for the AI cores before and after
+    (server/reduce.py's form), and the engine's steps between. Built by `plan`."""
+
+    block_bytes: int
+    before: list
+    steps: list[Step]
+    after: list
+
+
+def _even(count: int, itemsize: int, hosts: int) -> tuple:
+    bounds = [count * h // hosts * itemsize for h in range(hosts + 1)]
+    return tuple(((bounds[h], bounds[h + 1]),) for h in range(hosts))
+
+
+def _slices(hosts: tuple, size: int) -> tuple:
+    return tuple(tuple((r * size, (r + 1) * size) for r in ranks) for _, ranks in hosts)
+
+
+def plan(world: World, calls: dict[int, object], block: Span, first_seq: int) -> Phases:
+    """The phases of a matched collective; `calls[r]` is local rank r's Call."""
+    call: object = next(iter(calls.values()))
+    kind, count, root = call.kind, call.elements, call.root  # type: ignore[attr-defined]
+    itemsize = ht.ITEM_SIZES.get(call.dtype, 1)  # type: ignore[attr-defined]
+    dtype = ht.DTYPE_NAMES.get(call.dtype, "uint8")  # type: ignore[attr-defined]
+    op = call.op  # type: ignore[attr-defined]
+    size = count * itemsize
+    mine = sorted(calls)
+    sends = [calls[r].send for r in mine]  # type: ignore[attr-defined]
+    recvs = [calls[r].recv for r in mine]  # type: ignore[attr-defined]
+    hosts, host_count = world.hosts, len(world.hosts)
+    offset = block.offset
+    seq = iter(range(first_seq, first_seq + 2))
+    if kind == ht.HCCL_CMD_BARRIER:
+        owners = tuple(((h, h + 1),) for h in range(host_count))
+        return Phases(host_count, [], [Gather(next(seq), offset, owners)], [])
+    if count == 0:
+        return Phases(0, [], [], [])
+    n = world.comm.n_ranks
+    if kind == ht.HCCL_CMD_ALLREDUCE:
+        owners = _even(count, itemsize, host_count)
+        return Phases(
+            size,
+            [(tuple(sends), (block,), count)],
+            [Reduce(next(seq), offset, dtype, op, owners), Gather(next(seq), offset, owners)],
+            [((block,), tuple(recvs), count)],
+        )
+    if kind == ht.HCCL_CMD_REDUCE_SCATTER:
+        return Phases(
+            n * size,
+            [(tuple(sends), (block,), n * count)],
+            [Reduce(next(seq), offset, dtype, op, _slices(hosts, size))],
+            [((block.at(r * size),), (recvs[i],), count) for i, r in enumerate(mine)],
+        )
+    if kind == ht.HCCL_CMD_ALLGATHER:
+        return Phases(
+            n * size,
+            [((sends[i],), (block.at(r * size),), count) for i, r in enumerate(mine)],
+            [Gather(next(seq), offset, _slices(hosts, size))],
+            [((block,), tuple(recvs), n * count)],
+        )
+    root_host = world.host_of(root)
+    whole = tuple(((0, size),) if h == root_host else () for h in range(host_count))
+    if kind == ht.HCCL_CMD_BROADCAST:  # each rank's buffer is its send
+        before = [((calls[root].send,), (block,), count)] if root in calls else []  # type: ignore[attr-defined]
+        others = tuple(s for r, s in zip(mine, sends) if r != root)
+        return Phases(
+            size,
+            before,
+            [Gather(next(seq), offset, whole)],
+            [((block,), others, count)] if others else [],
+        )
+    if kind == ht.HCCL_CMD_REDUCE:
+        after = [((block,), (calls[root].recv,), count)] if root in calls else []  # type: ignore[attr-defined]
+        return Phases(
+            size,
+            [(tuple(sends), (block,), count)],
+            [Reduce(next(seq), offset, dtype, op, whole)],
+            after,
+        )
+    raise ValueError(f"collective {kind} does not run across hosts")
+
+
+# ---- one world on this host -------------------------------------------------------------------
+@dataclass(eq=False)
+class World:
+    """This daemon's part of a world across hosts: its communicator, the hosts in order,
+    the links, the engine and the host block."""
+
+    worlds: Worlds
+    comm: Communicator
+    hosts: tuple  # ((address, (rank, ...)), ...) in host order
+    host: int  # this daemon's index
+    exec_timeout_s: float
+    links: list[Link]  # coordinator: one per member host; member: the coordinator's
+    coordinator: bool
+    engine: Engine | None = None
+    block_address: int = 0
+    block_bytes: int = 0
+    device: int = 0  # the device of the host block (the lowest local rank's)
+    queue: deque = field(default_factory=deque)  # matched (op, tasks) waiting their turn
+    current: tuple | None = None  # (op, tasks, phases) running
+    step_seq: int = 0
+    waiting_step: int = -1  # the StepDone that ends the current exchange
+    broken: str | None = None  # why the world is over here (broken, or destroyed)
+    remote_key: tuple | None = None  # at a member: (coordinator address, its comm id)
+    unsent: list = field(default_factory=list)  # steps due before the engine started
+    left: str | None = None  # another host's ranks all destroyed the communicator
+
+    def host_of(self, rank: int) -> int:
+        for index, (_, ranks) in enumerate(self.hosts):
+            if rank in ranks:
+                return index
+        raise ValueError(f"rank {rank} is on no host")
+
+    def here(self) -> str:
+        return self.describe_host(self.hosts[self.host][0])
+
+    def describe_host(self, address: str) -> str:
+        for _, (host, ranks) in enumerate(self.hosts):
+            if host == address:
+                listed = ", ".join(map(str, ranks))
+                return f"host {address} (rank{'s' if len(ranks) > 1 else ''} {listed})"
+        return f"host {address}"
+
+    # ---- the engine -------------------------------------------------------------------------
+    def start_engine(self, host: str, port: int) -> None:
+        """Start this host's engine process: the store's server at host 0 (port 0)."""
+        if self.engine is not None or self.broken is not None:
+            return
+        device = self.worlds.collectives.scheduler.devices[self.device]
+        setup = EngineSetup(
+            self.host, len(self.hosts), host, port, device.region.name, self.exec_timeout_s
+        )
+        scheduler = self.worlds.collectives.scheduler
+        self.engine = Engine(setup, lambda report: scheduler.call(self._engine_report, report))
+        self.engine.start()
+        for step in self.unsent:
+            self.engine.submit(step)
+        self.unsent.clear()
+
+    def _engine_report(self, report: Report) -> None:
+        if self.broken is not None:
+            return
+        if isinstance(report, StoreListening):
+            host = store_host(self.hosts[0][0])
+            self.worlds.relay_store(self, host, report.port)
+        elif isinstance(report, Formed):
+            log.info("world of communicator %d: engines formed", self.comm.id)
+        elif isinstance(report, StepDone):
+            if report.seq == self.waiting_step:
+                self._after()
+        elif isinstance(report, StepFailed):
+            self.worlds.break_world(
+                self,
+                f"the exchange between hosts failed on host {self.hosts[self.host][0]}: "
+                f"{report.message}",
+            )
+        elif isinstance(report, EngineLost):
+            self.worlds.break_world(
+                self,
+                f"the engine process of host {self.hosts[self.host][0]} ended "
+                f"(exit code {report.exitcode})",
+            )
+
+    # ---- collectives, one at a time ---------------------------------------------------------
+    def run(self, op: object, tasks: list[CollectiveTask]) -> None:
+        """A collective all local ranks have arrived at: run it after those before it."""
+        self.queue.append((op, tasks))
+        if self.current is None:
+            self._next()
+
+    def _next(self) -> None:
+        while self.current is None and self.queue and self.broken is None:
+            op, tasks = self.queue.popleft()
+            calls = {task.member.rank: task.call for task in tasks}
+            block = Span(
+                self.worlds.collectives.scheduler.devices[self.device].region.name,
+                split_device_address(self.block_address)[1],
+                self.device,
+            )
+            phases = plan(self, calls, block, self.step_seq)
+            if phases.block_bytes > self.block_bytes:
+                try:
+                    self._grow_block(phases.block_bytes)
+                except Exception as error:  # noqa: BLE001 - the device is out of memory
+                    self.worlds.break_world(self, f"no device memory for the host block: {error}")
+                    return
+                block = block._replace(offset=split_device_address(self.block_address)[1])
+                phases = plan(self, calls, block, self.step_seq)
+            self.step_seq += len(phases.steps)
+            self.current = (op, tasks, phases)
+            self._before()
+
+    def _grow_block(self, nbytes: int) -> None:
+        device = self.worlds.collectives.scheduler.devices[self.device]
+        if self.block_address:
+            device.free(self.block_address)
+            self.block_address = self.block_bytes = 0
+        self.block_address = device.allocate(nbytes, codes.ACL_MEM_MALLOC_HUGE_FIRST, self)
+        self.block_bytes = nbytes
+
+    def _before(self) -> None:
+        assert self.current is not None
+        op, tasks, phases = self.current
+        if phases.before:
+            self.worlds.collectives.run_groups(self.comm, op, tasks, phases.before, self._exchange)
+        else:
+            self._exchange(None)
+
+    def _exchange(self, failure: Failure | None) -> None:
+        """The host block is ready (or its phase failed): the engine's steps."""
+        if self.current is None:
+            return
+        _, _, phases = self.current
+        if failure is not None or self.broken is not None or not phases.steps:
+            self._after(failure)
+            return
+        self.waiting_step = phases.steps[-1].seq
+        for step in phases.steps:
+            if self.engine is None:  # its store's address has not come yet
+                self.unsent.append(step)
+            else:
+                self.engine.submit(step)
+
+    def _after(self, failure: Failure | None = None) -> None:
+        """The exchange is done: copy the result out."""
+        assert self.current is not None
+        op, tasks, phases = self.current
+        self.waiting_step = -1
+        if phases.after and failure is None and self.broken is None:
+            self.worlds.collectives.run_groups(
+                self.comm, op, tasks, phases.after, self._finish_current
+            )
+        else:
+            self._finish_current(failure)
+
+    def _finish_current(self, failure: Failure | None) -> None:
+        if self.current is None:
+            return
+        op, tasks, _ = self.current
+        self.current = None
+        collectives = self.worlds.collectives
+        if failure is not None:
+            message = f"its data movement failed: {failure.message}"
+            collectives.finish_world_op(self.comm, op, tasks, message)
+            self.worlds.break_world(self, f"on {self.here()}: {message}")
+            return
+        collectives.finish_world_op(self.comm, op, tasks, self.broken)
+        if self.left is not None:
+            self.worlds.world_over(self)
+            return
+        self._next()
+        if (
+            self.current is None
+            and not self.queue
+            and all(m.state in ("destroyed", "gone") for m in self.comm.local_members())
+        ):
+            self.worlds.communicator_done(self.comm)
+
+    def fail_queued(self, message: str) -> None:
+        """The world broke: every collective it holds fails (one running on AI cores fails
+        when they report)."""
+        held = list(self.queue)
+        self.queue.clear()
+        if self.current is not None and self.waiting_step >= 0:  # in the engine: never ends
+            op, tasks, _ = self.current
+            self.current = None
+            self.waiting_step = -1
+            held.append((op, tasks))
+        for op, tasks in held:
+            self.worlds.collectives.finish_world_op(self.comm, op, tasks, message)
+
+    def release(self, graceful: bool) -> None:
+        """Stop the engine (`graceful`: once its last step is done; else at once) and give
+        the host block back: the world is over here. Does not wait for the engine."""
+        if self.engine is not None:
+            engine, self.engine = self.engine, None
+            threading.Thread(
+                target=engine.stop, args=(graceful,), name="simnpu-engine-stop", daemon=True
+            ).start()
+        if self.block_address:
+            self.worlds.collectives.scheduler.devices[self.device].free(self.block_address)
+            self.block_address = self.block_bytes = 0
+        for link in self.links:
+            link.close()
+
+
+# ---- every world of this daemon -----------------------------------------------------------------
+@dataclass(eq=False)
+class _Joining:
+    """At a member: this daemon's ranks waiting in a world's rendezvous at a coordinator."""
+
+    coordinator: str
+    comm_id: int
+    link: Link
+    members: dict = field(default_factory=dict)  # rank -> (Member, request id)
+
+
+class Worlds:
+    """The worlds across hosts this daemon takes part in (scheduler-owned)."""
+
+    def __init__(self, collectives: Collectives):
+        self.collectives = collectives
+        self.advertise: str | None = None  # set by the daemon: --advertise
+        self.token: str = ""
+        self._joining: dict[tuple[str, int], _Joining] = {}  # (coordinator, comm id) ->
+        self._incoming: dict[int, list[Link]] = {}  # comm id -> member links (coordinator)
+        self.formed: dict[int, World] = {}  # local communicator id -> its world
+
+    @property
+    def communicators(self):
+        return self.collectives.communicators
+
+    def _call(self, function: Callable, *args: object) -> None:
+        self.collectives.scheduler.call(function, *args)
+
+    # ---- at a member --------------------------------------------------------------------------
+    def join_remote(
+        self,
+        member: Member,
+        coordinator: str,
+        nonce: bytes,
+        connect_timeout_s: float,
+        request_id: int,
+    ) -> None:
+        """A local rank joins a world whose root info another daemon issued."""
+        if self.advertise is None:
+            raise WorldError(
+                ht.HCCL_E_PARA,
+                f"the root info was issued by the daemon at {coordinator}; this daemon takes "
+                "part in worlds across hosts only with --advertise (docs/multihost.md)",
+            )
+        key = (coordinator, member.comm_id)
+        joining = self._joining.get(key)
+        if joining is None:
+            hello = pb.PeerHello(comm_id=member.comm_id, nonce=nonce, address=self.advertise)
+            link = Outgoing(
+                coordinator,
+                self.token,
+                hello,
+                lambda link, message: self._call(self._member_message, key, message),
+                lambda link, reason: self._call(self._member_link_ended, key, reason),
+            )
+            joining = self._joining[key] = _Joining(coordinator, member.comm_id, link)
+        joining.members[member.rank] = (member, request_id)
+        joining.link.send(
+            pb.PeerMessage(
+                join=pb.PeerJoin(
+                    rank=member.rank,
+                    n_ranks=member.n_ranks,
+                    device=member.device,
+                    pid=getattr(member.session, "pid", 0),
+                    connect_timeout_s=connect_timeout_s,
+                )
+            )
+        )
+
+    def _member_message(self, key: tuple[str, int], message: pb.PeerMessage) -> None:
+        joining = self._joining.get(key)
+        world = None if joining is not None else self._world_of_link(key)
+        body = message.WhichOneof("body")
+        if joining is not None:
+            if body == "formed":
+                self._member_formed(key, joining, message.formed)
+            elif body == "failed":
+                self._member_rejected(key, joining, message.failed)
+            return
+        if world is None:
+            return
+        if body == "store":
+            world.start_engine(message.store.host, message.store.port)
+        elif body == "failed":
+            self.break_world(world, message.failed.message, tell=False)
+        elif body == "left":
+            self.host_left(world, message.left.message)
+
+    def _world_of_link(self, key: tuple[str, int]) -> World | None:
+        for world in self.formed.values():
+            if world.remote_key == key:
+                return world
+        return None
+
+    def _member_formed(self, key, joining: _Joining, formed: pb.PeerFormed) -> None:
+        del self._joining[key]
+        hosts = tuple((h.address, tuple(h.ranks)) for h in formed.hosts)
+        members = [member for member, _ in joining.members.values()]
+        n_ranks = members[0].n_ranks
+        host = next(i for i, (address, _) in enumerate(hosts) if address == self.advertise)
+        world_members: list = [None] * n_ranks
+        for address, ranks in hosts:
+            for rank in ranks:
+                world_members[rank] = RemoteRank(
+                    rank, n_ranks, -1, 0, address, joining.comm_id, state="ready"
+                )
+        for member in members:
+            world_members[member.rank] = member
+        comm = self.communicators.form_world_communicator(
+            world_members, formed.exec_timeout_s, joining.members.values()
+        )
+        world = World(
+            self,
+            comm,
+            hosts,
+            host,
+            formed.exec_timeout_s,
+            [joining.link],
+            coordinator=False,
+            remote_key=key,
+        )
+        self._attach(world, members)
+
+    def _member_rejected(self, key, joining: _Joining, failed: pb.PeerFailed) -> None:
+        if failed.HasField("rank"):
+            entry = joining.members.pop(failed.rank, None)
+            if entry is not None:
+                self.communicators.reject(entry[0], entry[1], failed.result, failed.message)
+            if joining.members:
+                return
+        del self._joining[key]
+        joining.link.close()
+        for member, request_id in joining.members.values():
+            self.communicators.reject(member, request_id, failed.result, failed.message)
+
+    def _member_link_ended(self, key: tuple[str, int], reason: str) -> None:
+        joining = self._joining.pop(key, None)
+        if joining is not None:
+            for member, request_id in joining.members.values():
+                self.communicators.reject(
+                    member,
+                    request_id,
+                    ht.HCCL_E_TCP_CONNECT,
+                    f"cannot reach the root info's daemon at {key[0]} to join communicator "
+                    f"{key[1]} there: {reason}",
+                )
+            return
+        world = self._world_of_link(key)
+        if world is not None:
+            self.break_world(
+                world,
+                f"lost the coordinator, {world.describe_host(key[0])}: {reason}",
+                tell=False,
+            )
+
+    def member_left(self, member: Member) -> None:
+        """A joining local rank's session ended: the world cannot form."""
+        for key, joining in list(self._joining.items()):
+            if joining.members.get(member.rank, (None,))[0] is member:
+                joining.link.send(
+                    pb.PeerMessage(
+                        failed=pb.PeerFailed(
+                            result=ht.HCCL_E_REMOTE,
+                            message=f"{member.describe()} on host {self.advertise} ended before "
+                            f"every rank joined communicator {member.comm_id}",
+                        )
+                    )
+                )
+                del joining.members[member.rank]
+
+    # ---- at the coordinator ------------------------------------------------------------------
+    def accept(self, hello: pb.PeerHello) -> Incoming:
+        """A member daemon's Peer stream (on a gRPC thread): its link."""
+        comm_id = hello.comm_id
+        link = Incoming(
+            hello.address,
+            lambda link, message: self._call(self._coordinator_message, comm_id, link, message),
+            lambda link, reason: self._call(self._coordinator_link_ended, comm_id, link, reason),
+        )
+        self._call(self._accepted, comm_id, link, hello)
+        return link
+
+    def _accepted(self, comm_id: int, link: Link, hello: pb.PeerHello) -> None:
+        problem = self.communicators.remote_problem(comm_id, hello.nonce)
+        if problem is not None:
+            link.send(pb.PeerMessage(failed=pb.PeerFailed(result=problem[0], message=problem[1])))
+            link.close()
+            return
+        self._incoming.setdefault(comm_id, []).append(link)
+
+    def _coordinator_message(self, comm_id: int, link: Link, message: pb.PeerMessage) -> None:
+        body = message.WhichOneof("body")
+        world = self._world_of_incoming(link)
+        if body == "join" and world is None:
+            join = message.join
+            remote = RemoteRank(
+                join.rank, join.n_ranks, join.device, join.pid, link.address, comm_id, link
+            )
+            self.communicators.join_remote(remote, join.connect_timeout_s)
+        elif body == "failed":
+            if world is not None:
+                self.break_world(world, message.failed.message, origin=link)
+            else:
+                self.communicators.fail_open(comm_id, message.failed.result, message.failed.message)
+        elif body == "store" and world is not None:
+            self.relay_store(world, message.store.host, message.store.port, origin=link)
+        elif body == "left" and world is not None:
+            self.host_left(world, message.left.message, origin=link)
+
+    def _world_of_incoming(self, link: Link) -> World | None:
+        for world in self.formed.values():
+            if world.coordinator and link in world.links:
+                return world
+        return None
+
+    def _coordinator_link_ended(self, comm_id: int, link: Link, reason: str) -> None:
+        world = self._world_of_incoming(link)
+        if world is not None:
+            self.break_world(world, f"lost {world.describe_host(link.address)}: {reason}")
+            return
+        links = self._incoming.get(comm_id)
+        if links is not None and link in links:
+            links.remove(link)
+            self.communicators.fail_open(
+                comm_id,
+                ht.HCCL_E_REMOTE,
+                f"lost host {link.address} before every rank joined communicator {comm_id}: "
+                f"{reason}",
+                host=link.address,
+            )
+
+    def reject_remote(self, remote: RemoteRank, result: int, message: str) -> None:
+        """A remote rank's join failed at the coordinator (the rendezvous, or the rank)."""
+        if remote.link is not None:
+            remote.link.send(
+                pb.PeerMessage(
+                    failed=pb.PeerFailed(result=result, message=message, rank=remote.rank)
+                )
+            )
+
+    def coordinator_formed(self, comm: Communicator, exec_timeout_s: float) -> None:
+        """The coordinator's rendezvous formed with remote ranks: lay the hosts out, tell
+        the members, and make this daemon's world."""
+        assert self.advertise is not None
+        by_host: dict[str, list[int]] = {}
+        for member in comm.members:
+            address = member.host if isinstance(member, RemoteRank) else self.advertise
+            by_host.setdefault(address, []).append(member.rank)
+        hosts = tuple(
+            sorted(((a, tuple(sorted(r))) for a, r in by_host.items()), key=lambda h: h[1][0])
+        )
+        links: dict[str, Link] = {}
+        for member in comm.members:
+            if isinstance(member, RemoteRank) and member.link is not None:
+                links[member.host] = member.link
+        formed = pb.PeerFormed(
+            hosts=[pb.PeerHost(address=a, ranks=list(r)) for a, r in hosts],
+            exec_timeout_s=exec_timeout_s,
+        )
+        for link in links.values():
+            link.send(pb.PeerMessage(formed=formed))
+        leftover = [link for link in self._incoming.pop(comm.id, []) if link not in links.values()]
+        for link in leftover:  # a member whose ranks were all refused
+            link.close()
+        host = next(i for i, (address, _) in enumerate(hosts) if address == self.advertise)
+        world = World(
+            self, comm, hosts, host, exec_timeout_s, list(links.values()), coordinator=True
+        )
+        self._attach(world, [m for m in comm.members if not isinstance(m, RemoteRank)])
+
+    def rendezvous_ended(self, comm_id: int) -> None:
+        """A rendezvous failed at the coordinator: its member links close."""
+        for link in self._incoming.pop(comm_id, []):
+            link.close()
+
+    # ---- both -----------------------------------------------------------------------------
+    def _attach(self, world: World, members: list) -> None:
+        world.comm.world = world
+        world.device = min(members, key=lambda m: m.rank).device
+        self.formed[world.comm.id] = world
+        if world.host == 0:
+            world.start_engine(store_host(world.hosts[0][0]), 0)
+
+    def relay_store(self, world: World, host: str, port: int, origin: Link | None = None) -> None:
+        """Where the engines' store listens: passed on to the other hosts, then used here."""
+        message = pb.PeerMessage(store=pb.PeerStore(host=host, port=port))
+        for link in world.links:
+            if link is not origin:
+                link.send(message)
+        world.start_engine(host, port)
+
+    def break_world(
+        self, world: World, message: str, tell: bool = True, origin: Link | None = None
+    ) -> None:
+        """The world is broken: tell the other hosts (through the coordinator), fail what
+        it holds and every later collective, stop its engine."""
+        if world.broken is not None:
+            return
+        world.broken = message
+        log.info("world of communicator %d broken: %s", world.comm.id, message)
+        if tell or world.coordinator:
+            failed = pb.PeerMessage(failed=pb.PeerFailed(result=ht.HCCL_E_REMOTE, message=message))
+            for link in world.links:
+                if link is not origin:
+                    link.send(failed)
+        world.fail_queued(message)
+        self.collectives.break_communicator(world.comm, message)
+        world.release(graceful=False)
+        self.formed.pop(world.comm.id, None)
+
+    def host_left(self, world: World, message: str, origin: Link | None = None) -> None:
+        """Every rank of another host destroyed the communicator: what runs here finishes,
+        nothing starts after it."""
+        if world.broken is not None or world.left is not None:
+            return
+        world.left = message
+        if world.coordinator:
+            for link in world.links:
+                if link is not origin:
+                    link.send(pb.PeerMessage(left=pb.PeerLeft(message=message)))
+        held = list(world.queue)
+        world.queue.clear()
+        for op, tasks in held:
+            self.collectives.finish_world_op(world.comm, op, tasks, message)
+        self.collectives.break_communicator(world.comm, message)
+        if world.current is None:
+            self.world_over(world)
+
+    def communicator_done(self, comm: Communicator) -> None:
+        """Every local rank of a world's communicator destroyed it or ended, and it runs
+        nothing: tell the other hosts; the world is over here."""
+        world = self.formed.get(comm.id)
+        if world is None or world.broken is not None or world.current or world.queue:
+            return
+        if world.left is None:
+            message = f"every rank of {world.here()} destroyed communicator {comm.id}"
+            for link in world.links:
+                link.send(pb.PeerMessage(left=pb.PeerLeft(message=message)))
+        self.world_over(world)
+
+    def world_over(self, world: World) -> None:
+        """The world ran its last collective here: its engine ends once that is done."""
+        world.broken = world.left or "the communicator was destroyed"
+        world.release(graceful=True)
+        self.formed.pop(world.comm.id, None)
+
+    def stop(self) -> None:
+        """The daemon stops: every world here ends."""
+        for world in list(self.formed.values()):
+            world.broken = "the daemon stopped"
+            world.release(graceful=False)
+        self.formed.clear()
+        for joining in self._joining.values():
+            joining.link.close()
+        self._joining.clear()

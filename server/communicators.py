@@ -159,6 +159,13 @@ def member_of(session, handle: int) -> Member:
     return member
 
 
+def _process(member) -> str:
+    """A joining rank's process: "pid P", with its host if it is another host's."""
+    if isinstance(member, RemoteRank):
+        return f"pid {member.pid} on host {member.host}"
+    return f"pid {member.session.pid}"
+
+
 def rank_list(ranks) -> str:
     ranks = sorted(ranks)
     return ("rank " if len(ranks) == 1 else "ranks ") + ", ".join(map(str, ranks))
@@ -284,7 +291,8 @@ class Communicators:
             problem = (
                 ht.HCCL_E_PARA,
                 f"rank {member.rank} of communicator {member.comm_id} was already "
-                f"joined by {holder.describe()}; {member.describe()} asked for it again",
+                f"joined by {_process(holder)} (device {holder.device}); "
+                f"{_process(member)} asked for it again",
             )
         if problem is not None:
             self.reject(member, request_id, *problem)

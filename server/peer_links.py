@@ -74,7 +74,9 @@ class Link:
                 self._on_message(self, message)
         except grpc.RpcError as error:
             details = error.details() if hasattr(error, "details") else None
-            reason = f"the connection to the peer daemon broke ({details or error})"
+            reason = "the connection to the peer daemon broke: " + (
+                details or "its daemon died, or the network between the hosts failed"
+            )
         if not self._ended.is_set():
             self._ended.set()
             self._outbox.put(_CLOSE)

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -51,7 +52,7 @@ from simnpu.server.engine import (
     StepFailed,
     StoreListening,
 )
-from simnpu.server.objects import Failure
+from simnpu.server.objects import Failure, Waiter
 from simnpu.server.peer_links import Incoming, Link, Outgoing
 from simnpu.server.work import Span
 from simnpu.shm.addresses import split_device_address
@@ -63,6 +64,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("simnpu.worlds")
 
+# how long a failed engine waits for a lost host's Peer stream to end (its keepalive timeout)
+LINK_GRACE_S = 3.0
 # kinds a world across hosts runs (scatter, alltoall and send/recv between hosts: not yet)
 SUPPORTED = (
     ht.HCCL_CMD_ALLREDUCE,
@@ -217,6 +220,7 @@ class World:
     remote_key: tuple | None = None  # at a member: (coordinator address, its comm id)
     unsent: list = field(default_factory=list)  # steps due before the engine started
     left: str | None = None  # another host's ranks all destroyed the communicator
+    engine_failure: str | None = None  # the engine failed; the world breaks soon
 
     def host_of(self, rank: int) -> int:
         for index, (_, ranks) in enumerate(self.hosts):
@@ -262,17 +266,27 @@ class World:
             if report.seq == self.waiting_step:
                 self._after()
         elif isinstance(report, StepFailed):
-            self.worlds.break_world(
-                self,
-                f"the exchange between hosts failed on host {self.hosts[self.host][0]}: "
-                f"{report.message}",
+            self._engine_failed(
+                f"the exchange between hosts failed on {self.here()}: {report.message}"
             )
         elif isinstance(report, EngineLost):
-            self.worlds.break_world(
-                self,
-                f"the engine process of host {self.hosts[self.host][0]} ended "
-                f"(exit code {report.exitcode})",
+            self._engine_failed(
+                f"the engine process of {self.here()} ended (exit code {report.exitcode})"
             )
+
+    def _engine_failed(self, message: str) -> None:
+        """The engine failed. A peer host that died or was cut off fails it too, and its
+        Peer stream ends within LINK_GRACE_S: wait that long for the lost host's name, the
+        better report, before breaking the world with the engine's message."""
+        if self.engine_failure is not None:
+            return
+        self.engine_failure = message
+
+        def settle(timed_out: bool) -> None:
+            self.worlds.break_world(self, message)
+
+        scheduler = self.worlds.collectives.scheduler
+        scheduler.watch(Waiter(lambda: False, settle, time.monotonic() + LINK_GRACE_S))
 
     # ---- collectives, one at a time ---------------------------------------------------------
     def run(self, op: object, tasks: list[CollectiveTask]) -> None:

@@ -6,7 +6,10 @@ from __future__ import annotations
 
 import json
 import secrets
+import signal
 import socket
+import threading
+import time
 
 import pytest
 from conftest import DaemonProcess
@@ -24,8 +27,9 @@ def free_port() -> int:
 
 
 def start_host(directory) -> DaemonProcess:
+    """A daemon listening on loopback TCP and advertising that address (`.advertised`)."""
     port = free_port()
-    return DaemonProcess(
+    daemon = DaemonProcess(
         directory,
         "--listen",
         f"127.0.0.1:{port}",
@@ -37,6 +41,8 @@ def start_host(directory) -> DaemonProcess:
         "128MiB",
         env={"SIMNPU_TOKEN": TOKEN, "GLOO_SOCKET_IFNAME": "lo"},
     )
+    daemon.advertised = f"127.0.0.1:{port}"  # type: ignore[attr-defined]
+    return daemon
 
 
 @pytest.fixture(scope="module")
@@ -166,3 +172,195 @@ def test_every_collective_across_two_hosts_in_the_documented_order(hosts, layout
     results = run_world(hosts, layout, EVERY_COLLECTIVE, tmp_path)
     assert_all_ok(results)
     assert all(r.values["checked"] > 0 for r in results)
+
+
+KILLED_MID_COLLECTIVE = """
+marks = os.environ["MARK_DIR"]
+
+
+def mark(name):
+    open(os.path.join(marks, name), "w").close()
+
+
+comm = Communicator(N, exchange_root_info(), RANK)
+stream = npu.Stream()
+x = npu.DeviceBuffer.from_array(np.full(4096, RANK, np.float32))
+y = npu.DeviceBuffer(x.nbytes)
+if os.environ["SIMNPU_ADDRESS"] != os.environ["SURVIVOR"]:  # the host about to be killed
+    mark(f"formed-{RANK}")
+    while not os.path.exists(os.path.join(marks, "killed")):
+        time.sleep(0.01)
+    os._exit(0)
+comm.all_reduce(x, y, "sum", dtype=np.float32, stream=stream)  # the others never come
+mark(f"submitted-{RANK}")
+try:
+    stream.synchronize()
+    report(code=0)
+except NpuError as error:
+    pending = comm.async_error()
+    report(code=error.code, message=error.message, async_error=pending and pending.code)
+comm.destroy()
+# this daemon still serves: a new communicator of its own ranks works
+pair = Communicator(2, exchange_root_info_again(), RANK)
+pair.all_reduce(x, y, "sum", dtype=np.float32, stream=stream)
+stream.synchronize()
+report(after=float(y.to_numpy(np.float32)[0]))
+pair.destroy()
+"""
+
+AGAIN = """
+def exchange_root_info_again():
+    path = os.path.join(DIR, "root_info_again")
+    if RANK == 0:
+        info, ret = hccl.get_root_info()
+        with open(path + ".tmp", "wb") as handle:
+            handle.write(info)
+        os.replace(path + ".tmp", path)
+        return info
+    wait_for("root_info_again")
+    with open(path, "rb") as handle:
+        return handle.read()
+"""
+
+
+def test_a_host_killed_mid_collective_fails_the_others_by_name_and_the_survivor_serves_on(
+    hosts, tmp_path
+):
+    survivor = hosts[0]
+    (tmp_path / "doomed").mkdir()
+    doomed = start_host(tmp_path / "doomed")
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    outcome: list = []
+
+    def ranks() -> None:
+        outcome.append(
+            run_world(
+                [survivor, doomed],
+                [[0, 1], [2, 3]],
+                AGAIN + KILLED_MID_COLLECTIVE,
+                tmp_path,
+                env={"MARK_DIR": str(marks), "SURVIVOR": survivor.address},
+            )
+        )
+
+    runner = threading.Thread(target=ranks)
+    runner.start()
+    deadline = time.monotonic() + 60
+    wanted = ["formed-2", "formed-3", "submitted-0", "submitted-1"]
+    while not all((marks / name).exists() for name in wanted) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    doomed.stop(signal.SIGKILL)
+    (marks / "killed").touch()
+    runner.join(120)
+    results = outcome[0]
+    assert_all_ok(results)
+    for result in results[:2]:
+        values = result.values
+        assert values["code"] == 507904, values  # ACL_ERROR_RT_COMM_OP_RETRY_FAIL
+        assert f"lost host {doomed.advertised} (ranks 2, 3)" in values["message"], values
+        assert values["async_error"] == 21, values  # HCCL_E_REMOTE
+        assert values["after"] == 1.0, values  # 0 + 1 over the pair
+
+
+ISSUE = """
+info, ret = hccl.get_root_info()
+assert ret == hccl.HCCL_SUCCESS, ret
+with open(os.environ["ROOT_FILE"], "wb") as handle:
+    handle.write(info)
+"""
+
+JOIN = """
+with open(os.environ["ROOT_FILE"], "rb") as handle:
+    info = handle.read()
+try:
+    Communicator(2, info, 1)
+    report(code=0)
+except NpuError as error:
+    report(code=error.code, message=error.message)
+"""
+
+
+def root_info_file(daemon, tmp_path, name: str) -> str:
+    """A root info issued by `daemon` (its issuer has ended: nobody can join it there)."""
+    path = str(tmp_path / name)
+    assert_all_ok(run_ranks(daemon.address, 1, ISSUE, tmp_path, env={"ROOT_FILE": path}))
+    return path
+
+
+def join_with(daemon, path: str, tmp_path) -> dict:
+    results = run_ranks(daemon.address, 1, JOIN, tmp_path, env={"ROOT_FILE": path})
+    assert_all_ok(results)
+    return results[0].values
+
+
+def test_joins_that_cannot_reach_a_world_fail_with_hccl_codes(
+    hosts, daemon, start_daemon, tmp_path
+):
+    a = hosts[0]
+    # a daemon that advertises no address: its root info cannot be joined from elsewhere
+    values = join_with(a, root_info_file(daemon, tmp_path, "plain"), tmp_path)
+    assert values["code"] == 1 and "advertises no address" in values["message"], values
+    # a rank of a daemon without --advertise cannot join a world elsewhere
+    values = join_with(daemon, root_info_file(a, tmp_path, "from-a"), tmp_path)
+    assert values["code"] == 1 and "only with --advertise" in values["message"], values
+    # a daemon with another token is refused by the root info's daemon
+    port = free_port()
+    stranger = start_daemon("--listen", f"127.0.0.1:{port}", env={"SIMNPU_TOKEN": "another-token"})
+    values = join_with(stranger, root_info_file(a, tmp_path, "from-a-2"), tmp_path)
+    assert values["code"] == 11, values  # HCCL_E_TCP_CONNECT
+    assert a.advertised in values["message"] and "token" in values["message"], values
+    # the root info's daemon is gone
+    gone_dir = tmp_path / "gone"
+    gone_dir.mkdir()
+    gone = start_host(gone_dir)
+    path = root_info_file(gone, tmp_path, "from-gone")
+    gone.stop()
+    values = join_with(a, path, tmp_path)
+    assert values["code"] == 11 and gone.advertised in values["message"], values
+    # the daemons serve on: a world of a and b still forms and runs
+    assert_all_ok(run_world(hosts, [[0], [1]], EVERY_COLLECTIVE, tmp_path))
+
+
+MISSING_RANK = """
+try:  # process 0 is rank 0 (on host a), process 1 rank 2 (on host b): rank 1 never comes
+    Communicator(3, exchange_root_info(), [0, 2][RANK])
+    report(code=0)
+except NpuError as error:
+    report(code=error.code, message=error.message)
+"""
+
+
+def test_a_rank_that_never_joins_times_the_world_out_on_every_host(hosts, tmp_path):
+    results = run_world(
+        hosts, [[0], [1]], MISSING_RANK, tmp_path, env={"HCCL_CONNECT_TIMEOUT": "2"}
+    )
+    assert_all_ok(results)
+    for result in results:
+        values = result.values
+        assert values["code"] == 9, values  # HCCL_E_TIMEOUT
+        assert "rank 1 of 3 never joined" in values["message"], values
+
+
+NOT_ACROSS = """
+comm = Communicator(N, exchange_root_info(), RANK)
+stream = npu.Stream()
+x = npu.DeviceBuffer.from_array(np.arange(2 * N, dtype=np.float32))
+y = npu.DeviceBuffer(x.nbytes)
+try:
+    comm.alltoall(x, y, dtype=np.float32, stream=stream)
+    stream.synchronize()
+    report(code=0)
+except NpuError as error:
+    report(code=error.code, message=error.message)
+comm.destroy()
+"""
+
+
+def test_collectives_not_yet_run_across_hosts_are_not_supported(hosts, tmp_path):
+    results = run_world(hosts, [[0], [1]], NOT_ACROSS, tmp_path)
+    assert_all_ok(results)
+    for result in results:
+        values = result.values
+        assert values["code"] == 207000, values  # ACL_ERROR_RT_FEATURE_NOT_SUPPORT
+        assert "across hosts" in values["message"], values

@@ -15,6 +15,8 @@ import pytest
 from conftest import DaemonProcess
 from hccl_ranks import assert_all_ok, run_ranks
 
+from simnpu.server.communicators import ROOT_LAYOUT
+
 pytest.importorskip("torch", reason="the multihost extra (torch) is not installed")
 
 TOKEN = secrets.token_hex(16)
@@ -364,3 +366,52 @@ def test_collectives_not_yet_run_across_hosts_are_not_supported(hosts, tmp_path)
         values = result.values
         assert values["code"] == 207000, values  # ACL_ERROR_RT_FEATURE_NOT_SUPPORT
         assert "across hosts" in values["message"], values
+
+
+def _peer_call(address: str, messages: list, token: str | None = TOKEN) -> list:
+    """Send raw messages (bytes) on a Peer stream; what comes back, or the RPC error."""
+    import grpc
+
+    from simnpu.proto import service
+
+    with grpc.insecure_channel(address) as channel:
+        call = channel.stream_stream(f"/{service.SERVICE}/Peer")
+        metadata = ((service.TOKEN_METADATA_KEY, token),) if token else ()
+        try:
+            return list(call(iter(messages), metadata=metadata, timeout=30))
+        except grpc.RpcError as error:
+            return [error.code()]
+
+
+def test_a_peer_stream_of_nonsense_is_refused_and_the_daemon_serves_on(hosts, daemon, tmp_path):
+    import grpc
+
+    from simnpu.proto import npu_pb2 as pb
+
+    a = hosts[0]
+    address = a.advertised
+    join = pb.PeerMessage(join=pb.PeerJoin(rank=0, n_ranks=2)).SerializeToString()
+    assert _peer_call(address, [join]) == [grpc.StatusCode.INVALID_ARGUMENT]
+    assert _peer_call(address, [b"\xff\xff\xff"]) == [grpc.StatusCode.INVALID_ARGUMENT]
+    assert _peer_call(address, []) == [grpc.StatusCode.INVALID_ARGUMENT]
+    hello = pb.PeerMessage(hello=pb.PeerHello(comm_id=1, nonce=b"x" * 16, address="h:1"))
+    assert _peer_call(address, [hello.SerializeToString()], token=None) == [
+        grpc.StatusCode.UNAUTHENTICATED
+    ]
+    assert _peer_call(daemon.address, [hello.SerializeToString()]) == [
+        grpc.StatusCode.FAILED_PRECONDITION  # it advertises no address
+    ]
+    replies = [
+        pb.PeerMessage.FromString(raw) for raw in _peer_call(address, [hello.SerializeToString()])
+    ]
+    assert len(replies) == 1 and replies[0].failed.result == 1, replies  # another daemon's
+    with open(root_info_file(a, tmp_path, "forgotten"), "rb") as handle:
+        info = handle.read()
+    nonce = ROOT_LAYOUT.unpack_from(info)[4]  # the daemon's nonce
+    for comm_id in (0, 1 << 63):
+        hello = pb.PeerMessage(hello=pb.PeerHello(comm_id=comm_id, nonce=nonce, address="h:1"))
+        raw = _peer_call(address, [hello.SerializeToString(), join, b"\x00garbage"])
+        replies = [pb.PeerMessage.FromString(r) for r in raw]
+        assert [r.failed.result for r in replies] == [1], replies
+        assert "unknown to the daemon" in replies[0].failed.message, replies
+    assert_all_ok(run_world(hosts, [[0], [1]], EVERY_COLLECTIVE, tmp_path))

@@ -28,12 +28,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, NamedTuple
 
-from simnpu.proto import codes
 from simnpu.proto import hccl_types as ht
 from simnpu.server import reduce
 from simnpu.server.communicators import Communicator, Communicators, Member, rank_list
 from simnpu.server.executor import UnitKind
 from simnpu.server.objects import Failure
+from simnpu.server.outcomes import DESTROYED, MISMATCH, REMOTE, TIMEOUT
 from simnpu.server.tasks import CollectiveTask, TaskState
 from simnpu.server.work import ReducePiece, Span
 from simnpu.server.worlds import Worlds
@@ -41,14 +41,6 @@ from simnpu.server.worlds import Worlds
 if TYPE_CHECKING:
     from simnpu.server.executor import Unit
     from simnpu.server.scheduler import Scheduler
-
-# (ACL code at synchronize, HcclResult for HcclGetCommAsyncError)
-MISMATCH = (codes.ACL_ERROR_RT_PARAM_INVALID, ht.HCCL_E_PARA)
-TIMEOUT = (codes.ACL_ERROR_RT_TASK_TIMEOUT, ht.HCCL_E_TIMEOUT)
-REMOTE = (codes.ACL_ERROR_RT_COMM_OP_RETRY_FAIL, ht.HCCL_E_REMOTE)
-# a replayed collective whose rank destroyed the communicator after capturing it: as an
-# eager call on a destroyed communicator, a bad argument (HcclResult HCCL_E_PARA)
-DESTROYED = (codes.ACL_ERROR_RT_PARAM_INVALID, ht.HCCL_E_PARA)
 
 
 # ---- what a rank called --------------------------------------------------------------------------
@@ -368,15 +360,22 @@ class Collectives:
         job.on_done = on_done
         self.jobs.append(job)
 
-    def finish_world_op(self, comm: Communicator, op: Op, tasks: list, failure: str | None) -> None:
+    def finish_world_op(
+        self,
+        comm: Communicator,
+        op: Op,
+        tasks: list,
+        failure: str | None,
+        outcome: tuple = REMOTE,
+    ) -> None:
         """A collective across hosts ended: its local ranks' tasks complete (or fail with
-        HCCL_E_REMOTE and `failure`)."""
+        `outcome` and `failure`)."""
         for task in tasks:
             if failure is None:
                 self._finish(task)
             else:
                 self._finish(
-                    task, REMOTE, f"{task.call.describe()} ({_op_title(comm, op.key)}): {failure}"
+                    task, outcome, f"{task.call.describe()} ({_op_title(comm, op.key)}): {failure}"
                 )
 
     def break_communicator(self, comm: Communicator, message: str) -> None:

@@ -7,8 +7,9 @@ the engine's: one engine process per world on each host, all of them joined thro
 Gloo (torch.distributed), started, fed and stopped by an `Engine` here. This module does
 not import torch; the engine process (server/engine_main.py) is the only one that does.
 
-Every exchange is one of two steps over ranges of the host block that each host *owns*
-(the same ranges, relative to the block, on every host):
+A collective's exchange starts with a `Match` of every host's call, then moves data in
+steps over ranges of the host block that each host *owns* (the same ranges, relative to
+the block, on every host):
 
   Reduce  every host ends with its own ranges reduced over all hosts, in host order
           (host 0's data first); the other ranges are left as they were
@@ -71,6 +72,15 @@ class Gather:
 
 
 @dataclass(frozen=True)
+class Match:
+    """Every host's `call` (what its ranks called, MATCH_BYTES at most) compared before a
+    collective's data moves: `Mismatch` if they differ."""
+
+    seq: int
+    call: bytes
+
+
+@dataclass(frozen=True)
 class Send:
     """One range of this host's block to one other host's matching `Recv` (same tag)."""
 
@@ -97,7 +107,8 @@ class Finish:
     """No more steps: the engine process ends once the steps before are done."""
 
 
-Step = Reduce | Gather | Send | Recv
+Step = Match | Reduce | Gather | Send | Recv
+MATCH_BYTES = 256
 
 
 @dataclass(frozen=True)
@@ -118,6 +129,14 @@ class StepDone:
 
 
 @dataclass(frozen=True)
+class Mismatch:
+    """A `Match` found calls that differ: calls[h] is host h's. The engine goes on."""
+
+    seq: int
+    calls: tuple[bytes, ...]
+
+
+@dataclass(frozen=True)
 class StepFailed:
     """A step (or, with seq -1, forming the world) failed; the engine process ends."""
 
@@ -132,7 +151,7 @@ class EngineLost:
     exitcode: int | None
 
 
-Report = StoreListening | Formed | StepDone | StepFailed | EngineLost
+Report = StoreListening | Formed | StepDone | Mismatch | StepFailed | EngineLost
 
 _SPAWN = multiprocessing.get_context("spawn")
 

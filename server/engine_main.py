@@ -22,10 +22,13 @@ import numpy as np
 
 from simnpu.server import reduce
 from simnpu.server.engine import (
+    MATCH_BYTES,
     EngineSetup,
     Finish,
     Formed,
     Gather,
+    Match,
+    Mismatch,
     Range,
     Reduce,
     Send,
@@ -61,7 +64,10 @@ class _Exchange:
             buffer = self._scratch[index, peer] = torch.empty(nbytes, dtype=torch.uint8)
         return buffer[:nbytes]
 
-    def run(self, step: Step) -> None:
+    def run(self, step: Step) -> tuple[bytes, ...] | None:
+        """Run `step`; for a Match, every host's call if they differ."""
+        if isinstance(step, Match):
+            return self._match(step)
         if isinstance(step, Reduce):
             self._reduce(step)
         elif isinstance(step, Gather):
@@ -69,6 +75,24 @@ class _Exchange:
         else:
             move = self._dist.isend if isinstance(step, Send) else self._dist.irecv
             self._wait([move(self._span(step.block, step.span), step.peer, tag=step.tag)])
+        return None
+
+    def _match(self, step: Match) -> tuple[bytes, ...] | None:
+        import torch
+
+        mine = torch.zeros(MATCH_BYTES, dtype=torch.uint8)
+        call = step.call[:MATCH_BYTES]
+        mine[: len(call)] = torch.frombuffer(bytearray(call), dtype=torch.uint8)
+        theirs = {h: torch.empty(MATCH_BYTES, dtype=torch.uint8) for h in range(self._hosts)}
+        theirs[self._host] = mine
+        works = []
+        for peer in range(self._hosts):
+            if peer != self._host:
+                works.append(self._dist.isend(mine, peer, tag=0))
+                works.append(self._dist.irecv(theirs[peer], peer, tag=0))
+        self._wait(works)
+        calls = tuple(bytes(theirs[h].numpy()).rstrip(b"\0") for h in range(self._hosts))
+        return None if len(set(calls)) == 1 else calls
 
     def _span(self, block: int, span: Range) -> Any:
         return self._bytes[block + span[0] : block + span[1]]
@@ -163,7 +187,10 @@ def main(conn: Connection, setup: EngineSetup) -> None:
             if isinstance(step, Finish):
                 return
             seq = step.seq
-            exchange.run(step)
+            differ = exchange.run(step)
+            if differ is not None:  # the world breaks: the steps after it cannot match
+                conn.send(Mismatch(seq, differ))
+                return
             conn.send(StepDone(seq))
     except Exception as exc:  # noqa: BLE001 - reported to the daemon, then the process ends
         message = "".join(traceback.format_exception_only(type(exc), exc)).strip()

@@ -45,6 +45,8 @@ from simnpu.server.engine import (
     EngineSetup,
     Formed,
     Gather,
+    Match,
+    Mismatch,
     Reduce,
     Report,
     Step,
@@ -53,12 +55,13 @@ from simnpu.server.engine import (
     StoreListening,
 )
 from simnpu.server.objects import Failure, Waiter
+from simnpu.server.outcomes import MISMATCH, REMOTE
 from simnpu.server.peer_links import Incoming, Link, Outgoing
 from simnpu.server.work import Span
 from simnpu.shm.addresses import split_device_address
 
 if TYPE_CHECKING:
-    from simnpu.server.collectives import Collectives
+    from simnpu.server.collectives import Call, Collectives
     from simnpu.server.communicators import Communicator, Member
     from simnpu.server.tasks import CollectiveTask
 
@@ -131,20 +134,26 @@ def _slices(hosts: tuple, size: int) -> tuple:
     return tuple(tuple((r * size, (r + 1) * size) for r in ranks) for _, ranks in hosts)
 
 
-def plan(world: World, calls: dict[int, object], block: Span, first_seq: int) -> Phases:
-    """The phases of a matched collective; `calls[r]` is local rank r's Call."""
-    call: object = next(iter(calls.values()))
-    kind, count, root = call.kind, call.elements, call.root  # type: ignore[attr-defined]
-    itemsize = ht.ITEM_SIZES.get(call.dtype, 1)  # type: ignore[attr-defined]
-    dtype = ht.DTYPE_NAMES.get(call.dtype, "uint8")  # type: ignore[attr-defined]
-    op = call.op  # type: ignore[attr-defined]
+def plan(world: World, calls: dict[int, Call], block: Span, first_seq: int) -> Phases:
+    """The phases of a matched collective; `calls[r]` is local rank r's Call. Its steps
+    start with a Match of every host's call."""
+    call = next(iter(calls.values()))
+    seq = iter(range(first_seq + 1, first_seq + 3))
+    phases = _phases(world, call, calls, block, seq)
+    phases.steps.insert(0, Match(first_seq, call.describe().encode()))
+    return phases
+
+
+def _phases(world: World, call: Call, calls: dict[int, Call], block: Span, seq) -> Phases:
+    kind, count, root, op = call.kind, call.elements, call.root, call.op
+    itemsize = ht.ITEM_SIZES.get(call.dtype, 1)
+    dtype = ht.DTYPE_NAMES.get(call.dtype, "uint8")
     size = count * itemsize
     mine = sorted(calls)
-    sends = [calls[r].send for r in mine]  # type: ignore[attr-defined]
-    recvs = [calls[r].recv for r in mine]  # type: ignore[attr-defined]
+    sends = [calls[r].send for r in mine]
+    recvs = [calls[r].recv for r in mine]
     hosts, host_count = world.hosts, len(world.hosts)
     offset = block.offset
-    seq = iter(range(first_seq, first_seq + 2))
     if kind == ht.HCCL_CMD_BARRIER:
         owners = tuple(((h, h + 1),) for h in range(host_count))
         return Phases(host_count, [], [Gather(next(seq), offset, owners)], [])
@@ -176,7 +185,7 @@ def plan(world: World, calls: dict[int, object], block: Span, first_seq: int) ->
     root_host = world.host_of(root)
     whole = tuple(((0, size),) if h == root_host else () for h in range(host_count))
     if kind == ht.HCCL_CMD_BROADCAST:  # each rank's buffer is its send
-        before = [((calls[root].send,), (block,), count)] if root in calls else []  # type: ignore[attr-defined]
+        before = [((calls[root].send,), (block,), count)] if root in calls else []
         others = tuple(s for r, s in zip(mine, sends) if r != root)
         return Phases(
             size,
@@ -185,7 +194,7 @@ def plan(world: World, calls: dict[int, object], block: Span, first_seq: int) ->
             [((block,), others, count)] if others else [],
         )
     if kind == ht.HCCL_CMD_REDUCE:
-        after = [((block,), (calls[root].recv,), count)] if root in calls else []  # type: ignore[attr-defined]
+        after = [((block,), (calls[root].recv,), count)] if root in calls else []
         return Phases(
             size,
             [(tuple(sends), (block,), count)],
@@ -265,6 +274,18 @@ class World:
         elif isinstance(report, StepDone):
             if report.seq == self.waiting_step:
                 self._after()
+        elif isinstance(report, Mismatch) and self.current is not None:
+            op = self.current[0]
+            called = "; ".join(
+                f"{self.describe_host(address)} called {call.decode(errors='replace')}"
+                for (address, _), call in zip(self.hosts, report.calls)
+            )
+            self.worlds.break_world(
+                self,
+                f"HCCL mismatch between hosts at collective #{op.key[1]} on communicator "
+                f"{self.comm.id}: {called}",
+                MISMATCH,
+            )
         elif isinstance(report, StepFailed):
             self._engine_failed(
                 f"the exchange between hosts failed on {self.here()}: {report.message}"
@@ -383,7 +404,7 @@ class World:
         ):
             self.worlds.communicator_done(self.comm)
 
-    def fail_queued(self, message: str) -> None:
+    def fail_queued(self, message: str, outcome: tuple) -> None:
         """The world broke: every collective it holds fails (one running on AI cores fails
         when they report)."""
         held = list(self.queue)
@@ -394,7 +415,7 @@ class World:
             self.waiting_step = -1
             held.append((op, tasks))
         for op, tasks in held:
-            self.worlds.collectives.finish_world_op(self.comm, op, tasks, message)
+            self.worlds.collectives.finish_world_op(self.comm, op, tasks, message, outcome)
 
     def release(self, graceful: bool) -> None:
         """Stop the engine (`graceful`: once its last step is done; else at once) and give
@@ -496,7 +517,8 @@ class Worlds:
         if body == "store":
             world.start_engine(message.store.host, message.store.port)
         elif body == "failed":
-            self.break_world(world, message.failed.message, tell=False)
+            failed = message.failed
+            self.break_world(world, failed.message, _outcome(failed.result), tell=False)
         elif body == "left":
             self.host_left(world, message.left.message)
 
@@ -613,7 +635,8 @@ class Worlds:
             self.communicators.join_remote(remote, join.connect_timeout_s)
         elif body == "failed":
             if world is not None:
-                self.break_world(world, message.failed.message, origin=link)
+                failed = message.failed
+                self.break_world(world, failed.message, _outcome(failed.result), origin=link)
             else:
                 self.communicators.fail_open(comm_id, message.failed.result, message.failed.message)
         elif body == "store" and world is not None:
@@ -704,20 +727,26 @@ class Worlds:
         world.start_engine(host, port)
 
     def break_world(
-        self, world: World, message: str, tell: bool = True, origin: Link | None = None
+        self,
+        world: World,
+        message: str,
+        outcome: tuple = REMOTE,
+        tell: bool = True,
+        origin: Link | None = None,
     ) -> None:
         """The world is broken: tell the other hosts (through the coordinator), fail what
-        it holds and every later collective, stop its engine."""
+        it holds with `outcome` (MISMATCH or REMOTE) and every later collective with
+        REMOTE, stop its engine."""
         if world.broken is not None:
             return
         world.broken = message
         log.info("world of communicator %d broken: %s", world.comm.id, message)
         if tell or world.coordinator:
-            failed = pb.PeerMessage(failed=pb.PeerFailed(result=ht.HCCL_E_REMOTE, message=message))
+            failed = pb.PeerMessage(failed=pb.PeerFailed(result=outcome[1], message=message))
             for link in world.links:
                 if link is not origin:
                     link.send(failed)
-        world.fail_queued(message)
+        world.fail_queued(message, outcome)
         self.collectives.break_communicator(world.comm, message)
         world.release(graceful=False)
         self.formed.pop(world.comm.id, None)
@@ -767,3 +796,8 @@ class Worlds:
         for joining in self._joining.values():
             joining.link.close()
         self._joining.clear()
+
+
+def _outcome(result: int) -> tuple:
+    """The (ACL code, HcclResult) that a relayed failure's HcclResult stands for."""
+    return MISMATCH if result == MISMATCH[1] else REMOTE

@@ -415,3 +415,31 @@ def test_a_peer_stream_of_nonsense_is_refused_and_the_daemon_serves_on(hosts, da
         assert [r.failed.result for r in replies] == [1], replies
         assert "unknown to the daemon" in replies[0].failed.message, replies
     assert_all_ok(run_world(hosts, [[0], [1]], EVERY_COLLECTIVE, tmp_path))
+
+
+MISMATCHED = """
+comm = Communicator(N, exchange_root_info(), RANK)
+stream = npu.Stream()
+count = 64 if os.environ["SIMNPU_ADDRESS"] == os.environ["FIRST"] else 128
+x = npu.DeviceBuffer.from_array(np.ones(count, np.float32))
+y = npu.DeviceBuffer(x.nbytes)
+comm.all_reduce(x, y, "sum", dtype=np.float32, stream=stream)
+try:
+    stream.synchronize()
+    report(code=0)
+except NpuError as error:
+    report(code=error.code, message=error.message)
+comm.destroy()
+"""
+
+
+def test_calls_that_differ_between_hosts_fail_every_rank_naming_each_hosts_call(hosts, tmp_path):
+    a, b = hosts
+    results = run_world(hosts, [[0, 1], [2, 3]], MISMATCHED, tmp_path, env={"FIRST": a.address})
+    assert_all_ok(results)
+    for result in results:
+        values = result.values
+        assert values["code"] == 107000, values  # ACL_ERROR_RT_PARAM_INVALID: HCCL_E_PARA
+        message = values["message"]
+        assert f"host {a.advertised} (ranks 0, 1) called all_reduce(count=64" in message, values
+        assert f"host {b.advertised} (ranks 2, 3) called all_reduce(count=128" in message, values

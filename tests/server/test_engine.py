@@ -23,6 +23,8 @@ from simnpu.server.engine import (  # noqa: E402
     EngineSetup,
     Formed,
     Gather,
+    Match,
+    Mismatch,
     Recv,
     Reduce,
     Report,
@@ -259,3 +261,17 @@ def test_stop_ends_the_process_and_a_missing_segment_is_reported():
     assert pid is not None
     with pytest.raises(ProcessLookupError):
         os.kill(pid, 0)
+
+
+def test_match_compares_every_hosts_call_and_a_mismatch_ends_the_engine():
+    world = form(2)
+    try:
+        run(world, [[Match(1, b"all_reduce(count=4, fp32, sum)")] for _ in world])
+        world[0].engine.submit(Match(2, b"all_reduce(count=4, fp32, sum)"))
+        world[1].engine.submit(Match(2, b"all_reduce(count=4, fp32, max)"))
+        calls = (b"all_reduce(count=4, fp32, sum)", b"all_reduce(count=4, fp32, max)")
+        for host in world:
+            assert host.next_report() == Mismatch(2, calls)
+            assert isinstance(host.next_report(), EngineLost)
+    finally:
+        finish(world)

@@ -182,6 +182,7 @@ class Hccl:
                 device=device,
                 connect_timeout_ms=round(connect_s * 1000),
                 exec_timeout_ms=round(exec_s * 1000),
+                server_addresses=os.environ.get("SIMNPU_SERVER_ADDRESSES", ""),
             )
         )
         return self._joined(reply, len(table.ranks), rank, device)

@@ -22,6 +22,7 @@ import json
 from dataclasses import dataclass
 
 from simnpu.proto import hccl_types as ht
+from simnpu.proto import service
 
 VERSIONS = ("1.0", "1.2")
 COMPLETED = "completed"
@@ -58,6 +59,31 @@ class RankTable:
     ranks: tuple[TableRank, ...]  # ranks[i].rank == i
     key: bytes  # sha256 of the table's canonical JSON: the same table, the same world
     text: str  # the JSON document as given
+    addresses: tuple[str, ...] = ()  # each server's "simnpu_address" ("" where none)
+
+    def daemon_addresses(self, overrides: str) -> tuple[str, ...]:
+        """Each server's daemon address: its "simnpu_address", unless `overrides`
+        (SIMNPU_SERVER_ADDRESSES, "server_id=host:port,...") names it. RankTableError
+        (HCCL_E_PARA) for a malformed override, an unknown server id or a server left
+        without an address."""
+        addresses = dict(zip(self.servers, self.addresses or ("",) * len(self.servers)))
+        for item in filter(None, (part.strip() for part in overrides.split(","))):
+            server_id, equals, address = item.partition("=")
+            if not equals or server_id not in addresses or not _is_tcp(address):
+                raise RankTableError(
+                    ht.HCCL_E_PARA,
+                    f"SIMNPU_SERVER_ADDRESSES entry {item!r} is not server_id=host:port of a "
+                    f"server of the table ({', '.join(self.servers)})",
+                )
+            addresses[server_id] = address
+        missing = [server for server, address in addresses.items() if not address]
+        if missing:
+            raise RankTableError(
+                ht.HCCL_E_PARA,
+                f"no daemon address for server {', '.join(missing)}: give each server of the "
+                'table a "simnpu_address", or set SIMNPU_SERVER_ADDRESSES (docs/multihost.md)',
+            )
+        return tuple(addresses[server] for server in self.servers)
 
     @property
     def completed(self) -> bool:
@@ -119,6 +145,7 @@ def parse(text: str) -> RankTable:
                 f"server_count is {count} but server_list holds {len(servers)} servers",
             )
     server_ids: list[str] = []
+    server_addresses: list[str] = []
     ranks: list[TableRank] = []
     device_ips: dict[str, str] = {}  # address -> where it was seen
     ip_counts: set[int] = set()
@@ -134,6 +161,12 @@ def parse(text: str) -> RankTable:
         if server_id in server_ids:
             raise RankTableError(ht.HCCL_E_PARA, f"server_id {server_id!r} appears twice")
         server_ids.append(server_id)
+        address = _string(server, "simnpu_address", where) if "simnpu_address" in server else ""
+        if "simnpu_address" in server and not _is_tcp(address):
+            raise RankTableError(
+                ht.HCCL_E_PARA, f"{where}'s simnpu_address {address!r} is not host:port"
+            )
+        server_addresses.append(address)
         has_host_ip = "host_ip" in server
         if has_host_ip:
             _addresses(_string(server, "host_ip", where), f"{where}'s host_ip")
@@ -185,7 +218,15 @@ def parse(text: str) -> RankTable:
             )
     canonical = json.dumps(document, sort_keys=True, separators=(",", ":"))
     key = hashlib.sha256(canonical.encode()).digest()
-    return RankTable(status, tuple(server_ids), tuple(ranks), key, text)
+    return RankTable(status, tuple(server_ids), tuple(ranks), key, text, tuple(server_addresses))
+
+
+def _is_tcp(address: str) -> bool:
+    """True for a HOST:PORT address (simnpu.proto.service.parse_address's TCP forms)."""
+    try:
+        return service.parse_address(address).path is None
+    except ValueError:
+        return False
 
 
 def _string(node: dict, name: str, where: str) -> str:

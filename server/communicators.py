@@ -112,6 +112,7 @@ class Rendezvous:
     joined: dict = field(default_factory=dict)  # rank -> (member, waiter, request id)
     state: str = "open"  # open -> formed | failed
     outcome: tuple | None = None  # failed: (HcclResult, message)
+    host_order: tuple = ()  # a rank table's daemon addresses in server order (across hosts)
 
 
 @dataclass(frozen=True)
@@ -267,6 +268,42 @@ class Communicators:
             result = getattr(error, "result", ht.HCCL_E_PARA)
             self.reject(member, request_id, result, getattr(error, "message", str(error)))
 
+    def join_table_elsewhere(
+        self,
+        member: Member,
+        coordinator: str,
+        table_key: bytes,
+        connect_timeout_s: float,
+        exec_timeout_s: float,
+        request_id: int,
+    ) -> None:
+        """HcclCommInitClusterInfo of a rank whose table's first server is another host's:
+        its world forms at that server's daemon."""
+        self._members.setdefault(member.session, []).append(member)
+        try:
+            self.worlds.join_remote(
+                member,
+                coordinator,
+                b"",
+                connect_timeout_s,
+                request_id,
+                table_key=table_key,
+                exec_timeout_s=exec_timeout_s,
+            )
+        except Exception as error:  # noqa: BLE001 - WorldError
+            result = getattr(error, "result", ht.HCCL_E_PARA)
+            self.reject(member, request_id, result, getattr(error, "message", str(error)))
+
+    def join_remote_table(
+        self, remote: RemoteRank, table_key: bytes, connect_timeout_s: float, exec_s: float
+    ) -> None:
+        """At the coordinator: a rank of another host joined with a rank table whose first
+        server is this daemon's."""
+        remote.comm_id = self.table_comm_id(table_key, remote.pid, remote.device)
+        if remote.rank == 0 and exec_s > 0:
+            self.rendezvous[remote.comm_id].exec_timeout_s = exec_s
+        self._join(remote, connect_timeout_s, 0)
+
     def _join(self, member, connect_timeout_s: float, request_id: int) -> None:
         rendezvous = self.rendezvous.get(member.comm_id)
         problem: tuple | None = None
@@ -382,7 +419,7 @@ class Communicators:
             member.comm = comm
             member.session.respond(request_id, reply_type(comm=member.handle, comm_id=comm.id))
         if remote:
-            self.worlds.coordinator_formed(comm, rendezvous.exec_timeout_s)
+            self.worlds.coordinator_formed(comm, rendezvous.exec_timeout_s, rendezvous.host_order)
         self._close(
             rendezvous,
             "formed",
@@ -395,17 +432,16 @@ class Communicators:
         rendezvous.joined = {}
 
     def form_world_communicator(
-        self, members: list, exec_timeout_s: float, joined: object
+        self, members: list, exec_timeout_s: float, joined: object, reply_type: type
     ) -> Communicator:
         """At a member: the world formed at its coordinator; this daemon's communicator of
-        it (an id of its own), its ranks answered. `joined`: (Member, request id) pairs."""
+        it (an id of its own), its ranks answered with `reply_type` (HcclCommInitRootInfo's
+        or HcclCommInitClusterInfo's). `joined`: (Member, request id) pairs."""
         comm = Communicator(next(self._ids), members, exec_timeout_s)
         for member, request_id in joined:  # type: ignore[attr-defined]
             member.comm = comm
             member.state = "ready"
-            member.session.respond(
-                request_id, pb.HcclCommInitReply(comm=member.handle, comm_id=comm.id)
-            )
+            member.session.respond(request_id, reply_type(comm=member.handle, comm_id=comm.id))
         return comm
 
     def _close(self, rendezvous: Rendezvous, state: str, outcome: tuple[int, str]) -> None:

@@ -440,6 +440,7 @@ class _Joining:
     coordinator: str
     comm_id: int
     link: Link
+    cluster: bool  # joined with a rank table (HcclCommInitClusterInfo), not a root info
     members: dict = field(default_factory=dict)  # rank -> (Member, request id)
 
 
@@ -450,8 +451,10 @@ class Worlds:
         self.collectives = collectives
         self.advertise: str | None = None  # set by the daemon: --advertise
         self.token: str = ""
-        self._joining: dict[tuple[str, int], _Joining] = {}  # (coordinator, comm id) ->
+        self._joining: dict[tuple, _Joining] = {}  # (coordinator, comm id or table key) ->
         self._incoming: dict[int, list[Link]] = {}  # comm id -> member links (coordinator)
+        self._comm_of: dict[Link, int] = {}  # a member link -> the comm id it joins
+        self._tables: dict[Link, bytes] = {}  # a member link -> its rank table's key
         self.formed: dict[int, World] = {}  # local communicator id -> its world
 
     @property
@@ -469,18 +472,23 @@ class Worlds:
         nonce: bytes,
         connect_timeout_s: float,
         request_id: int,
+        table_key: bytes = b"",
+        exec_timeout_s: float = 0.0,
     ) -> None:
-        """A local rank joins a world whose root info another daemon issued."""
+        """A local rank joins a world that forms at another daemon: the root info's, or
+        (`table_key`) the first server's of a rank table."""
         if self.advertise is None:
             raise WorldError(
                 ht.HCCL_E_PARA,
                 f"the root info was issued by the daemon at {coordinator}; this daemon takes "
                 "part in worlds across hosts only with --advertise (docs/multihost.md)",
             )
-        key = (coordinator, member.comm_id)
+        key = (coordinator, table_key or member.comm_id)
         joining = self._joining.get(key)
         if joining is None:
-            hello = pb.PeerHello(comm_id=member.comm_id, nonce=nonce, address=self.advertise)
+            hello = pb.PeerHello(
+                comm_id=member.comm_id, nonce=nonce, address=self.advertise, table_key=table_key
+            )
             link = Outgoing(
                 coordinator,
                 self.token,
@@ -488,21 +496,22 @@ class Worlds:
                 lambda link, message: self._call(self._member_message, key, message),
                 lambda link, reason: self._call(self._member_link_ended, key, reason),
             )
-            joining = self._joining[key] = _Joining(coordinator, member.comm_id, link)
-        joining.members[member.rank] = (member, request_id)
-        joining.link.send(
-            pb.PeerMessage(
-                join=pb.PeerJoin(
-                    rank=member.rank,
-                    n_ranks=member.n_ranks,
-                    device=member.device,
-                    pid=getattr(member.session, "pid", 0),
-                    connect_timeout_s=connect_timeout_s,
-                )
+            joining = self._joining[key] = _Joining(
+                coordinator, member.comm_id, link, cluster=bool(table_key)
             )
+        joining.members[member.rank] = (member, request_id)
+        join = pb.PeerJoin(
+            rank=member.rank,
+            n_ranks=member.n_ranks,
+            device=member.device,
+            pid=getattr(member.session, "pid", 0),
+            connect_timeout_s=connect_timeout_s,
         )
+        if table_key and member.rank == 0:
+            join.exec_timeout_s = exec_timeout_s
+        joining.link.send(pb.PeerMessage(join=join))
 
-    def _member_message(self, key: tuple[str, int], message: pb.PeerMessage) -> None:
+    def _member_message(self, key: tuple, message: pb.PeerMessage) -> None:
         joining = self._joining.get(key)
         world = None if joining is not None else self._world_of_link(key)
         body = message.WhichOneof("body")
@@ -522,7 +531,7 @@ class Worlds:
         elif body == "left":
             self.host_left(world, message.left.message)
 
-    def _world_of_link(self, key: tuple[str, int]) -> World | None:
+    def _world_of_link(self, key: tuple) -> World | None:
         for world in self.formed.values():
             if world.remote_key == key:
                 return world
@@ -542,8 +551,9 @@ class Worlds:
                 )
         for member in members:
             world_members[member.rank] = member
+        reply_type = pb.HcclCommInitClusterReply if joining.cluster else pb.HcclCommInitReply
         comm = self.communicators.form_world_communicator(
-            world_members, formed.exec_timeout_s, joining.members.values()
+            world_members, formed.exec_timeout_s, joining.members.values(), reply_type
         )
         world = World(
             self,
@@ -569,7 +579,7 @@ class Worlds:
         for member, request_id in joining.members.values():
             self.communicators.reject(member, request_id, failed.result, failed.message)
 
-    def _member_link_ended(self, key: tuple[str, int], reason: str) -> None:
+    def _member_link_ended(self, key: tuple, reason: str) -> None:
         joining = self._joining.pop(key, None)
         if joining is not None:
             for member, request_id in joining.members.values():
@@ -577,8 +587,8 @@ class Worlds:
                     member,
                     request_id,
                     ht.HCCL_E_TCP_CONNECT,
-                    f"cannot reach the root info's daemon at {key[0]} to join communicator "
-                    f"{key[1]} there: {reason}",
+                    f"cannot reach the daemon at {key[0]}, where the world forms (the root "
+                    f"info's daemon, or that of the rank table's first server): {reason}",
                 )
             return
         world = self._world_of_link(key)
@@ -607,38 +617,51 @@ class Worlds:
     # ---- at the coordinator ------------------------------------------------------------------
     def accept(self, hello: pb.PeerHello) -> Incoming:
         """A member daemon's Peer stream (on a gRPC thread): its link."""
-        comm_id = hello.comm_id
         link = Incoming(
             hello.address,
-            lambda link, message: self._call(self._coordinator_message, comm_id, link, message),
-            lambda link, reason: self._call(self._coordinator_link_ended, comm_id, link, reason),
+            lambda link, message: self._call(self._coordinator_message, link, message),
+            lambda link, reason: self._call(self._coordinator_link_ended, link, reason),
         )
-        self._call(self._accepted, comm_id, link, hello)
+        self._call(self._accepted, link, hello)
         return link
 
-    def _accepted(self, comm_id: int, link: Link, hello: pb.PeerHello) -> None:
-        problem = self.communicators.remote_problem(comm_id, hello.nonce)
-        if problem is not None:
-            link.send(pb.PeerMessage(failed=pb.PeerFailed(result=problem[0], message=problem[1])))
-            link.close()
-            return
+    def _accepted(self, link: Link, hello: pb.PeerHello) -> None:
+        if hello.table_key:  # its rendezvous: the table's open one, else a new one
+            comm_id = self.communicators.table_comm_id(hello.table_key, 0, 0)
+            self._tables[link] = hello.table_key
+        else:
+            comm_id = hello.comm_id
+            problem = self.communicators.remote_problem(comm_id, hello.nonce)
+            if problem is not None:
+                failed = pb.PeerFailed(result=problem[0], message=problem[1])
+                link.send(pb.PeerMessage(failed=failed))
+                link.close()
+                return
+        self._comm_of[link] = comm_id
         self._incoming.setdefault(comm_id, []).append(link)
 
-    def _coordinator_message(self, comm_id: int, link: Link, message: pb.PeerMessage) -> None:
+    def _coordinator_message(self, link: Link, message: pb.PeerMessage) -> None:
         body = message.WhichOneof("body")
         world = self._world_of_incoming(link)
-        if body == "join" and world is None:
+        comm_id = self._comm_of.get(link)
+        if body == "join" and world is None and comm_id is not None:
             join = message.join
             remote = RemoteRank(
                 join.rank, join.n_ranks, join.device, join.pid, link.address, comm_id, link
             )
-            self.communicators.join_remote(remote, join.connect_timeout_s)
-        elif body == "failed":
-            if world is not None:
-                failed = message.failed
-                self.break_world(world, failed.message, _outcome(failed.result), origin=link)
+            table_key = self._tables.get(link)
+            if table_key is None:
+                self.communicators.join_remote(remote, join.connect_timeout_s)
             else:
-                self.communicators.fail_open(comm_id, message.failed.result, message.failed.message)
+                self.communicators.join_remote_table(
+                    remote, table_key, join.connect_timeout_s, join.exec_timeout_s
+                )
+        elif body == "failed":
+            failed = message.failed
+            if world is not None:
+                self.break_world(world, failed.message, _outcome(failed.result), origin=link)
+            elif comm_id is not None:
+                self.communicators.fail_open(comm_id, failed.result, failed.message)
         elif body == "store" and world is not None:
             self.relay_store(world, message.store.host, message.store.port, origin=link)
         elif body == "left" and world is not None:
@@ -650,13 +673,15 @@ class Worlds:
                 return world
         return None
 
-    def _coordinator_link_ended(self, comm_id: int, link: Link, reason: str) -> None:
+    def _coordinator_link_ended(self, link: Link, reason: str) -> None:
+        comm_id = self._comm_of.pop(link, None)
+        self._tables.pop(link, None)
         world = self._world_of_incoming(link)
         if world is not None:
             self.break_world(world, f"lost {world.describe_host(link.address)}: {reason}")
             return
-        links = self._incoming.get(comm_id)
-        if links is not None and link in links:
+        links = self._incoming.get(comm_id) if comm_id is not None else None
+        if comm_id is not None and links is not None and link in links:
             links.remove(link)
             self.communicators.fail_open(
                 comm_id,
@@ -675,17 +700,23 @@ class Worlds:
                 )
             )
 
-    def coordinator_formed(self, comm: Communicator, exec_timeout_s: float) -> None:
-        """The coordinator's rendezvous formed with remote ranks: lay the hosts out, tell
-        the members, and make this daemon's world."""
+    def coordinator_formed(
+        self, comm: Communicator, exec_timeout_s: float, host_order: tuple = ()
+    ) -> None:
+        """The coordinator's rendezvous formed with remote ranks: lay the hosts out (in
+        `host_order`, a rank table's server order, else by their lowest rank), tell the
+        members, and make this daemon's world."""
         assert self.advertise is not None
         by_host: dict[str, list[int]] = {}
         for member in comm.members:
             address = member.host if isinstance(member, RemoteRank) else self.advertise
             by_host.setdefault(address, []).append(member.rank)
-        hosts = tuple(
-            sorted(((a, tuple(sorted(r))) for a, r in by_host.items()), key=lambda h: h[1][0])
-        )
+
+        def place(host: tuple) -> tuple:
+            address, ranks = host
+            return (host_order.index(address) if address in host_order else -1, ranks[0])
+
+        hosts = tuple(sorted(((a, tuple(sorted(r))) for a, r in by_host.items()), key=place))
         links: dict[str, Link] = {}
         for member in comm.members:
             if isinstance(member, RemoteRank) and member.link is not None:
@@ -696,9 +727,11 @@ class Worlds:
         )
         for link in links.values():
             link.send(pb.PeerMessage(formed=formed))
-        leftover = [link for link in self._incoming.pop(comm.id, []) if link not in links.values()]
-        for link in leftover:  # a member whose ranks were all refused
-            link.close()
+        for link in self._incoming.pop(comm.id, []):
+            self._comm_of.pop(link, None)
+            self._tables.pop(link, None)
+            if link not in links.values():  # a member whose ranks were all refused
+                link.close()
         host = next(i for i, (address, _) in enumerate(hosts) if address == self.advertise)
         world = World(
             self, comm, hosts, host, exec_timeout_s, list(links.values()), coordinator=True
@@ -708,6 +741,8 @@ class Worlds:
     def rendezvous_ended(self, comm_id: int) -> None:
         """A rendezvous failed at the coordinator: its member links close."""
         for link in self._incoming.pop(comm_id, []):
+            self._comm_of.pop(link, None)
+            self._tables.pop(link, None)
             link.close()
 
     # ---- both -----------------------------------------------------------------------------

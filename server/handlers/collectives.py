@@ -96,14 +96,21 @@ def comm_init_cluster(
                 ht.HCCL_E_PARA, f"the rank table's status is {table.status!r}, not 'completed'"
             )
         entry = table.entry(request.rank, request.device)
+        addresses = (
+            table.daemon_addresses(request.server_addresses) if len(table.servers) > 1 else ()
+        )
     except rank_table.RankTableError as error:
         raise HcclFailure(error.result, error.message) from None
-    if len(table.servers) > 1:
-        raise HcclFailure(
-            ht.HCCL_E_NOT_SUPPORT,
-            f"the rank table lists {len(table.servers)} servers; a simnpu daemon runs the "
-            "ranks of one server",
-        )
+    communicators = session.scheduler.collectives.communicators
+    if addresses:  # a world across hosts (docs/multihost.md)
+        advertise = communicators.worlds.advertise
+        if addresses[entry.server_index] != advertise:
+            raise HcclFailure(
+                ht.HCCL_E_PARA,
+                f"rank {entry.rank} is on server {entry.server_id!r} of the rank table, whose "
+                f"daemon is at {addresses[entry.server_index]}; this daemon "
+                + (f"is at {advertise}" if advertise else "advertises no address (--advertise)"),
+            )
     connect_timeout_s = _connect_timeout_s(request.connect_timeout_ms)
     exec_timeout_s = (
         ht.DEFAULT_EXEC_TIMEOUT_S
@@ -112,12 +119,18 @@ def comm_init_cluster(
     )
     member = Member(session, entry.rank, len(table.ranks), request.device, comm_id=0)
     member.handle = session.handles.add(member, HandleKind.COMMUNICATOR)
-    communicators = session.scheduler.collectives.communicators
 
     def join() -> None:
+        if addresses and addresses[0] != communicators.worlds.advertise:
+            communicators.join_table_elsewhere(
+                member, addresses[0], table.key, connect_timeout_s, exec_timeout_s, reply_to
+            )
+            return
         member.comm_id = communicators.table_comm_id(table.key, session.pid, request.device)
+        rendezvous = communicators.rendezvous[member.comm_id]
+        rendezvous.host_order = addresses
         if member.rank == 0:  # rank 0's HCCL_EXEC_TIMEOUT becomes the communicator's
-            communicators.rendezvous[member.comm_id].exec_timeout_s = exec_timeout_s
+            rendezvous.exec_timeout_s = exec_timeout_s
         communicators.join(member, connect_timeout_s, reply_to)
 
     session.post(join)

@@ -161,14 +161,14 @@ def test_what_hccl_refuses_is_refused_and_the_daemon_goes_on(daemon4, tmp_path):
     assert_all_ok([result])
     out = result.values
     HCCL_SUCCESS, HCCL_E_PARA, HCCL_E_PTR, HCCL_E_INTERNAL = 0, 1, 2, 4
-    HCCL_E_NOT_SUPPORT, HCCL_E_UNAVAIL, HCCL_E_TIMEOUT = 5, 7, 9
+    HCCL_E_UNAVAIL, HCCL_E_TIMEOUT = 7, 9
     assert out["one"][0] == HCCL_SUCCESS, out["one"]
     assert out["missing"][0] == HCCL_E_INTERNAL and "missing.json" in out["missing"][1]
     assert out["not_json_name"][0] == HCCL_E_INTERNAL and ".json" in out["not_json_name"][1]
     assert out["other_device"][0] == HCCL_E_UNAVAIL
     assert "rank 0 is on device 1" in out["other_device"][1]
-    assert out["two_servers"][0] == HCCL_E_NOT_SUPPORT  # from the daemon
-    assert "lists 2 servers" in out["two_servers"][1]
+    assert out["two_servers"][0] == HCCL_E_PARA  # from the daemon: where is each server's?
+    assert "no daemon address for server node_0, node_1" in out["two_servers"][1]
     assert out["alone"][0] == HCCL_E_TIMEOUT  # rank 1 never came
     assert "rank 1 of 2 never joined" in out["alone"][1]
     assert out["none"][0] == HCCL_E_PTR

@@ -443,3 +443,78 @@ def test_calls_that_differ_between_hosts_fail_every_rank_naming_each_hosts_call(
         message = values["message"]
         assert f"host {a.advertised} (ranks 0, 1) called all_reduce(count=64" in message, values
         assert f"host {b.advertised} (ranks 2, 3) called all_reduce(count=128" in message, values
+
+
+def write_table(path, hosts, layout, addresses=True) -> str:
+    """A version 1.0 rank table of one server per daemon of `hosts`: server h holds the
+    ranks layout[h] on its devices 0, 1, ...; `addresses`: each server's simnpu_address."""
+    server_list = []
+    for h, (daemon, ranks) in enumerate(zip(hosts, layout)):
+        server = {
+            "server_id": f"node_{h}",
+            "device": [
+                {"device_id": str(d), "device_ip": f"192.168.{h}.{d + 1}", "rank_id": str(r)}
+                for d, r in enumerate(ranks)
+            ],
+        }
+        if addresses:
+            server["simnpu_address"] = daemon.advertised
+        server_list.append(server)
+    table = {
+        "status": "completed",
+        "version": "1.0",
+        "server_count": str(len(server_list)),
+        "server_list": server_list,
+    }
+    path.write_text(json.dumps(table))
+    return str(path)
+
+
+FROM_TABLE = EVERY_COLLECTIVE.replace(
+    "comm = Communicator(N, exchange_root_info(), RANK)",
+    'comm = Communicator.from_rank_table(os.environ["RANK_TABLE"], RANK)',
+)
+
+
+def test_a_rank_table_of_two_servers_forms_one_world_in_server_order(hosts, tmp_path):
+    a, b = hosts
+    # server order (b's first) decides the host order, not the lowest rank
+    table = write_table(tmp_path / "table.json", [b, a], [[0, 3], [2, 1]])
+    env = {"RANK_TABLE": table, "HCCL_TEST_HOSTS": json.dumps([[0, 3], [1, 2]])}
+    results = run_world([b, a], [[0, 3], [2, 1]], FROM_TABLE, tmp_path, env=env)
+    assert_all_ok(results)
+    # the addresses from the ranks' environment instead of the table
+    table = write_table(tmp_path / "bare.json", hosts, [[0, 1], [2, 3]], addresses=False)
+    env = {
+        "RANK_TABLE": table,
+        "SIMNPU_SERVER_ADDRESSES": f"node_0={a.advertised},node_1={b.advertised}",
+    }
+    results = run_world(hosts, [[0, 1], [2, 3]], FROM_TABLE, tmp_path, env=env)
+    assert_all_ok(results)
+
+
+TABLE_REFUSED = """
+try:
+    Communicator.from_rank_table(os.environ["RANK_TABLE"], RANK)
+    report(code=0)
+except NpuError as error:
+    report(code=error.code, message=error.message)
+"""
+
+
+def test_a_rank_table_whose_servers_and_daemons_disagree_is_refused(hosts, tmp_path):
+    a, b = hosts
+    swapped = write_table(tmp_path / "swapped.json", [b, a], [[0], [1]])  # rank 0 is on b
+    results = run_world(hosts, [[0], [1]], TABLE_REFUSED, tmp_path, env={"RANK_TABLE": swapped})
+    assert_all_ok(results)
+    for result in results:
+        values = result.values
+        assert values["code"] == 1, values  # HCCL_E_PARA
+        assert "whose daemon is at" in values["message"], values
+    bare = write_table(tmp_path / "bare.json", hosts, [[0], [1]], addresses=False)
+    env = {"RANK_TABLE": bare, "SIMNPU_SERVER_ADDRESSES": f"node_0={a.advertised}"}
+    results = run_world(hosts, [[0], [1]], TABLE_REFUSED, tmp_path, env=env)
+    assert_all_ok(results)
+    for result in results:
+        values = result.values
+        assert values["code"] == 1 and "no daemon address for server node_1" in values["message"]

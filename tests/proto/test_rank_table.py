@@ -174,3 +174,42 @@ def test_a_rank_outside_the_table_or_on_another_device():
         table.entry(1, 1)
     assert caught.value.result == ht.HCCL_E_UNAVAIL
     assert "rank 1 is on device 0 of server 'node_0'" in caught.value.message
+
+
+def _two_servers(first_address: str | None, second_address: str | None) -> str:
+    table = copy.deepcopy(TABLE)
+    second = copy.deepcopy(table["server_list"][0])
+    second["server_id"] = "node_1"
+    for device, rank in zip(second["device"], ("2", "3")):
+        device["rank_id"] = rank
+        device["device_ip"] = device["device_ip"].replace("192.168.1.", "192.168.2.")
+    table["server_list"].append(second)
+    table["server_count"] = "2"
+    for server, address in zip(table["server_list"], (first_address, second_address)):
+        if address is not None:
+            server["simnpu_address"] = address
+    return json.dumps(table)
+
+
+def test_each_servers_daemon_address_comes_from_the_table_or_the_environment():
+    table = rank_table.parse(_two_servers("host-a:50151", None))
+    assert table.addresses == ("host-a:50151", "")
+    assert table.daemon_addresses("node_1=host-b:50151") == ("host-a:50151", "host-b:50151")
+    assert table.daemon_addresses(" node_0=[::1]:1 , node_1=b:2 ") == ("[::1]:1", "b:2")
+    for overrides, words in [
+        ("", "no daemon address for server node_1"),
+        ("node_2=host-c:1", "not server_id=host:port"),
+        ("node_1", "not server_id=host:port"),
+        ("node_1=/tmp/x.sock", "not server_id=host:port"),
+        ("node_1=unix:///x.sock", "not server_id=host:port"),
+    ]:
+        with pytest.raises(rank_table.RankTableError) as caught:
+            table.daemon_addresses(overrides)
+        assert caught.value.result == ht.HCCL_E_PARA and words in caught.value.message
+
+
+@pytest.mark.parametrize("address", ["unix:///x.sock", "no-port", "", 7])
+def test_a_simnpu_address_that_is_no_host_and_port_is_refused(address):
+    result, message = refused(_two_servers(address, "host-b:1"))  # type: ignore[arg-type]
+    assert result == ht.HCCL_E_PARA
+    assert "simnpu_address" in message

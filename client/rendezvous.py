@@ -33,6 +33,7 @@ from simnpu.proto import npu_pb2 as pb
 
 JOB_ENV = "SIMNPU_JOB"
 WORLD_SIZE_ENV = "SIMNPU_WORLD_SIZE"
+SEED_ENV = "SIMNPU_JOB_SEED"  # host:port of the daemon whose rendezvous spans hosts
 
 
 class Rank(NamedTuple):
@@ -62,6 +63,7 @@ def rendezvous(job: str, world_size: int) -> Rank:
             world_size=world_size,
             exec_timeout_ms=round(exec_timeout_s * 1000),
             timeout_ms=round(timeout_s * 1000),
+            seed=os.environ.get(SEED_ENV, ""),
         )
     )
     return Rank(reply.rank, reply.world_size, bytes(reply.root_info), reply.job, reply.formation)

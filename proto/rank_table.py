@@ -69,7 +69,7 @@ class RankTable:
         addresses = dict(zip(self.servers, self.addresses or ("",) * len(self.servers)))
         for item in filter(None, (part.strip() for part in overrides.split(","))):
             server_id, equals, address = item.partition("=")
-            if not equals or server_id not in addresses or not _is_tcp(address):
+            if not equals or server_id not in addresses or not service.is_tcp_address(address):
                 raise RankTableError(
                     ht.HCCL_E_PARA,
                     f"SIMNPU_SERVER_ADDRESSES entry {item!r} is not server_id=host:port of a "
@@ -162,7 +162,7 @@ def parse(text: str) -> RankTable:
             raise RankTableError(ht.HCCL_E_PARA, f"server_id {server_id!r} appears twice")
         server_ids.append(server_id)
         address = _string(server, "simnpu_address", where) if "simnpu_address" in server else ""
-        if "simnpu_address" in server and not _is_tcp(address):
+        if "simnpu_address" in server and not service.is_tcp_address(address):
             raise RankTableError(
                 ht.HCCL_E_PARA, f"{where}'s simnpu_address {address!r} is not host:port"
             )
@@ -219,14 +219,6 @@ def parse(text: str) -> RankTable:
     canonical = json.dumps(document, sort_keys=True, separators=(",", ":"))
     key = hashlib.sha256(canonical.encode()).digest()
     return RankTable(status, tuple(server_ids), tuple(ranks), key, text, tuple(server_addresses))
-
-
-def _is_tcp(address: str) -> bool:
-    """True for a HOST:PORT address (simnpu.proto.service.parse_address's TCP forms)."""
-    try:
-        return service.parse_address(address).path is None
-    except ValueError:
-        return False
 
 
 def _string(node: dict, name: str, where: str) -> str:

@@ -79,3 +79,11 @@ def read_token_file(path: str) -> str:
     """The token a token file holds (surrounding white space stripped); OSError if unreadable."""
     with open(path, encoding="utf-8") as handle:
         return handle.read().strip()
+
+
+def is_tcp_address(address: str) -> bool:
+    """True for a HOST:PORT address (one of parse_address's TCP forms)."""
+    try:
+        return parse_address(address).path is None
+    except ValueError:
+        return False

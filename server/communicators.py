@@ -187,15 +187,16 @@ class Communicators:
         self._tables: dict[bytes, int] = {}  # rank table key -> comm id of its open rendezvous
         self._members: dict = {}  # session -> [Member]
 
-    def issue_root_info(self, issuer: Session, device: int, exec_timeout_s: float) -> bytes:
+    def issue_root_info(
+        self, issuer: object, pid: int, device: int, exec_timeout_s: float
+    ) -> bytes:
         """A new communicator id as root info bytes (scheduler): for HcclGetRootInfo, and for
-        a job's rendezvous (server/rendezvous.py) on behalf of its rank 0. It lives while its
-        issuer's session does, or once a rank joined it; a session holds at most
+        a job's rendezvous (server/rendezvous.py) on behalf of its rank 0, process `pid`. It
+        lives while its issuer does (a session, or the Peer link a remote rank 0 came
+        on: forget_issuer), or once a rank joined it; an issuer holds at most
         UNJOINED_PER_SESSION that nobody joined: beyond, its oldest is forgotten."""
         comm_id = next(self._ids)
-        self.rendezvous[comm_id] = Rendezvous(
-            comm_id, exec_timeout_s, issuer.pid, device, issuer=issuer
-        )
+        self.rendezvous[comm_id] = Rendezvous(comm_id, exec_timeout_s, pid, device, issuer=issuer)
         unjoined = self._unjoined.setdefault(issuer, OrderedDict())
         unjoined[comm_id] = None
         if len(unjoined) > UNJOINED_PER_SESSION:
@@ -466,12 +467,16 @@ class Communicators:
             self.reject(member, request_id, result, message)
         self.worlds.rendezvous_ended(rendezvous.comm_id)
 
+    def forget_issuer(self, issuer: object) -> None:
+        """The issuer of root infos ended: forget those nobody joined."""
+        for comm_id in self._unjoined.pop(issuer, {}):
+            del self.rendezvous[comm_id]
+
     def session_closed(self, session) -> list:
         """The session ended: forget the root infos it issued that nobody joined, fail the
         rendezvous its ranks were waiting in; return its ranks of formed communicators, now
         "gone", with the state each had before."""
-        for comm_id in self._unjoined.pop(session, {}):
-            del self.rendezvous[comm_id]
+        self.forget_issuer(session)
         formed = []
         for member in self._members.pop(session, []):
             if member.state == "joining":

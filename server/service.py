@@ -144,13 +144,15 @@ class NpuServicer:
                 grpc.StatusCode.INVALID_ARGUMENT, "simnpu: a Peer stream starts with a hello"
             )
         worlds = self.daemon.scheduler.collectives.worlds
-        if worlds.advertise is None:
+        jobs = self.daemon.jobs
+        if worlds.advertise is None or jobs is None:
             context.abort(
                 grpc.StatusCode.FAILED_PRECONDITION,
                 "simnpu: this daemon takes part in no worlds across hosts (no --advertise)",
             )
         assert first is not None and first is not UNPARSED  # (abort raised otherwise)
-        link = worlds.accept(first.hello)
+        hello = first.hello
+        link = jobs.accept(hello) if hello.jobs else worlds.accept(hello)
         return link.serve(message for message in request_iterator if message is not UNPARSED)
 
 

@@ -482,6 +482,8 @@ class Session:
 
         def begin() -> None:
             scheduler.collectives.session_closed(self)  # its ranks are gone: peers must not wait
+            if self.daemon.jobs is not None:  # its job arrivals at other hosts' seeds depart
+                self.daemon.jobs.session_closed(self)
             for stream in streams:
                 scheduler.drop_pending(stream)
             for task in list(self.owner.waiting_callbacks.values()):  # nobody is left to run them

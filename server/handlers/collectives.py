@@ -54,7 +54,7 @@ def get_root_info(session: Session, request: pb.HcclGetRootInfoRequest, reply_to
     communicators = session.scheduler.collectives.communicators
 
     def issue() -> None:
-        info = communicators.issue_root_info(session, request.device, timeout_s)
+        info = communicators.issue_root_info(session, session.pid, request.device, timeout_s)
         session.respond(reply_to, pb.HcclGetRootInfoReply(root_info=info))
 
     session.post(issue)

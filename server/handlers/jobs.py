@@ -7,8 +7,9 @@ from typing import TYPE_CHECKING
 
 from simnpu.proto import hccl_types as ht
 from simnpu.proto import npu_pb2 as pb
+from simnpu.proto.service import is_tcp_address
 from simnpu.server.handlers.registry import LATER, handles
-from simnpu.server.rendezvous import MAX_JOB_NAME, Arrival
+from simnpu.server.rendezvous import Arrival, job_problem
 
 if TYPE_CHECKING:
     from simnpu.server.session import Session
@@ -18,11 +19,9 @@ if TYPE_CHECKING:
 def rendezvous(session: Session, request: pb.HcclRendezvousRequest, reply_to: int) -> object:
     """Wait for the job's world; the arguments are checked here, the rest under the scheduler."""
     job, world_size = request.job, request.world_size
-    problem = None
-    if not job or len(job) > MAX_JOB_NAME or not job.isprintable():
-        problem = f"the job name must be 1..{MAX_JOB_NAME} printable characters, not {job!r}"
-    elif not 1 <= world_size <= ht.MAX_RANKS:
-        problem = f"job {job!r}: world size {world_size} is not in [1, {ht.MAX_RANKS}]"
+    problem = job_problem(job, world_size)
+    if problem is None and request.seed and not is_tcp_address(request.seed):
+        problem = f"job {job!r}: SIMNPU_JOB_SEED {request.seed!r} is not host:port"
     if problem is not None:
         session.respond(reply_to, code=ht.HCCL_E_PARA, message=problem)
         return LATER
@@ -37,5 +36,8 @@ def rendezvous(session: Session, request: pb.HcclRendezvousRequest, reply_to: in
     arrival = Arrival(session, reply_to, world_size, exec_timeout_s)
     jobs = session.daemon.jobs
     assert jobs is not None, "jobs exist once the daemon runs"
-    session.post(jobs.arrive, job, arrival, timeout_s)
+    if request.seed and request.seed != session.scheduler.collectives.worlds.advertise:
+        session.post(jobs.forward, request.seed, job, arrival, timeout_s)
+    else:
+        session.post(jobs.arrive, job, arrival, timeout_s)
     return LATER

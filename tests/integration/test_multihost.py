@@ -5,6 +5,7 @@ rank processes of each daemon's own."""
 from __future__ import annotations
 
 import json
+import os
 import secrets
 import signal
 import socket
@@ -69,7 +70,7 @@ def run_world(hosts, layout, body, tmp_path, **kwargs):
         for device, rank in enumerate(ranks):
             devices[rank] = device
             rank_env[rank] = {"SIMNPU_ADDRESS": daemon.address}
-    host_order = sorted((sorted(ranks) for ranks in layout), key=lambda ranks: ranks[0])
+    host_order = sorted((sorted(ranks) for ranks in layout if ranks), key=lambda r: r[0])
     env = {"HCCL_TEST_HOSTS": json.dumps(host_order), **kwargs.pop("env", {})}
     return run_ranks(
         hosts[0].address, n, body, tmp_path, devices=devices, rank_env=rank_env, env=env, **kwargs
@@ -518,3 +519,71 @@ def test_a_rank_table_whose_servers_and_daemons_disagree_is_refused(hosts, tmp_p
     for result in results:
         values = result.values
         assert values["code"] == 1 and "no daemon address for server node_1" in values["message"]
+
+
+JOB = """
+from simnpu.client.rendezvous import from_env
+
+try:
+    me = from_env()
+except NpuError as error:
+    report(code=error.code, message=error.message)
+    raise SystemExit(0)
+comm = Communicator(me.world_size, me.root_info, me.rank)
+stream = npu.Stream()
+x = npu.DeviceBuffer.from_array(np.full(1000, me.rank + 1, np.int64))
+y = npu.DeviceBuffer(x.nbytes)
+comm.all_reduce(x, y, "sum", dtype=np.int64, stream=stream)
+stream.synchronize()
+report(code=0, rank=me.rank, formation=me.formation, total=int(y.to_numpy(np.int64)[0]))
+comm.destroy()
+"""
+
+
+def test_a_job_rendezvous_spans_hosts_through_its_seed_daemon(hosts, tmp_path):
+    a, b = hosts
+    env = {"SIMNPU_JOB": "spans", "SIMNPU_WORLD_SIZE": "4", "SIMNPU_JOB_SEED": a.advertised}
+    results = run_world(hosts, [[0, 1], [2, 3]], JOB, tmp_path, env=env)
+    assert_all_ok(results)
+    values = [r.values for r in results]
+    assert sorted(v["rank"] for v in values) == [0, 1, 2, 3], values
+    assert all(v["total"] == 1 + 2 + 3 + 4 for v in values), values
+    # a seed nobody listens at
+    port = free_port()
+    env = {"SIMNPU_JOB": "lost", "SIMNPU_WORLD_SIZE": "2", "SIMNPU_JOB_SEED": f"127.0.0.1:{port}"}
+    results = run_world(hosts, [[], [0]], JOB, tmp_path, env=env)
+    assert_all_ok(results)
+    (values,) = [r.values for r in results]
+    assert values["code"] == 11 and f"127.0.0.1:{port}" in values["message"], values
+
+
+def test_a_process_that_dies_waiting_at_another_host_departs_from_the_seed(hosts, tmp_path):
+    import subprocess
+    import sys
+
+    from simnpu.client.tools.query import query
+
+    a, b = hosts
+    env = {"SIMNPU_JOB": "depart", "SIMNPU_WORLD_SIZE": "2", "SIMNPU_JOB_SEED": a.advertised}
+    code = "from simnpu.client.rendezvous import from_env\nfrom_env()\n"
+    doomed = subprocess.Popen(
+        [sys.executable, "-c", code],
+        env={**os.environ, **env, "SIMNPU_ADDRESS": b.address, "SIMNPU_AUTOSTART": "0"},
+    )
+
+    def waiting() -> list:
+        return query("jobs", address=a.address).get("depart", {}).get("waiting", [])
+
+    deadline = time.monotonic() + 60
+    while waiting() != [doomed.pid]:
+        assert time.monotonic() < deadline, "the process never waited at the seed"
+        time.sleep(0.02)
+    doomed.kill()
+    doomed.wait(30)
+    while waiting():
+        assert time.monotonic() < deadline, "the seed never saw it depart"
+        time.sleep(0.02)
+    results = run_world(hosts, [[0], [1]], JOB, tmp_path, env=env)
+    assert_all_ok(results)
+    values = [r.values for r in results]
+    assert sorted(v["rank"] for v in values) == [0, 1] and {v["total"] for v in values} == {3}

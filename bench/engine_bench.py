@@ -48,7 +48,7 @@ def engine_all_reduce_ms(size: int, iters: int) -> float:
     try:
         port = 0
         for h in range(2):
-            setup = EngineSetup(h, 2, "127.0.0.1", port, regions[h].name, TIMEOUT_S)
+            setup = EngineSetup(h, 2, "127.0.0.1", port, regions[h].name, TIMEOUT_S, TIMEOUT_S)
             engines.append(Engine(setup, reports[h].put))
             engines[h].start()
             if h == 0:

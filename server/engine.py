@@ -48,7 +48,8 @@ class EngineSetup:
     store_host: str  # where the world's TCPStore listens (the first host's engine hosts it)
     store_port: int  # 0 at the first host: its engine starts the store on a free port
     segment: str  # the device-memory segment (POSIX shm name) the host blocks live in
-    timeout_s: float  # forming the world, and each step: the world's HCCL_EXEC_TIMEOUT
+    timeout_s: float  # each step: the world's HCCL_EXEC_TIMEOUT
+    form_timeout_s: float  # joining the other hosts' engines (their processes start slowly)
 
 
 @dataclass(frozen=True)

@@ -149,7 +149,7 @@ def _form(setup: EngineSetup, conn: Connection) -> None:
     """Join the world (blocks until every host's engine has, or the timeout)."""
     import torch.distributed as dist
 
-    timeout = datetime.timedelta(seconds=setup.timeout_s)
+    timeout = datetime.timedelta(seconds=setup.form_timeout_s)
     serve = setup.store_port == 0
     store = dist.TCPStore(
         setup.store_host,

@@ -67,6 +67,9 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("simnpu.worlds")
 
+# how long the engines of a formed world may take to join each other (processes that
+# import torch, on a busy machine): HCCL's default HCCL_CONNECT_TIMEOUT
+ENGINE_FORM_TIMEOUT_S = ht.DEFAULT_CONNECT_TIMEOUT_S
 # how long a failed engine waits for a lost host's Peer stream to end (its keepalive timeout)
 LINK_GRACE_S = 3.0
 # kinds a world across hosts runs (scatter, alltoall and send/recv between hosts: not yet)
@@ -254,7 +257,13 @@ class World:
             return
         device = self.worlds.collectives.scheduler.devices[self.device]
         setup = EngineSetup(
-            self.host, len(self.hosts), host, port, device.region.name, self.exec_timeout_s
+            self.host,
+            len(self.hosts),
+            host,
+            port,
+            device.region.name,
+            self.exec_timeout_s,
+            ENGINE_FORM_TIMEOUT_S,
         )
         scheduler = self.worlds.collectives.scheduler
         self.engine = Engine(setup, lambda report: scheduler.call(self._engine_report, report))

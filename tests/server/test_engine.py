@@ -68,7 +68,7 @@ def form(hosts: int, timeout_s: float = WAIT_S, regions: list[Region] | None = N
     port = 0
     for h in range(hosts):
         reports: queue.Queue = queue.Queue()
-        setup = EngineSetup(h, hosts, "127.0.0.1", port, regions[h].name, timeout_s)
+        setup = EngineSetup(h, hosts, "127.0.0.1", port, regions[h].name, timeout_s, WAIT_S)
         host = Host(Engine(setup, reports.put), regions[h], reports)
         host.engine.start()
         world.append(host)
@@ -247,7 +247,7 @@ def test_a_step_no_peer_answers_fails_after_the_worlds_timeout():
 
 def test_stop_ends_the_process_and_a_missing_segment_is_reported():
     reports: queue.Queue = queue.Queue()
-    setup = EngineSetup(0, 1, "127.0.0.1", 0, "/simnpu-no-such-segment", WAIT_S)
+    setup = EngineSetup(0, 1, "127.0.0.1", 0, "/simnpu-no-such-segment", WAIT_S, WAIT_S)
     engine = Engine(setup, reports.put)
     engine.start()
     failed = reports.get(timeout=WAIT_S)

@@ -26,6 +26,16 @@ print('\n'.join(p['build-system']['requires'] + p['project']['dependencies']))" 
  && pip install -r /tmp/requirements.txt \
  && rm /tmp/requirements.txt
 
+# The multihost extra for worlds across hosts (docs/multihost.md), only when asked for:
+#   docker build --build-arg SIMNPU_EXTRAS=multihost -t simnpu:multihost .
+# torch's CPU build, from PyTorch's own index (PyPI's torch is the CUDA build).
+ARG SIMNPU_EXTRAS=""
+RUN if [ "$SIMNPU_EXTRAS" = multihost ]; then \
+        pip install torch --index-url https://download.pytorch.org/whl/cpu; \
+    elif [ -n "$SIMNPU_EXTRAS" ]; then \
+        echo "SIMNPU_EXTRAS: only 'multihost' is known, not '$SIMNPU_EXTRAS'" >&2; exit 1; \
+    fi
+
 # simnpu itself (setup.py compiles the protocol), then the examples the clients run.
 COPY . .
 RUN pip install --no-deps --no-build-isolation . \

@@ -283,4 +283,62 @@ at "round 2 checked"
 dc down -t 5 -v --remove-orphans >/dev/null 2>&1
 check "round 2: down removed every container, network and volume" \
     bash -c "[ -z '$(project_containers)' ] && ! timeout 30 '$DOCKER' network ls -q --filter label=$LABEL | grep -q . && ! timeout 30 '$DOCKER' volume ls -q --filter label=$LABEL | grep -q ."
+# ---- 12. the multihost profile: one HCCL world over two "hosts" (docs/multihost.md) ------------------
+# simnpu:multihost, with torch's CPU build from a wheel downloaded here (PyTorch's index is
+# what `--build-arg SIMNPU_EXTRAS=multihost` uses; the wheel is fetched once per WORKDIR)
+WHEELS=$WORKDIR/wheels
+TORCH='torch==2.13.0+cpu'
+mkdir -p "$WHEELS"
+if ! ls "$WHEELS"/torch-*.whl >/dev/null 2>&1; then
+    timeout 900 python3 -m pip download -q --no-deps -d "$WHEELS" "$TORCH" >"$LOGS/torch.log" 2>&1 ||
+        timeout 900 python3 -m pip download -q --no-deps -d "$WHEELS" "$TORCH" \
+            --index-url https://download.pytorch.org/whl/cpu >>"$LOGS/torch.log" 2>&1
+fi
+if timeout 1200 "$DOCKER" build -q -t simnpu:multihost -f "$PROJ/tests/compose/multihost.Dockerfile" \
+        "$WHEELS" >"$LOGS/build-multihost.log" 2>&1; then
+    pass "the multihost image (simnpu + torch's CPU build)"
+else
+    fail "the multihost image"
+    tail -30 "$LOGS/build-multihost.log"
+fi
+MH=(--profile multihost)
+host_log() { dc "${MH[@]}" logs --no-color "$1" 2>&1; }
+wait_for_log() {  # wait_for_log SERVICE PATTERN COUNT SECONDS: COUNT lines of SERVICE's log match
+    local deadline=$(($(date +%s) + $4))
+    while [ "$(host_log "$1" | grep -c -- "$2")" -lt "$3" ]; do
+        [ "$(date +%s)" -lt "$deadline" ] || return 1
+        sleep 2
+    done
+}
+at "multihost: up"
+if dc "${MH[@]}" up -d --pull never --no-build host-a host-b >"$LOGS/up-multihost.log" 2>&1; then
+    pass "multihost: docker compose --profile multihost up (host-a healthy, host-b started)"
+else
+    fail "multihost: docker compose --profile multihost up"
+    cat "$LOGS/up-multihost.log"
+fi
+for host in host-a host-b; do
+    check "multihost: $host's 4 ranks trained and matched numpy" \
+        wait_for_log "$host" "job multihost-train ended with status 0" 1 600
+done
+trained=$( (host_log host-a; host_log host-b) | grep -c "every rank's weights identical bit for bit: True")
+check "multihost: all 8 ranks hold the same weights, bit for bit (got $trained)" test "$trained" = 8
+all_reducing() { wait_for_log host-a "reducing" 4 300 && wait_for_log host-b "reducing" 4 300; }
+check "multihost: the 8 ranks are all reducing" all_reducing
+sleep 2  # a few all_reduces across the hosts
+dc "${MH[@]}" kill host-b >/dev/null 2>&1
+at "multihost: host-b killed"
+check "multihost: host-a's ranks each saw the loss, and said so" \
+    wait_for_log host-a "job multihost-loss ended with status 0" 1 120
+named=$(host_log host-a | grep -c "lost host host-b:50151 (ranks")
+check "multihost: the failure names host-b and its ranks on host-a's 4 ranks (got $named)" \
+    test "$named" = 4
+HOST_A=$(dc "${MH[@]}" ps -q host-a)
+check "multihost: host-a's daemon still serves" \
+    timeout 30 "$DOCKER" exec "$HOST_A" simnpu health --quiet
+dc "${MH[@]}" logs --no-color >"$LOGS/multihost.log" 2>&1
+dc "${MH[@]}" down -t 5 -v --remove-orphans >/dev/null 2>&1
+check "multihost: down removed every container" test -z "$(project_containers)"
+at "multihost checked"
+
 [ "$failed" = 0 ] || say "failed: the logs of every round are in $LOGS"

@@ -233,6 +233,7 @@ class World:
     unsent: list = field(default_factory=list)  # steps due before the engine started
     left: str | None = None  # another host's ranks all destroyed the communicator
     engine_failure: str | None = None  # the engine failed; the world breaks soon
+    engine_reaped: bool = False  # the world is over and its engine process has ended
 
     def host_of(self, rank: int) -> int:
         for index, (_, ranks) in enumerate(self.hosts):
@@ -402,6 +403,9 @@ class World:
             self.worlds.break_world(self, f"on {self.here()}: {message}")
             return
         collectives.finish_world_op(self.comm, op, tasks, self.broken)
+        if self.broken is not None:  # it broke while the AI cores ran this phase
+            self._free_block_if_idle()
+            return
         if self.left is not None:
             self.worlds.world_over(self)
             return
@@ -427,18 +431,35 @@ class World:
             self.worlds.collectives.finish_world_op(self.comm, op, tasks, message, outcome)
 
     def release(self, graceful: bool) -> None:
-        """Stop the engine (`graceful`: once its last step is done; else at once) and give
-        the host block back: the world is over here. Does not wait for the engine."""
-        if self.engine is not None:
-            engine, self.engine = self.engine, None
-            threading.Thread(
-                target=engine.stop, args=(graceful,), name="simnpu-engine-stop", daemon=True
-            ).start()
+        """The world is over here: close its links, stop the engine (`graceful`: once its
+        last step is done; else at once), and give the host block back once neither the
+        engine process nor the AI cores can write it any more. Does not wait."""
+        for link in self.links:
+            link.close()
+        engine, self.engine = self.engine, None
+        if engine is None:
+            self.engine_reaped = True
+            self._free_block_if_idle()
+            return
+        scheduler = self.worlds.collectives.scheduler
+
+        def stop() -> None:
+            engine.stop(graceful)
+            scheduler.call(self._engine_stopped)
+
+        threading.Thread(target=stop, name="simnpu-engine-stop", daemon=True).start()
+
+    def _engine_stopped(self) -> None:
+        self.engine_reaped = True
+        self._free_block_if_idle()
+
+    def _free_block_if_idle(self) -> None:
+        """Give the host block back, if the world is over and nothing writes it any more."""
+        if self.broken is None or not self.engine_reaped or self.current is not None:
+            return
         if self.block_address:
             self.worlds.collectives.scheduler.devices[self.device].free(self.block_address)
             self.block_address = self.block_bytes = 0
-        for link in self.links:
-            link.close()
 
 
 # ---- every world of this daemon -----------------------------------------------------------------
@@ -601,7 +622,7 @@ class Worlds:
                 )
             return
         world = self._world_of_link(key)
-        if world is not None:
+        if world is not None and world.left is None:  # (after a PeerLeft the stream ends)
             self.break_world(
                 world,
                 f"lost the coordinator, {world.describe_host(key[0])}: {reason}",
@@ -687,7 +708,8 @@ class Worlds:
         self._tables.pop(link, None)
         world = self._world_of_incoming(link)
         if world is not None:
-            self.break_world(world, f"lost {world.describe_host(link.address)}: {reason}")
+            if world.left is None:  # (after a PeerLeft the stream ends)
+                self.break_world(world, f"lost {world.describe_host(link.address)}: {reason}")
             return
         links = self._incoming.get(comm_id) if comm_id is not None else None
         if comm_id is not None and links is not None and link in links:
@@ -835,6 +857,7 @@ class Worlds:
         """The daemon stops: every world here ends."""
         for world in list(self.formed.values()):
             world.broken = "the daemon stopped"
+            world.block_address = 0  # its device's memory goes with the daemon
             world.release(graceful=False)
         self.formed.clear()
         for joining in self._joining.values():

@@ -330,7 +330,7 @@ dc "${MH[@]}" kill host-b >/dev/null 2>&1
 at "multihost: host-b killed"
 check "multihost: host-a's ranks each saw the loss, and said so" \
     wait_for_log host-a "job multihost-loss ended with status 0" 1 120
-named=$(host_log host-a | grep -c "lost host host-b:50151 (ranks")
+named=$(host_log host-a | grep -c "rank [0-9]*: all_reduce #[0-9]* failed: .*lost host host-b:50151 (ranks")
 check "multihost: the failure names host-b and its ranks on host-a's 4 ranks (got $named)" \
     test "$named" = 4
 HOST_A=$(dc "${MH[@]}" ps -q host-a)

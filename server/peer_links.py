@@ -33,6 +33,7 @@ SERVER_KEEPALIVE = [
     ("grpc.keepalive_permit_without_calls", 1),
 ]
 
+CLOSE_GRACE_S = 10.0  # how long a closed outgoing stream waits for its peer to end it
 OnMessage = Callable[["Link", pb.PeerMessage], None]
 OnEnd = Callable[["Link", str], None]
 _CLOSE = object()
@@ -116,8 +117,13 @@ class Outgoing(Link):
             self._channel.close()
 
     def close(self) -> None:
+        """End the stream from this side once what was queued is sent (a PeerLeft must
+        arrive before the end); the call is cancelled if the peer has not ended it
+        within CLOSE_GRACE_S."""
         super().close()
-        self._responses.cancel()
+        timer = threading.Timer(CLOSE_GRACE_S, self._responses.cancel)
+        timer.daemon = True
+        timer.start()
 
 
 class Incoming(Link):

@@ -587,3 +587,111 @@ def test_a_process_that_dies_waiting_at_another_host_departs_from_the_seed(hosts
     assert_all_ok(results)
     values = [r.values for r in results]
     assert sorted(v["rank"] for v in values) == [0, 1] and {v["total"] for v in values} == {3}
+
+
+CUT_OFF = """
+marks = os.environ["MARK_DIR"]
+comm = Communicator(N, exchange_root_info(), RANK)
+stream = npu.Stream()
+x = npu.DeviceBuffer.from_array(np.full(1 << 16, RANK, np.float32))
+y = npu.DeviceBuffer(x.nbytes)
+count = 0
+while True:
+    comm.all_reduce(x, y, "sum", dtype=np.float32, stream=stream)
+    try:
+        stream.synchronize()
+    except NpuError as error:
+        report(code=error.code, message=error.message, after=count)
+        break
+    count += 1
+    if count == 3:
+        open(os.path.join(marks, f"reducing-{RANK}"), "w").close()
+comm.destroy()
+"""
+
+
+@pytest.fixture
+def two_namespaces():
+    """Two network namespaces joined by a veth pair: (namespace, interface, address) each."""
+    import shutil
+    import subprocess
+
+    if os.geteuid() != 0 or shutil.which("ip") is None:
+        pytest.skip("network namespaces need root and iproute2")
+    tag = secrets.token_hex(3)
+    ends = [
+        (f"simnpu-{tag}-{side}", f"sn{tag}{side}", f"10.213.{int(tag[:2], 16)}.{n}")
+        for n, side in ((1, "a"), (2, "b"))
+    ]
+
+    def ip(*args: str) -> None:
+        subprocess.run(["ip", *args], check=True, capture_output=True, timeout=30)
+
+    try:
+        ip("link", "add", ends[0][1], "type", "veth", "peer", "name", ends[1][1])
+        for namespace, interface, address in ends:
+            ip("netns", "add", namespace)
+            ip("link", "set", interface, "netns", namespace)
+            ip("-n", namespace, "addr", "add", f"{address}/30", "dev", interface)
+            ip("-n", namespace, "link", "set", interface, "up")
+            ip("-n", namespace, "link", "set", "lo", "up")
+        yield ends
+    finally:
+        for namespace, _, _ in ends:
+            subprocess.run(["ip", "netns", "del", namespace], capture_output=True, timeout=30)
+
+
+def test_a_host_cut_off_fails_the_collectives_on_both_sides(two_namespaces, tmp_path):
+    daemons = []
+    try:
+        for namespace, interface, address in two_namespaces:
+            directory = tmp_path / namespace
+            directory.mkdir()
+            daemons.append(
+                DaemonProcess(
+                    directory,
+                    "--listen",
+                    f"{address}:50151",
+                    "--advertise",
+                    f"{address}:50151",
+                    env={"SIMNPU_TOKEN": TOKEN, "GLOO_SOCKET_IFNAME": interface},
+                    prefix=("ip", "netns", "exec", namespace),
+                )
+            )
+        marks = tmp_path / "marks"
+        marks.mkdir()
+        outcome: list = []
+        env = {"MARK_DIR": str(marks), "HCCL_EXEC_TIMEOUT": "6"}
+        runner = threading.Thread(
+            target=lambda: outcome.append(
+                run_world(daemons, [[0], [1]], CUT_OFF, tmp_path, env=env, timeout=120)
+            )
+        )
+        runner.start()
+        deadline = time.monotonic() + 60
+        while not all((marks / f"reducing-{r}").exists() for r in (0, 1)):
+            assert time.monotonic() < deadline and runner.is_alive(), "the world never reduced"
+            time.sleep(0.02)
+        namespace, interface, _ = two_namespaces[0]
+        import subprocess
+
+        subprocess.run(
+            ["ip", "-n", namespace, "link", "set", interface, "down"], check=True, timeout=30
+        )
+        runner.join(150)
+        (results,) = outcome
+        assert_all_ok(results)
+        coordinator, member = (r.values for r in results)
+        for values in (coordinator, member):
+            assert values["code"] == 507904, values  # HCCL_E_REMOTE at synchronize
+        # the member's keepalive finds the coordinator gone; the coordinator's exchange
+        # times out (HCCL_EXEC_TIMEOUT), or it hears of the member's loss first
+        assert "lost the coordinator" in member["message"], member
+        assert two_namespaces[0][2] in member["message"], member
+        assert (
+            "exchange between hosts failed" in coordinator["message"]
+            or "lost host" in coordinator["message"]
+        ), coordinator
+    finally:
+        for daemon in daemons:
+            assert daemon.stop() == 0, daemon.output()

@@ -4,15 +4,17 @@ A member daemon opens one stream per world to the world's coordinator (`Outgoing
 coordinator's servicer serves each such stream as an `Incoming`. Both are a `Link`:
 `send` queues a PeerMessage and never blocks; each message that arrives goes to the
 link's `on_message`, from the link's own thread, and its end (the peer closed it, its
-daemon died, the connection broke) to `on_end`, once, with the reason. Outgoing streams
-ping every second and give up after 3 s without an answer, so a member finds a
-coordinator that was cut off within seconds.
+daemon died, the connection broke) to `on_end`, once, with the reason. A host that is
+cut off is found within seconds either way: outgoing streams ping (gRPC keepalive) every
+second and give up after 3 s without an answer; they also send a heartbeat message every
+second, and an incoming stream that hears nothing for 3 s ends.
 """
 
 from __future__ import annotations
 
 import queue
 import threading
+import time
 from collections.abc import Callable, Iterator
 
 import grpc
@@ -34,6 +36,8 @@ SERVER_KEEPALIVE = [
 ]
 
 CLOSE_GRACE_S = 10.0  # how long a closed outgoing stream waits for its peer to end it
+HEARTBEAT_S = 1.0  # an outgoing stream's heartbeat period
+SILENCE_S = 3.0  # an incoming stream that hears nothing this long ends
 OnMessage = Callable[["Link", pb.PeerMessage], None]
 OnEnd = Callable[["Link", str], None]
 _CLOSE = object()
@@ -49,6 +53,8 @@ class Link:
         self._on_end = on_end
         self._outbox: queue.SimpleQueue = queue.SimpleQueue()
         self._ended = threading.Event()
+        self._ending = threading.Lock()
+        self.heard = time.monotonic()  # when the last message arrived
 
     def send(self, message: pb.PeerMessage) -> None:
         """Queue `message` for the peer; never blocks (dropped once the link has ended)."""
@@ -72,16 +78,24 @@ class Link:
         reason = "the peer daemon closed the stream"
         try:
             for message in messages:
-                self._on_message(self, message)
+                self.heard = time.monotonic()
+                if message.WhichOneof("body") != "heartbeat":
+                    self._on_message(self, message)
         except grpc.RpcError as error:
             details = error.details() if hasattr(error, "details") else None
             reason = "the connection to the peer daemon broke: " + (
                 details or "its daemon died, or the network between the hosts failed"
             )
-        if not self._ended.is_set():
+        self._end(reason)
+
+    def _end(self, reason: str) -> None:
+        """The stream is over: report it, once (not after close())."""
+        with self._ending:
+            if self._ended.is_set():
+                return
             self._ended.set()
-            self._outbox.put(_CLOSE)
-            self._on_end(self, reason)
+        self._outbox.put(_CLOSE)
+        self._on_end(self, reason)
 
 
 class Outgoing(Link):
@@ -111,10 +125,15 @@ class Outgoing(Link):
         threading.Thread(target=self._run, name="simnpu-peer-out", daemon=True).start()
 
     def _run(self) -> None:
+        threading.Thread(target=self._beat, name="simnpu-peer-heartbeat", daemon=True).start()
         try:
             self._deliver(self._responses)
         finally:
             self._channel.close()
+
+    def _beat(self) -> None:
+        while not self._ended.wait(HEARTBEAT_S):
+            self._outbox.put(pb.PeerMessage(heartbeat=pb.PeerHeartbeat()))
 
     def close(self) -> None:
         """End the stream from this side once what was queued is sent (a PeerLeft must
@@ -134,4 +153,14 @@ class Incoming(Link):
         threading.Thread(
             target=self._deliver, args=(requests,), name="simnpu-peer-in", daemon=True
         ).start()
+        threading.Thread(target=self._watch, name="simnpu-peer-watch", daemon=True).start()
         return self._outgoing()
+
+    def _watch(self) -> None:
+        """End the stream when the member has been silent for SILENCE_S (cut off, hung)."""
+        while not self._ended.wait(SILENCE_S / 6):
+            silent = time.monotonic() - self.heard
+            if silent > SILENCE_S:
+                self._end(
+                    f"no word from the peer daemon for {silent:.0f} s: it was cut off or hangs"
+                )

@@ -323,26 +323,14 @@ class Collectives:
             for task in tasks:
                 self._finish(task)
             return
-        snapshot = reduce.needs_snapshot(groups, itemsize)
-        devices = sorted({task.stream.device for task in tasks})
-        cores = [
-            core for d in devices for core in self.scheduler.devices[d].units[UnitKind.AI_CORE]
-        ]
-        parallel = min(len(cores), self._cpus)
-        pieces = (
-            1 if snapshot else reduce.piece_count(reduce.bytes_written(groups, itemsize), parallel)
-        )
-        job = Job(
-            comm, op, tasks, call, groups, snapshot, reduce.split(groups, pieces), cores, parallel
-        )
-        self.jobs.append(job)
+        self.run_groups(comm, op, tasks, groups)
 
     def run_groups(
-        self, comm: Communicator, op: Op, tasks: list, groups: list, on_done: Callable
+        self, comm: Communicator, op: Op, tasks: list, groups: list, on_done: Callable | None = None
     ) -> None:
-        """A phase of a collective across hosts: `groups` (server/reduce.py's form) on the
-        AI cores of the tasks' devices; `on_done(failure or None)` when the last piece has
-        reported."""
+        """The data movement of `groups` (server/reduce.py's form) on the AI cores of the
+        tasks' devices: the tasks complete when the last piece has reported, or, for a
+        phase of a collective across hosts, `on_done(failure or None)` is called."""
         call = tasks[0].call
         itemsize = ht.ITEM_SIZES.get(call.dtype, 1)
         snapshot = reduce.needs_snapshot(groups, itemsize)

@@ -50,6 +50,7 @@ class EngineSetup:
     segment: str  # the device-memory segment (POSIX shm name) the host blocks live in
     timeout_s: float  # each step: the world's HCCL_EXEC_TIMEOUT
     form_timeout_s: float  # joining the other hosts' engines (their processes start slowly)
+    bind_host: str = ""  # the address Gloo listens on: this daemon's advertised host
 
 
 @dataclass(frozen=True)

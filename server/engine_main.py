@@ -14,6 +14,10 @@ used again, and the daemon forms a new world with new engine processes.
 from __future__ import annotations
 
 import datetime
+import fcntl
+import os
+import socket
+import struct
 import traceback
 from multiprocessing.connection import Connection
 from typing import Any
@@ -161,9 +165,38 @@ def _form(setup: EngineSetup, conn: Connection) -> None:
     )
     if serve:
         conn.send(StoreListening(store.port))
+    if setup.bind_host and not os.environ.get("GLOO_SOCKET_IFNAME"):
+        # Gloo listens on the interface of the daemon's advertised address, not where this
+        # host's name resolves (often 127.0.1.1); GLOO_SOCKET_IFNAME, if set, decides
+        interface = interface_of(setup.bind_host)
+        if interface is not None:
+            os.environ["GLOO_SOCKET_IFNAME"] = interface
     dist.init_process_group(
         "gloo", store=store, rank=setup.host, world_size=setup.hosts, timeout=timeout
     )
+
+
+_SIOCGIFADDR = 0x8915  # ioctl(2): an interface's IPv4 address
+
+
+def interface_of(host: str) -> str | None:
+    """The name of this machine's network interface that holds `host`'s IPv4 address, or
+    None (not an IPv4 address of this machine, or it does not resolve)."""
+    try:
+        address = socket.gethostbyname(host)
+    except OSError:
+        return None
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+        for _, name in socket.if_nameindex():
+            try:
+                packed = fcntl.ioctl(
+                    probe.fileno(), _SIOCGIFADDR, struct.pack("256s", name.encode())
+                )
+            except OSError:  # no IPv4 address
+                continue
+            if socket.inet_ntoa(packed[20:24]) == address:
+                return name
+    return None
 
 
 def main(conn: Connection, setup: EngineSetup) -> None:

@@ -265,6 +265,7 @@ class World:
             device.region.name,
             self.exec_timeout_s,
             ENGINE_FORM_TIMEOUT_S,
+            store_host(self.hosts[self.host][0]),
         )
         scheduler = self.worlds.collectives.scheduler
         self.engine = Engine(setup, lambda report: scheduler.call(self._engine_report, report))

@@ -68,7 +68,9 @@ def form(hosts: int, timeout_s: float = WAIT_S, regions: list[Region] | None = N
     port = 0
     for h in range(hosts):
         reports: queue.Queue = queue.Queue()
-        setup = EngineSetup(h, hosts, "127.0.0.1", port, regions[h].name, timeout_s, WAIT_S)
+        setup = EngineSetup(
+            h, hosts, "127.0.0.1", port, regions[h].name, timeout_s, WAIT_S, "127.0.0.1"
+        )
         host = Host(Engine(setup, reports.put), regions[h], reports)
         host.engine.start()
         world.append(host)
@@ -275,3 +277,11 @@ def test_match_compares_every_hosts_call_and_a_mismatch_ends_the_engine():
             assert isinstance(host.next_report(), EngineLost)
     finally:
         finish(world)
+
+
+def test_gloo_listens_on_the_interface_of_the_advertised_address():
+    from simnpu.server.engine_main import interface_of
+
+    assert interface_of("127.0.0.1") == "lo"
+    assert interface_of("192.0.2.1") is None  # TEST-NET-1: on no interface here
+    assert interface_of("no-such-host.invalid") is None

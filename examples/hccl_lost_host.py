@@ -13,6 +13,8 @@ Exits 0 once such a failure came (the host loss was reported), 1 if the loop end
 other way. The docker-compose.yml profile `multihost` runs it on both hosts and kills one.
 """
 
+import sys
+
 import numpy as np
 
 import simnpu.client as npu
@@ -23,6 +25,12 @@ from simnpu.proto.errors import NpuError
 LOST_HOST = 507904  # ACL_ERROR_RT_COMM_OP_RETRY_FAIL: HCCL_E_REMOTE at synchronize
 
 
+def say(line: str) -> None:
+    """One line, in one write: the host's ranks share its output."""
+    sys.stdout.write(line + "\n")
+    sys.stdout.flush()
+
+
 def main() -> int:
     me = from_env()
     assert me is not None, "run as one rank of a job: set SIMNPU_JOB and SIMNPU_WORLD_SIZE"
@@ -31,16 +39,15 @@ def main() -> int:
     stream = npu.Stream()
     x = npu.DeviceBuffer.from_array(np.full(1 << 16, me.rank, np.float32))
     y = npu.DeviceBuffer(x.nbytes)
-    print(f"rank {me.rank}: reducing", flush=True)
+    say(f"rank {me.rank}: reducing")
     count = 0
     while True:
         comm.all_reduce(x, y, "sum", dtype=np.float32, stream=stream)
         try:
             stream.synchronize()
         except NpuError as error:
-            print(f"rank {me.rank}: all_reduce #{count} failed: {error}", flush=True)
-            pending = comm.async_error()
-            print(f"rank {me.rank}: HcclGetCommAsyncError: {pending}", flush=True)
+            say(f"rank {me.rank}: all_reduce #{count} failed: {error}")
+            say(f"rank {me.rank}: HcclGetCommAsyncError: {comm.async_error()}")
             comm.destroy()
             return 0 if error.code == LOST_HOST and "lost host" in error.message else 1
         count += 1

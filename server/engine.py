@@ -17,11 +17,14 @@ the block, on every host):
 
 so all_reduce is a Reduce then a Gather over ranges cut evenly, reduce_scatter a Reduce
 over each host's ranks' slices, all_gather a Gather of them, broadcast a Gather that the
-root's host owns whole, and reduce a Reduce that it owns whole. `Send` and `Recv` move
-one range to or from one other host. Between hosts everything is point-to-point, and the
-reduction is numpy's in the fixed order, never the engine's own.
+root's host owns whole, and reduce a Reduce that it owns whole. An `Exchange` sends and
+receives ranges each host names for itself (scatter, alltoall). A `Transfer` is one
+rank's send or recv with a rank on another host, straight from or into its buffer.
+Between hosts everything is point-to-point, and the reduction is numpy's in the fixed
+order, never the engine's own.
 
-An engine runs one step at a time, in the order submitted. A step's failure (a peer lost,
+An engine runs one step at a time, in the order submitted; a Transfer runs beside the
+steps after it and reports when it is done. A step's failure (a peer lost,
 a step not answered within the world's timeout) ends the engine process: a Gloo group
 that lost a peer cannot be used again. `on_report` then gets the `StepFailed` and, when
 the process has ended, `EngineLost`.
@@ -83,25 +86,47 @@ class Match:
 
 
 @dataclass(frozen=True)
-class Send:
-    """One range of this host's block to one other host's matching `Recv` (same tag)."""
+class Exchange:
+    """Ranges of this host's block sent to other hosts and received from them, every one
+    posted at once: `sends` and `recvs` are (peer, range) pairs. The ranges one host sends
+    another are, in order, the ranges that host receives from it (scatter, alltoall)."""
 
     seq: int
     block: int
-    span: Range
-    peer: int
-    tag: int
+    sends: tuple[tuple[int, Range], ...]
+    recvs: tuple[tuple[int, Range], ...]
 
 
 @dataclass(frozen=True)
-class Recv:
-    """One range of this host's block from one other host's matching `Send`."""
+class Transfer:
+    """One rank's HcclSend or HcclRecv with a rank on another host: bytes straight between
+    the rank's buffer (`span` of device segment `segment`) and the peer host's matching
+    Transfer (same `tag`, from `transfer_tag`). It runs beside the steps after it and
+    reports when done, so transfers of one host may finish in any order. The receiving
+    engine first compares the two sides' `match` (count and type): `Mismatch` with each
+    side's `call` if they differ."""
 
     seq: int
-    block: int
-    span: Range
+    segment: str
+    span: Range  # absolute in `segment`
     peer: int
     tag: int
+    sending: bool
+    match: bytes
+    call: bytes
+
+
+# Gloo tags: a step's ranges use tags from 0; transfers use two each (a header with the
+# call, then the data) from TRANSFER_TAGS on, below 2**31 (torch passes tags as a C int)
+TRANSFER_TAGS = 1 << 20
+_TRANSFER_IDS = ((1 << 31) - TRANSFER_TAGS) // 2
+
+
+def transfer_tag(source: int, destination: int, index: int, n_ranks: int) -> int:
+    """The tag of the `index`-th send/recv from global rank `source` to `destination`:
+    unique among a world's transfers in flight (indices wrap after _TRANSFER_IDS / n**2)."""
+    per_pair = _TRANSFER_IDS // (n_ranks * n_ranks)
+    return (source * n_ranks + destination) * per_pair + index % per_pair
 
 
 @dataclass(frozen=True)
@@ -109,7 +134,7 @@ class Finish:
     """No more steps: the engine process ends once the steps before are done."""
 
 
-Step = Match | Reduce | Gather | Send | Recv
+Step = Match | Reduce | Gather | Exchange | Transfer
 MATCH_BYTES = 256
 
 
@@ -132,7 +157,8 @@ class StepDone:
 
 @dataclass(frozen=True)
 class Mismatch:
-    """A `Match` found calls that differ: calls[h] is host h's. The engine goes on."""
+    """A `Match` (or a Transfer's header) found calls that differ: calls[h] is host h's
+    (empty for a host a Transfer does not involve). The engine process ends."""
 
     seq: int
     calls: tuple[bytes, ...]
@@ -140,10 +166,13 @@ class Mismatch:
 
 @dataclass(frozen=True)
 class StepFailed:
-    """A step (or, with seq -1, forming the world) failed; the engine process ends."""
+    """A step (or, with seq -1, forming the world) failed; the engine process ends.
+    `silent`: the peer hosts whose part had not come when the world's timeout ran out
+    (empty if it failed otherwise)."""
 
     seq: int
     message: str
+    silent: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -3,12 +3,13 @@
 The only module of simnpu that imports torch (the `multihost` extra), for Gloo. The
 process maps the daemon's device segment, forms the world with the other hosts' engine
 processes through a TCPStore that the first host's engine serves, then runs the steps
-its daemon hands it (server/engine.py), one at a time, reporting each. Data moves as
-bytes, straight between the mapped host blocks and the sockets; reductions are numpy's,
-in host order, so that every host computes each element the same way.
+its daemon hands it (server/engine.py), one at a time, reporting each; a Transfer's
+wait runs on a thread of its own, beside the steps. Data moves as bytes, straight
+between the mapped segments and the sockets; reductions are numpy's, in host order, so
+that every host computes each element the same way.
 
-A failed step ends the process after its report: a Gloo group that lost a peer cannot be
-used again, and the daemon forms a new world with new engine processes.
+A failed step or transfer ends the process after its report: a Gloo group that lost a
+peer cannot be used again, and the daemon forms a new world with new engine processes.
 """
 
 from __future__ import annotations
@@ -18,16 +19,20 @@ import fcntl
 import os
 import socket
 import struct
+import threading
+import time
 import traceback
 from multiprocessing.connection import Connection
-from typing import Any
+from typing import Any, NoReturn
 
 import numpy as np
 
 from simnpu.server import reduce
 from simnpu.server.engine import (
     MATCH_BYTES,
+    TRANSFER_TAGS,
     EngineSetup,
+    Exchange,
     Finish,
     Formed,
     Gather,
@@ -35,29 +40,61 @@ from simnpu.server.engine import (
     Mismatch,
     Range,
     Reduce,
-    Send,
     Step,
     StepDone,
     StepFailed,
     StoreListening,
+    Transfer,
 )
 from simnpu.server.workers import end_with_daemon
 from simnpu.shm.region import Region
 
 
-class _Exchange:
-    """This host's end of a formed Gloo world over a mapped segment."""
+class _StepError(Exception):
+    """A step failed; `silent`: the peers whose part had not come by the world's timeout."""
 
-    def __init__(self, setup: EngineSetup, memory: Any):
-        import torch
+    def __init__(self, message: str, silent: tuple[int, ...] = ()):
+        super().__init__(message)
+        self.silent = silent
+
+
+class _Reports:
+    """The pipe to the daemon, shared by the steps' thread and the transfers' threads."""
+
+    def __init__(self, conn: Connection):
+        self._conn = conn
+        self._lock = threading.Lock()
+
+    def send(self, report: object) -> None:
+        with self._lock:
+            self._conn.send(report)
+
+    def last(self, report: object) -> NoReturn:
+        """Send `report` and end the process at once (from any thread): its Gloo group is
+        of no more use."""
+        try:
+            self.send(report)
+        except OSError:
+            pass
+        os._exit(1)
+
+
+class _Gloo:
+    """This host's end of a formed Gloo world, over the daemon's mapped device segments."""
+
+    def __init__(self, setup: EngineSetup, region: Region, reports: _Reports):
         import torch.distributed as dist
 
         self._dist = dist
         self._host = setup.host
         self._hosts = setup.hosts
-        self._timeout = datetime.timedelta(seconds=setup.timeout_s)
-        self._bytes = torch.from_numpy(np.frombuffer(memory, np.uint8))
+        self._timeout_s = setup.timeout_s
+        self._reports = reports
+        self._regions = {setup.segment: region}
+        self._segments = {setup.segment: _bytes_of(region)}
+        self._bytes = self._segments[setup.segment]
         self._scratch: dict[tuple[int, int], Any] = {}  # (range index, peer) -> its buffer
+        self._transfers: list[threading.Thread] = []
 
     def _receive_buffer(self, index: int, peer: int, nbytes: int) -> Any:
         """A buffer kept from step to step: a new one would fault in its pages each time."""
@@ -69,49 +106,65 @@ class _Exchange:
         return buffer[:nbytes]
 
     def run(self, step: Step) -> tuple[bytes, ...] | None:
-        """Run `step`; for a Match, every host's call if they differ."""
+        """Run `step` (a Transfer: start it); for a Match, every host's call if they differ."""
         if isinstance(step, Match):
             return self._match(step)
         if isinstance(step, Reduce):
             self._reduce(step)
         elif isinstance(step, Gather):
-            self._gather(step)
+            mine = step.owners[self._host]
+            sends = [(p, span) for p in self._peers() for span in mine]
+            recvs = [(p, span) for p in self._peers() for span in step.owners[p]]
+            self._exchange(step.block, sends, recvs)
+        elif isinstance(step, Exchange):
+            self._exchange(step.block, step.sends, step.recvs)
         else:
-            move = self._dist.isend if isinstance(step, Send) else self._dist.irecv
-            self._wait([move(self._span(step.block, step.span), step.peer, tag=step.tag)])
+            self._start_transfer(step)
         return None
 
-    def _match(self, step: Match) -> tuple[bytes, ...] | None:
-        import torch
+    def finish(self) -> None:
+        """Wait for the transfers in flight (Finish)."""
+        for thread in self._transfers:
+            thread.join()
 
-        mine = torch.zeros(MATCH_BYTES, dtype=torch.uint8)
-        call = step.call[:MATCH_BYTES]
-        mine[: len(call)] = torch.frombuffer(bytearray(call), dtype=torch.uint8)
-        theirs = {h: torch.empty(MATCH_BYTES, dtype=torch.uint8) for h in range(self._hosts)}
-        theirs[self._host] = mine
+    def _peers(self) -> list[int]:
+        return [peer for peer in range(self._hosts) if peer != self._host]
+
+    def _match(self, step: Match) -> tuple[bytes, ...] | None:
+        mine = _header(step.call)
+        theirs = {h: _header(b"") for h in self._peers()}
         works = []
-        for peer in range(self._hosts):
-            if peer != self._host:
-                works.append(self._dist.isend(mine, peer, tag=0))
-                works.append(self._dist.irecv(theirs[peer], peer, tag=0))
+        for peer in self._peers():
+            works.append((peer, self._dist.isend(mine, peer, tag=0)))
+            works.append((peer, self._dist.irecv(theirs[peer], peer, tag=0)))
         self._wait(works)
-        calls = tuple(bytes(theirs[h].numpy()).rstrip(b"\0") for h in range(self._hosts))
+        theirs[self._host] = mine
+        calls = tuple(_unpad(theirs[h]) for h in range(self._hosts))
         return None if len(set(calls)) == 1 else calls
 
     def _span(self, block: int, span: Range) -> Any:
         return self._bytes[block + span[0] : block + span[1]]
 
     def _wait(self, works: list) -> None:
-        for work in works:
-            work.wait(self._timeout)
+        """Wait for (peer, work) pairs: a failure names the peers of works not done when
+        the world's timeout ran out."""
+        started = time.monotonic()
+        for _, work in works:
+            try:
+                work.wait(datetime.timedelta(seconds=self._timeout_s))
+            except Exception as exc:  # noqa: BLE001 - Gloo's RuntimeError, named below
+                silent: tuple[int, ...] = ()
+                if time.monotonic() - started >= self._timeout_s:
+                    silent = tuple(sorted({peer for peer, w in works if not w.is_completed()}))
+                raise _StepError(str(exc), silent) from exc
 
     def _reduce(self, step: Reduce) -> None:
         dist, me = self._dist, self._host
-        works = []
+        works: list = []
         for peer, ranges in enumerate(step.owners):  # what each other host reduces
             if peer != me:
                 for tag, span in enumerate(ranges):
-                    works.append(dist.isend(self._span(step.block, span), peer, tag=tag))
+                    works.append((peer, dist.isend(self._span(step.block, span), peer, tag=tag)))
         mine = step.owners[me]
         received: list[list[Any]] = []  # received[i][h]: host h's data for my range i
         for tag, span in enumerate(mine):
@@ -121,7 +174,7 @@ class _Exchange:
                     per_host.append(None)
                     continue
                 buffer = self._receive_buffer(tag, peer, span[1] - span[0])
-                works.append(dist.irecv(buffer, peer, tag=tag))
+                works.append((peer, dist.irecv(buffer, peer, tag=tag)))
                 per_host.append(buffer)
             received.append(per_host)
         self._wait(works)
@@ -136,20 +189,94 @@ class _Exchange:
                 for part in parts[2:]:
                     ufunc(out, part, out=out)
 
-    def _gather(self, step: Gather) -> None:
-        dist, me = self._dist, self._host
-        works = []
-        for peer in range(self._hosts):
-            if peer == me:
-                continue
-            for tag, span in enumerate(step.owners[me]):
-                works.append(dist.isend(self._span(step.block, span), peer, tag=tag))
-            for tag, span in enumerate(step.owners[peer]):
-                works.append(dist.irecv(self._span(step.block, span), peer, tag=tag))
+    def _exchange(self, block: int, sends, recvs) -> None:
+        """Post every send and receive of a step at once; each peer's ranges are tagged in
+        order, the same order its own step names them in."""
+        dist, works, tags = self._dist, [], {}
+        for peer, span in sends:
+            tag = tags[peer, "send"] = tags.get((peer, "send"), -1) + 1
+            works.append((peer, dist.isend(self._span(block, span), peer, tag=tag)))
+        for peer, span in recvs:
+            tag = tags[peer, "recv"] = tags.get((peer, "recv"), -1) + 1
+            works.append((peer, dist.irecv(self._span(block, span), peer, tag=tag)))
         self._wait(works)
 
+    # ---- transfers: beside the steps ------------------------------------------------------------
+    def _segment(self, name: str) -> Any:
+        data = self._segments.get(name)
+        if data is None:  # another device of this host
+            region = self._regions[name] = Region.attach(name, device=True)
+            data = self._segments[name] = _bytes_of(region)
+        return data
 
-def _form(setup: EngineSetup, conn: Connection) -> None:
+    def _start_transfer(self, step: Transfer) -> None:
+        """Post a Transfer's header (and, sending, its data); a thread waits for the rest."""
+        dist, peer = self._dist, step.peer
+        header_tag = TRANSFER_TAGS + 2 * step.tag
+        data = self._segment(step.segment)[step.span[0] : step.span[1]]
+        header = _header(step.match + b"\0" + step.call)
+        if step.sending:
+            works = [
+                (peer, dist.isend(header, peer, tag=header_tag)),
+                (peer, dist.isend(data, peer, tag=header_tag + 1)),
+            ]
+            thread = threading.Thread(target=self._sent, args=(step, works), daemon=True)
+        else:
+            theirs = _header(b"")
+            work = dist.irecv(theirs, peer, tag=header_tag)
+            thread = threading.Thread(
+                target=self._receive, args=(step, header, theirs, work, data), daemon=True
+            )
+        self._transfers.append(thread)
+        thread.start()
+
+    def _sent(self, step: Transfer, works: list) -> None:
+        self._transfer_done(step, lambda: self._wait(works))
+
+    def _receive(self, step: Transfer, header: Any, theirs: Any, work: Any, data: Any) -> None:
+        def finish() -> None:
+            self._wait([(step.peer, work)])
+            mine_match, _, mine_call = _unpad(header).partition(b"\0")
+            their_match, _, their_call = _unpad(theirs).partition(b"\0")
+            if their_match != mine_match:
+                calls = [b""] * self._hosts
+                calls[self._host], calls[step.peer] = mine_call, their_call
+                self._reports.last(Mismatch(step.seq, tuple(calls)))
+            tag = TRANSFER_TAGS + 2 * step.tag + 1
+            self._wait([(step.peer, self._dist.irecv(data, step.peer, tag=tag))])
+
+        self._transfer_done(step, finish)
+
+    def _transfer_done(self, step: Transfer, wait: Any) -> None:
+        try:
+            wait()
+        except _StepError as error:
+            self._reports.last(StepFailed(step.seq, str(error), error.silent))
+        self._reports.send(StepDone(step.seq))
+
+
+def _bytes_of(region: Region) -> Any:
+    import torch
+
+    return torch.from_numpy(np.frombuffer(region.map, np.uint8))
+
+
+def _header(content: bytes) -> Any:
+    """MATCH_BYTES of `content`, zero-padded, as a tensor to send or receive into."""
+    import torch
+
+    header = torch.zeros(MATCH_BYTES, dtype=torch.uint8)
+    content = content[:MATCH_BYTES]
+    if content:
+        header[: len(content)] = torch.frombuffer(bytearray(content), dtype=torch.uint8)
+    return header
+
+
+def _unpad(header: Any) -> bytes:
+    return bytes(header.numpy()).rstrip(b"\0")
+
+
+def _form(setup: EngineSetup, reports: _Reports) -> None:
     """Join the world (blocks until every host's engine has, or the timeout)."""
     import torch.distributed as dist
 
@@ -164,7 +291,7 @@ def _form(setup: EngineSetup, conn: Connection) -> None:
         wait_for_workers=False,
     )
     if serve:
-        conn.send(StoreListening(store.port))
+        reports.send(StoreListening(store.port))
     if setup.bind_host and not os.environ.get("GLOO_SOCKET_IFNAME"):
         # Gloo listens on the interface of the daemon's advertised address, not where this
         # host's name resolves (often 127.0.1.1); GLOO_SOCKET_IFNAME, if set, decides
@@ -201,33 +328,34 @@ def interface_of(host: str) -> str | None:
 
 def main(conn: Connection, setup: EngineSetup) -> None:
     """Entry point of a spawned engine process: form the world, then run steps until the
-    pipe closes or a step fails."""
+    pipe closes, a Finish, or a step fails."""
     end_with_daemon()
+    reports = _Reports(conn)
     seq = -1
     try:
         try:
             region = Region.attach(setup.segment, device=True)
         except Exception as exc:  # noqa: BLE001 - named, then reported like any failure
             raise RuntimeError(f"cannot map device segment {setup.segment}: {exc}") from exc
-        _form(setup, conn)
-        conn.send(Formed())
-        exchange = _Exchange(setup, region.map)
+        _form(setup, reports)
+        reports.send(Formed())
+        gloo = _Gloo(setup, region, reports)
         while True:
             try:
                 step = conn.recv()
             except EOFError:
                 return
             if isinstance(step, Finish):
+                gloo.finish()
                 return
             seq = step.seq
-            differ = exchange.run(step)
+            differ = gloo.run(step)
             if differ is not None:  # the world breaks: the steps after it cannot match
-                conn.send(Mismatch(seq, differ))
-                return
-            conn.send(StepDone(seq))
+                reports.last(Mismatch(seq, differ))
+            if not isinstance(step, Transfer):
+                reports.send(StepDone(seq))
+    except _StepError as error:
+        reports.last(StepFailed(seq, str(error), error.silent))
     except Exception as exc:  # noqa: BLE001 - reported to the daemon, then the process ends
         message = "".join(traceback.format_exception_only(type(exc), exc)).strip()
-        try:
-            conn.send(StepFailed(seq, message))
-        except OSError:
-            pass
+        reports.last(StepFailed(seq, message))

@@ -21,17 +21,18 @@ from simnpu.server.engine import (  # noqa: E402
     Engine,
     EngineLost,
     EngineSetup,
+    Exchange,
     Formed,
     Gather,
     Match,
     Mismatch,
-    Recv,
     Reduce,
     Report,
-    Send,
     StepDone,
     StepFailed,
     StoreListening,
+    Transfer,
+    transfer_tag,
 )
 from simnpu.shm.region import Region, segment_name  # noqa: E402
 
@@ -187,26 +188,73 @@ def test_a_gather_owned_by_one_host_broadcasts_and_uneven_ranges_gather(three):
         assert (got[:10] == 100).all() and (got[10:] == 102).all()
 
 
-def test_send_and_recv_move_ranges_between_two_hosts_in_order(three):
-    sender, receiver = three[0].bytes(), three[2].bytes()
-    sender[BLOCK : BLOCK + 1000] = 11
-    sender[BLOCK + 1000 : BLOCK + 2000] = 22
-    receiver[BLOCK : BLOCK + 2000] = 0
-    steps = [
-        [Send(8, BLOCK, (1000, 2000), 2, tag=5), Send(9, BLOCK, (0, 1000), 2, tag=6)],
-        [],
-        [Recv(8, BLOCK, (0, 1000), 0, tag=5), Recv(9, BLOCK, (1000, 2000), 0, tag=6)],
-    ]
+def test_an_exchange_moves_the_ranges_each_host_names_for_itself(three):
+    """alltoall's exchange: host h sends peer p 100 * (p + 1) bytes of value 10 h + p, from
+    its own place, into the receiver's place for h (each host lays out its block itself)."""
+    sizes = [100 * (p + 1) for p in range(3)]
+    for h, host in enumerate(three):
+        data = host.bytes()
+        for p in range(3):
+            data[BLOCK + 1000 * p : BLOCK + 1000 * p + sizes[p]] = 10 * h + p
+        data[BLOCK + 10_000 : BLOCK + 20_000] = 0
+    steps = []
+    for h in range(3):
+        peers = [p for p in range(3) if p != h]
+        sends = tuple((p, (1000 * p, 1000 * p + sizes[p])) for p in peers)
+        recvs = tuple((p, (10_000 + 1000 * p, 10_000 + 1000 * p + sizes[h])) for p in peers)
+        steps.append([Exchange(10, BLOCK, sends, recvs)])
     run(three, steps)
-    assert (receiver[BLOCK : BLOCK + 1000] == 22).all()
-    assert (receiver[BLOCK + 1000 : BLOCK + 2000] == 11).all()
-    del sender, receiver
+    for h, host in enumerate(three):
+        data = host.bytes()
+        for p in range(3):
+            got = data[BLOCK + 10_000 + 1000 * p : BLOCK + 10_000 + 1000 * p + sizes[h] + 1]
+            if p == h:
+                assert not got.any()
+            else:
+                assert (got[:-1] == 10 * p + h).all() and got[-1] == 0, (h, p)
+    del data
+
+
+def transfer(seq, host, span, peer, source, destination, index, sending, count=None):
+    """Rank `source`'s index-th send to rank `destination` (of 8), on either side."""
+    tag = transfer_tag(source, destination, index, 8)
+    match = f"{count if count is not None else span[1] - span[0]} uint8".encode()
+    call = f"{'send' if sending else 'recv'} #{index}".encode()
+    return Transfer(seq, host.region.name, span, peer, tag, sending, match, call)
+
+
+def test_transfers_run_beside_each_other_in_any_order(three):
+    """Two sends from host 0 to host 2; host 2 posts the second first, and a Gather runs
+    between them: they still pair by tag, and each reports on its own."""
+    sender, receiver = three[0], three[2]
+    a, b = (BLOCK, BLOCK + 1000), (BLOCK + 1000, BLOCK + 3000)
+    sender.bytes()[a[0] : a[1]] = 11
+    sender.bytes()[b[0] : b[1]] = 22
+    receiver.bytes()[BLOCK : BLOCK + 4000] = 0
+    into_a, into_b = (BLOCK + 2000, BLOCK + 4000), (BLOCK, BLOCK + 1000)
+    receiver.engine.submit(transfer(21, receiver, into_a, 0, 0, 5, 1, sending=False))
+    receiver.engine.submit(transfer(22, receiver, into_b, 0, 0, 5, 0, sending=False))
+    sender.engine.submit(transfer(21, sender, a, 2, 0, 5, 0, sending=True))
+    sender.engine.submit(transfer(22, sender, b, 2, 0, 5, 1, sending=True))
+    owners = tuple(((h, h + 1),) for h in range(3))
+    for host in three:
+        host.engine.submit(Gather(23, BLOCK + 8000, owners))
+    assert three[1].next_report() == StepDone(23)
+    for host in (sender, receiver):
+        reports = {host.next_report() for _ in range(3)}
+        assert reports == {StepDone(21), StepDone(22), StepDone(23)}
+    got = receiver.bytes()
+    assert (got[BLOCK : BLOCK + 1000] == 11).all() and (
+        got[BLOCK + 2000 : BLOCK + 4000] == 22
+    ).all()
+    del got
 
 
 def test_a_killed_peer_fails_the_waiting_step_and_a_new_world_forms_after():
     world = form(2)
     try:
-        world[0].engine.submit(Recv(1, BLOCK, (0, 1 << 20), 1, tag=0))
+        span = (BLOCK, BLOCK + (1 << 20))
+        world[0].engine.submit(transfer(1, world[0], span, 1, 1, 0, 0, sending=False))
         pid = world[1].engine.pid
         assert pid is not None
         os.kill(pid, signal.SIGKILL)
@@ -235,13 +283,15 @@ def test_a_killed_peer_fails_the_waiting_step_and_a_new_world_forms_after():
         finish(world)
 
 
-def test_a_step_no_peer_answers_fails_after_the_worlds_timeout():
+def test_a_step_a_peer_never_answers_fails_after_the_worlds_timeout_naming_it():
     world = form(2, timeout_s=2.0)
     try:
-        world[0].engine.submit(Recv(1, BLOCK, (0, 100), 1, tag=0))  # host 1 never sends
+        run(world, [[Match(1, b"barrier()")] for _ in world])
+        world[0].engine.submit(Match(2, b"barrier()"))  # host 1 never comes
         failed = world[0].next_report()
-        assert isinstance(failed, StepFailed) and failed.seq == 1
+        assert isinstance(failed, StepFailed) and failed.seq == 2, failed
         assert "timed out" in failed.message.lower() or "timeout" in failed.message.lower()
+        assert failed.silent == (1,)
         assert isinstance(world[0].next_report(), EngineLost)
     finally:
         finish(world)
@@ -275,6 +325,19 @@ def test_match_compares_every_hosts_call_and_a_mismatch_ends_the_engine():
         for host in world:
             assert host.next_report() == Mismatch(2, calls)
             assert isinstance(host.next_report(), EngineLost)
+    finally:
+        finish(world)
+
+
+def test_a_transfer_whose_sides_differ_is_a_mismatch_at_the_receiver():
+    world = form(2)
+    try:
+        sender, receiver = world
+        span = (BLOCK, BLOCK + 64)
+        sender.engine.submit(transfer(1, sender, span, 1, 0, 1, 0, sending=True, count=16))
+        receiver.engine.submit(transfer(1, receiver, span, 0, 0, 1, 0, sending=False, count=8))
+        assert receiver.next_report() == Mismatch(1, (b"send #0", b"recv #0"))
+        assert isinstance(receiver.next_report(), EngineLost)
     finally:
         finish(world)
 

@@ -22,6 +22,7 @@ import struct
 import threading
 import time
 import traceback
+from collections.abc import Sequence
 from multiprocessing.connection import Connection
 from typing import Any, NoReturn
 
@@ -189,10 +190,11 @@ class _Gloo:
                 for part in parts[2:]:
                     ufunc(out, part, out=out)
 
-    def _exchange(self, block: int, sends, recvs) -> None:
+    def _exchange(self, block: int, sends: Sequence, recvs: Sequence) -> None:
         """Post every send and receive of a step at once; each peer's ranges are tagged in
         order, the same order its own step names them in."""
-        dist, works, tags = self._dist, [], {}
+        dist, works = self._dist, []
+        tags: dict[tuple[int, str], int] = {}
         for peer, span in sends:
             tag = tags[peer, "send"] = tags.get((peer, "send"), -1) + 1
             works.append((peer, dist.isend(self._span(block, span), peer, tag=tag)))

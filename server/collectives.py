@@ -154,12 +154,6 @@ class Job:
         scheduler.collectives.work_done(self)
 
 
-def _op_title(comm: Communicator, key: tuple) -> str:
-    if key[0] == "c":
-        return f"collective #{key[1]} on communicator {comm.id}"
-    return f"send/recv #{key[3]} from rank {key[1]} to rank {key[2]} on communicator {comm.id}"
-
-
 class Collectives:
     """The collectives of every communicator of the daemon. Owned by the scheduler."""
 
@@ -201,7 +195,7 @@ class Collectives:
             self._finish(
                 task,
                 comm.broken[0],
-                f"{call.describe()} ({_op_title(comm, key)}): {comm.broken[1]}",
+                f"{call.describe()} ({comm.title(key)}): {comm.broken[1]}",
             )
             return
         failed = comm.failed.get(key)
@@ -235,7 +229,7 @@ class Collectives:
                 comm,
                 op,
                 REMOTE,
-                f"{_op_title(comm, key)} cannot run: "
+                f"{comm.title(key)} cannot run: "
                 + "; ".join(
                     f"{comm.members[r].describe()} destroyed the communicator before submitting it"
                     for r in gone
@@ -262,7 +256,7 @@ class Collectives:
         missing = [r for r in op.ranks if r not in calls]
         later = f"; {rank_list(missing)} had not reached it yet" if missing else ""
         self._fail_op(
-            comm, op, MISMATCH, f"HCCL mismatch at {_op_title(comm, op.key)}: {called}{later}"
+            comm, op, MISMATCH, f"HCCL mismatch at {comm.title(op.key)}: {called}{later}"
         )
         return False
 
@@ -306,6 +300,9 @@ class Collectives:
         tasks = [op.arrivals[rank] for rank in op.ranks]
         if comm.world is not None and op.key[0] == "c":  # three phases (server/worlds.py)
             comm.world.run(op, tasks)
+            return
+        if comm.world is not None and len(tasks) == 1:  # a send/recv with another host
+            comm.world.transfer(op, tasks[0])
             return
         calls = [task.call for task in tasks]
         call = calls[0]
@@ -363,7 +360,7 @@ class Collectives:
                 self._finish(task)
             else:
                 self._finish(
-                    task, outcome, f"{task.call.describe()} ({_op_title(comm, op.key)}): {failure}"
+                    task, outcome, f"{task.call.describe()} ({comm.title(op.key)}): {failure}"
                 )
 
     def break_communicator(self, comm: Communicator, message: str) -> None:
@@ -375,7 +372,7 @@ class Collectives:
             self._op_done(comm, op)
             for task in list(op.arrivals.values()):
                 self._finish(
-                    task, REMOTE, f"{task.call.describe()} ({_op_title(comm, op.key)}): {message}"
+                    task, REMOTE, f"{task.call.describe()} ({comm.title(op.key)}): {message}"
                 )
         comm.failed.clear()
 
@@ -416,7 +413,7 @@ class Collectives:
                 self._finish(
                     task,
                     (failure.code, ht.HCCL_E_INTERNAL),
-                    f"{job.call.describe()} ({_op_title(job.comm, job.op.key)}) failed: "
+                    f"{job.call.describe()} ({job.comm.title(job.op.key)}) failed: "
                     f"{failure.message}",
                     end_ns=job.timestamp,
                 )
@@ -462,10 +459,10 @@ class Collectives:
             if elsewhere:
                 key, what = elsewhere[0]
                 notes.append(
-                    f"{member.describe()} is waiting at {what.describe()} ({_op_title(comm, key)})"
+                    f"{member.describe()} is waiting at {what.describe()} ({comm.title(key)})"
                 )
         message = (
-            f"HCCL_E_TIMEOUT: {call.describe()} ({_op_title(comm, op.key)}) waited "
+            f"HCCL_E_TIMEOUT: {call.describe()} ({comm.title(op.key)}) waited "
             f"{comm.exec_timeout_s:g} s (HCCL_EXEC_TIMEOUT of the root info's process): "
             f"{rank_list(missing)} never arrived; {rank_list(op.arrivals)} were waiting"
         )
@@ -494,7 +491,7 @@ class Collectives:
                     comm,
                     op,
                     REMOTE,
-                    f"{_op_title(comm, op.key)} cannot run: "
+                    f"{comm.title(op.key)} cannot run: "
                     f"{member.describe()} destroyed the communicator before "
                     "submitting it",
                 )
@@ -515,7 +512,7 @@ class Collectives:
             comm,
             op,
             REMOTE,
-            f"{_op_title(comm, key)} cannot run: {member.describe()} {why} its "
+            f"{comm.title(key)} cannot run: {member.describe()} {why} its "
             f"{task.call.describe()} while it waited for the other ranks",
         )
         failed = comm.failed.get(key)
@@ -535,7 +532,7 @@ class Collectives:
         if comm is None or comm.broken is not None or key is None:
             return
         message = (
-            f"{_op_title(comm, key)} cannot run: {member.describe()} dropped its {call.describe()} "
+            f"{comm.title(key)} cannot run: {member.describe()} dropped its {call.describe()} "
             "before it ran (its stream was destroyed or stopped on an earlier failure, or its "
             "replay was aborted)"
         )

@@ -144,12 +144,19 @@ class Communicator:
 
     def ranks_of(self, key: tuple) -> tuple:
         """The ranks that take part in `key` on this daemon: a collective's local ranks, a
-        send/recv's pair."""
+        send/recv's pair (its local rank, when the other is on another host)."""
         if key[0] == "p":
-            return (key[1], key[2])
+            pair = (key[1], key[2])
+            return tuple(r for r in pair if not isinstance(self.members[r], RemoteRank))
         if self.world is None:
             return tuple(range(self.n_ranks))
         return tuple(m.rank for m in self.local_members())
+
+    def title(self, key: tuple) -> str:
+        """How messages name the collective or send/recv `key` of this communicator."""
+        if key[0] == "c":
+            return f"collective #{key[1]} on communicator {self.id}"
+        return f"send/recv #{key[3]} from rank {key[1]} to rank {key[2]} on communicator {self.id}"
 
 
 def member_of(session, handle: int) -> Member:

@@ -3,8 +3,9 @@
 The only module of simnpu that imports torch (the `multihost` extra), for Gloo. The
 process maps the daemon's device segment, forms the world with the other hosts' engine
 processes through a TCPStore that the first host's engine serves, then runs the steps
-its daemon hands it (server/engine.py), one at a time, reporting each; a Transfer's
-wait runs on a thread of its own, beside the steps. Data moves as bytes, straight
+its daemon hands it (server/engine.py), one at a time on a thread of their own,
+reporting each. A Transfer starts as it comes, even while a step waits for its peers,
+and is waited for on a thread of its own. Data moves as bytes, straight
 between the mapped segments and the sockets; reductions are numpy's, in host order, so
 that every host computes each element the same way.
 
@@ -17,6 +18,7 @@ from __future__ import annotations
 import datetime
 import fcntl
 import os
+import queue
 import socket
 import struct
 import threading
@@ -106,8 +108,23 @@ class _Gloo:
             buffer = self._scratch[index, peer] = torch.empty(nbytes, dtype=torch.uint8)
         return buffer[:nbytes]
 
-    def run(self, step: Step) -> tuple[bytes, ...] | None:
-        """Run `step` (a Transfer: start it); for a Match, every host's call if they differ."""
+    def run_steps(self, steps: queue.SimpleQueue) -> None:
+        """The steps' thread: run the steps in order until None, reporting each."""
+        seq = -1
+        try:
+            while (step := steps.get()) is not None:
+                seq = step.seq
+                differ = self._run(step)
+                if differ is not None:  # the world breaks: the steps after it cannot match
+                    self._reports.last(Mismatch(seq, differ))
+                self._reports.send(StepDone(seq))
+        except _StepError as error:
+            self._reports.last(StepFailed(seq, str(error), error.silent))
+        except Exception as exc:  # noqa: BLE001 - reported to the daemon, then the process ends
+            self._reports.last(StepFailed(seq, _describe(exc)))
+
+    def _run(self, step: Step) -> tuple[bytes, ...] | None:
+        """Run `step`; for a Match, every host's call if they differ."""
         if isinstance(step, Match):
             return self._match(step)
         if isinstance(step, Reduce):
@@ -119,12 +136,9 @@ class _Gloo:
             self._exchange(step.block, sends, recvs)
         elif isinstance(step, Exchange):
             self._exchange(step.block, step.sends, step.recvs)
-        else:
-            self._start_transfer(step)
         return None
 
-    def finish(self) -> None:
-        """Wait for the transfers in flight (Finish)."""
+    def wait_for_transfers(self) -> None:
         for thread in self._transfers:
             thread.join()
 
@@ -211,7 +225,7 @@ class _Gloo:
             data = self._segments[name] = _bytes_of(region)
         return data
 
-    def _start_transfer(self, step: Transfer) -> None:
+    def start_transfer(self, step: Transfer) -> None:
         """Post a Transfer's header (and, sending, its data); a thread waits for the rest."""
         dist, peer = self._dist, step.peer
         header_tag = TRANSFER_TAGS + 2 * step.tag
@@ -342,22 +356,27 @@ def main(conn: Connection, setup: EngineSetup) -> None:
         _form(setup, reports)
         reports.send(Formed())
         gloo = _Gloo(setup, region, reports)
-        while True:
+        steps: queue.SimpleQueue = queue.SimpleQueue()
+        runner = threading.Thread(target=gloo.run_steps, args=(steps,), daemon=True)
+        runner.start()
+        while True:  # a Transfer starts at once, even while a step waits for its peers
             try:
                 step = conn.recv()
             except EOFError:
                 return
             if isinstance(step, Finish):
-                gloo.finish()
+                steps.put(None)
+                runner.join()
+                gloo.wait_for_transfers()
                 return
             seq = step.seq
-            differ = gloo.run(step)
-            if differ is not None:  # the world breaks: the steps after it cannot match
-                reports.last(Mismatch(seq, differ))
-            if not isinstance(step, Transfer):
-                reports.send(StepDone(seq))
-    except _StepError as error:
-        reports.last(StepFailed(seq, str(error), error.silent))
+            if isinstance(step, Transfer):
+                gloo.start_transfer(step)
+            else:
+                steps.put(step)
     except Exception as exc:  # noqa: BLE001 - reported to the daemon, then the process ends
-        message = "".join(traceback.format_exception_only(type(exc), exc)).strip()
-        reports.last(StepFailed(seq, message))
+        reports.last(StepFailed(seq, _describe(exc)))
+
+
+def _describe(exc: BaseException) -> str:
+    return "".join(traceback.format_exception_only(type(exc), exc)).strip()

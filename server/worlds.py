@@ -43,6 +43,7 @@ from simnpu.server.engine import (
     Engine,
     EngineLost,
     EngineSetup,
+    Exchange,
     Formed,
     Gather,
     Match,
@@ -53,15 +54,17 @@ from simnpu.server.engine import (
     StepDone,
     StepFailed,
     StoreListening,
+    Transfer,
+    transfer_tag,
 )
 from simnpu.server.objects import Failure, Waiter
-from simnpu.server.outcomes import MISMATCH, REMOTE
+from simnpu.server.outcomes import MISMATCH, REMOTE, TIMEOUT
 from simnpu.server.peer_links import Incoming, Link, Outgoing
 from simnpu.server.work import Span
 from simnpu.shm.addresses import split_device_address
 
 if TYPE_CHECKING:
-    from simnpu.server.collectives import Call, Collectives
+    from simnpu.server.collectives import Call, Collectives, Op
     from simnpu.server.communicators import Communicator, Member
     from simnpu.server.tasks import CollectiveTask
 
@@ -72,15 +75,6 @@ log = logging.getLogger("simnpu.worlds")
 ENGINE_FORM_TIMEOUT_S = ht.DEFAULT_CONNECT_TIMEOUT_S
 # how long a failed engine waits for a lost host's Peer stream to end (its keepalive timeout)
 LINK_GRACE_S = 3.0
-# kinds a world across hosts runs (scatter, alltoall and send/recv between hosts: not yet)
-SUPPORTED = (
-    ht.HCCL_CMD_ALLREDUCE,
-    ht.HCCL_CMD_ALLGATHER,
-    ht.HCCL_CMD_REDUCE_SCATTER,
-    ht.HCCL_CMD_BROADCAST,
-    ht.HCCL_CMD_REDUCE,
-    ht.HCCL_CMD_BARRIER,
-)
 
 
 class WorldError(Exception):
@@ -204,7 +198,82 @@ def _phases(world: World, call: Call, calls: dict[int, Call], block: Span, seq) 
             [Reduce(next(seq), offset, dtype, op, whole)],
             after,
         )
+    if kind == ht.HCCL_CMD_SCATTER:
+        source = calls[root].send if root in calls else None
+        return _scatter(world, mine, source, root_host, recvs, block, count, itemsize, seq)
+    if kind == ht.HCCL_CMD_ALLTOALL:
+        return _alltoall(world, mine, sends, recvs, block, count, itemsize, seq)
     raise ValueError(f"collective {kind} does not run across hosts")
+
+
+def _scatter(
+    world: World,
+    mine: list,
+    source: Span | None,
+    root_host: int,
+    recvs: list,
+    block: Span,
+    count: int,
+    itemsize: int,
+    seq,
+) -> Phases:
+    """scatter, laid out by global rank in the block: the root's host (`source`: the root's
+    send buffer) copies its own ranks' slices straight to them and the other hosts' ranks'
+    slices into the block, then sends each host its ranks' slices; that host copies them
+    out."""
+    size = count * itemsize
+    n = world.comm.n_ranks
+    if source is not None:
+        others = [(h, r) for h, (_, rs) in enumerate(world.hosts) if h != world.host for r in rs]
+        before = [((source.at(r * size),), (recvs[i],), count) for i, r in enumerate(mine)]
+        before += [((source.at(r * size),), (block.at(r * size),), count) for _, r in others]
+        sends = tuple((h, (r * size, (r + 1) * size)) for h, r in others)
+        return Phases(n * size, before, [Exchange(next(seq), block.offset, sends, ())], [])
+    receives = tuple((root_host, (r * size, (r + 1) * size)) for r in mine)
+    after = [((block.at(r * size),), (recvs[i],), count) for i, r in enumerate(mine)]
+    return Phases(n * size, [], [Exchange(next(seq), block.offset, (), receives)], after)
+
+
+def _alltoall(
+    world: World,
+    mine: list,
+    sends: list,
+    recvs: list,
+    block: Span,
+    count: int,
+    itemsize: int,
+    seq,
+) -> Phases:
+    """alltoall (rank i's slice j to rank j's slice i): slices between this host's ranks
+    are copied straight; for each other host g, the block holds what leaves for g ([local
+    rank i][g's rank j]) and what comes from g ([g's rank i][local rank j]), each in one
+    range, exchanged with g at once."""
+    size = count * itemsize
+    local = len(mine)
+    peers = [(g, ranks) for g, (_, ranks) in enumerate(world.hosts) if g != world.host]
+    before = [
+        ((sends[a].at(j * size),), (recvs[b].at(i * size),), count)
+        for a, i in enumerate(mine)
+        for b, j in enumerate(mine)
+    ]
+    after, out, into, at = [], [], [], 0
+    for g, ranks in peers:
+        for a in range(local):
+            for k, j in enumerate(ranks):
+                before.append(
+                    ((sends[a].at(j * size),), (block.at(at + (a * len(ranks) + k) * size),), count)
+                )
+        out.append((g, (at, at + local * len(ranks) * size)))
+        at += local * len(ranks) * size
+    for g, ranks in peers:
+        for k, i in enumerate(ranks):
+            for b in range(local):
+                after.append(
+                    ((block.at(at + (k * local + b) * size),), (recvs[b].at(i * size),), count)
+                )
+        into.append((g, (at, at + len(ranks) * local * size)))
+        at += len(ranks) * local * size
+    return Phases(at, before, [Exchange(next(seq), block.offset, tuple(out), tuple(into))], after)
 
 
 # ---- one world on this host -------------------------------------------------------------------
@@ -234,6 +303,8 @@ class World:
     left: str | None = None  # another host's ranks all destroyed the communicator
     engine_failure: str | None = None  # the engine failed; the world breaks soon
     engine_reaped: bool = False  # the world is over and its engine process has ended
+    transfers: dict = field(default_factory=dict)  # seq -> (op, tasks): sends/recvs in flight
+    transfers_failed: tuple | None = None  # (message, outcome) once the engine has stopped
 
     def host_of(self, rank: int) -> int:
         for index, (_, ranks) in enumerate(self.hosts):
@@ -283,19 +354,26 @@ class World:
         elif isinstance(report, Formed):
             log.info("world of communicator %d: engines formed", self.comm.id)
         elif isinstance(report, StepDone):
-            if report.seq == self.waiting_step:
+            if report.seq in self.transfers:
+                self._transfer_done(report.seq)
+            elif report.seq == self.waiting_step:
                 self._after()
-        elif isinstance(report, Mismatch) and self.current is not None:
-            op = self.current[0]
+        elif isinstance(report, Mismatch):  # a transfer's calls name their rank
+            joint = ": " if report.seq in self.transfers else " called "
             called = "; ".join(
-                f"{self.describe_host(address)} called {call.decode(errors='replace')}"
+                f"{self.describe_host(address)}{joint}{call.decode(errors='replace')}"
                 for (address, _), call in zip(self.hosts, report.calls)
+                if call
             )
-            self.worlds.break_world(
-                self,
-                f"HCCL mismatch between hosts at collective #{op.key[1]} on communicator "
-                f"{self.comm.id}: {called}",
-                MISMATCH,
+            title = self._title(report.seq)
+            message = f"HCCL mismatch between hosts at {title}: {called}"
+            self.worlds.break_world(self, message, MISMATCH)
+        elif isinstance(report, StepFailed) and report.silent:
+            silent = ", ".join(self.describe_host(self.hosts[h][0]) for h in report.silent)
+            self._engine_failed(
+                f"{self._title(report.seq)}: {silent} did not take part within "
+                f"HCCL_EXEC_TIMEOUT ({self.exec_timeout_s:g} s), seen from {self.here()}",
+                TIMEOUT,
             )
         elif isinstance(report, StepFailed):
             self._engine_failed(
@@ -306,7 +384,15 @@ class World:
                 f"the engine process of {self.here()} ended (exit code {report.exitcode})"
             )
 
-    def _engine_failed(self, message: str) -> None:
+    def _title(self, seq: int) -> str:
+        """How messages name what engine step `seq` is part of."""
+        if seq in self.transfers:
+            return self.comm.title(self.transfers[seq][0].key)
+        if self.current is not None:
+            return self.comm.title(self.current[0].key)
+        return f"communicator {self.comm.id}"
+
+    def _engine_failed(self, message: str, outcome: tuple = REMOTE) -> None:
         """The engine failed. A peer host that died or was cut off fails it too, and its
         Peer stream ends within LINK_GRACE_S: wait that long for the lost host's name, the
         better report, before breaking the world with the engine's message."""
@@ -315,7 +401,7 @@ class World:
         self.engine_failure = message
 
         def settle(timed_out: bool) -> None:
-            self.worlds.break_world(self, message)
+            self.worlds.break_world(self, message, outcome)
 
         scheduler = self.worlds.collectives.scheduler
         scheduler.watch(Waiter(lambda: False, settle, time.monotonic() + LINK_GRACE_S))
@@ -375,10 +461,41 @@ class World:
             return
         self.waiting_step = phases.steps[-1].seq
         for step in phases.steps:
-            if self.engine is None:  # its store's address has not come yet
-                self.unsent.append(step)
-            else:
-                self.engine.submit(step)
+            self._submit(step)
+
+    def _submit(self, step: Step) -> None:
+        if self.engine is None:  # its store's address has not come yet
+            self.unsent.append(step)
+        else:
+            self.engine.submit(step)
+
+    # ---- sends and receives between hosts, beside the collectives -----------------------------
+    def transfer(self, op: Op, task: CollectiveTask) -> None:
+        """A local rank's send to, or receive from, a rank on another host (the whole of
+        its send/recv key here): the engine moves it straight from or into its buffer."""
+        call, n = task.call, self.comm.n_ranks
+        _, source, destination, index = op.key
+        sending = call.kind == ht.HCCL_CMD_SEND
+        span, nbytes = (call.send, call.send_bytes) if sending else (call.recv, call.recv_bytes)
+        seq, self.step_seq = self.step_seq, self.step_seq + 1
+        self.transfers[seq] = (op, [task])
+        self._submit(
+            Transfer(
+                seq,
+                span.segment,
+                (span.offset, span.offset + nbytes),
+                self.host_of(call.root),
+                transfer_tag(source, destination, index, n),
+                sending,
+                f"{call.elements} {call.dtype}".encode(),
+                f"rank {task.member.rank} called {call.describe()}".encode(),
+            )
+        )
+
+    def _transfer_done(self, seq: int) -> None:
+        op, tasks = self.transfers.pop(seq)
+        self.worlds.collectives.finish_world_op(self.comm, op, tasks, None)
+        self.settle()
 
     def _after(self, failure: Failure | None = None) -> None:
         """The exchange is done: copy the result out."""
@@ -407,15 +524,21 @@ class World:
         if self.broken is not None:  # it broke while the AI cores ran this phase
             self._free_block_if_idle()
             return
+        if self.left is None:
+            self._next()
+        self.settle()
+
+    def busy(self) -> bool:
+        return self.current is not None or bool(self.queue) or bool(self.transfers)
+
+    def settle(self) -> None:
+        """Nothing runs here: the world is over if another host's ranks left, or every local
+        rank destroyed the communicator."""
+        if self.busy() or self.broken is not None:
+            return
         if self.left is not None:
             self.worlds.world_over(self)
-            return
-        self._next()
-        if (
-            self.current is None
-            and not self.queue
-            and all(m.state in ("destroyed", "gone") for m in self.comm.local_members())
-        ):
+        elif all(m.state in ("destroyed", "gone") for m in self.comm.local_members()):
             self.worlds.communicator_done(self.comm)
 
     def fail_queued(self, message: str, outcome: tuple) -> None:
@@ -428,6 +551,18 @@ class World:
             self.current = None
             self.waiting_step = -1
             held.append((op, tasks))
+        for op, tasks in held:
+            self.worlds.collectives.finish_world_op(self.comm, op, tasks, message, outcome)
+        self.transfers_failed = (message, outcome)
+        if self.engine is None:  # their steps never left this daemon
+            self._fail_transfers()
+
+    def _fail_transfers(self) -> None:
+        """The sends/recvs in flight fail, once no engine process can touch their buffers."""
+        if self.transfers_failed is None:
+            return
+        message, outcome = self.transfers_failed
+        held, self.transfers = list(self.transfers.values()), {}
         for op, tasks in held:
             self.worlds.collectives.finish_world_op(self.comm, op, tasks, message, outcome)
 
@@ -452,11 +587,15 @@ class World:
 
     def _engine_stopped(self) -> None:
         self.engine_reaped = True
+        self._fail_transfers()
         self._free_block_if_idle()
 
     def _free_block_if_idle(self) -> None:
         """Give the host block back, if the world is over and nothing writes it any more."""
         if self.broken is None or not self.engine_reaped or self.current is not None:
+            return
+        if self.worlds.stopped:  # the device's memory goes with the daemon
+            self.block_address = self.block_bytes = 0
             return
         if self.block_address:
             self.worlds.collectives.scheduler.devices[self.device].free(self.block_address)
@@ -487,6 +626,7 @@ class Worlds:
         self._comm_of: dict[Link, int] = {}  # a member link -> the comm id it joins
         self._tables: dict[Link, bytes] = {}  # a member link -> its rank table's key
         self.formed: dict[int, World] = {}  # local communicator id -> its world
+        self.stopped = False  # the daemon stops: device memory goes with it
 
     @property
     def communicators(self):
@@ -833,14 +973,13 @@ class Worlds:
         for op, tasks in held:
             self.collectives.finish_world_op(world.comm, op, tasks, message)
         self.collectives.break_communicator(world.comm, message)
-        if world.current is None:
-            self.world_over(world)
+        world.settle()
 
     def communicator_done(self, comm: Communicator) -> None:
         """Every local rank of a world's communicator destroyed it or ended, and it runs
         nothing: tell the other hosts; the world is over here."""
         world = self.formed.get(comm.id)
-        if world is None or world.broken is not None or world.current or world.queue:
+        if world is None or world.broken is not None or world.busy():
             return
         if world.left is None:
             message = f"every rank of {world.here()} destroyed communicator {comm.id}"
@@ -855,10 +994,11 @@ class Worlds:
         self.formed.pop(world.comm.id, None)
 
     def stop(self) -> None:
-        """The daemon stops: every world here ends."""
+        """The daemon stops: every world here ends (and worlds whose engines are still
+        ending leave their host blocks to go with the device memory)."""
+        self.stopped = True
         for world in list(self.formed.values()):
             world.broken = "the daemon stopped"
-            world.block_address = 0  # its device's memory goes with the daemon
             world.release(graceful=False)
         self.formed.clear()
         for joining in self._joining.values():
@@ -868,4 +1008,4 @@ class Worlds:
 
 def _outcome(result: int) -> tuple:
     """The (ACL code, HcclResult) that a relayed failure's HcclResult stands for."""
-    return MISMATCH if result == MISMATCH[1] else REMOTE
+    return {MISMATCH[1]: MISMATCH, TIMEOUT[1]: TIMEOUT}.get(result, REMOTE)

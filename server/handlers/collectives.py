@@ -17,7 +17,6 @@ from simnpu.server.handlers.registry import LATER, handles
 from simnpu.server.session import HandleKind
 from simnpu.server.tasks import CollectiveTask
 from simnpu.server.work import Span
-from simnpu.server.worlds import SUPPORTED, RemoteRank
 
 if TYPE_CHECKING:
     from simnpu.server.session import Session
@@ -202,14 +201,6 @@ def _buffer(session: Session, member: Member, address: int, nbytes: int, what: s
     return span
 
 
-def _runs_across_hosts(comm, record: commands.Collective) -> bool:
-    """What a communicator across hosts runs: the collectives of worlds.SUPPORTED, and
-    send/recv between two ranks of this host."""
-    if record.kind in ht.POINT_TO_POINT:
-        return not isinstance(comm.members[record.root], RemoteRank)
-    return record.kind in SUPPORTED
-
-
 @handles(commands.Collective)
 def collective(session: Session, record: commands.Collective) -> None:
     """One collective or send/recv of a rank (async): checked, then queued on its stream."""
@@ -242,13 +233,6 @@ def collective(session: Session, record: commands.Collective) -> None:
         raise invalid(f"rank {rank} cannot send to or receive from itself")
     if kind == ht.HCCL_CMD_ALLTOALL and (record.recv_count, record.recv_dtype) != (count, dtype):
         raise invalid("alltoall needs recv_count == send_count and recv_type == send_type")
-    comm = member.comm
-    if comm is not None and comm.world is not None and not _runs_across_hosts(comm, record):
-        raise NpuError(
-            codes.ACL_ERROR_RT_FEATURE_NOT_SUPPORT,
-            f"{ht.COLLECTIVE_NAMES[kind]} on a communicator across hosts is not supported by "
-            "the simulated NPU yet (docs/multihost.md)",
-        )
     send_bytes, recv_bytes = _buffer_bytes(
         kind, ht.ITEM_SIZES.get(dtype, 0) * count, n, rank == record.root
     )

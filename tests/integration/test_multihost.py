@@ -157,6 +157,26 @@ for name in ["float32", "bfloat16", "int32", "float64"]:
     comm.reduce(device(data(case, RANK, count, dt)), recv, "min", root, dtype=dt, stream=stream)
     if RANK == root:
         checks.append((recv, across_hosts("min", [data(case, r, count, dt) for r in range(N)])))
+    case += 1
+    root = (case + 2) % N
+    recv = empty(count, dt)
+    comm.scatter(device(data(case, RANK, count * N, dt)), recv, root, dtype=dt, stream=stream)
+    checks.append((recv, data(case, root, count * N, dt)[RANK * count:(RANK + 1) * count]))
+    case += 1
+    recv = empty(count * N, dt)
+    comm.alltoall(device(data(case, RANK, count * N, dt)), recv, dtype=dt, stream=stream)
+    pieces = [data(case, r, count * N, dt)[RANK * count:(RANK + 1) * count] for r in range(N)]
+    checks.append((recv, np.concatenate(pieces)))
+    case += 1  # a ring: even ranks send first, odd ranks receive first
+    recv = empty(count, dt)
+    after, before = (RANK + 1) % N, (RANK - 1) % N
+    sent = device(data(case, RANK, count, dt))
+    for turn in ([0, 1] if RANK % 2 == 0 else [1, 0]):
+        if turn == 0:
+            comm.send(sent, after, dtype=dt, stream=stream)
+        else:
+            comm.recv(recv, before, dtype=dt, stream=stream)
+    checks.append((recv, data(case, before, count, dt)))
     comm.barrier(stream)
 
 stream.synchronize()
@@ -345,13 +365,133 @@ def test_a_rank_that_never_joins_times_the_world_out_on_every_host(hosts, tmp_pa
         assert "rank 1 of 3 never joined" in values["message"], values
 
 
-NOT_ACROSS = """
+EVERY_TYPE_AND_OP = (
+    DATA
+    + """
 comm = Communicator(N, exchange_root_info(), RANK)
 stream = npu.Stream()
-x = npu.DeviceBuffer.from_array(np.arange(2 * N, dtype=np.float32))
+checks, keep = [], []
+case = 0
+for name in ["int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
+             "float16", "float32", "float64", "bfloat16"]:
+    dt = dtype_of(name)
+    for op in ["sum", "prod", "max", "min"]:
+        case += 1
+        keep.append(npu.DeviceBuffer.from_array(data(case, RANK, 257, dt)))
+        keep.append(npu.DeviceBuffer(257 * dt.itemsize))
+        comm.all_reduce(keep[-2], keep[-1], op, dtype=dt, stream=stream)
+        checks.append((keep[-1], across_hosts(op, [data(case, r, 257, dt) for r in range(N)])))
+stream.synchronize()
+for buffer, expected in checks:
+    got = buffer.to_numpy(expected.dtype)
+    assert got.tobytes() == expected.tobytes(), (expected.dtype, got[:8], expected[:8])
+report(checked=len(checks))
+comm.destroy()
+"""
+)
+
+
+def test_all_reduce_of_every_type_and_op_across_hosts(hosts, tmp_path):
+    results = run_world(hosts, [[0, 2], [1]], EVERY_TYPE_AND_OP, tmp_path)
+    assert_all_ok(results)
+    assert all(r.values["checked"] == 48 for r in results)
+
+
+NEVER_CALLED = """
+comm = Communicator(N, exchange_root_info(), RANK)
+stream = npu.Stream()
+x = npu.DeviceBuffer.from_array(np.ones(1024, np.float32))
 y = npu.DeviceBuffer(x.nbytes)
+first = os.environ["SIMNPU_ADDRESS"] == os.environ["FIRST"]
+if not first:  # this host's ranks come only after the others have given up
+    wait_for("gave-up-0")
+    wait_for("gave-up-1")
+comm.all_reduce(x, y, "sum", dtype=np.float32, stream=stream)
 try:
-    comm.alltoall(x, y, dtype=np.float32, stream=stream)
+    stream.synchronize()
+    report(code=0)
+except NpuError as error:
+    pending = comm.async_error()
+    report(code=error.code, message=error.message, async_error=pending and pending.code)
+if first:
+    open(os.path.join(DIR, f"gave-up-{RANK}"), "w").close()
+comm.destroy()
+"""
+
+
+def test_a_host_that_never_calls_times_the_collective_out_naming_it(hosts, tmp_path):
+    a, b = hosts
+    env = {"FIRST": a.address, "HCCL_EXEC_TIMEOUT": "3"}
+    results = run_world(hosts, [[0, 1], [2, 3]], NEVER_CALLED, tmp_path, env=env)
+    assert_all_ok(results)
+    for result in results[:2]:  # host a's ranks
+        values = result.values
+        assert values["code"] == 107020, values  # ACL_ERROR_RT_TASK_TIMEOUT
+        assert values["async_error"] == 9, values  # HCCL_E_TIMEOUT
+        message = values["message"]
+        assert "collective #0" in message and "HCCL_EXEC_TIMEOUT (3 s)" in message, values
+        assert f"host {b.advertised} (ranks 2, 3) did not take part" in message, values
+    for result in results[2:]:  # host b's, arriving at a world broken by the timeout
+        values = result.values
+        assert values["code"] in (107020, 507904), values
+        assert f"host {b.advertised} (ranks 2, 3) did not take part" in values["message"], values
+
+
+TWO_WORLDS = """
+def second_root_info():  # the second world's rank 0 is the last rank, on the other host
+    path = os.path.join(DIR, "root_info_2")
+    if RANK == N - 1:
+        info, ret = hccl.get_root_info()
+        with open(path + ".tmp", "wb") as handle:
+            handle.write(info)
+        os.replace(path + ".tmp", path)
+        return info
+    wait_for("root_info_2")
+    with open(path, "rb") as handle:
+        return handle.read()
+
+
+first = Communicator(N, exchange_root_info(), RANK)
+second = Communicator(N, second_root_info(), N - 1 - RANK)
+streams = [npu.Stream(), npu.Stream()]
+if os.environ["SIMNPU_ADDRESS"] != os.environ["FIRST"]:
+    time.sleep(1.5)  # a late host: the others wait for it, within HCCL_EXEC_TIMEOUT
+checks, keep = [], []
+for round in range(4):
+    for index, comm in enumerate((first, second)):
+        value = 100 * round + 10 * index + comm.rank
+        keep.append(npu.DeviceBuffer.from_array(np.full(4096, value, np.int64)))
+        keep.append(npu.DeviceBuffer(keep[-1].nbytes))
+        comm.all_reduce(keep[-2], keep[-1], "sum", dtype=np.int64, stream=streams[index])
+        checks.append((keep[-1], sum(100 * round + 10 * index + r for r in range(N))))
+for stream in streams:
+    stream.synchronize()
+for buffer, expected in checks:
+    assert (buffer.to_numpy(np.int64) == expected).all(), (buffer.to_numpy(np.int64)[:4], expected)
+assert first.async_error() is None and second.async_error() is None
+report(checked=len(checks), ranks=[first.rank, second.rank])
+first.destroy()
+second.destroy()
+"""
+
+
+def test_two_worlds_at_once_share_the_daemons_and_wait_for_a_late_host(hosts, tmp_path):
+    a, _ = hosts
+    results = run_world(hosts, [[0, 1], [2, 3]], TWO_WORLDS, tmp_path, env={"FIRST": a.address})
+    assert_all_ok(results)
+    assert [r.values["ranks"] for r in results] == [[0, 3], [1, 2], [2, 1], [3, 0]]
+    assert all(r.values["checked"] == 8 for r in results)
+
+
+SEND_RECV_DIFFER = """
+comm = Communicator(N, exchange_root_info(), RANK)
+stream = npu.Stream()
+x = npu.DeviceBuffer(1024)
+if RANK == 0:
+    comm.send(x, 1, count=64, dtype=np.float32, stream=stream)
+else:
+    comm.recv(x, 0, count=128, dtype=np.float32, stream=stream)
+try:
     stream.synchronize()
     report(code=0)
 except NpuError as error:
@@ -360,13 +500,17 @@ comm.destroy()
 """
 
 
-def test_collectives_not_yet_run_across_hosts_are_not_supported(hosts, tmp_path):
-    results = run_world(hosts, [[0], [1]], NOT_ACROSS, tmp_path)
+def test_a_send_and_recv_that_differ_between_hosts_fail_both_naming_each_call(hosts, tmp_path):
+    a, b = hosts
+    results = run_world(hosts, [[0], [1]], SEND_RECV_DIFFER, tmp_path)
     assert_all_ok(results)
     for result in results:
         values = result.values
-        assert values["code"] == 207000, values  # ACL_ERROR_RT_FEATURE_NOT_SUPPORT
-        assert "across hosts" in values["message"], values
+        assert values["code"] == 107000, values  # HCCL_E_PARA
+        message = values["message"]
+        assert "mismatch between hosts at send/recv #0 from rank 0 to rank 1" in message, values
+        assert f"host {a.advertised} (rank 0): rank 0 called send(count=64" in message, values
+        assert f"host {b.advertised} (rank 1): rank 1 called recv(count=128" in message, values
 
 
 def _peer_call(address: str, messages: list, token: str | None = TOKEN) -> list:

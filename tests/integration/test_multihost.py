@@ -513,6 +513,40 @@ def test_a_send_and_recv_that_differ_between_hosts_fail_both_naming_each_call(ho
         assert f"host {b.advertised} (rank 1): rank 1 called recv(count=128" in message, values
 
 
+BESIDE_A_COLLECTIVE = """
+comm = Communicator(N, exchange_root_info(), RANK)
+streams = [npu.Stream(), npu.Stream()]
+x = npu.DeviceBuffer.from_array(np.full(1 << 16, RANK + 1, np.float32))
+y = npu.DeviceBuffer(x.nbytes)
+message = npu.DeviceBuffer.from_array(np.arange(1 << 16, dtype=np.float32) * (RANK + 1))
+got = npu.DeviceBuffer(message.nbytes)
+if RANK == 0:  # its host's all_reduce waits for rank 2's, which waits for this send
+    comm.all_reduce(x, y, "sum", dtype=np.float32, stream=streams[0])
+    time.sleep(0.5)
+    comm.send(message, 2, dtype=np.float32, stream=streams[1])
+elif RANK == 2:
+    comm.recv(got, 0, dtype=np.float32, stream=streams[0])
+    comm.all_reduce(x, y, "sum", dtype=np.float32, stream=streams[0])
+else:
+    comm.all_reduce(x, y, "sum", dtype=np.float32, stream=streams[0])
+for stream in streams:
+    stream.synchronize()
+assert (y.to_numpy(np.float32) == sum(range(1, N + 1))).all()
+if RANK == 2:
+    assert np.array_equal(got.to_numpy(np.float32), np.arange(1 << 16, dtype=np.float32))
+report(ok=True)
+comm.destroy()
+"""
+
+
+def test_a_send_between_hosts_runs_beside_a_collective_that_waits_for_it(hosts, tmp_path):
+    # (a send that waited behind the collective would fail it after HCCL_EXEC_TIMEOUT)
+    env = {"HCCL_EXEC_TIMEOUT": "20"}
+    results = run_world(hosts, [[0, 1], [2, 3]], BESIDE_A_COLLECTIVE, tmp_path, env=env)
+    assert_all_ok(results)
+    assert all(r.values["ok"] for r in results)
+
+
 def _peer_call(address: str, messages: list, token: str | None = TOKEN) -> list:
     """Send raw messages (bytes) on a Peer stream; what comes back, or the RPC error."""
     import grpc

@@ -82,18 +82,19 @@ def engine_all_reduce_ms(size: int, iters: int) -> float:
             region.close()
 
 
-def _gloo_rank(rank: int, port_queue, size: int, iters: int, results) -> None:
+def _gloo_rank(rank: int, n: int, port_queue, size: int, iters: int, results) -> None:
     import torch
     import torch.distributed as dist
 
     timeout = datetime.timedelta(seconds=TIMEOUT_S)
     if rank == 0:
-        store = dist.TCPStore("127.0.0.1", 0, 2, True, timeout=timeout, wait_for_workers=False)
-        port_queue.put(store.port)
+        store = dist.TCPStore("127.0.0.1", 0, n, True, timeout=timeout, wait_for_workers=False)
+        for _ in range(n - 1):
+            port_queue.put(store.port)
     else:
         port = port_queue.get(timeout=TIMEOUT_S)
-        store = dist.TCPStore("127.0.0.1", port, 2, False, timeout=timeout)
-    dist.init_process_group("gloo", store=store, rank=rank, world_size=2, timeout=timeout)
+        store = dist.TCPStore("127.0.0.1", port, n, False, timeout=timeout)
+    dist.init_process_group("gloo", store=store, rank=rank, world_size=n, timeout=timeout)
     tensor = torch.ones(size // 4, dtype=torch.float32)
     times = []
     for _ in range(WARMUP + iters):
@@ -105,13 +106,14 @@ def _gloo_rank(rank: int, port_queue, size: int, iters: int, results) -> None:
     dist.destroy_process_group()
 
 
-def gloo_all_reduce_ms(size: int, iters: int) -> float:
-    """p50 of Gloo's own all_reduce between two plain torch processes (the slower rank)."""
+def gloo_all_reduce_ms(size: int, iters: int, processes: int = 2) -> float:
+    """p50 of Gloo's own all_reduce between plain torch processes on loopback (the slowest
+    rank's)."""
     spawn = multiprocessing.get_context("spawn")
     port_queue, results = spawn.Queue(), spawn.Queue()
     ranks = [
-        spawn.Process(target=_gloo_rank, args=(r, port_queue, size, iters, results))
-        for r in range(2)
+        spawn.Process(target=_gloo_rank, args=(r, processes, port_queue, size, iters, results))
+        for r in range(processes)
     ]
     for process in ranks:
         process.start()

@@ -2,6 +2,7 @@
 
     python bench/hccl_bench.py [--ranks 2 4] [--ops all_reduce all_gather reduce_scatter]
                                [--min 1KiB] [--max 256MiB] [--factor 4] [--shared-device] [--quick]
+                               [--hosts 2 4]
 
 Starts its own daemon (one device per rank unless --shared-device), runs every rank as a
 separate process, and prints per collective and rank count a table of size, count, type,
@@ -23,6 +24,9 @@ host, with every reduction done in cache (n ranks, `size` the nccl-tests size):
   all_gather      read the n chunks once, write each to the n outputs: (n + 1) size;
                   in place each rank's own chunk is already there:     n size
   reduce_scatter  read the n inputs, write the n chunks:      (n + 1) size (in place too)
+With the multihost extra, `--hosts 2 4` (the default then) adds all_reduce across hosts'
+daemons beside Gloo's own all_reduce (bench/hccl_hosts.py).
+
 For every collective at 64 MiB with the most ranks the summary prints busbw, the floor's
 bytes, the floor's bytes per second as a fraction of the two-process copy bandwidth
 (target >= 80 %), and the busbw that bandwidth would allow (the ceiling).
@@ -35,6 +39,7 @@ several.
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import multiprocessing
 import os
@@ -47,6 +52,7 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
+import hccl_hosts  # noqa: E402
 import numpy as np  # noqa: E402
 
 from simnpu.client import autostart  # noqa: E402
@@ -218,13 +224,16 @@ def _numpy_all_reduce(inputs, outputs) -> float:
 
 
 # ---- the run -----------------------------------------------------------------------------------
-def run_config(address, n, devices, ops, size_list, quick) -> dict:
+def run_config(addresses, n, devices, ops, size_list, quick) -> dict:
+    """Time every op and size with n rank processes; rank r on device devices[r] of the
+    daemon at addresses[r]. {(op, size, "out" or "in"): seconds per collective}."""
     plan = [(op, size) for op in ops for size in size_list]
     spawn = multiprocessing.get_context("spawn")
     root_queue, results = spawn.Queue(), spawn.Queue()
     processes = [
         spawn.Process(
-            target=rank_main, args=(r, n, devices[r], address, plan, quick, root_queue, results)
+            target=rank_main,
+            args=(r, n, devices[r], addresses[r], plan, quick, root_queue, results),
         )
         for r in range(n)
     ]
@@ -294,6 +303,14 @@ def main() -> None:
     )
     parser.add_argument("--ai-cores", type=int, default=2)
     parser.add_argument("--quick", action="store_true", help="fewer iterations")
+    parser.add_argument(
+        "--hosts",
+        type=int,
+        nargs="*",
+        default=[2, 4] if importlib.util.find_spec("torch") else [],
+        help="all_reduce across this many hosts' daemons (bench/hccl_hosts.py; default 2 4 "
+        "with the multihost extra installed, else none)",
+    )
     parser.add_argument("--json", default=os.path.join(HERE, "results", "hccl.json"))
     args = parser.parse_args()
     size_list = sizes(args.min, args.max, args.factor)
@@ -336,12 +353,15 @@ def main() -> None:
             for n in args.ranks:
                 placement = "on device 0" if args.shared_device else "on their own devices"
                 rank_devices = [0] * n if args.shared_device else list(range(n))
-                table = run_config(address, n, rank_devices, args.ops, size_list, args.quick)
+                table = run_config([address] * n, n, rank_devices, args.ops, size_list, args.quick)
                 for op in args.ops:
                     all_rows += print_table(op, n, placement, size_list, table)
         finally:
             daemon.send_signal(signal.SIGTERM)
             daemon.wait(60)
+    host_rows = [hccl_hosts.run_hosts(h, args.quick, run_config) for h in args.hosts]
+    if host_rows:
+        hccl_hosts.print_rows(host_rows)
     memcpy_after = memcpy_bandwidth()
     copy2_after = two_process_copy_bandwidth()
     naive = numpy_all_reduce_busbw()
@@ -372,6 +392,7 @@ def main() -> None:
                 "numpy_all_reduce_busbw": naive,
                 "two_process_copy_gbps": copy2,
                 "rows": all_rows,
+                "across_hosts": host_rows,
                 "target_ratio": summary,
             },
             handle,

@@ -33,33 +33,7 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
-from run import Daemon as _PlainDaemon  # noqa: E402
-
-from simnpu.client import autostart  # noqa: E402
-
-
-class Daemon(_PlainDaemon):
-    def __init__(self, directory: str, *flags: str):
-        self.address = f"unix://{directory}/observe-bench.sock"
-        self.process = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "simnpu.server",
-                "--listen",
-                self.address,
-                "--memory",
-                "512MiB",
-                "--log-level",
-                "WARNING",
-                *flags,
-            ]
-        )
-        deadline = time.monotonic() + 120
-        while not autostart.reachable(self.address):
-            if self.process.poll() is not None or time.monotonic() > deadline:
-                raise SystemExit("the daemon did not start")
-            time.sleep(0.05)
+from run import Daemon  # noqa: E402
 
 
 def probe(daemon: Daemon, streams: int, count: int, env: dict) -> dict:
@@ -110,7 +84,7 @@ def run(args) -> list[dict]:
                 ),
             ):
                 os.mkdir(os.path.join(directory, name))
-                daemons[name] = Daemon(os.path.join(directory, name), *flags)
+                daemons[name] = Daemon(os.path.join(directory, name), "512MiB", *flags)
             modes = [  # (row, daemon, client environment)
                 ("off", "plain", {}),
                 ("trace (client: SIMNPU_TRACE)", "shared", {"SIMNPU_TRACE": trace}),

@@ -32,10 +32,11 @@ from simnpu.client import autostart  # noqa: E402
 
 
 class Daemon:
-    """A daemon of its own for a benchmark run, on a socket in `directory`."""
+    """A daemon of its own for a benchmark run, on a socket in `directory` (or at
+    `address`), with more command-line `flags`."""
 
-    def __init__(self, directory: str, memory: str):
-        self.address = f"unix://{directory}/bench.sock"
+    def __init__(self, directory: str, memory: str, *flags: str, address: str = ""):
+        self.address = address or f"unix://{directory}/bench.sock"
         self.process = subprocess.Popen(
             [
                 sys.executable,
@@ -47,6 +48,7 @@ class Daemon:
                 memory,
                 "--log-level",
                 "WARNING",
+                *flags,
             ]
         )
         deadline = time.monotonic() + 120

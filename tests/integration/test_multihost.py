@@ -215,6 +215,9 @@ if os.environ["SIMNPU_ADDRESS"] != os.environ["SURVIVOR"]:  # the host about to 
         time.sleep(0.01)
     os._exit(0)
 comm.all_reduce(x, y, "sum", dtype=np.float32, stream=stream)  # the others never come
+side = npu.Stream()
+inbox = npu.DeviceBuffer(x.nbytes)
+comm.recv(inbox, RANK + 2, dtype=np.float32, stream=side)  # from the doomed host: never sent
 mark(f"submitted-{RANK}")
 try:
     stream.synchronize()
@@ -222,6 +225,11 @@ try:
 except NpuError as error:
     pending = comm.async_error()
     report(code=error.code, message=error.message, async_error=pending and pending.code)
+try:
+    side.synchronize()
+    report(recv_code=0)
+except NpuError as error:
+    report(recv_code=error.code, recv_message=error.message)
 comm.destroy()
 # this daemon still serves: a new communicator of its own ranks works
 pair = Communicator(2, exchange_root_info_again(), RANK)
@@ -283,6 +291,8 @@ def test_a_host_killed_mid_collective_fails_the_others_by_name_and_the_survivor_
         assert values["code"] == 507904, values  # ACL_ERROR_RT_COMM_OP_RETRY_FAIL
         assert f"lost host {doomed.advertised} (ranks 2, 3)" in values["message"], values
         assert values["async_error"] == 21, values  # HCCL_E_REMOTE
+        assert values["recv_code"] == 507904, values  # the recv in flight in the engine too
+        assert f"lost host {doomed.advertised} (ranks 2, 3)" in values["recv_message"], values
         assert values["after"] == 1.0, values  # 0 + 1 over the pair
 
 

@@ -255,9 +255,7 @@ class Collectives:
         )
         missing = [r for r in op.ranks if r not in calls]
         later = f"; {rank_list(missing)} had not reached it yet" if missing else ""
-        self._fail_op(
-            comm, op, MISMATCH, f"HCCL mismatch at {comm.title(op.key)}: {called}{later}"
-        )
+        self._fail_op(comm, op, MISMATCH, f"HCCL mismatch at {comm.title(op.key)}: {called}{later}")
         return False
 
     def _fail_op(self, comm: Communicator, op: Op, outcome: tuple, message: str) -> None:

@@ -24,10 +24,10 @@ Between hosts everything is point-to-point, and the reduction is numpy's in the 
 order, never the engine's own.
 
 An engine runs one step at a time, in the order submitted; a Transfer starts as it
-comes, beside the steps (even one waiting for its peers), and reports when it is done. A step's failure (a peer lost,
-a step not answered within the world's timeout) ends the engine process: a Gloo group
-that lost a peer cannot be used again. `on_report` then gets the `StepFailed` and, when
-the process has ended, `EngineLost`.
+comes, beside the steps (even one waiting for its peers), and reports when it is done.
+A step's failure (a peer lost, a step not answered within the world's timeout) ends the
+engine process: a Gloo group that lost a peer cannot be used again. `on_report` then
+gets the `StepFailed` and, when the process has ended, `EngineLost`.
 """
 
 from __future__ import annotations

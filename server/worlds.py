@@ -34,7 +34,7 @@ import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 from simnpu.proto import codes, service
 from simnpu.proto import hccl_types as ht
@@ -198,57 +198,59 @@ def _phases(world: World, call: Call, calls: dict[int, Call], block: Span, seq) 
             [Reduce(next(seq), offset, dtype, op, whole)],
             after,
         )
+    here = _Here(world, mine, sends, recvs, block, count, size, next(seq))
     if kind == ht.HCCL_CMD_SCATTER:
-        source = calls[root].send if root in calls else None
-        return _scatter(world, mine, source, root_host, recvs, block, count, itemsize, seq)
+        return _scatter(here, calls[root].send if root in calls else None, root_host)
     if kind == ht.HCCL_CMD_ALLTOALL:
-        return _alltoall(world, mine, sends, recvs, block, count, itemsize, seq)
+        return _alltoall(here)
     raise ValueError(f"collective {kind} does not run across hosts")
 
 
-def _scatter(
-    world: World,
-    mine: list,
-    source: Span | None,
-    root_host: int,
-    recvs: list,
-    block: Span,
-    count: int,
-    itemsize: int,
-    seq,
-) -> Phases:
+class _Here(NamedTuple):
+    """A collective's facts on this host, for the planners of scatter and alltoall."""
+
+    world: World
+    mine: list  # the local ranks, in order
+    sends: list  # their send buffers
+    recvs: list  # their recv buffers
+    block: Span
+    elements: int  # per slice
+    size: int  # bytes per slice
+    seq: int  # the Exchange step's
+
+
+def _scatter(here: _Here, source: Span | None, root_host: int) -> Phases:
     """scatter, laid out by global rank in the block: the root's host (`source`: the root's
     send buffer) copies its own ranks' slices straight to them and the other hosts' ranks'
     slices into the block, then sends each host its ranks' slices; that host copies them
     out."""
-    size = count * itemsize
+    world, mine, recvs, block, count, size, seq = (
+        here.world,
+        here.mine,
+        here.recvs,
+        here.block,
+        here.elements,
+        here.size,
+        here.seq,
+    )
     n = world.comm.n_ranks
     if source is not None:
         others = [(h, r) for h, (_, rs) in enumerate(world.hosts) if h != world.host for r in rs]
         before = [((source.at(r * size),), (recvs[i],), count) for i, r in enumerate(mine)]
         before += [((source.at(r * size),), (block.at(r * size),), count) for _, r in others]
         sends = tuple((h, (r * size, (r + 1) * size)) for h, r in others)
-        return Phases(n * size, before, [Exchange(next(seq), block.offset, sends, ())], [])
+        return Phases(n * size, before, [Exchange(seq, block.offset, sends, ())], [])
     receives = tuple((root_host, (r * size, (r + 1) * size)) for r in mine)
     after = [((block.at(r * size),), (recvs[i],), count) for i, r in enumerate(mine)]
-    return Phases(n * size, [], [Exchange(next(seq), block.offset, (), receives)], after)
+    return Phases(n * size, [], [Exchange(seq, block.offset, (), receives)], after)
 
 
-def _alltoall(
-    world: World,
-    mine: list,
-    sends: list,
-    recvs: list,
-    block: Span,
-    count: int,
-    itemsize: int,
-    seq,
-) -> Phases:
+def _alltoall(here: _Here) -> Phases:
     """alltoall (rank i's slice j to rank j's slice i): slices between this host's ranks
     are copied straight; for each other host g, the block holds what leaves for g ([local
     rank i][g's rank j]) and what comes from g ([g's rank i][local rank j]), each in one
     range, exchanged with g at once."""
-    size = count * itemsize
+    world, mine, sends, recvs, block, count, size = here[:7]
     local = len(mine)
     peers = [(g, ranks) for g, (_, ranks) in enumerate(world.hosts) if g != world.host]
     before = [
@@ -273,7 +275,7 @@ def _alltoall(
                 )
         into.append((g, (at, at + len(ranks) * local * size)))
         at += len(ranks) * local * size
-    return Phases(at, before, [Exchange(next(seq), block.offset, tuple(out), tuple(into))], after)
+    return Phases(at, before, [Exchange(here.seq, block.offset, tuple(out), tuple(into))], after)
 
 
 # ---- one world on this host -------------------------------------------------------------------

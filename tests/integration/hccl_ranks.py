@@ -46,22 +46,34 @@ def wait_for(name, timeout=60.0):
         time.sleep(0.01)
 
 
-def exchange_root_info():
-    path = os.path.join(DIR, "root_info")
-    if RANK == 0:
+def exchange_root_info(name="root_info", issuer=0):
+    # the root info rank `issuer` gets from its daemon, handed to every rank (file `name`)
+    path = os.path.join(DIR, name)
+    if RANK == issuer:
         info, ret = hccl.get_root_info()
         assert ret == hccl.HCCL_SUCCESS, ret
         with open(path + ".tmp", "wb") as handle:
             handle.write(info)
         os.replace(path + ".tmp", path)
         return info
-    wait_for("root_info")
+    wait_for(name)
     with open(path, "rb") as handle:
         return handle.read()
 
 
 def report(**values):
     print("RESULT " + json.dumps(values), flush=True)
+
+
+def report_synchronize(stream, comm):
+    # synchronize `stream`: report code 0, or the error's code and message and the
+    # communicator's async error
+    try:
+        stream.synchronize()
+        report(code=0)
+    except NpuError as error:
+        pending = comm.async_error()
+        report(code=error.code, message=error.message, async_error=pending and pending.code)
 """
 
 _runs = itertools.count()

@@ -219,12 +219,7 @@ side = npu.Stream()
 inbox = npu.DeviceBuffer(x.nbytes)
 comm.recv(inbox, RANK + 2, dtype=np.float32, stream=side)  # from the doomed host: never sent
 mark(f"submitted-{RANK}")
-try:
-    stream.synchronize()
-    report(code=0)
-except NpuError as error:
-    pending = comm.async_error()
-    report(code=error.code, message=error.message, async_error=pending and pending.code)
+report_synchronize(stream, comm)
 try:
     side.synchronize()
     report(recv_code=0)
@@ -232,25 +227,11 @@ except NpuError as error:
     report(recv_code=error.code, recv_message=error.message)
 comm.destroy()
 # this daemon still serves: a new communicator of its own ranks works
-pair = Communicator(2, exchange_root_info_again(), RANK)
+pair = Communicator(2, exchange_root_info("root_info_again"), RANK)
 pair.all_reduce(x, y, "sum", dtype=np.float32, stream=stream)
 stream.synchronize()
 report(after=float(y.to_numpy(np.float32)[0]))
 pair.destroy()
-"""
-
-AGAIN = """
-def exchange_root_info_again():
-    path = os.path.join(DIR, "root_info_again")
-    if RANK == 0:
-        info, ret = hccl.get_root_info()
-        with open(path + ".tmp", "wb") as handle:
-            handle.write(info)
-        os.replace(path + ".tmp", path)
-        return info
-    wait_for("root_info_again")
-    with open(path, "rb") as handle:
-        return handle.read()
 """
 
 
@@ -269,7 +250,7 @@ def test_a_host_killed_mid_collective_fails_the_others_by_name_and_the_survivor_
             run_world(
                 [survivor, doomed],
                 [[0, 1], [2, 3]],
-                AGAIN + KILLED_MID_COLLECTIVE,
+                KILLED_MID_COLLECTIVE,
                 tmp_path,
                 env={"MARK_DIR": str(marks), "SURVIVOR": survivor.address},
             )
@@ -417,12 +398,7 @@ if not first:  # this host's ranks come only after the others have given up
     wait_for("gave-up-0")
     wait_for("gave-up-1")
 comm.all_reduce(x, y, "sum", dtype=np.float32, stream=stream)
-try:
-    stream.synchronize()
-    report(code=0)
-except NpuError as error:
-    pending = comm.async_error()
-    report(code=error.code, message=error.message, async_error=pending and pending.code)
+report_synchronize(stream, comm)
 if first:
     open(os.path.join(DIR, f"gave-up-{RANK}"), "w").close()
 comm.destroy()
@@ -448,21 +424,9 @@ def test_a_host_that_never_calls_times_the_collective_out_naming_it(hosts, tmp_p
 
 
 TWO_WORLDS = """
-def second_root_info():  # the second world's rank 0 is the last rank, on the other host
-    path = os.path.join(DIR, "root_info_2")
-    if RANK == N - 1:
-        info, ret = hccl.get_root_info()
-        with open(path + ".tmp", "wb") as handle:
-            handle.write(info)
-        os.replace(path + ".tmp", path)
-        return info
-    wait_for("root_info_2")
-    with open(path, "rb") as handle:
-        return handle.read()
-
-
 first = Communicator(N, exchange_root_info(), RANK)
-second = Communicator(N, second_root_info(), N - 1 - RANK)
+# the second world's rank 0 is the last rank, on the other host
+second = Communicator(N, exchange_root_info("root_info_2", issuer=N - 1), N - 1 - RANK)
 streams = [npu.Stream(), npu.Stream()]
 if os.environ["SIMNPU_ADDRESS"] != os.environ["FIRST"]:
     time.sleep(1.5)  # a late host: the others wait for it, within HCCL_EXEC_TIMEOUT

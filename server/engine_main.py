@@ -320,15 +320,24 @@ def _form(setup: EngineSetup, reports: _Reports) -> None:
 
 
 _SIOCGIFADDR = 0x8915  # ioctl(2): an interface's IPv4 address
+_IPV6_ADDRESSES = "/proc/net/if_inet6"  # each IPv6 address of this machine, and its interface
 
 
 def interface_of(host: str) -> str | None:
-    """The name of this machine's network interface that holds `host`'s IPv4 address, or
-    None (not an IPv4 address of this machine, or it does not resolve)."""
+    """The name of this machine's network interface that holds `host`'s address (IPv4 or
+    IPv6), or None (not an address of this machine, or it does not resolve)."""
     try:
-        address = socket.gethostbyname(host)
+        resolved = {info[4][0] for info in socket.getaddrinfo(host, None, proto=socket.IPPROTO_TCP)}
     except OSError:
         return None
+    for address in sorted(resolved):
+        name = _ipv6_interface(address) if ":" in address else _ipv4_interface(address)
+        if name is not None:
+            return name
+    return None
+
+
+def _ipv4_interface(address: str) -> str | None:
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
         for _, name in socket.if_nameindex():
             try:
@@ -339,6 +348,19 @@ def interface_of(host: str) -> str | None:
                 continue
             if socket.inet_ntoa(packed[20:24]) == address:
                 return name
+    return None
+
+
+def _ipv6_interface(address: str) -> str | None:
+    wanted = socket.inet_pton(socket.AF_INET6, address.split("%")[0]).hex()
+    try:
+        with open(_IPV6_ADDRESSES, encoding="ascii") as table:
+            for line in table:
+                fields = line.split()
+                if len(fields) == 6 and fields[0] == wanted:
+                    return fields[5]
+    except OSError:  # no IPv6 on this machine
+        pass
     return None
 
 

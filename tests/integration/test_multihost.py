@@ -23,28 +23,30 @@ pytest.importorskip("torch", reason="the multihost extra (torch) is not installe
 TOKEN = secrets.token_hex(16)
 
 
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
+def free_port(family: socket.AddressFamily = socket.AF_INET) -> int:
+    with socket.socket(family) as probe:
+        probe.bind(("::1" if family == socket.AF_INET6 else "127.0.0.1", 0))
         return probe.getsockname()[1]
 
 
-def start_host(directory) -> DaemonProcess:
-    """A daemon listening on loopback TCP and advertising that address (`.advertised`)."""
-    port = free_port()
+def start_host(directory, loopback: str = "127.0.0.1") -> DaemonProcess:
+    """A daemon listening on loopback TCP (`loopback`: 127.0.0.1, or [::1]) and advertising
+    that address (`.advertised`)."""
+    port = free_port(socket.AF_INET6 if loopback.startswith("[") else socket.AF_INET)
+    address = f"{loopback}:{port}"
     daemon = DaemonProcess(
         directory,
         "--listen",
-        f"127.0.0.1:{port}",
+        address,
         "--advertise",
-        f"127.0.0.1:{port}",
+        address,
         "--devices",
         "2",
         "--memory",
         "128MiB",
         env={"SIMNPU_TOKEN": TOKEN},
     )
-    daemon.advertised = f"127.0.0.1:{port}"  # type: ignore[attr-defined]
+    daemon.advertised = address  # type: ignore[attr-defined]
     return daemon
 
 
@@ -519,6 +521,35 @@ def test_a_send_between_hosts_runs_beside_a_collective_that_waits_for_it(hosts, 
     results = run_world(hosts, [[0, 1], [2, 3]], BESIDE_A_COLLECTIVE, tmp_path, env=env)
     assert_all_ok(results)
     assert all(r.values["ok"] for r in results)
+
+
+ONE_ALL_REDUCE = """
+comm = Communicator(N, exchange_root_info(), RANK)
+stream = npu.Stream()
+x = npu.DeviceBuffer.from_array(np.arange(4096, dtype=np.int32) * (RANK + 1))
+comm.all_reduce(x, x, "sum", dtype=np.int32, stream=stream)
+stream.synchronize()
+assert np.array_equal(x.to_numpy(np.int32), np.arange(4096, dtype=np.int32) * 10)
+report(ok=True)
+comm.destroy()
+"""
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/net/if_inet6"), reason="no IPv6 on this machine")
+def test_a_world_forms_and_reduces_over_ipv6(tmp_path):
+    """Daemons that listen on and advertise [::1]: the engines find the interface of an
+    IPv6 address too."""
+    started = []
+    try:
+        for name in ("a", "b"):
+            (tmp_path / name).mkdir()
+            started.append(start_host(tmp_path / name, "[::1]"))
+        results = run_world(started, [[0, 1], [2, 3]], ONE_ALL_REDUCE, tmp_path)
+        assert_all_ok(results)
+        assert all(r.values["ok"] for r in results)
+    finally:
+        for daemon in started:
+            assert daemon.stop() == 0, daemon.output()
 
 
 def _peer_call(address: str, messages: list, token: str | None = TOKEN) -> list:

@@ -346,5 +346,8 @@ def test_gloo_listens_on_the_interface_of_the_advertised_address():
     from simnpu.server.engine_main import interface_of
 
     assert interface_of("127.0.0.1") == "lo"
+    if os.path.exists("/proc/net/if_inet6"):  # IPv6 on this machine
+        assert interface_of("::1") == "lo"
+    assert interface_of("2001:db8::1") is None  # documentation prefix: on no interface
     assert interface_of("192.0.2.1") is None  # TEST-NET-1: on no interface here
     assert interface_of("no-such-host.invalid") is None

@@ -363,20 +363,69 @@ EVERY_TYPE_AND_OP = (
     + """
 comm = Communicator(N, exchange_root_info(), RANK)
 stream = npu.Stream()
-checks, keep = [], []
-case = 0
+checks, keep, case, count = [], [], 0, 257
+
+
+def device(array):
+    keep.append(npu.DeviceBuffer.from_array(array))
+    return keep[-1]
+
+
+def empty(elements, dt):
+    keep.append(npu.DeviceBuffer(elements * dt.itemsize))
+    return keep[-1]
+
+
+def inputs(elements, dt):
+    return [data(case, r, elements, dt) for r in range(N)]
+
+
 for name in ["int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
              "float16", "float32", "float64", "bfloat16"]:
     dt = dtype_of(name)
     for op in ["sum", "prod", "max", "min"]:
         case += 1
-        keep.append(npu.DeviceBuffer.from_array(data(case, RANK, 257, dt)))
-        keep.append(npu.DeviceBuffer(257 * dt.itemsize))
-        comm.all_reduce(keep[-2], keep[-1], op, dtype=dt, stream=stream)
-        checks.append((keep[-1], across_hosts(op, [data(case, r, 257, dt) for r in range(N)])))
+        recv = empty(count, dt)
+        comm.all_reduce(device(data(case, RANK, count, dt)), recv, op, dtype=dt, stream=stream)
+        checks.append((recv, across_hosts(op, inputs(count, dt))))
+        case += 1
+        recv = empty(count, dt)
+        comm.reduce_scatter(device(data(case, RANK, count * N, dt)), recv, op, dtype=dt,
+                            stream=stream)
+        checks.append((recv, across_hosts(op, inputs(count * N, dt))[RANK * count:][:count]))
+        case += 1
+        root = case % N
+        recv = empty(count, dt)
+        comm.reduce(device(data(case, RANK, count, dt)), recv, op, root, dtype=dt, stream=stream)
+        if RANK == root:
+            checks.append((recv, across_hosts(op, inputs(count, dt))))
+    case += 1
+    recv = empty(count * N, dt)
+    comm.all_gather(device(data(case, RANK, count, dt)), recv, dtype=dt, stream=stream)
+    checks.append((recv, np.concatenate(inputs(count, dt))))
+    case += 1
+    buffer = device(data(case, RANK, count, dt))
+    comm.broadcast(buffer, case % N, dtype=dt, stream=stream)
+    checks.append((buffer, data(case, case % N, count, dt)))
+    case += 1
+    recv = empty(count, dt)
+    comm.scatter(device(data(case, RANK, count * N, dt)), recv, case % N, dtype=dt, stream=stream)
+    checks.append((recv, data(case, case % N, count * N, dt)[RANK * count:][:count]))
+    case += 1
+    recv = empty(count * N, dt)
+    comm.alltoall(device(data(case, RANK, count * N, dt)), recv, dtype=dt, stream=stream)
+    checks.append((recv, np.concatenate([a[RANK * count:][:count] for a in inputs(count * N, dt)])))
+    case += 1
+    if RANK < 2:  # ranks 0 and 1 are on different hosts: 0 sends, 1 receives
+        buffer = device(data(case, RANK, count, dt))
+        if RANK == 0:
+            comm.send(buffer, 1, dtype=dt, stream=stream)
+        else:
+            comm.recv(buffer, 0, dtype=dt, stream=stream)
+            checks.append((buffer, data(case, 0, count, dt)))
 stream.synchronize()
 for buffer, expected in checks:
-    got = buffer.to_numpy(expected.dtype)
+    got = buffer.to_numpy(expected.dtype)[:expected.size]
     assert got.tobytes() == expected.tobytes(), (expected.dtype, got[:8], expected[:8])
 report(checked=len(checks))
 comm.destroy()
@@ -384,10 +433,13 @@ comm.destroy()
 )
 
 
-def test_all_reduce_of_every_type_and_op_across_hosts(hosts, tmp_path):
+def test_every_collective_and_send_recv_of_every_type_and_op_across_hosts(hosts, tmp_path):
     results = run_world(hosts, [[0, 2], [1]], EVERY_TYPE_AND_OP, tmp_path)
     assert_all_ok(results)
-    assert all(r.values["checked"] == 48 for r in results)
+    # each rank, per type: all_reduce and reduce_scatter for each of 4 ops and 4 movements;
+    # the 48 reduces are checked at their roots, the 12 recvs at rank 1
+    checked = [r.values["checked"] for r in results]
+    assert min(checked) >= 12 * 12 and sum(checked) == 3 * 12 * 12 + 48 + 12, checked
 
 
 NEVER_CALLED = """

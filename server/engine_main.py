@@ -327,7 +327,8 @@ def interface_of(host: str) -> str | None:
     """The name of this machine's network interface that holds `host`'s address (IPv4 or
     IPv6), or None (not an address of this machine, or it does not resolve)."""
     try:
-        resolved = {info[4][0] for info in socket.getaddrinfo(host, None, proto=socket.IPPROTO_TCP)}
+        found = socket.getaddrinfo(host, None, proto=socket.IPPROTO_TCP)
+        resolved = {str(info[4][0]) for info in found}
     except OSError:
         return None
     for address in sorted(resolved):

@@ -282,6 +282,15 @@ def end_processes(processes) -> None:
             process.join(5)
 
 
+def machine_busy_s() -> float:
+    """CPU seconds this machine's CPUs have been busy since boot, all of them together
+    (/proc/stat: user, nice, system, irq, softirq; not idle, I/O wait or time the hypervisor
+    stole). Its change over a window is the CPU everything on the machine used in it."""
+    with open("/proc/stat", encoding="ascii") as stat:
+        user, nice, system, _, _, irq, softirq = (int(v) for v in stat.readline().split()[1:8])
+    return (user + nice + system + irq + softirq) / os.sysconf("SC_CLK_TCK")
+
+
 def python_startup_ms(rounds: int = 5) -> float:
     """Median time to start Python with numpy and grpc imported (ms)."""
     samples = []

@@ -21,6 +21,9 @@ import queue
 import secrets
 import statistics
 import time
+from typing import NamedTuple
+
+import baselines
 
 from simnpu.proto import hccl_types as ht
 from simnpu.server.engine import (
@@ -97,18 +100,25 @@ def _gloo_rank(rank: int, n: int, port_queue, size: int, iters: int, results) ->
     dist.init_process_group("gloo", store=store, rank=rank, world_size=n, timeout=timeout)
     tensor = torch.ones(size // 4, dtype=torch.float32)
     times = []
-    for _ in range(WARMUP + iters):
+    for i in range(WARMUP + iters):
+        if i == WARMUP:
+            busy = baselines.machine_busy_s()
         dist.barrier()
         start = time.perf_counter()
         dist.all_reduce(tensor)
         times.append(time.perf_counter() - start)
-    results.put((rank, statistics.median(times[WARMUP:]) * 1e3))
+    cpu_ms = (baselines.machine_busy_s() - busy) / iters * 1e3  # the barriers count too
+    results.put((rank, (statistics.median(times[WARMUP:]) * 1e3, cpu_ms)))
     dist.destroy_process_group()
 
 
-def gloo_all_reduce_ms(size: int, iters: int, processes: int = 2) -> float:
-    """p50 of Gloo's own all_reduce between plain torch processes on loopback (the slowest
-    rank's)."""
+class GlooFigures(NamedTuple):
+    ms: float  # p50 of one all_reduce, the slowest rank's
+    cpu_ms: float  # the CPU the whole machine was busy per all_reduce (rank 0's window)
+
+
+def gloo_all_reduce(size: int, iters: int, processes: int = 2) -> GlooFigures:
+    """Gloo's own all_reduce between plain torch processes on loopback."""
     spawn = multiprocessing.get_context("spawn")
     port_queue, results = spawn.Queue(), spawn.Queue()
     ranks = [
@@ -117,10 +127,10 @@ def gloo_all_reduce_ms(size: int, iters: int, processes: int = 2) -> float:
     ]
     for process in ranks:
         process.start()
-    figures = [results.get(timeout=TIMEOUT_S)[1] for _ in ranks]
+    figures = dict(results.get(timeout=TIMEOUT_S) for _ in ranks)
     for process in ranks:
         process.join()
-    return max(figures)
+    return GlooFigures(max(ms for ms, _ in figures.values()), figures[0][1])
 
 
 def main() -> None:
@@ -135,7 +145,7 @@ def main() -> None:
     print(f"{'round':>5}  {'engine ms':>10}  {'GiB/s':>6}  {'Gloo ms':>10}  {'GiB/s':>6}  ratio")
     for round_ in range(1, args.rounds + 1):
         engine_ms = engine_all_reduce_ms(size, args.iters)
-        gloo_ms = gloo_all_reduce_ms(size, args.iters)
+        gloo_ms = gloo_all_reduce(size, args.iters).ms
         print(
             f"{round_:>5}  {engine_ms:>10.1f}  {gib / engine_ms * 1e3:>6.2f}  "
             f"{gloo_ms:>10.1f}  {gib / gloo_ms * 1e3:>6.2f}  {gloo_ms / engine_ms:.2f}"

@@ -48,10 +48,12 @@ import subprocess
 import sys
 import tempfile
 import time
+from typing import NamedTuple
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
+import baselines  # noqa: E402
 import hccl_hosts  # noqa: E402
 import numpy as np  # noqa: E402
 
@@ -71,6 +73,14 @@ BUS_FACTOR = {
 ITEM = 4  # float32
 WARMUP = 5  # collectives before the timed ones, as nccl-tests' default
 ROUNDS = 3  # timed rounds: the best counts, as for the copy baselines
+
+
+class Timing(NamedTuple):
+    """One timed round of collectives, per collective: the wall time, and the CPU time
+    that the whole machine (every process on it) was busy (baselines.machine_busy_s)."""
+
+    seconds: float
+    cpu_s: float
 
 
 def iterations(size: int, quick: bool) -> int:
@@ -136,12 +146,13 @@ def rank_main(rank, n, device, address, plan, quick, root_queue, results) -> Non
             for attempt in range(ROUNDS):
                 comm.barrier(stream)
                 stream.synchronize()
-                start = time.perf_counter()
+                start, busy = time.perf_counter(), baselines.machine_busy_s()
                 for _ in range(iters):
                     call()
                 stream.synchronize()
                 seconds = (time.perf_counter() - start) / iters
-                results.put((op, size, mode, rank, attempt, seconds))
+                cpu = (baselines.machine_busy_s() - busy) / iters
+                results.put((op, size, mode, rank, attempt, seconds, cpu))
         send.free()
         recv.free()
     comm.destroy()
@@ -151,14 +162,10 @@ def rank_main(rank, n, device, address, plan, quick, root_queue, results) -> Non
 
 # ---- the baselines, in this process ------------------------------------------------------------
 def memcpy_bandwidth(nbytes: int = 64 << 20) -> float:
-    import baselines
-
     return baselines.shm_copy_bandwidth(nbytes)
 
 
 def two_process_copy_bandwidth(nbytes: int = 64 << 20) -> float:
-    import baselines
-
     return baselines.shm_copy_bandwidth_processes(nbytes, processes=2)
 
 
@@ -226,7 +233,7 @@ def _numpy_all_reduce(inputs, outputs) -> float:
 # ---- the run -----------------------------------------------------------------------------------
 def run_config(addresses, n, devices, ops, size_list, quick) -> dict:
     """Time every op and size with n rank processes; rank r on device devices[r] of the
-    daemon at addresses[r]. {(op, size, "out" or "in"): seconds per collective}."""
+    daemon at addresses[r]. {(op, size, "out" or "in"): Timing of the best round}."""
     plan = [(op, size) for op in ops for size in size_list]
     spawn = multiprocessing.get_context("spawn")
     root_queue, results = spawn.Queue(), spawn.Queue()
@@ -243,17 +250,16 @@ def run_config(addresses, n, devices, ops, size_list, quick) -> dict:
     expected = len(plan) * 2 * n * ROUNDS
     try:
         while len(times) < expected:
-            op, size, mode, rank, attempt, seconds = results.get(timeout=600)
-            times[(op, size, mode, rank, attempt)] = seconds
+            op, size, mode, rank, attempt, seconds, cpu = results.get(timeout=600)
+            times[(op, size, mode, rank, attempt)] = Timing(seconds, cpu)
     finally:
-        import baselines  # (imported where used, as the baselines below are)
-
         baselines.end_processes(processes)
     table: dict = {}
     for op, size, mode, _, _ in times:
-        table[(op, size, mode)] = min(
-            max(times[(op, size, mode, r, attempt)] for r in range(n)) for attempt in range(ROUNDS)
-        )
+        rounds = [[times[(op, size, mode, r, a)] for r in range(n)] for a in range(ROUNDS)]
+        best = min(rounds, key=lambda ranks: max(t.seconds for t in ranks))
+        # the slowest rank's time; the machine's CPU as rank 0 saw it over the same window
+        table[(op, size, mode)] = Timing(max(t.seconds for t in best), best[0].cpu_s)
     return table
 
 
@@ -274,7 +280,7 @@ def print_table(op: str, n: int, placement: str, size_list, table) -> list[dict]
         row = {"op": op, "ranks": n, "size": size, "count": size // ITEM}
         cells = []
         for mode in ("out", "in"):
-            seconds = table[(op, size, mode)]
+            seconds = table[(op, size, mode)].seconds
             algbw = size / seconds / 1e9
             busbw = algbw * BUS_FACTOR[op](n)
             row[mode] = {"time_us": seconds * 1e6, "algbw": algbw, "busbw": busbw}

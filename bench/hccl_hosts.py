@@ -35,7 +35,8 @@ def _free_port() -> int:
 
 def run_hosts(hosts: int, quick: bool, run_config: Callable) -> dict:
     """simnpu's all_reduce over `hosts` daemons (seconds per collective, out of place and
-    in place) and Gloo's between `hosts` processes."""
+    in place) and Gloo's between `hosts` processes, each with the CPU the machine spent on
+    one (out of place for simnpu)."""
     per_host = RANKS // hosts
     token = os.environ.get("SIMNPU_TOKEN") or secrets.token_hex(16)
     os.environ["SIMNPU_TOKEN"] = token  # the daemons' and the rank processes'
@@ -53,20 +54,26 @@ def run_hosts(hosts: int, quick: bool, run_config: Callable) -> dict:
         finally:
             for daemon in daemons:
                 daemon.close()
-    gloo_s = engine_bench.gloo_all_reduce_ms(SIZE, GLOO_ITERS, processes=hosts) / 1e3
+    gloo = engine_bench.gloo_all_reduce(SIZE, GLOO_ITERS, processes=hosts)
+    out, inside = table[("all_reduce", SIZE, "out")], table[("all_reduce", SIZE, "in")]
     return {
         "hosts": hosts,
         "ranks": RANKS,
         "size": SIZE,
-        "out_s": table[("all_reduce", SIZE, "out")],
-        "in_s": table[("all_reduce", SIZE, "in")],
-        "gloo_s": gloo_s,
+        "out_s": out.seconds,
+        "in_s": inside.seconds,
+        "out_cpu_s": out.cpu_s,
+        "gloo_s": gloo.ms / 1e3,
+        "gloo_cpu_s": gloo.cpu_ms / 1e3,
+        "cpus": len(os.sched_getaffinity(0)),
     }
 
 
 def print_rows(rows: list[dict]) -> None:
     """One line per host count: simnpu's time, algbw and busbw (8 ranks) out of place and
-    in place, Gloo's all_reduce between the hosts, and simnpu's algbw over Gloo's."""
+    in place, Gloo's all_reduce between the hosts, and simnpu's algbw over Gloo's. Then the
+    CPU each took, and the bound on simnpu over Gloo that the machine's CPUs set: at least
+    simnpu's CPU / CPUs of wall time per collective, against Gloo's time."""
     print(
         f"\n# all_reduce across hosts, {RANKS} ranks, {SIZE >> 20} MiB float32, sum; beside "
         "Gloo's own all_reduce between the hosts (target at 2 hosts: out of place >= "
@@ -90,4 +97,20 @@ def print_rows(rows: list[dict]) -> None:
         print(
             f"  {row['hosts']:>5} {n // row['hosts']:>10} | {cells[0]} | {cells[1]} | "
             f"{row['gloo_s'] * 1e3:>8.1f} {gloo_algbw:>7.3f} | {ratio:>9.0%}{missed}"
+        )
+    cpus = rows[0]["cpus"]
+    print(
+        f"\n# CPU per all_reduce, every process on the machine (the hosts share its {cpus} "
+        f"CPUs): simnpu out of place takes at least its CPU / {cpus} of wall time here, which "
+        "bounds out / Gloo"
+    )
+    print(
+        f"# {'hosts':>5} | {'simnpu CPU ms':>13} {'at least ms':>11} | {'Gloo CPU ms':>11} | bound"
+    )
+    for row in rows:
+        least = row["out_cpu_s"] / cpus
+        row["bound_of_gloo"] = row["gloo_s"] / least
+        print(
+            f"  {row['hosts']:>5} | {row['out_cpu_s'] * 1e3:>13.1f} {least * 1e3:>11.1f} | "
+            f"{row['gloo_cpu_s'] * 1e3:>11.1f} | {row['bound_of_gloo']:>5.0%}"
         )

@@ -25,7 +25,8 @@ host, with every reduction done in cache (n ranks, `size` the nccl-tests size):
                   in place each rank's own chunk is already there:     n size
   reduce_scatter  read the n inputs, write the n chunks:      (n + 1) size (in place too)
 With the multihost extra, `--hosts 2 4` (the default then) adds all_reduce across hosts'
-daemons beside Gloo's own all_reduce (bench/hccl_hosts.py).
+daemons beside Gloo's own all_reduce (bench/hccl_hosts.py), with the CPU the machine spent
+on each and the bound that puts on simnpu / Gloo when the hosts share its CPUs.
 
 For every collective at 64 MiB with the most ranks the summary prints busbw, the floor's
 bytes, the floor's bytes per second as a fraction of the two-process copy bandwidth

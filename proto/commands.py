@@ -80,19 +80,22 @@ class _LaunchFields(NamedTuple):
     args: bytes  # the packed parameter struct (simnpu.proto.kernel_abi.KernelSignature)
 
 
+_LAUNCH_OP = 1
+_LAUNCH_LAYOUT = struct.Struct("<HIQQI")  # op, blocks, stream, function, args length
+_pack_launch = _LAUNCH_LAYOUT.pack  # bound once: a launch is the hottest record
+
+
 class Launch(_LaunchFields):
     """aclrtLaunchKernelWithHostArgs: the argument struct follows the fixed fields."""
 
     __slots__ = ()
-    OP: ClassVar[int] = 1
-    LAYOUT: ClassVar[struct.Struct] = struct.Struct(
-        "<HIQQI"
-    )  # op, blocks, stream, function, args length
+    OP: ClassVar[int] = _LAUNCH_OP
+    LAYOUT: ClassVar[struct.Struct] = _LAUNCH_LAYOUT
 
     @staticmethod
     def pack(num_blocks: int, stream: int, function: int, args: bytes) -> bytes:
         try:
-            return Launch.LAYOUT.pack(Launch.OP, num_blocks, stream, function, len(args)) + args
+            return _pack_launch(_LAUNCH_OP, num_blocks, stream, function, len(args)) + args
         except struct.error:
             raise _refused(Launch, (num_blocks, stream, function, len(args))) from None
 

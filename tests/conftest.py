@@ -34,6 +34,20 @@ def simnpu_segments() -> list[str]:
     return sorted(name for name in os.listdir(SHM_DIR) if name.startswith("simnpu-"))
 
 
+def made_since(paths: list[str], since: float) -> list[str]:
+    """Those of `paths` (files or directories) made at `since` (time.time()) or later. A
+    daemon names its segments and scratch directories by its pid; this tells them from the
+    leftovers of a process long gone that had the same pid (a SIGKILLed daemon's)."""
+    made = []
+    for path in paths:
+        try:
+            if os.stat(path).st_ctime >= since:
+                made.append(path)
+        except FileNotFoundError:
+            pass
+    return made
+
+
 def children_of(pid: int) -> list[int]:
     found = []
     for entry in os.listdir("/proc"):
@@ -83,6 +97,8 @@ class DaemonProcess:
         self.address = address or f"unix://{directory}/npu.sock"
         self.log_path = os.path.join(directory, "daemon.log")
         self.log = open(self.log_path, "wb")
+        # what this daemon makes is made after this (less the file system's coarser clock)
+        self._since = time.time() - 1.0
         self.process = subprocess.Popen(
             [
                 *prefix,
@@ -133,7 +149,15 @@ class DaemonProcess:
             return handle.read()
 
     def segments(self) -> list[str]:
-        return [name for name in simnpu_segments() if name.startswith(f"simnpu-{self.pid}-")]
+        """The shared-memory segments this daemon made that still exist."""
+        named = [name for name in simnpu_segments() if name.startswith(f"simnpu-{self.pid}-")]
+        made = made_since([os.path.join(SHM_DIR, name) for name in named], self._since)
+        return [os.path.basename(path) for path in made]
+
+    def scratch_directories(self) -> list[str]:
+        """The kernel processes' scratch directories this daemon made that still exist."""
+        pattern = os.path.join(tempfile.gettempdir(), f"{SCRATCH_PREFIX}{self.pid}-*")
+        return made_since(glob.glob(pattern), self._since)
 
     def stop(self, sig: int = signal.SIGTERM) -> int:
         """Stop the daemon; assert its segments and worker processes are gone."""
@@ -154,10 +178,9 @@ class DaemonProcess:
         assert not self.outliving(self.workers + below), (
             "worker or kernel processes outlived the daemon"
         )
-        pattern = os.path.join(tempfile.gettempdir(), f"{SCRATCH_PREFIX}{self.pid}-*")
-        while glob.glob(pattern) and time.monotonic() < deadline:  # the zygote removes it
+        while self.scratch_directories() and time.monotonic() < deadline:  # the zygote removes it
             time.sleep(0.05)
-        assert not glob.glob(pattern), "kernel scratch directories outlived the daemon"
+        assert not self.scratch_directories(), "kernel scratch directories outlived the daemon"
         assert not self.segments(), f"daemon left shared memory behind: {self.segments()}"
         failures = internal_errors(self.output())
         assert not failures, "the daemon failed inside:\n" + "\n\n".join(failures)

@@ -10,6 +10,7 @@ must be asked.
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable, Iterable
 
@@ -19,6 +20,16 @@ from simnpu.shm.region import Region
 from simnpu.shm.ring import SubmissionRing
 
 _SLICE_S = 0.1  # how often a sleeping synchronize re-checks that the session is alive
+POLL_S = 200e-6
+"""How long a synchronize polls its signal before it sleeps on it, as the real runtime
+queries a stream's task status a few times before it waits for the device's interrupt:
+about two of this device's shortest round trips (a launch + synchronize of an empty
+kernel, ~100 µs), so a wait on short work ends without a futex sleep and a wake-up, and a
+wait on longer work spends at most this much more CPU."""
+FAST_SYNC_POLL_S = 0.02
+"""How long a synchronize polls on a stream created with ACL_STREAM_FAST_SYNC, which asks
+aclrtSynchronizeStream to poll the task status rather than wait for a notification (the
+real runtime: up to 200,000 queries): lower latency for work up to this long, paid in CPU."""
 
 
 class StreamSignals:
@@ -30,15 +41,19 @@ class StreamSignals:
         self.connection = connection
         self.area = area
         self.slots: dict[int, int] = {}  # stream handle -> its signal's slot
+        self.fast_sync: set[int] = set()  # streams created with ACL_STREAM_FAST_SYNC
         self.records: dict[int, tuple[int, int]] = {}  # event -> (stream, seq) of its latest record
         self.models = False  # this process made a model run instance (client/runtime_graphs.py)
         self.decided = 0  # calls decided here, without a request (a statistic)
 
-    def add(self, stream: int, slot: int) -> None:
+    def add(self, stream: int, slot: int, fast_sync: bool = False) -> None:
         self.slots[stream] = slot
+        if fast_sync:
+            self.fast_sync.add(stream)
 
     def remove(self, stream: int) -> None:
         self.slots.pop(stream, None)
+        self.fast_sync.discard(stream)
         self.connection.log.stream_seq.pop(stream, None)
 
     def recorded(self, event: int, stream: int, seq: int) -> None:
@@ -65,26 +80,39 @@ class StreamSignals:
         word = self.area.word(slot)
         return not word & DIRTY and word >= seq
 
+    def _poll_s(self, stream: int) -> float:
+        """How long a synchronize of `stream` polls before it sleeps."""
+        return FAST_SYNC_POLL_S if stream in self.fast_sync else POLL_S
+
     def _wait(
-        self, slot: int, seq: int, deadline: float | None, still: Callable[[], bool] | None = None
+        self,
+        slot: int,
+        seq: int,
+        deadline: float | None,
+        poll_s: float,
+        still: Callable[[], bool] | None = None,
     ) -> bool | None:
-        """Sleep on signal `slot` until it reaches `seq`: True if it did clean; False if dirty,
-        the session broke, or `still()` no longer holds (the daemon must be asked); None at
-        the monotonic `deadline`. Blocks."""
+        """Wait for signal `slot` to reach `seq` -- polling it for `poll_s`, yielding the CPU
+        between looks, then sleeping on it: True if it did clean; False if dirty, the session
+        broke, or `still()` no longer holds (the daemon must be asked); None at the monotonic
+        `deadline`. Blocks."""
         area, connection = self.area, self.connection
         word = area.word(slot)
         if word & SEQ_MASK >= seq:
             return not word & DIRTY
-        connection.ring_doorbell()  # before sleeping: a wake-up of the daemon the launch missed
+        connection.ring_doorbell()  # before waiting: a wake-up of the daemon the launch missed
+        polled_until = time.monotonic() + poll_s
         while True:
             if connection.broken is not None or (still is not None and not still()):
                 return False  # the request raises the session's error, or decides
-            slice_s = _SLICE_S
-            if deadline is not None:
-                slice_s = min(slice_s, deadline - time.monotonic())
-                if slice_s <= 0:
-                    return None
-            area.wait_word(slot, word, slice_s)
+            now = time.monotonic()
+            if deadline is not None and now >= deadline:
+                return None
+            if now < polled_until:
+                os.sched_yield()  # (without the GIL: the process's other threads run)
+            else:
+                slice_s = _SLICE_S if deadline is None else min(_SLICE_S, deadline - now)
+                area.wait_word(slot, word, slice_s)
             word = area.word(slot)
             if word & SEQ_MASK >= seq:
                 return not word & DIRTY
@@ -106,7 +134,9 @@ class StreamSignals:
         last = self._last_command(stream)
         if last is None or timeout_ms < -1:
             return timeout_ms
-        return self._outcome(self._wait(*last, _deadline(timeout_ms)), timeout_ms)
+        slot, seq = last
+        outcome = self._wait(slot, seq, _deadline(timeout_ms), self._poll_s(stream))
+        return self._outcome(outcome, timeout_ms)
 
     def stream_complete(self, stream: int) -> bool:
         """aclrtStreamQuery: True when `stream`'s signal proves its work done with nothing to
@@ -138,7 +168,11 @@ class StreamSignals:
         stream, seq = record
         stream_seq = self.connection.log.stream_seq
         outcome = self._wait(
-            slot, seq, _deadline(timeout_ms), lambda: stream_seq.get(stream) == seq
+            slot,
+            seq,
+            _deadline(timeout_ms),
+            self._poll_s(stream),
+            lambda: stream_seq.get(stream) == seq,
         )
         return self._outcome(outcome, timeout_ms)
 
@@ -156,13 +190,13 @@ class StreamSignals:
             slot = slots.get(stream)
             if slot is None:
                 return timeout_ms
-            waits.append((slot, stream_seq.get(stream, 0)))
+            waits.append((slot, stream_seq.get(stream, 0), self._poll_s(stream)))
         deadline = _deadline(timeout_ms)
-        for slot, seq in waits:
-            outcome = self._wait(slot, seq, deadline)
+        for slot, seq, poll_s in waits:
+            outcome = self._wait(slot, seq, deadline, poll_s)
             if not outcome:
                 return self._outcome(outcome, timeout_ms)
-        if latest and all(seq != latest for _, seq in waits):  # a call elsewhere, after these
+        if latest and all(seq != latest for _, seq, _ in waits):  # a call elsewhere, after these
             if not any(self._covers(slot, latest) for slot in slots.values()):
                 return timeout_ms
         self.decided += 1

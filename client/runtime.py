@@ -368,7 +368,9 @@ class Runtime(
         self.stream_context[handle] = context
         self.stream_attrs[handle] = (priority, flags)
         if self.signals is not None and reply.HasField("signal_slot"):
-            self.signals.add(handle, reply.signal_slot)
+            self.signals.add(
+                handle, reply.signal_slot, fast_sync=bool(flags & codes.ACL_STREAM_FAST_SYNC)
+            )
         STREAM_STATES.notify(handle, codes.ACL_RT_STREAM_STATE_CREATE_POST)
         return handle
 

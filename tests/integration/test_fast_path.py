@@ -178,6 +178,37 @@ def test_a_timed_synchronize_times_out_on_the_word_and_the_daemon_says_so(rt, ke
     rt.destroy_stream(stream)
 
 
+def test_a_fast_sync_stream_is_synchronized_on_its_signal(rt, kernels):
+    stream = rt.create_stream(flags=codes.ACL_STREAM_FAST_SYNC)
+    plain = rt.create_stream()
+    assert rt.signals.fast_sync == {stream}
+    cell = rt.malloc(8)
+    write_int(rt, cell, 0, np.int64)
+    before = rt.signals.decided
+    for round_ in range(1, 21):
+        kernels.launch("count_up", stream, cell, 0)
+        rt.synchronize_stream(stream)
+        assert read_int(rt, cell) == round_
+    assert rt.signals.decided == before + 20
+    rt.free(cell)
+    rt.destroy_stream(stream)
+    assert rt.signals.fast_sync == set()
+    rt.destroy_stream(plain)
+
+
+def test_a_timed_synchronize_of_a_fast_sync_stream_times_out_while_it_polls(rt, kernels):
+    """5 ms is inside the 20 ms a fast-sync synchronize polls: the deadline ends the poll."""
+    stream = rt.create_stream(flags=codes.ACL_STREAM_FAST_SYNC)
+    flag = closed_gate(rt, kernels, stream)
+    with pytest.raises(NpuError) as raised:
+        rt.synchronize_stream(stream, timeout_ms=5)
+    assert raised.value.code == codes.ACL_ERROR_RT_STREAM_SYNC_TIMEOUT
+    threading.Timer(0.05, write_int, (rt, flag, 1)).start()
+    rt.synchronize_stream(stream, timeout_ms=20_000)  # polls, then sleeps until the gate opens
+    rt.free(flag)
+    rt.destroy_stream(stream)
+
+
 def test_stop_on_failure_reports_the_context_failure_on_another_stream(rt, kernels):
     context = rt.create_context(0)
     first, second = rt.create_stream(), rt.create_stream()

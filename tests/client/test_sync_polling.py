@@ -1,0 +1,193 @@
+"""How a synchronize waits on a stream's completion signal (client/fast_path.py): it polls
+the signal for a while, yielding the CPU between looks, then sleeps on it; a stream created
+with ACL_STREAM_FAST_SYNC polls longer. One layer faked: the notify area and the
+connection. The poll windows are patched to "never ends" or "none", so nothing here depends
+on how fast the machine runs; tests/integration/test_fast_path.py runs the real thing."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from simnpu.client import fast_path
+from simnpu.shm.notify import DIRTY
+
+FOREVER = 3600.0
+
+
+class Area:
+    """A notify area whose word `slot` reaches `done` after `reads` looks, or when a
+    synchronize sleeps on it (`wake_on_sleep`)."""
+
+    def __init__(self, done: int, reads: int | None = None, wake_on_sleep: bool = True):
+        self.value, self.done, self.reads = 0, done, reads
+        self.wake_on_sleep = wake_on_sleep
+        self.looks = 0
+        self.sleeps: list[float] = []
+
+    def word(self, slot: int) -> int:
+        self.looks += 1
+        if self.reads is not None and self.looks > self.reads:
+            self.value = self.done
+        return self.value
+
+    def wait_word(self, slot: int, seen: int, timeout_s: float) -> None:
+        self.sleeps.append(timeout_s)
+        if self.wake_on_sleep:
+            self.value = self.done
+        else:
+            time.sleep(min(timeout_s, 0.01))
+
+
+class Log:
+    def __init__(self):
+        self.stream_seq: dict[int, int] = {}
+        self.deferred_seq = 0
+
+
+class Connection:
+    def __init__(self):
+        self.broken: Exception | None = None
+        self.log = Log()
+        self.doorbells = 0
+
+    def ring_doorbell(self) -> None:
+        self.doorbells += 1
+
+
+def signals_with(area: Area, *streams: tuple[int, bool]) -> fast_path.StreamSignals:
+    """Signals of `streams` ((handle, fast_sync) each), the last command 7 on each."""
+    connection = Connection()
+    signals = fast_path.StreamSignals(connection, area)
+    for slot, (stream, fast_sync) in enumerate(streams):
+        signals.add(stream, slot, fast_sync=fast_sync)
+        connection.log.stream_seq[stream] = 7
+    connection.log.deferred_seq = 7
+    return signals
+
+
+@pytest.fixture
+def yields(monkeypatch) -> list[int]:
+    count: list[int] = []
+    monkeypatch.setattr(fast_path.os, "sched_yield", lambda: count.append(1))
+    return count
+
+
+def test_a_wait_on_short_work_polls_and_never_sleeps(monkeypatch, yields):
+    monkeypatch.setattr(fast_path, "POLL_S", FOREVER)
+    area = Area(done=7, reads=5)
+    signals = signals_with(area, (1, False))
+    assert signals.synchronize(1, -1) is None  # decided: success
+    assert area.sleeps == []
+    assert len(yields) == 5  # the first look and the next four saw it running, the 6th done
+    assert signals.connection.doorbells == 1
+    assert signals.decided == 1
+
+
+def test_after_the_poll_window_it_sleeps_on_the_signal(monkeypatch, yields):
+    monkeypatch.setattr(fast_path, "POLL_S", 0.0)
+    area = Area(done=7)
+    signals = signals_with(area, (1, False))
+    assert signals.synchronize(1, -1) is None
+    assert area.sleeps == [fast_path._SLICE_S]
+    assert yields == []
+
+
+def test_a_fast_sync_stream_polls_longer_than_a_plain_one(monkeypatch, yields):
+    monkeypatch.setattr(fast_path, "POLL_S", 0.0)
+    monkeypatch.setattr(fast_path, "FAST_SYNC_POLL_S", FOREVER)
+    area = Area(done=7, reads=3)
+    signals = signals_with(area, (1, True), (2, False))
+    assert signals.synchronize(1, -1) is None
+    assert area.sleeps == [] and yields  # polled until done
+    area.value, area.reads, area.looks = 0, None, 0
+    assert signals.synchronize(2, -1) is None
+    assert len(area.sleeps) == 1  # slept at once
+    signals.remove(1)
+    assert signals.fast_sync == set()
+
+
+def test_a_timeout_inside_the_poll_window_ends_the_wait(monkeypatch, yields):
+    monkeypatch.setattr(fast_path, "POLL_S", FOREVER)
+    area = Area(done=7, wake_on_sleep=False)  # never done
+    signals = signals_with(area, (1, False))
+    assert signals.synchronize(1, 20) == 0  # the wait used the timeout up: ask with 0
+    assert area.sleeps == [] and yields
+
+
+def test_a_timeout_after_the_poll_window_sleeps_no_longer_than_it(monkeypatch, yields):
+    monkeypatch.setattr(fast_path, "POLL_S", 0.0)
+    area = Area(done=7, wake_on_sleep=False)
+    signals = signals_with(area, (1, False))
+    assert signals.synchronize(1, 30) == 0
+    assert area.sleeps and all(0 < slice_s <= 0.03 for slice_s in area.sleeps)
+
+
+def test_a_broken_session_ends_the_poll(monkeypatch):
+    monkeypatch.setattr(fast_path, "POLL_S", FOREVER)
+    area = Area(done=7, wake_on_sleep=False)
+    signals = signals_with(area, (1, False))
+    looks: list[int] = []
+
+    def sched_yield() -> None:
+        looks.append(1)
+        if len(looks) == 3:
+            signals.connection.broken = ConnectionError("gone")
+
+    monkeypatch.setattr(fast_path.os, "sched_yield", sched_yield)
+    assert signals.synchronize(1, -1) == -1  # ask the daemon, which raises the error
+    assert len(looks) == 3 and area.sleeps == []
+
+
+def test_an_event_synchronize_stops_polling_once_its_record_is_not_the_last(monkeypatch, yields):
+    monkeypatch.setattr(fast_path, "POLL_S", FOREVER)
+    area = Area(done=7, wake_on_sleep=False)
+    signals = signals_with(area, (1, False))
+    signals.recorded(event=5, stream=1, seq=7)
+    log = signals.connection.log
+
+    def sched_yield() -> None:
+        yields.append(1)
+        if len(yields) == 2:
+            log.stream_seq[1] = 8  # another thread launched on the stream behind the record
+
+    monkeypatch.setattr(fast_path.os, "sched_yield", sched_yield)
+    assert signals.synchronize_event(5, -1) == -1  # the daemon decides
+    assert len(yields) == 2 and area.sleeps == []
+
+
+def test_a_dirty_signal_found_while_polling_sends_the_call_to_the_daemon(monkeypatch, yields):
+    monkeypatch.setattr(fast_path, "POLL_S", FOREVER)
+    area = Area(done=7 | DIRTY, reads=2)
+    signals = signals_with(area, (1, False))
+    assert signals.synchronize(1, -1) == -1
+    assert area.sleeps == [] and signals.decided == 0
+
+
+def test_a_device_synchronize_polls_each_stream_with_its_own_window(monkeypatch, yields):
+    monkeypatch.setattr(fast_path, "POLL_S", 0.0)
+    monkeypatch.setattr(fast_path, "FAST_SYNC_POLL_S", FOREVER)
+
+    class TwoWords(Area):
+        """Slot 0 (the fast-sync stream) is done after 3 looks at it; slot 1 on a sleep."""
+
+        def __init__(self):
+            super().__init__(done=7)
+            self.values = {0: 0, 1: 0}
+            self.looks_at = {0: 0, 1: 0}
+
+        def word(self, slot):
+            self.looks_at[slot] += 1
+            if slot == 0 and self.looks_at[0] > 3:
+                self.values[0] = 7
+            return self.values[slot]
+
+        def wait_word(self, slot, seen, timeout_s):
+            self.sleeps.append(slot)
+            self.values[slot] = 7
+
+    area = TwoWords()
+    signals = signals_with(area, (1, True), (2, False))
+    assert signals.synchronize_streams([1, 2], -1) is None
+    assert area.sleeps == [1]  # only the plain stream's wait slept

@@ -17,8 +17,10 @@ notices and replies too big for a slot, read by the background receiver all the 
 from __future__ import annotations
 
 import collections
+import os
 import sys
 import threading
+import time
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
@@ -30,7 +32,7 @@ config.prefer_fast_grpc()
 import grpc  # noqa: E402
 from google.protobuf.message import DecodeError, Message  # noqa: E402
 
-from simnpu.client import autostart, peer_credentials  # noqa: E402
+from simnpu.client import autostart, fast_path, peer_credentials  # noqa: E402
 from simnpu.proto import bulk as wire  # noqa: E402
 from simnpu.proto.errors import NpuError, error_for  # noqa: E402
 from simnpu.shm import notify as notify_layout  # noqa: E402
@@ -490,11 +492,14 @@ class Connection:
         return reply
 
     def _wait_mailbox(self, pending: _Pending) -> None:
-        """Sleep on the doorbell until the reply is in the pending request's mailbox slot
-        (then it is pending.reply), or it went by the stream, or the session broke."""
+        """Wait until the reply is in the pending request's mailbox slot (then it is
+        pending.reply), or it went by the stream, or the session broke: polling the slot
+        for fast_path.POLL_S, yielding the CPU between looks, as a synchronize polls its
+        signal, then sleeping on the doorbell."""
         mailbox, slot = self.mailbox, pending.slot
         assert mailbox is not None  # slots are handed out once use_notify made the mailbox
         area = mailbox.area
+        polled_until = time.monotonic() + fast_path.POLL_S
         try:
             while not pending.event.is_set():
                 seen = area.doorbell()
@@ -513,7 +518,10 @@ class Connection:
                         pending.reply = reply
                         pending.event.set()
                         return
-                area.wait_doorbell(seen, _MAILBOX_SLICE_S)
+                if time.monotonic() < polled_until:
+                    os.sched_yield()
+                else:
+                    area.wait_doorbell(seen, _MAILBOX_SLICE_S)
         finally:
             with self._lock:
                 mailbox.free.append(slot)

@@ -1,17 +1,20 @@
-"""How a synchronize waits on a stream's completion signal (client/fast_path.py): it polls
-the signal for a while, yielding the CPU between looks, then sleeps on it; a stream created
-with ACL_STREAM_FAST_SYNC polls longer. One layer faked: the notify area and the
-connection. The poll windows are patched to "never ends" or "none", so nothing here depends
-on how fast the machine runs; tests/integration/test_fast_path.py runs the real thing."""
+"""How a synchronize waits on a stream's completion signal (client/fast_path.py), and a
+request on its reply's mailbox slot (client/transport.py): it polls for a while, yielding
+the CPU between looks, then sleeps; a stream created with ACL_STREAM_FAST_SYNC polls longer.
+One layer faked: the notify area and the connection. The poll windows are patched to "never
+ends" or "none", so nothing here depends on how fast the machine runs;
+tests/integration/test_fast_path.py runs the real thing."""
 
 from __future__ import annotations
 
+import threading
 import time
 
 import pytest
 
-from simnpu.client import fast_path
-from simnpu.shm.notify import DIRTY
+from simnpu.client import fast_path, transport
+from simnpu.proto import npu_pb2
+from simnpu.shm.notify import DIRTY, MAILBOX_SLOTS
 
 FOREVER = 3600.0
 
@@ -191,3 +194,62 @@ def test_a_device_synchronize_polls_each_stream_with_its_own_window(monkeypatch,
     signals = signals_with(area, (1, True), (2, False))
     assert signals.synchronize_streams([1, 2], -1) is None
     assert area.sleeps == [1]  # only the plain stream's wait slept
+
+
+# ---- a request's reply in its mailbox slot (client/transport.py) ----------------------------
+class MailboxArea:
+    """A notify area whose mailbox slot holds the reply after `looks` looks at it, or once
+    a waiter sleeps on the doorbell."""
+
+    def __init__(self, payload: bytes, looks: int | None = None):
+        self.payload, self.looks = payload, looks
+        self.taken = 0
+        self.ready = False
+        self.sleeps = 0
+
+    def doorbell(self) -> int:
+        return 0
+
+    def take_reply(self, slot: int, request_id: int):
+        self.taken += 1
+        if self.looks is not None and self.taken > self.looks:
+            self.ready = True
+        return self.payload if self.ready else None
+
+    def wait_doorbell(self, seen: int, timeout_s: float) -> None:
+        self.sleeps += 1
+        self.ready = True
+
+
+def waiting_connection(area: MailboxArea):
+    """A Connection with only what waiting for a mailbox reply uses."""
+    connection = transport.Connection.__new__(transport.Connection)
+    connection._lock = threading.Lock()
+    connection._replies = {}
+    connection.mailbox = transport._Mailbox(area)
+    return connection
+
+
+def reply_to(seq: int) -> bytes:
+    return npu_pb2.Reply(id=seq).SerializeToString()
+
+
+def test_a_reply_that_comes_soon_is_polled_for(monkeypatch, yields):
+    monkeypatch.setattr(fast_path, "POLL_S", FOREVER)
+    area = MailboxArea(reply_to(3), looks=4)
+    connection = waiting_connection(area)
+    pending = transport._Pending(3, connection.mailbox.free.pop())
+    connection._wait_mailbox(pending)
+    assert pending.event.is_set() and pending.reply.id == 3
+    assert area.sleeps == 0 and len(yields) == 4
+    assert pending.slot == -1 and len(connection.mailbox.free) == MAILBOX_SLOTS
+
+
+def test_a_reply_later_than_the_poll_window_is_slept_for(monkeypatch, yields):
+    monkeypatch.setattr(fast_path, "POLL_S", 0.0)
+    area = MailboxArea(reply_to(3))
+    connection = waiting_connection(area)
+    pending = transport._Pending(3, connection.mailbox.free.pop())
+    connection._wait_mailbox(pending)
+    assert pending.reply.id == 3
+    assert area.sleeps == 1 and yields == []

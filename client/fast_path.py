@@ -24,8 +24,9 @@ POLL_S = 200e-6
 """How long a synchronize polls its signal before it sleeps on it, as the real runtime
 queries a stream's task status a few times before it waits for the device's interrupt:
 about two of this device's shortest round trips (a launch + synchronize of an empty
-kernel, ~100 µs), so a wait on short work ends without a futex sleep and a wake-up, and a
-wait on longer work spends at most this much more CPU."""
+kernel, ~100 µs), so a wait on short work ends without a futex sleep and a wake-up. A
+stream whose last wait took longer than this sleeps at once: its work is not short, and
+polling would only take CPU from the units running it."""
 FAST_SYNC_POLL_S = 0.02
 """How long a synchronize polls on a stream created with ACL_STREAM_FAST_SYNC, which asks
 aclrtSynchronizeStream to poll the task status rather than wait for a notification (the
@@ -42,6 +43,7 @@ class StreamSignals:
         self.area = area
         self.slots: dict[int, int] = {}  # stream handle -> its signal's slot
         self.fast_sync: set[int] = set()  # streams created with ACL_STREAM_FAST_SYNC
+        self.long_waits: set[int] = set()  # streams whose last wait outlasted POLL_S
         self.records: dict[int, tuple[int, int]] = {}  # event -> (stream, seq) of its latest record
         self.models = False  # this process made a model run instance (client/runtime_graphs.py)
         self.decided = 0  # calls decided here, without a request (a statistic)
@@ -54,6 +56,7 @@ class StreamSignals:
     def remove(self, stream: int) -> None:
         self.slots.pop(stream, None)
         self.fast_sync.discard(stream)
+        self.long_waits.discard(stream)
         self.connection.log.stream_seq.pop(stream, None)
 
     def recorded(self, event: int, stream: int, seq: int) -> None:
@@ -81,27 +84,48 @@ class StreamSignals:
         return not word & DIRTY and word >= seq
 
     def _poll_s(self, stream: int) -> float:
-        """How long a synchronize of `stream` polls before it sleeps."""
-        return FAST_SYNC_POLL_S if stream in self.fast_sync else POLL_S
+        """How long a wait on `stream` polls before it sleeps: FAST_SYNC_POLL_S on an
+        ACL_STREAM_FAST_SYNC stream; else POLL_S, or nothing after a wait that outlasted it."""
+        if stream in self.fast_sync:
+            return FAST_SYNC_POLL_S
+        return 0.0 if stream in self.long_waits else POLL_S
 
     def _wait(
         self,
+        stream: int,
         slot: int,
         seq: int,
         deadline: float | None,
-        poll_s: float,
         still: Callable[[], bool] | None = None,
     ) -> bool | None:
-        """Wait for signal `slot` to reach `seq` -- polling it for `poll_s`, yielding the CPU
-        between looks, then sleeping on it: True if it did clean; False if dirty, the session
-        broke, or `still()` no longer holds (the daemon must be asked); None at the monotonic
-        `deadline`. Blocks."""
-        area, connection = self.area, self.connection
-        word = area.word(slot)
+        """Wait for `stream`'s signal, `slot`, to reach `seq` -- polling it (`_poll_s`),
+        yielding the CPU between looks, then sleeping on it: True if it did clean; False if
+        dirty, the session broke, or `still()` no longer holds (the daemon must be asked);
+        None at the monotonic `deadline`. Blocks."""
+        word = self.area.word(slot)
         if word & SEQ_MASK >= seq:
             return not word & DIRTY
+        started = time.monotonic()
+        try:
+            return self._wait_from(word, slot, seq, deadline, started + self._poll_s(stream), still)
+        finally:
+            if time.monotonic() - started > POLL_S:
+                self.long_waits.add(stream)
+            else:
+                self.long_waits.discard(stream)
+
+    def _wait_from(
+        self,
+        word: int,
+        slot: int,
+        seq: int,
+        deadline: float | None,
+        polled_until: float,
+        still: Callable[[], bool] | None,
+    ) -> bool | None:
+        """_wait once it saw `word`, short of `seq`: polling until `polled_until`."""
+        area, connection = self.area, self.connection
         connection.ring_doorbell()  # before waiting: a wake-up of the daemon the launch missed
-        polled_until = time.monotonic() + poll_s
         while True:
             if connection.broken is not None or (still is not None and not still()):
                 return False  # the request raises the session's error, or decides
@@ -135,7 +159,7 @@ class StreamSignals:
         if last is None or timeout_ms < -1:
             return timeout_ms
         slot, seq = last
-        outcome = self._wait(slot, seq, _deadline(timeout_ms), self._poll_s(stream))
+        outcome = self._wait(stream, slot, seq, _deadline(timeout_ms))
         return self._outcome(outcome, timeout_ms)
 
     def stream_complete(self, stream: int) -> bool:
@@ -168,11 +192,7 @@ class StreamSignals:
         stream, seq = record
         stream_seq = self.connection.log.stream_seq
         outcome = self._wait(
-            slot,
-            seq,
-            _deadline(timeout_ms),
-            self._poll_s(stream),
-            lambda: stream_seq.get(stream) == seq,
+            stream, slot, seq, _deadline(timeout_ms), lambda: stream_seq.get(stream) == seq
         )
         return self._outcome(outcome, timeout_ms)
 
@@ -190,13 +210,13 @@ class StreamSignals:
             slot = slots.get(stream)
             if slot is None:
                 return timeout_ms
-            waits.append((slot, stream_seq.get(stream, 0), self._poll_s(stream)))
+            waits.append((stream, slot, stream_seq.get(stream, 0)))
         deadline = _deadline(timeout_ms)
-        for slot, seq, poll_s in waits:
-            outcome = self._wait(slot, seq, deadline, poll_s)
+        for stream, slot, seq in waits:
+            outcome = self._wait(stream, slot, seq, deadline)
             if not outcome:
                 return self._outcome(outcome, timeout_ms)
-        if latest and all(seq != latest for _, seq, _ in waits):  # a call elsewhere, after these
+        if latest and all(seq != latest for _, _, seq in waits):  # a call elsewhere, after these
             if not any(self._covers(slot, latest) for slot in slots.values()):
                 return timeout_ms
         self.decided += 1

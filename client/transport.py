@@ -236,12 +236,13 @@ class _Mailbox:
     """The session's mailbox slots in its notify area (docs/fast-path.md): the reply to a
     request sent with a slot comes there while its caller sleeps on the doorbell."""
 
-    __slots__ = ("area", "free", "replies")
+    __slots__ = ("area", "free", "long_wait", "replies")
 
     def __init__(self, area: notify_layout.NotifyArea):
         self.area = area
         self.free = list(range(notify_layout.MAILBOX_SLOTS))  # slots no request holds
         self.replies = 0  # how many replies came through the mailbox (a statistic)
+        self.long_wait = False  # the last wait for a reply outlasted fast_path.POLL_S
 
 
 class _ReaderRole:
@@ -494,12 +495,13 @@ class Connection:
     def _wait_mailbox(self, pending: _Pending) -> None:
         """Wait until the reply is in the pending request's mailbox slot (then it is
         pending.reply), or it went by the stream, or the session broke: polling the slot
-        for fast_path.POLL_S, yielding the CPU between looks, as a synchronize polls its
-        signal, then sleeping on the doorbell."""
+        for fast_path.POLL_S (not after a wait that outlasted it), yielding the CPU between
+        looks, as a synchronize polls its signal, then sleeping on the doorbell."""
         mailbox, slot = self.mailbox, pending.slot
         assert mailbox is not None  # slots are handed out once use_notify made the mailbox
         area = mailbox.area
-        polled_until = time.monotonic() + fast_path.POLL_S
+        started = time.monotonic()
+        polled_until = started if mailbox.long_wait else started + fast_path.POLL_S
         try:
             while not pending.event.is_set():
                 seen = area.doorbell()
@@ -526,6 +528,7 @@ class Connection:
             with self._lock:
                 mailbox.free.append(slot)
             pending.slot = -1
+            mailbox.long_wait = time.monotonic() - started > fast_path.POLL_S
 
     def site_of(self, seq: int) -> str | None:
         """The call site of sequence number `seq`, if it is still known (the last 65,536)."""

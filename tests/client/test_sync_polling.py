@@ -196,6 +196,74 @@ def test_a_device_synchronize_polls_each_stream_with_its_own_window(monkeypatch,
     assert area.sleeps == [1]  # only the plain stream's wait slept
 
 
+class Clock:
+    """time.monotonic for fast_path, moved by hand."""
+
+    def __init__(self):
+        self.now = 100.0
+
+    def monotonic(self) -> float:
+        return self.now
+
+
+class SlowArea(Area):
+    """Done once a waiter sleeps, `clock` moved on by `sleep_s` meanwhile."""
+
+    def __init__(self, clock: Clock, sleep_s: float):
+        super().__init__(done=7)
+        self.clock, self.sleep_s = clock, sleep_s
+
+    def wait_word(self, slot: int, seen: int, timeout_s: float) -> None:
+        super().wait_word(slot, seen, timeout_s)
+        self.clock.now += self.sleep_s
+
+
+def test_a_stream_whose_last_wait_was_long_sleeps_at_once_until_a_wait_is_short(monkeypatch):
+    clock = Clock()
+    yields: list[int] = []
+
+    def sched_yield() -> None:  # each look at the signal takes 0.1 ms
+        yields.append(1)
+        clock.now += 1e-4
+
+    monkeypatch.setattr(fast_path, "time", clock)
+    monkeypatch.setattr(fast_path.os, "sched_yield", sched_yield)
+    monkeypatch.setattr(fast_path, "POLL_S", 1e-3)
+    area = SlowArea(clock, sleep_s=0.05)
+    signals = signals_with(area, (1, False))
+    area.reads = 3  # 1. short work: done at the 4th look, never slept for
+    assert signals.synchronize(1, -1) is None
+    assert area.sleeps == [] and len(yields) == 3 and signals.long_waits == set()
+
+    area.value, area.looks, area.reads = 0, 0, None  # 2. work of 50 ms: 10 looks, a sleep
+    del yields[:]
+    assert signals.synchronize(1, -1) is None
+    assert len(yields) == 10 and len(area.sleeps) == 1
+    assert signals.long_waits == {1}
+
+    area.value, area.sleeps, area.sleep_s = 0, [], 1e-4  # 3. after a long wait: no look,
+    del yields[:]  # a sleep at once -- 0.1 ms this time
+    assert signals.synchronize(1, -1) is None
+    assert yields == [] and len(area.sleeps) == 1
+    assert signals.long_waits == set()  # a short wait: the next one polls again
+
+    area.value, area.looks, area.reads, area.sleeps = 0, 0, 2, []  # 4. polled for again
+    assert signals.synchronize(1, -1) is None
+    assert area.sleeps == [] and len(yields) == 2
+
+
+def test_a_fast_sync_stream_polls_even_after_a_long_wait(monkeypatch, yields):
+    clock = Clock()
+    monkeypatch.setattr(fast_path, "time", clock)
+    monkeypatch.setattr(fast_path, "FAST_SYNC_POLL_S", 1.0)
+    area = SlowArea(clock, sleep_s=0.0)
+    signals = signals_with(area, (1, True))
+    signals.long_waits.add(1)
+    area.reads = 2
+    assert signals.synchronize(1, -1) is None
+    assert area.sleeps == [] and len(yields) == 2
+
+
 # ---- a request's reply in its mailbox slot (client/transport.py) ----------------------------
 class MailboxArea:
     """A notify area whose mailbox slot holds the reply after `looks` looks at it, or once
@@ -253,3 +321,14 @@ def test_a_reply_later_than_the_poll_window_is_slept_for(monkeypatch, yields):
     connection._wait_mailbox(pending)
     assert pending.reply.id == 3
     assert area.sleeps == 1 and yields == []
+
+
+def test_after_a_long_wait_for_a_reply_the_next_sleeps_at_once(monkeypatch, yields):
+    monkeypatch.setattr(fast_path, "POLL_S", FOREVER)
+    area = MailboxArea(reply_to(3), looks=2)
+    connection = waiting_connection(area)
+    connection.mailbox.long_wait = True
+    pending = transport._Pending(3, connection.mailbox.free.pop())
+    connection._wait_mailbox(pending)
+    assert area.sleeps == 1 and yields == []  # no poll after a long wait...
+    assert connection.mailbox.long_wait is False  # ...and this one was short (< FOREVER)

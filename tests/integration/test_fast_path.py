@@ -86,8 +86,11 @@ def test_a_client_sharing_dev_shm_uses_the_notify_area(rt):
         rt.free(pointer)
 
 
-def test_a_synchronize_is_decided_on_the_stream_word_and_ordered(rt, kernels):
-    stream = rt.create_stream()
+@pytest.mark.parametrize("flags", [0, codes.ACL_STREAM_FAST_SYNC], ids=["plain", "fast_sync"])
+def test_a_synchronize_is_decided_on_the_stream_word_and_ordered(rt, kernels, flags):
+    """On a stream created with ACL_STREAM_FAST_SYNC too (its waits poll longer)."""
+    stream = rt.create_stream(flags=flags)
+    assert (stream in rt.signals.fast_sync) == bool(flags)
     cell = rt.malloc(8)
     write_int(rt, cell, 0, np.int64)
     before = rt.signals.decided
@@ -98,6 +101,7 @@ def test_a_synchronize_is_decided_on_the_stream_word_and_ordered(rt, kernels):
     assert rt.signals.decided == before + 50
     rt.free(cell)
     rt.destroy_stream(stream)
+    assert stream not in rt.signals.fast_sync
 
 
 def test_the_default_stream_has_a_word_too(rt, kernels):
@@ -176,24 +180,6 @@ def test_a_timed_synchronize_times_out_on_the_word_and_the_daemon_says_so(rt, ke
     rt.synchronize_stream(stream, timeout_ms=20_000)
     rt.free(flag)
     rt.destroy_stream(stream)
-
-
-def test_a_fast_sync_stream_is_synchronized_on_its_signal(rt, kernels):
-    stream = rt.create_stream(flags=codes.ACL_STREAM_FAST_SYNC)
-    plain = rt.create_stream()
-    assert rt.signals.fast_sync == {stream}
-    cell = rt.malloc(8)
-    write_int(rt, cell, 0, np.int64)
-    before = rt.signals.decided
-    for round_ in range(1, 21):
-        kernels.launch("count_up", stream, cell, 0)
-        rt.synchronize_stream(stream)
-        assert read_int(rt, cell) == round_
-    assert rt.signals.decided == before + 20
-    rt.free(cell)
-    rt.destroy_stream(stream)
-    assert rt.signals.fast_sync == set()
-    rt.destroy_stream(plain)
 
 
 def test_a_timed_synchronize_of_a_fast_sync_stream_times_out_while_it_polls(rt, kernels):

@@ -1,4 +1,4 @@
-"""Before/after tables of several runs of each benchmark script, as docs/performance.md has them.
+"""Before/after tables of several runs of each benchmark script, as in docs/decisions/.
 
     python bench/tables.py SCRIPT --before A1.json A2.json ... --after B1.json B2.json ...
 

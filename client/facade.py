@@ -16,7 +16,8 @@ Generating the function (as namedtuple and dataclasses do) keeps the hot paths -
 memcpy_async, record_event -- at one extra Python call over the raw layer, with no *args
 packing and no per-call introspection: a generic wrapper that checks a spec in a loop adds
 about 1 µs per call where the generated function adds tens of nanoseconds (bench/run.py's
-facade row, docs/performance.md). This is the only generated code of the client.
+facade row, docs/decisions/generated-facade-functions.md). This is the only generated code
+of the client.
 
 Format letters (pyACL's): k/K an int (pointer, size, handle; no other type, as "k" does),
 i/I an integer (anything with __index__, never a float), s a str, p a path (str or

@@ -5,10 +5,11 @@ With CPython's defaults a young collection runs every 700 container allocations 
 tenth one of those goes on to older objects, so the daemon, which makes and drops a few
 objects per launch, walked its whole heap (the modules, grpc, numpy and protobuf: ~41,000
 objects) about three times a second under a stream of launches, and collecting took ~0.9 s
-of every 10 s, holding the GIL that every session's ring thread needs (docs/performance.md,
-"Garbage collection"). Once a process has started, `settle()` moves what it holds out of
-every later collection (gc.freeze) and collects young objects every YOUNG_THRESHOLD
-allocations: the objects a launch makes are freed by reference counting long before.
+of every 10 s, holding the GIL that every session's ring thread needs
+(docs/decisions/gc-frozen-in-daemon-and-workers.md). Once a process has started, `settle()`
+moves what it holds out of every later collection (gc.freeze) and collects young objects
+every YOUNG_THRESHOLD allocations: the objects a launch makes are freed by reference
+counting long before.
 """
 
 from __future__ import annotations

@@ -39,7 +39,8 @@ from simnpu.server.work import ReducePiece, Result, Span
 # of each source per step: the running result stays in L2, and the workers copy blocks
 # this large with non-temporal stores (server/workers.py), so that writing a destination
 # does not first read it (512 KiB against 1 MiB: reduce_scatter of 64 MiB over 4 ranks
-# +6 % out of place and +15 % in place, nothing slower; docs/performance.md)
+# +6 % out of place and +15 % in place, nothing slower;
+# docs/decisions/collective-blocks-of-512-kib.md)
 BLOCK_BYTES = 1 << 19
 MIN_PIECE_BYTES = 2 << 20  # a piece is worth a message and a wake-up above this
 PIECES_PER_CORE = 2  # a core that finishes early (or starts late) takes more of the pieces

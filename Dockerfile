@@ -40,7 +40,7 @@ RUN if [ "$SIMNPU_EXTRAS" = multihost ]; then \
 COPY . .
 RUN pip install --no-deps --no-build-isolation . \
  && rm -rf build simnpu.egg-info \
- && python -c "import simnpu.server.daemon, simnpu.client, acl, hccl"
+ && python -c "import simnpu.server.control.daemon, simnpu.client, acl, hccl"
 
 # Not root: a non-privileged user owns the daemon's socket directory.
 RUN useradd --system --uid 10001 --user-group --create-home --home-dir /home/simnpu \

@@ -2,8 +2,8 @@
 
     python bench/engine_bench.py [--size 64MiB] [--rounds 3] [--iters 10]
 
-Needs the multihost extra (torch's CPU build). Two engine processes (server/engine.py), each
-over its own shared-memory segment as two hosts' daemons would be, run an all_reduce of
+Needs the multihost extra (torch's CPU build). Two engine processes (server/hccl/gloo_exchange.py),
+each over its own shared-memory segment as two hosts' daemons would be, run an all_reduce of
 `size` bytes of float32 as the daemon will: a Reduce over ranges cut evenly, then a
 Gather. The baseline, measured in the same run, is two plain torch processes running
 `torch.distributed.all_reduce` over Gloo on a tensor of the same size. Both talk over
@@ -26,7 +26,7 @@ from typing import NamedTuple
 import baselines
 
 from simnpu.proto import hccl_types as ht
-from simnpu.server.engine import (
+from simnpu.server.hccl.gloo_exchange import (
     Engine,
     EngineSetup,
     Formed,

@@ -318,8 +318,8 @@ def device_pairs(size: int, pairs: int) -> dict:
     """p50 (µs) of Device.allocate + Device.free of `size` bytes in the daemon's own code
     (commit and, from 2 MiB free blocks, decommit included) on an otherwise empty 8 GiB
     device, one live 4 KiB block at its start."""
-    from simnpu.server.device import Device
-    from simnpu.server.host_memory import HostMemory
+    from simnpu.server.core.device import Device
+    from simnpu.server.memory.host_memory import HostMemory
 
     device = Device(0, 8 << 30, 1, 1, 0, HostMemory())
     samples = []

@@ -2,7 +2,7 @@
 talk to a running daemon.
 
 This module sits above both sides and imports neither until it knows which one is meant:
-`serve` goes to simnpu.server.cli (the daemon), the tools to simnpu.client.tools (clients
+`serve` goes to simnpu.server.control.cli (the daemon), the tools to simnpu.client.tools (clients
 of the daemon's Query RPC). So the tools never load the daemon's code, and the
 daemon's package never imports the client's (see docs/memory.md, "On the command line").
 """
@@ -37,7 +37,7 @@ def main(argv=None) -> int:
         print(f"simnpu {version('simnpu')}")
         return 0
     if command == "serve":
-        from simnpu.server.cli import main as serve
+        from simnpu.server.control.cli import main as serve
 
         return serve(argv)
     if command == "health":

@@ -2,6 +2,6 @@
 
 import sys
 
-from simnpu.server.cli import main
+from simnpu.server.control.cli import main
 
 sys.exit(main(["serve", *sys.argv[1:]]))

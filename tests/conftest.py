@@ -20,7 +20,7 @@ import time
 import pytest
 
 from simnpu.client import autostart
-from simnpu.server.kernel_processes import SCRATCH_PREFIX
+from simnpu.server.units.kernel_processes import SCRATCH_PREFIX
 
 os.environ["SIMNPU_AUTOSTART"] = "0"  # a test that wants autostart says so itself
 os.environ.pop("SIMNPU_ADDRESS", None)

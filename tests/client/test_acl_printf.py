@@ -8,7 +8,7 @@ import re
 
 from conftest import round_trip, run_client, runtime_of, start_client
 
-from simnpu.server.device_printf import INCOMPLETE, MAX_OUTPUT, PENDING_SPACE, TASK_SPACE
+from simnpu.server.units.device_printf import INCOMPLETE, MAX_OUTPUT, PENDING_SPACE, TASK_SPACE
 
 PROGRAM = '''
 import struct, sys

@@ -1,4 +1,4 @@
-"""Runs of a replay's kernels against a real daemon (server/tasks/kernel_run.py): the
+"""Runs of a replay's kernels against a real daemon (server/core/tasks/kernel_run.py): the
 single-block launches a graph recorded one after the other on a stream go to one core as
 one item, and behave exactly as the launches did one by one -- results, a failure naming
 the captured call of the kernel that failed, the STOP failure mode, device printf in order,

@@ -17,7 +17,7 @@ from simnpu.client.runtime import Runtime
 from simnpu.proto import codes, commands
 from simnpu.proto import observe as observe_bits
 from simnpu.proto.errors import NpuError
-from simnpu.server.fast_path import STREAM_ITEM_WAIT_S
+from simnpu.server.control.session_fast_path import STREAM_ITEM_WAIT_S
 from simnpu.shm import futex
 
 pytestmark = pytest.mark.skipif(not futex.AVAILABLE, reason="futexes are not available here")

@@ -1,7 +1,7 @@
 """Cross-stream race detection against a real daemon: each planted race beside the correct
 version of the same program, which must report nothing.
 
-Races are found by happens-before (server/races.py), not by timing: the tests force both
+Races are found by happens-before (server/observation/races.py), not by timing: the tests force both
 orders of a racy pair with host functions and expect the same report either way.
 """
 

@@ -1,4 +1,4 @@
-"""The job rendezvous (server/rendezvous.py, a simnpu extension) against a real daemon:
+"""The job rendezvous (server/hccl/job_rendezvous.py, a simnpu extension) against a real daemon:
 identical processes present (job, world size) and get distinct ranks and one root info
 that forms a working communicator; a process that dies while waiting gives up its place;
 disagreeing world sizes, bad arguments and timeouts fail with HCCL codes. Also the
@@ -19,7 +19,7 @@ import pytest
 from conftest import DaemonProcess, run_client
 
 import hccl
-from simnpu.server.rendezvous import JOBS_COUNTED
+from simnpu.server.hccl.job_rendezvous import JOBS_COUNTED
 
 pytestmark = pytest.mark.multiprocess
 

@@ -8,7 +8,7 @@ import pytest
 
 from simnpu.proto.kernel_abi import discover_kernels, is_kernel, signature_of
 from simnpu.server.kernels import builtin
-from simnpu.server.overflow import saturate
+from simnpu.server.units.float_overflow import saturate
 
 BLOCK_NUMS = [1, 3, 7]
 SIZES = [0, 1, 2, 10, 21, 1000]  # empty, fewer than the blocks, not divisible, divisible

@@ -7,7 +7,7 @@ import multiprocessing
 
 import pytest
 
-from simnpu.server.work import DAEMON_GONE
+from simnpu.server.core.unit_protocol import DAEMON_GONE
 
 
 def test_a_daemon_that_closed_its_end_is_end_of_file():

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from simnpu.server.device_printf import (
+from simnpu.server.core.unit_protocol import LoadModule, RunKernel
+from simnpu.server.units.device_printf import (
     INCOMPLETE,
     MAX_OUTPUT,
     PENDING_SPACE,
@@ -13,8 +14,7 @@ from simnpu.server.device_printf import (
     PendingOutput,
     c_format,
 )
-from simnpu.server.work import LoadModule, RunKernel
-from simnpu.server.workers import WorkRunner
+from simnpu.server.units.workers import WorkRunner
 
 
 @pytest.mark.parametrize(

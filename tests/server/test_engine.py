@@ -1,5 +1,6 @@
-"""Engine processes (server/engine.py, server/engine_main.py): real processes joined by
-Gloo over loopback, each over its own shared-memory segment, as the hosts of a world."""
+"""Engine processes (server/hccl/gloo_exchange.py, server/hccl/gloo_exchange_main.py): real
+processes joined by Gloo over loopback, each over its own shared-memory segment, as the hosts of a
+world."""
 
 from __future__ import annotations
 
@@ -16,8 +17,8 @@ import pytest
 pytest.importorskip("torch", reason="the multihost extra (torch) is not installed")
 
 from simnpu.proto import hccl_types as ht  # noqa: E402
-from simnpu.server import reduce  # noqa: E402
-from simnpu.server.engine import (  # noqa: E402
+from simnpu.server.hccl import reduce_plan  # noqa: E402
+from simnpu.server.hccl.gloo_exchange import (  # noqa: E402
     Engine,
     EngineLost,
     EngineSetup,
@@ -51,7 +52,7 @@ class Host:
         return np.frombuffer(self.region.map, np.uint8, SEGMENT_BYTES)
 
     def block(self, dtype: str, count: int) -> np.ndarray:
-        return self.bytes()[BLOCK:].view(reduce.numpy_dtype(dtype))[:count]
+        return self.bytes()[BLOCK:].view(reduce_plan.numpy_dtype(dtype))[:count]
 
     def next_report(self) -> Report:
         return self.reports.get(timeout=WAIT_S)
@@ -152,7 +153,7 @@ def test_reduce_over_scattered_ranges_leaves_the_rest_of_the_block_alone(three):
 
 
 def test_bfloat16_sums_are_numpys_in_host_order(three):
-    bf16 = reduce.numpy_dtype("bfloat16")
+    bf16 = reduce_plan.numpy_dtype("bfloat16")
     count = 3000
     rng = np.random.default_rng(2)
     data = [rng.standard_normal(count).astype(bf16) for _ in range(3)]
@@ -343,7 +344,7 @@ def test_a_transfer_whose_sides_differ_is_a_mismatch_at_the_receiver():
 
 
 def test_gloo_listens_on_the_interface_of_the_advertised_address():
-    from simnpu.server.engine_main import interface_of
+    from simnpu.server.hccl.gloo_exchange_main import interface_of
 
     assert interface_of("127.0.0.1") == "lo"
     if os.path.exists("/proc/net/if_inet6"):  # IPv6 on this machine

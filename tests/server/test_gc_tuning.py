@@ -1,4 +1,4 @@
-"""server/gc_tuning.py: what the daemon and its workers do to the garbage collector once
+"""server/units/gc_tuning.py: what the daemon and its workers do to the garbage collector once
 started, in a process of its own (the test process's collector stays as it is)."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import sys
 
 CHECK = """
 import gc, json
-from simnpu.server import gc_tuning
+from simnpu.server.units import gc_tuning
 before = {"frozen": gc.get_freeze_count(), "threshold": gc.get_threshold()}
 held = [[n] for n in range(1000)]  # what a started process holds
 gc_tuning.settle()
@@ -26,7 +26,7 @@ print(json.dumps({
 
 
 def test_settle_freezes_what_the_process_holds_and_collects_young_objects_less_often():
-    from simnpu.server.gc_tuning import YOUNG_THRESHOLD
+    from simnpu.server.units.gc_tuning import YOUNG_THRESHOLD
 
     result = subprocess.run(
         [sys.executable, "-c", CHECK], capture_output=True, text=True, timeout=60

@@ -1,4 +1,4 @@
-"""The host's limit on device memory (server/host_memory.py), and what a device does when
+"""The host's limit on device memory (server/memory/host_memory.py), and what a device does when
 the host refuses an allocation, without a daemon (fake figures, a small real segment)."""
 
 from __future__ import annotations
@@ -7,9 +7,9 @@ import pytest
 
 from simnpu.proto import codes
 from simnpu.proto.errors import NpuMemoryError
-from simnpu.server import host_memory
-from simnpu.server.device import DECOMMIT_MIN, Device
-from simnpu.server.host_memory import HostMemory, read_meminfo, reserve_of
+from simnpu.server.core.device import DECOMMIT_MIN, Device
+from simnpu.server.memory import host_memory
+from simnpu.server.memory.host_memory import HostMemory, read_meminfo, reserve_of
 
 MiB = 1 << 20
 GiB = 1 << 30

@@ -1,5 +1,5 @@
 """The pure parts of kernel processes: grants in whole pages, and the checks of what an
-untrusted kernel process reports (server/kernel_processes.py). The processes themselves
+untrusted kernel process reports (server/units/kernel_processes.py). The processes themselves
 are tested against real daemons (tests/integration/test_kernel_isolation.py)."""
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ import time
 import pytest
 
 from simnpu.proto import codes
-from simnpu.server.device_printf import MAX_OUTPUT
-from simnpu.server.kernel_processes import (
+from simnpu.server.units.device_printf import MAX_OUTPUT
+from simnpu.server.units.kernel_processes import (
     MAX_MESSAGE,
     PAGE,
     BadReport,

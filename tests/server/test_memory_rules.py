@@ -6,8 +6,8 @@ import pytest
 
 from simnpu.proto import codes
 from simnpu.proto.errors import NpuError
-from simnpu.server.ipc_memory import IpcMemory
-from simnpu.server.quotas import Limits, mem_info, parse_limit
+from simnpu.server.memory.ipc_memory import IpcMemory
+from simnpu.server.memory.quotas import Limits, mem_info, parse_limit
 
 MiB = 1 << 20
 

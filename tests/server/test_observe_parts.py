@@ -7,10 +7,10 @@ import numpy as np
 import pytest
 
 from simnpu.proto import observe as bits
-from simnpu.server import races
-from simnpu.server.access_log import READ, READ_RW, WRITE, _changed, _merge
-from simnpu.server.findings import Findings
-from simnpu.server.memcheck import add_range, missing
+from simnpu.server.observation import races
+from simnpu.server.observation.findings import Findings
+from simnpu.server.observation.memcheck import add_range, missing
+from simnpu.server.units.access_log import READ, READ_RW, WRITE, _changed, _merge
 
 
 def test_written_ranges_merge_and_report_what_is_missing():

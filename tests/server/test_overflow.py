@@ -5,15 +5,15 @@ from __future__ import annotations
 
 import numpy as np
 
-from simnpu.server.overflow import (
+from simnpu.server.core.unit_protocol import LoadModule, RunKernel
+from simnpu.server.units.float_overflow import (
     OUTPUT_SIZE,
     OverflowFlag,
     saturate,
     status_bytes,
     watch_numpy,
 )
-from simnpu.server.work import LoadModule, RunKernel
-from simnpu.server.workers import WorkRunner
+from simnpu.server.units.workers import WorkRunner
 
 MODULE = """
 import numpy as np

@@ -6,9 +6,9 @@ import itertools
 
 import pytest
 
-from simnpu.server.scheduler import pick_stream
-from simnpu.server.tasks.copy import MIN_COPY_PIECE, copy_pieces, piece_range
-from simnpu.server.tasks.kernel import MAX_RUN, block_chunk, run_length
+from simnpu.server.core.scheduler import pick_stream
+from simnpu.server.core.tasks.copy import MIN_COPY_PIECE, copy_pieces, piece_range
+from simnpu.server.core.tasks.kernel import MAX_RUN, block_chunk, run_length
 
 
 class TestPickStream:

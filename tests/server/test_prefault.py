@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from simnpu.server.work import Span
-from simnpu.server.workers import PREFAULT_MIN, WorkRunner
+from simnpu.server.core.unit_protocol import Span
+from simnpu.server.units.workers import PREFAULT_MIN, WorkRunner
 from simnpu.shm.pages import PageTable
 from simnpu.shm.region import Region, segment_name, unlink_quietly
 

@@ -1,11 +1,11 @@
-"""simnpu's Philox4x32-10 (server/random_numbers.py) against the known answers of the
+"""simnpu's Philox4x32-10 (server/units/random_numbers.py) against the known answers of the
 algorithm's reference implementation (Random123's kat_vectors)."""
 
 from __future__ import annotations
 
 import numpy as np
 
-from simnpu.server.random_numbers import philox
+from simnpu.server.units.random_numbers import philox
 
 
 def test_philox_known_answers():

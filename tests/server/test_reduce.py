@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 from simnpu.proto import hccl_types as ht
-from simnpu.server import reduce
-from simnpu.server.work import Span
+from simnpu.server.core.unit_protocol import Span
+from simnpu.server.hccl import reduce_plan
 
 RANK_BYTES = 1 << 16  # each rank's send at r * RANK_BYTES, recv at 64 KiB * (8 + r) of "device" 0
 
@@ -30,10 +30,10 @@ def run_plan(
     dt = np.dtype(dtype)
     sends = sends or [at(r * RANK_BYTES) for r in range(n)]
     recvs = recvs or [at((8 + r) * RANK_BYTES) for r in range(n)]
-    groups = reduce.plan(kind, sends, recvs, count, root, dt.itemsize)
-    snapshot = reduce.needs_snapshot(groups, dt.itemsize)
-    for piece in reduce.split(groups, 1 if snapshot else pieces):
-        reduce.run(maps, dt.name, op, groups, snapshot, piece)
+    groups = reduce_plan.plan(kind, sends, recvs, count, root, dt.itemsize)
+    snapshot = reduce_plan.needs_snapshot(groups, dt.itemsize)
+    for piece in reduce_plan.split(groups, 1 if snapshot else pieces):
+        reduce_plan.run(maps, dt.name, op, groups, snapshot, piece)
     return snapshot
 
 
@@ -68,8 +68,8 @@ def test_all_reduce_is_rank_ordered_and_the_same_however_cut(dtype, op, ufunc, m
         for data in inputs[1:]:
             expected = ufunc(expected, data).astype(dtype)
     results = []
-    for pieces, block in ((1, reduce.BLOCK_BYTES), (3, 256), (7, 64)):
-        monkeypatch.setattr(reduce, "BLOCK_BYTES", block)
+    for pieces, block in ((1, reduce_plan.BLOCK_BYTES), (3, 256), (7, 64)):
+        monkeypatch.setattr(reduce_plan, "BLOCK_BYTES", block)
         run_plan(maps, ht.HCCL_CMD_ALLREDUCE, n, count, dtype, op, pieces=pieces)
         for r in range(n):
             got = view(maps, (8 + r) * RANK_BYTES, dtype, count)
@@ -172,7 +172,7 @@ def test_split_covers_every_element_once():
     groups = [((0,), (1,), 10), ((0,), (1,), 0), ((0,), (1,), 7), ((0,), (1,), 1)]
     for pieces in range(1, 25):
         seen = {g: [] for g in range(len(groups))}
-        parts = reduce.split(groups, pieces)
+        parts = reduce_plan.split(groups, pieces)
         assert len(parts) == min(pieces, 18)
         for piece in parts:
             assert piece
@@ -183,15 +183,18 @@ def test_split_covers_every_element_once():
 
 
 def test_plans_drop_self_copies_and_empty_collectives():
-    assert reduce.plan(ht.HCCL_CMD_BARRIER, [(0, 0)] * 2, [(0, 0)] * 2, 5, 0, 4) == []
-    assert reduce.plan(ht.HCCL_CMD_ALLREDUCE, [(0, 0)] * 2, [(0, 8)] * 2, 0, 0, 4) == []
-    assert reduce.plan(ht.HCCL_CMD_BROADCAST, [(0, 0)], [(0, 0)], 5, 0, 4) == []  # one rank
-    groups = reduce.plan(ht.HCCL_CMD_BROADCAST, [(0, 0), (1, 64)], [(0, 0), (1, 64)], 5, 0, 4)
+    assert reduce_plan.plan(ht.HCCL_CMD_BARRIER, [(0, 0)] * 2, [(0, 0)] * 2, 5, 0, 4) == []
+    assert reduce_plan.plan(ht.HCCL_CMD_ALLREDUCE, [(0, 0)] * 2, [(0, 8)] * 2, 0, 0, 4) == []
+    assert reduce_plan.plan(ht.HCCL_CMD_BROADCAST, [(0, 0)], [(0, 0)], 5, 0, 4) == []  # one rank
+    groups = reduce_plan.plan(ht.HCCL_CMD_BROADCAST, [(0, 0), (1, 64)], [(0, 0), (1, 64)], 5, 0, 4)
     assert groups == [(((0, 0),), ((1, 64),), 5)]
 
 
 def test_piece_count():
-    assert reduce.piece_count(10, 8) == 1
-    assert reduce.piece_count(reduce.MIN_PIECE_BYTES * 3, 2) == 3
-    assert reduce.piece_count(reduce.MIN_PIECE_BYTES * 100, 2) == 2 * reduce.PIECES_PER_CORE
-    assert reduce.piece_count(reduce.MIN_PIECE_BYTES * 100, 0) == 1
+    assert reduce_plan.piece_count(10, 8) == 1
+    assert reduce_plan.piece_count(reduce_plan.MIN_PIECE_BYTES * 3, 2) == 3
+    assert (
+        reduce_plan.piece_count(reduce_plan.MIN_PIECE_BYTES * 100, 2)
+        == 2 * reduce_plan.PIECES_PER_CORE
+    )
+    assert reduce_plan.piece_count(reduce_plan.MIN_PIECE_BYTES * 100, 0) == 1

@@ -1,4 +1,4 @@
-"""server/sandbox.py: a process in the sandbox keeps numpy, threads and its scratch folder,
+"""server/units/sandbox.py: a process in the sandbox keeps numpy, threads and its scratch folder,
 and loses everything a hostile kernel used (docs/kernel-isolation.md). Each case runs in a
 fresh process, since entering the sandbox cannot be undone."""
 
@@ -15,12 +15,12 @@ import time
 
 import pytest
 
-from simnpu.server import sandbox
+from simnpu.server.units import sandbox
 
 PROBE = """
 import errno, json, os, socket, subprocess, sys, threading
 import numpy as np
-from simnpu.server import sandbox
+from simnpu.server.units import sandbox
 
 parent, scratch, secret, victim = int(sys.argv[1]), sys.argv[2], sys.argv[3], int(sys.argv[4])
 package = os.path.dirname(os.path.dirname(sandbox.__file__))
@@ -135,7 +135,7 @@ def test_it_dies_with_its_parent(tmp_path):
         import os, subprocess, sys, time
         child = subprocess.Popen([sys.executable, "-c", '''
         import os, sys, time
-        from simnpu.server import sandbox
+        from simnpu.server.units import sandbox
         sandbox.enter(sandbox.Policy(readable=(), scratch={str(tmp_path)!r}, parent=os.getppid()))
         print(os.getpid(), flush=True)
         time.sleep(120)

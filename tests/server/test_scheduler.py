@@ -14,12 +14,19 @@ from thread_executor import Memory, StandInDevice, ThreadExecutor
 
 from simnpu.proto import codes
 from simnpu.proto.kernel_abi import discover_kernels
-from simnpu.server.executor import UnitKind
-from simnpu.server.objects import Context, Event, Owner, Stream, Waiter
-from simnpu.server.resources import Binary, Function
-from simnpu.server.scheduler import Scheduler
-from simnpu.server.tasks import CopyTask, KernelTask, RecordTask, ResetTask, TaskState, WaitTask
-from simnpu.server.work import RunKernel, Span
+from simnpu.server.core.executor import UnitKind
+from simnpu.server.core.functions import Binary, Function
+from simnpu.server.core.objects import Context, Event, Owner, Stream, Waiter
+from simnpu.server.core.scheduler import Scheduler
+from simnpu.server.core.tasks import (
+    CopyTask,
+    KernelTask,
+    RecordTask,
+    ResetTask,
+    TaskState,
+    WaitTask,
+)
+from simnpu.server.core.unit_protocol import RunKernel, Span
 from simnpu.shm.addresses import device_address
 
 KERNELS = '''
@@ -410,11 +417,11 @@ def test_a_kernel_past_the_operator_timeout_fails_and_its_core_is_replaced():
 
 def test_the_units_take_run_kernel_and_write_signal_items_field_by_field():
     """The worker calls run_kernel(*fields) and write_signal(*fields): their parameters are
-    the items' fields, in order (server/work.py)."""
+    the items' fields, in order (server/core/unit_protocol.py)."""
     import inspect
 
-    from simnpu.server.work import WriteSignal
-    from simnpu.server.workers import WorkRunner
+    from simnpu.server.core.unit_protocol import WriteSignal
+    from simnpu.server.units.workers import WorkRunner
 
     for method, item in (
         (WorkRunner.run_kernel, RunKernel),

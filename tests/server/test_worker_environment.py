@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import os
 
-from simnpu.server import reduce, workers
+from simnpu.server.hccl import reduce_plan
+from simnpu.server.units import workers
 
-THRESHOLD = f"{workers.NON_TEMPORAL_TUNABLE}={reduce.BLOCK_BYTES:#x}"
+THRESHOLD = f"{workers.NON_TEMPORAL_TUNABLE}={reduce_plan.BLOCK_BYTES:#x}"
 
 
 def test_sets_the_threshold(monkeypatch):

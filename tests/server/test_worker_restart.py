@@ -9,9 +9,9 @@ import signal
 import threading
 import time
 
-from simnpu.server.executor import LOST, Unit, UnitKind
-from simnpu.server.work import Ready
-from simnpu.server.workers import ProcessExecutor
+from simnpu.server.core.executor import LOST, Unit, UnitKind
+from simnpu.server.core.unit_protocol import Ready
+from simnpu.server.units.workers import ProcessExecutor
 
 
 def _until_ready(executor: ProcessExecutor, unit: Unit) -> list:

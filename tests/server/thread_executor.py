@@ -12,9 +12,9 @@ import queue
 import threading
 from collections.abc import Sequence
 
-from simnpu.server.executor import Unit, UnitKind
-from simnpu.server.work import Cancel, Ready
-from simnpu.server.workers import WorkRunner
+from simnpu.server.core.executor import Unit, UnitKind
+from simnpu.server.core.unit_protocol import Cancel, Ready
+from simnpu.server.units.workers import WorkRunner
 
 _WAKE = object()
 

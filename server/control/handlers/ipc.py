@@ -1,0 +1,70 @@
+"""IPC memory: one device buffer used by two processes (aclrtIpcMem*;
+server/memory/ipc_memory.py)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from simnpu.proto import npu_pb2 as pb
+from simnpu.proto.errors import invalid
+from simnpu.server.control.handlers.registry import handles
+from simnpu.shm.addresses import is_device_address, split_device_address
+
+if TYPE_CHECKING:
+    from simnpu.server.control.session import Session
+
+
+@handles(pb.IpcMemExportRequest)
+def export(
+    session: Session, request: pb.IpcMemExportRequest, reply_to: int
+) -> pb.IpcMemExportReply:
+    """aclrtIpcMemGetExportKey of [address, +size) inside one of the client's own blocks."""
+    address = request.address
+    if not is_device_address(address):
+        raise invalid(f"{address:#x} is not a device address")
+    device, _ = split_device_address(address)
+    if device >= len(session.daemon.devices):
+        raise invalid(f"{address:#x} is not on any device")
+    memory = session.memory
+    allocation = memory.allocation_at(address)
+    if allocation is None or allocation.owner is not session.owner:
+        raise invalid(
+            f"{address:#x} is not inside a device allocation of this process"
+            + (
+                " (imported memory cannot be exported again)"
+                if memory.imported_range(address)
+                else ""
+            )
+        )
+    start = address - (split_device_address(address)[1] - allocation.offset)
+    key = session.daemon.ipc.export(
+        session.owner, address, request.size, request.flags, (start, allocation.size), device
+    )
+    return pb.IpcMemExportReply(key=key)
+
+
+@handles(pb.IpcMemSetImportPidRequest)
+def set_import_pid(session: Session, request: pb.IpcMemSetImportPidRequest, reply_to: int) -> None:
+    session.daemon.ipc.set_import_pid(session.owner, request.key, list(request.pids))
+
+
+@handles(pb.IpcMemImportRequest)
+def import_(
+    session: Session, request: pb.IpcMemImportRequest, reply_to: int
+) -> pb.IpcMemImportReply:
+    export = session.daemon.ipc.import_(
+        session.owner, request.key, request.flags, session.daemon.peer_of(session).pid
+    )
+    session.memory.imported_now(export.key, export.address, export.size, export.device)
+    if session.daemon.observer is not None:  # checking: the import's call site
+        session.daemon.observer.imported(session.owner, session.seq, export.key)
+    return pb.IpcMemImportReply(address=export.address, size=export.size, device=export.device)
+
+
+@handles(pb.IpcMemCloseRequest)
+def close(session: Session, request: pb.IpcMemCloseRequest, reply_to: int) -> None:
+    if session.daemon.ipc.close(session.owner, request.key) is not None:
+        session.memory.import_closed(request.key)
+        session.daemon.kernels.end_owner(session.id)  # they mapped what it closed
+        if session.daemon.observer is not None:
+            session.daemon.observer.import_closed(session.owner, request.key)

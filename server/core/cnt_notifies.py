@@ -1,0 +1,86 @@
+"""Count notifies (aclrtCntNotify*): a 32-bit count on a device that streams set, add to or
+mask (aclrtCntNotifyRecord), reset to 0 (aclrtCntNotifyReset) and wait on with a condition
+(aclrtCntNotifyWaitWithTimeout, optionally clearing it when satisfied); the CANN runtime's
+API reference, 09_cntNotify_management.md.
+
+A wait is a condition on the count at the time its stream reaches it, re-checked at every
+record of the notify; unlike a notify's flag the count is not cleared by a wait unless the
+wait asks (`isClear`). Count notifies are not shared between processes.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from simnpu.proto import codes
+from simnpu.proto.errors import NpuError, invalid
+
+if TYPE_CHECKING:
+    from simnpu.server.core.objects import Stream
+
+MAX_CNT_NOTIFIES_PER_DEVICE = 8192
+"""Count notifies one device has for all its clients (as many as notifies)."""
+
+COUNT_MASK = 0xFFFFFFFF
+
+
+@dataclass(eq=False)
+class CntNotify:
+    device: int
+    id: int  # aclrtCntNotifyGetId: unique among the device's live count notifies
+    count: int = 0
+    waiting: list[Stream] = field(default_factory=list)  # streams whose head waits on it
+
+
+def recorded(count: int, mode: int, value: int) -> int:
+    """The count after a record of `mode` with `value` (a 32-bit count: ADD wraps)."""
+    if mode == codes.ACL_RT_CNT_NOTIFY_RECORD_SET_VALUE_MODE:
+        return value
+    if mode == codes.ACL_RT_CNT_NOTIFY_RECORD_ADD_MODE:
+        return (count + value) & COUNT_MASK
+    if mode == codes.ACL_RT_CNT_NOTIFY_RECORD_BIT_OR_MODE:
+        return count | value
+    return count & value
+
+
+def satisfied(count: int, mode: int, value: int) -> bool:
+    """Whether a wait of `mode` for `value` is released by `count`."""
+    if mode == codes.ACL_RT_CNT_NOTIFY_WAIT_LESS_MODE:
+        return count < value
+    if mode == codes.ACL_RT_CNT_NOTIFY_WAIT_EQUAL_MODE:
+        return count == value
+    if mode == codes.ACL_RT_CNT_NOTIFY_WAIT_BIGGER_MODE:
+        return count > value
+    if mode == codes.ACL_RT_CNT_NOTIFY_WAIT_BIGGER_OR_EQUAL_MODE:
+        return count >= value
+    return count & value == value
+
+
+class CntNotifies:
+    """The daemon's count notifies: the ids in use on each device. Thread-safe."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._ids: dict[int, set[int]] = {}  # device -> ids in use
+
+    def create(self, device: int, flags: int) -> CntNotify:
+        """aclrtCntNotifyCreate (flag reserved: 0); 207009 past the device's count notifies."""
+        if flags != 0:
+            raise invalid(f"count notify flag {flags:#x}: it is reserved and must be 0")
+        with self._lock:
+            ids = self._ids.setdefault(device, set())
+            if len(ids) >= MAX_CNT_NOTIFIES_PER_DEVICE:
+                raise NpuError(
+                    codes.ACL_ERROR_RT_NO_NOTIFY_RESOURCE,
+                    f"device {device} has its {MAX_CNT_NOTIFIES_PER_DEVICE} count notifies in use",
+                )
+            number = next(n for n in range(len(ids) + 1) if n not in ids)
+            ids.add(number)
+        return CntNotify(device, number)
+
+    def release(self, notify: CntNotify) -> None:
+        """aclrtCntNotifyDestroy (or its session ended): its id is free again."""
+        with self._lock:
+            self._ids[notify.device].discard(notify.id)

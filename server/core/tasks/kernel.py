@@ -1,0 +1,195 @@
+"""A kernel launch (aclrtLaunchKernel*): blocks handed to free AI cores in chunks.
+
+A launch's blocks go out in chunks (`policy.block_chunk`) to whichever AI cores of its
+device are free. Consecutive single-block launches of a stream go to one core in one batch
+(`policy.run_length`, task aggregation): stream order makes them run one
+after the other anyway. Arguments that lie in device memory (aclrtLaunchKernel) are read
+when the launch reaches the head of its stream, so tasks before it may still write them.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from simnpu.proto import codes
+from simnpu.proto.commands import BUILTIN_BINARY
+from simnpu.proto.errors import NpuError
+from simnpu.server.core.executor import UnitKind
+from simnpu.server.core.unit_protocol import LoadModule, RunKernel
+from simnpu.server.units.access_log import CheckedBounds
+from simnpu.shm.addresses import split_device_address
+
+from .base import DeviceWork, Task, TaskState
+
+if TYPE_CHECKING:
+    from simnpu.server.core.executor import Unit
+    from simnpu.server.core.functions import Function
+    from simnpu.server.core.objects import Owner, Stream
+    from simnpu.server.core.scheduler import Scheduler
+
+ArgsReader = Callable[[], tuple[tuple, tuple]]  # () -> (values, bounds); raises NpuError
+
+
+# ---- its policies: small pure functions (tests/server/test_policy.py) ------------------------
+def block_chunk(remaining: int, total_cores: int) -> int:
+    """How many of a launch's remaining blocks to hand one free AI core at once.
+
+    An even share of what is left over all cores of the device, so that a launch with
+    numBlocks = cores runs one block per core, and a big launch costs a handful of
+    messages rather than one per block.
+    """
+    return max(1, -(-remaining // total_cores))
+
+
+MAX_RUN = 64
+
+
+def run_length(num_blocks_of_following: list[int], limit: int = MAX_RUN) -> int:
+    """How many of the kernels queued behind a single-block launch on the same stream to
+    hand the same core in one message ("task aggregation").
+
+    Stream order makes them run one after the other anyway, so a run of consecutive
+    single-block launches loses no parallelism by going to one core, and saves a message
+    and a wake-up per task. The run stops at the first launch with several blocks.
+    """
+    count = 0
+    for blocks in num_blocks_of_following:
+        if blocks != 1 or count >= limit - 1:
+            break
+        count += 1
+    return count
+
+
+class KernelTask(DeviceWork):
+    __slots__ = ("args", "bounds", "checked", "function", "num_blocks", "read_args")
+    kind = "kernel"
+    unit_kind = UnitKind.AI_CORE
+
+    def __init__(
+        self,
+        seq: int,
+        stream: Stream,
+        function: Function,
+        num_blocks: int,
+        args: tuple | None,
+        bounds: tuple = (),
+        read_args: ArgsReader | None = None,
+    ):
+        Task.__init__(self, seq, stream)
+        self.handed = self.out = 0
+        self.total = num_blocks
+        self.function = function
+        self.num_blocks = num_blocks
+        self.args = args  # the parameter values; None until read_args has read them
+        self.bounds = bounds  # (start, size) of the allocations it may touch
+        self.read_args = read_args  # reads them from device memory (aclrtLaunchKernel)
+        self.checked = False  # an observer records what each block touches
+
+    @property
+    def what(self) -> str:
+        return self.function.name
+
+    @property
+    def tenant(self) -> Owner | None:
+        return None if self.function.binary.id == BUILTIN_BINARY else self.stream.owner
+
+    def start(self, scheduler: Scheduler) -> bool:
+        if self.read_args is not None:
+            try:
+                self.args, self.bounds = self.read_args()
+            except NpuError as error:
+                self.fail(
+                    error.code, f"launch arguments of kernel {self.function.name}: {error.message}"
+                )
+                return True
+            self.read_args = None
+        scheduler.make_ready(self.stream, self.unit_kind)
+        return False
+
+    def hand_out(
+        self, scheduler: Scheduler, unit: Unit, units: int
+    ) -> tuple[list, Task | None, bool]:
+        n = self.num_blocks
+        first = self.handed
+        last = min(n, first + block_chunk(n - first, units))
+        items: list = []
+        self._add_item(scheduler, unit, first, last, items)
+        if last < n:
+            return items, None, False
+        final: KernelTask = self
+        if n == 1 and self.stream.context.failure_mode == codes.ACL_CONTINUE_ON_FAILURE:
+            final = self._add_run(scheduler, unit, items)
+        return items, (final if first == 0 else None), True
+
+    def _add_item(
+        self, scheduler: Scheduler, unit: Unit, first: int, last: int, items: list
+    ) -> None:
+        binary = self.function.binary
+        if (
+            binary.id != BUILTIN_BINARY
+        ):  # its kernel process loads it once (server/units/workers.py)
+            items.append(LoadModule.pack(binary.id, binary.source, binary.filename))
+        elif binary.id not in unit.loaded:
+            items.append(LoadModule.pack(binary.id, binary.source, binary.filename))
+            unit.loaded.add(binary.id)
+        token = scheduler.hand(unit, self)
+        observer = scheduler.observer
+        if observer is not None and observer.tracing and last - first < self.num_blocks:
+            observer.blocks[token] = (first, last)  # the timeline names a partial launch's blocks
+        self.state = TaskState.DISPATCHED
+        self.handed = last
+        self.out += 1
+        bounds = CheckedBounds(self.bounds) if self.checked else self.bounds
+        items.append(
+            RunKernel.pack(
+                token,
+                binary.id,
+                self.function.name,
+                self.args,
+                first,
+                last,
+                self.num_blocks,
+                bounds,
+                self.stream.saturation,
+            )
+        )
+
+    def _add_run(self, scheduler: Scheduler, unit: Unit, items: list) -> KernelTask:
+        """Add the single-block launches queued behind this one to the unit's items; the
+        last task of the run."""
+        following: list[KernelTask] = []
+        blocks: list[int] = []
+        tenant = self.tenant
+        for task in itertools.islice(self.stream.tasks, 1, MAX_RUN):
+            if (
+                not isinstance(task, KernelTask)
+                or task.state != TaskState.PENDING
+                or task.args is None  # arguments in device memory: read once the tasks before ran
+                or task.tenant is not tenant  # built-in and own kernels run in different places
+                or task.limits_from is not self.limits_from  # other cores may be allowed
+            ):
+                break
+            following.append(task)
+            blocks.append(task.num_blocks)
+        count = run_length(blocks)
+        for task in following[:count]:
+            task._add_item(scheduler, unit, 0, 1, items)
+        return following[count - 1] if count else self
+
+    def describe(self) -> tuple[str, str, dict]:
+        return self.function.name, "kernel", {"blocks": self.num_blocks}
+
+    def timeline_entry(self) -> tuple[str | None, int]:
+        return self.function.name, self.num_blocks
+
+    def record_accesses(self) -> None:
+        self.checked = True
+
+    def accesses(self) -> list[tuple]:
+        out = []
+        for lo, hi, write, b0, b1 in getattr(self.probe, "accesses", ()):
+            device, _ = split_device_address(lo)
+            out.append(("dev", device, lo, hi, write, (b0, b1)))
+        return out

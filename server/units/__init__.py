@@ -1,0 +1,11 @@
+"""The units at work: the processes that run a device's AI cores and copy engines and a
+client's own kernels, and what the daemon uses to drive them.
+
+The runner and its batch loop, the kernel API kernels see, each process's entry point, the
+report a kernel process sends and its checks, the executor the daemon hands batches to, the
+daemon's book of kernel processes, the sandbox those processes enter, and what units
+compute besides kernels (reduces, random numbers, float overflow).
+
+May import: the core's unit protocol and executor interface, simnpu.server.kernels,
+simnpu.proto and simnpu.shm.
+"""

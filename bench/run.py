@@ -33,9 +33,11 @@ from simnpu.client import autostart  # noqa: E402
 
 class Daemon:
     """A daemon of its own for a benchmark run, on a socket in `directory` (or at
-    `address`), with more command-line `flags`."""
+    `address`), with more command-line `flags` and environment variables `env`."""
 
-    def __init__(self, directory: str, memory: str, *flags: str, address: str = ""):
+    def __init__(
+        self, directory: str, memory: str, *flags: str, address: str = "", env=None
+    ) -> None:
         self.address = address or f"unix://{directory}/bench.sock"
         self.process = subprocess.Popen(
             [
@@ -49,7 +51,8 @@ class Daemon:
                 "--log-level",
                 "WARNING",
                 *flags,
-            ]
+            ],
+            env={**os.environ, **(env or {})},
         )
         deadline = time.monotonic() + 120
         while not autostart.reachable(self.address):

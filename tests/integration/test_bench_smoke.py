@@ -163,3 +163,23 @@ def test_waker_cost_names_both_ways_and_leaves_nothing():
     assert sorted(figures) == ["futex_p50_us", "socket_p50_us"]
     assert all(value > 0 for value in figures.values())
     assert not [name for name in os.listdir("/dev/shm") if "simnpu-bench-sleeper" in name]
+
+
+def test_launch_path_counts_files_in_every_process_and_leaves_nothing(tmp_path):
+    launch_path, figures = str(RUN.parent / "launch_path.py"), tmp_path / "path.json"
+    done = subprocess.run(
+        [sys.executable, launch_path, "--windows", "3", "--warm-up", "20", "--json", str(figures)],
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
+    assert done.returncode == 0, done.stderr  # it fails if its daemon left anything behind
+    result = json.loads(figures.read_text())
+    processes = result["processes"]
+    assert list(processes)[:2] == ["client", "daemon"] and len(processes) >= 3  # and a worker
+    assert all(files and all(files.values()) for files in processes.values())
+    assert 0 < result["count"]["files"] <= result["count"]["functions"]
+    assert result["count"]["functions"] <= result["union"]["functions"]
+    assert line(done.stdout, "the count (each file and function once):").endswith(
+        f"{result['count']['files']} files, {result['count']['functions']} functions"
+    )

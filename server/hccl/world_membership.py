@@ -12,10 +12,11 @@ lowest rank (or a rank table's server order) and sends the layout to every membe
 `RemoteRank`s, and a `World` (server/hccl/world.py). A failed join comes back as a
 PeerFailed.
 
-Once formed, the members and the coordinator pass on, through the coordinator, where the
-exchange's store listens (PeerStore), that a world broke (PeerFailed) and that every rank
-of a host destroyed the communicator (PeerLeft); a Peer stream that ends loses its host.
-`Worlds` holds every world of this daemon, those forming and those formed.
+Once it has formed, the hosts tell each other, through the coordinator, where the
+exchange's store listens (PeerStore), that the world broke (PeerFailed) and that every
+rank of a host destroyed the communicator (PeerLeft); a Peer stream that ends loses its
+host, which breaks the world. `Worlds` holds every world of this daemon, those forming
+and those formed.
 
 Everything here runs under the scheduler lock; links report through `scheduler.call`.
 """

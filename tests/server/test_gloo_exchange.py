@@ -107,6 +107,16 @@ def even(count: int, itemsize: int, hosts: int) -> tuple:
     return tuple(((bounds[h], bounds[h + 1]),) for h in range(hosts))
 
 
+def all_reduce(world: list[Host], dtype: str, data: list, first_seq: int) -> None:
+    """Host h's block holds data[h]; a Reduce (sum) then a Gather over ranges cut evenly."""
+    count = len(data[0])
+    for host, values in zip(world, data):
+        host.block(dtype, count)[:] = values
+    owners = even(count, reduce_plan.numpy_dtype(dtype).itemsize, len(world))
+    reduce = Reduce(first_seq, BLOCK, dtype, ht.HCCL_REDUCE_SUM, owners)
+    run(world, [[reduce, Gather(first_seq + 1, BLOCK, owners)] for _ in world])
+
+
 @pytest.fixture(scope="module")
 def three() -> Iterator[list[Host]]:
     world = form(3)
@@ -118,16 +128,7 @@ def test_all_reduce_sums_each_element_in_host_order_on_every_host(three):
     count = 100_003  # not a multiple of 3 hosts
     rng = np.random.default_rng(1)
     data = [rng.standard_normal(count).astype(np.float32) * 10.0 ** (4 * h) for h in range(3)]
-    for host, values in zip(three, data):
-        host.block("float32", count)[:] = values
-    owners = even(count, 4, 3)
-    run(
-        three,
-        [
-            [Reduce(1, BLOCK, "float32", ht.HCCL_REDUCE_SUM, owners), Gather(2, BLOCK, owners)]
-            for _ in three
-        ],
-    )
+    all_reduce(three, "float32", data, 1)
     in_order = (data[0] + data[1]) + data[2]
     assert not np.array_equal(in_order, data[0] + (data[1] + data[2]))  # the order shows
     for host in three:
@@ -157,16 +158,7 @@ def test_bfloat16_sums_are_numpys_in_host_order(three):
     count = 3000
     rng = np.random.default_rng(2)
     data = [rng.standard_normal(count).astype(bf16) for _ in range(3)]
-    for host, values in zip(three, data):
-        host.block("bfloat16", count)[:] = values
-    owners = even(count, 2, 3)
-    run(
-        three,
-        [
-            [Reduce(4, BLOCK, "bfloat16", ht.HCCL_REDUCE_SUM, owners), Gather(5, BLOCK, owners)]
-            for _ in three
-        ],
-    )
+    all_reduce(three, "bfloat16", data, 4)
     expected = (data[0] + data[1]) + data[2]
     for host in three:
         assert host.block("bfloat16", count).tobytes() == expected.tobytes()
@@ -268,14 +260,7 @@ def test_a_killed_peer_fails_the_waiting_step_and_a_new_world_forms_after():
         again = form(2, regions=[host.region for host in world])
         try:
             count = 1000
-            for h, host in enumerate(again):
-                host.block("int64", count)[:] = np.arange(count) + h
-            owners = even(count, 8, 2)
-            steps = [
-                [Reduce(1, BLOCK, "int64", ht.HCCL_REDUCE_SUM, owners), Gather(2, BLOCK, owners)]
-                for _ in again
-            ]
-            run(again, steps)
+            all_reduce(again, "int64", [np.arange(count) + h for h in range(2)], 1)
             for host in again:
                 assert np.array_equal(host.block("int64", count), 2 * np.arange(count) + 1)
         finally:

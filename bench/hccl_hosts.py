@@ -1,11 +1,11 @@
-"""HCCL all_reduce across hosts (docs/multihost.md), beside the engine's own all_reduce.
+"""HCCL all_reduce across hosts (docs/multihost.md), beside Gloo's own all_reduce.
 
 Part of bench/hccl_bench.py (`--hosts 2 4`; needs the multihost extra). For each host
 count H, starts H daemons, each a "host" with its own devices and shared memory, on
 loopback TCP with one token, and runs 8 rank processes spread evenly over them (rank r on
 host r // (8 / H)): an all_reduce of 64 MiB float32, timed as hccl_bench times every
 collective. The limit, measured in the same run: Gloo's own all_reduce of 64 MiB between
-H plain torch processes on loopback (bench/engine_bench.py), which is what the engine
+H plain torch processes on loopback (bench/exchange_bench.py), which is what the exchange
 processes between the hosts run on. The target (issue "One HCCL world across hosts"):
 simnpu's algbw >= 70 % of Gloo's at 2 hosts.
 """
@@ -18,7 +18,7 @@ import socket
 import tempfile
 from collections.abc import Callable
 
-import engine_bench
+import exchange_bench
 from run import Daemon
 
 RANKS = 8
@@ -54,7 +54,7 @@ def run_hosts(hosts: int, quick: bool, run_config: Callable) -> dict:
         finally:
             for daemon in daemons:
                 daemon.close()
-    gloo = engine_bench.gloo_all_reduce(SIZE, GLOO_ITERS, processes=hosts)
+    gloo = exchange_bench.gloo_all_reduce(SIZE, GLOO_ITERS, processes=hosts)
     out, inside = table[("all_reduce", SIZE, "out")], table[("all_reduce", SIZE, "in")]
     return {
         "hosts": hosts,

@@ -136,7 +136,7 @@ class NpuServicer:
         )
 
     def Peer(self, request_iterator, context):
-        """A member daemon's stream for one world across hosts (server/hccl/worlds.py)."""
+        """A member daemon's stream for one world across hosts (server/hccl/world_membership.py)."""
         self._authorize(context)
         first = next(request_iterator, None)
         if first is UNPARSED or first is None or first.WhichOneof("body") != "hello":

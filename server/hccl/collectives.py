@@ -37,7 +37,7 @@ from simnpu.server.hccl import reduce_plan
 from simnpu.server.hccl.collective_task import CollectiveTask
 from simnpu.server.hccl.communicators import Communicator, Communicators, Member, rank_list
 from simnpu.server.hccl.failure_codes import DESTROYED, MISMATCH, REMOTE, TIMEOUT
-from simnpu.server.hccl.worlds import Worlds
+from simnpu.server.hccl.world_membership import Worlds
 
 if TYPE_CHECKING:
     from simnpu.server.core.executor import Unit
@@ -297,7 +297,7 @@ class Collectives:
     # ---- execution ------------------------------------------------------------------------------
     def _execute(self, comm: Communicator, op: Op) -> None:
         tasks = [op.arrivals[rank] for rank in op.ranks]
-        if comm.world is not None and op.key[0] == "c":  # three phases (server/hccl/worlds.py)
+        if comm.world is not None and op.key[0] == "c":  # three phases (server/hccl/world.py)
             comm.world.run(op, tasks)
             return
         if comm.world is not None and len(tasks) == 1:  # a send/recv with another host

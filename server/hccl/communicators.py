@@ -5,7 +5,7 @@ drive them (HcclGetRootInfo, HcclCommInitRootInfo, HcclCommDestroy, HcclGetCommA
   that process's HCCL_EXEC_TIMEOUT; the 4108 bytes carry the id, the daemon's identity
   (pid and a random nonce) and its advertised address, if it has one. A rank that joins
   with another daemon's root info joins a world across hosts through that address
-  (server/hccl/worlds.py); without an address it is refused.
+  (server/hccl/world_membership.py); without an address it is refused.
 - Init: each rank's HcclCommInitRootInfo is a deferred request; the replies go out when
   every rank has joined, or with HCCL_E_TIMEOUT (naming the missing ranks) when a rank's
   HCCL_CONNECT_TIMEOUT passes first. Bad n_ranks / rank / a reused root info ->
@@ -31,10 +31,10 @@ from simnpu.proto import hccl_types as ht
 from simnpu.proto import npu_pb2 as pb
 from simnpu.proto.errors import bad_handle
 from simnpu.server.core.objects import Waiter
-from simnpu.server.hccl.worlds import RemoteRank
 
 if TYPE_CHECKING:
     from simnpu.server.control.session import Session
+    from simnpu.server.hccl.daemon_links import Link
 
 log = logging.getLogger("simnpu.collectives")
 
@@ -101,6 +101,24 @@ class Member:
 
 
 @dataclass(eq=False)
+class RemoteRank:
+    """A rank served by another host's daemon, among a communicator's members (and, at the
+    coordinator, in a rendezvous until it forms)."""
+
+    rank: int
+    n_ranks: int
+    device: int
+    pid: int
+    host: str  # its daemon's advertised address
+    comm_id: int
+    link: Link | None = None  # at the coordinator: the stream its join came on
+    state: str = "joining"
+
+    def describe(self) -> str:
+        return f"rank {self.rank} (pid {self.pid}, device {self.device}, host {self.host})"
+
+
+@dataclass(eq=False)
 class Rendezvous:
     comm_id: int
     exec_timeout_s: float
@@ -128,12 +146,12 @@ class RootInfo:
 @dataclass(eq=False)
 class Communicator:
     id: int
-    members: list  # by rank: Member, or worlds.RemoteRank for a rank of another host
+    members: list  # by rank: Member, or RemoteRank for a rank of another host
     exec_timeout_s: float
     ops: dict = field(default_factory=dict)  # key -> Op waiting for ranks
     failed: dict = field(default_factory=dict)  # key -> (codes, message, ranks yet to arrive)
     broken: tuple | None = None  # (codes, message): a rank is gone for good
-    world: Any = None  # a worlds.World when its ranks span hosts
+    world: Any = None  # a world.World when its ranks span hosts
 
     @property
     def n_ranks(self) -> int:
@@ -184,7 +202,7 @@ class Communicators:
 
     def __init__(self, scheduler, worlds):
         self.scheduler = scheduler
-        self.worlds = worlds  # server/hccl/worlds.py: ranks of other hosts
+        self.worlds = worlds  # server/hccl/world_membership.py: ranks of other hosts
         self.pid = os.getpid()
         self.nonce = os.urandom(16)
         self._ids = itertools.count(1)
@@ -262,7 +280,7 @@ class Communicators:
 
     def join_remote(self, remote: RemoteRank, connect_timeout_s: float) -> None:
         """At the coordinator: a rank of another host joined the rendezvous of one of this
-        daemon's root infos (server/hccl/worlds.py)."""
+        daemon's root infos (server/hccl/world_membership.py)."""
         self._join(remote, connect_timeout_s, 0)
 
     def join_elsewhere(
@@ -272,7 +290,7 @@ class Communicators:
         self._members.setdefault(member.session, []).append(member)
         try:
             self.worlds.join_remote(member, info.address, info.nonce, connect_timeout_s, request_id)
-        except Exception as error:  # noqa: BLE001 - WorldError, or the address is bad
+        except Exception as error:  # noqa: BLE001 - HcclFailure, or the address is bad
             result = getattr(error, "result", ht.HCCL_E_PARA)
             self.reject(member, request_id, result, getattr(error, "message", str(error)))
 
@@ -298,7 +316,7 @@ class Communicators:
                 table_key=table_key,
                 exec_timeout_s=exec_timeout_s,
             )
-        except Exception as error:  # noqa: BLE001 - WorldError
+        except Exception as error:  # noqa: BLE001 - HcclFailure
             result = getattr(error, "result", ht.HCCL_E_PARA)
             self.reject(member, request_id, result, getattr(error, "message", str(error)))
 

@@ -1,11 +1,13 @@
-"""The daemon's side of an engine process: the exchange between the hosts of an HCCL world.
+"""The daemon's side of a Gloo exchange process: the exchange between the hosts of an HCCL
+world.
 
 A world across hosts runs each collective in three phases (docs/multihost.md): the AI
 cores reduce or gather the host's own ranks into a *host block* in device memory, the
 hosts exchange their blocks, and the AI cores copy the result out. The middle phase is
-the engine's: one engine process per world on each host, all of them joined through
-Gloo (torch.distributed), started, fed and stopped by an `Engine` here. This module does
-not import torch; the engine process (server/hccl/gloo_exchange_main.py) is the only one that does.
+the exchange's: one exchange process per world on each host, all of them joined through
+Gloo (torch.distributed), started, fed and stopped by an `ExchangeProcess` here. This
+module does not import torch; the exchange process (server/hccl/gloo_exchange_main.py) is
+the only one that does.
 
 A collective's exchange starts with a `Match` of every host's call, then moves data in
 steps over ranges of the host block that each host *owns* (the same ranges, relative to
@@ -21,13 +23,13 @@ root's host owns whole, and reduce a Reduce that it owns whole. An `Exchange` se
 receives ranges each host names for itself (scatter, alltoall). A `Transfer` is one
 rank's send or recv with a rank on another host, straight from or into its buffer.
 Between hosts everything is point-to-point, and the reduction is numpy's in the fixed
-order, never the engine's own.
+order, never Gloo's own.
 
-An engine runs one step at a time, in the order submitted; a Transfer starts as it
-comes, beside the steps (even one waiting for its peers), and reports when it is done.
+An exchange process runs one step at a time, in the order submitted; a Transfer starts as
+it comes, beside the steps (even one waiting for its peers), and reports when it is done.
 A step's failure (a peer lost, a step not answered within the world's timeout) ends the
-engine process: a Gloo group that lost a peer cannot be used again. `on_report` then
-gets the `StepFailed` and, when the process has ended, `EngineLost`.
+exchange process: a Gloo group that lost a peer cannot be used again. `on_report` then
+gets the `StepFailed` and, when the process has ended, `ExchangeLost`.
 """
 
 from __future__ import annotations
@@ -43,16 +45,16 @@ Range = tuple[int, int]  # [first byte, end byte) relative to the host block
 
 
 @dataclass(frozen=True)
-class EngineSetup:
-    """What an engine process needs to join its world's other hosts."""
+class ExchangeSetup:
+    """What an exchange process needs to join its world's other hosts."""
 
     host: int  # this host's index in the world's host order
     hosts: int
-    store_host: str  # where the world's TCPStore listens (the first host's engine hosts it)
-    store_port: int  # 0 at the first host: its engine starts the store on a free port
+    store_host: str  # where the world's TCPStore listens (the first host's process hosts it)
+    store_port: int  # 0 at the first host: its process starts the store on a free port
     segment: str  # the device-memory segment (POSIX shm name) the host blocks live in
     timeout_s: float  # each step: the world's HCCL_EXEC_TIMEOUT
-    form_timeout_s: float  # joining the other hosts' engines (their processes start slowly)
+    form_timeout_s: float  # joining the other hosts' exchange processes (they start slowly)
     bind_host: str = ""  # the address Gloo listens on: this daemon's advertised host
 
 
@@ -103,7 +105,7 @@ class Transfer:
     the rank's buffer (`span` of device segment `segment`) and the peer host's matching
     Transfer (same `tag`, from `transfer_tag`). It runs beside the steps after it and
     reports when done, so transfers of one host may finish in any order. The receiving
-    engine first compares the two sides' `match` (count and type): `Mismatch` with each
+    exchange process first compares the two sides' `match` (count and type): `Mismatch` with each
     side's `call` if they differ."""
 
     seq: int
@@ -131,7 +133,7 @@ def transfer_tag(source: int, destination: int, index: int, n_ranks: int) -> int
 
 @dataclass(frozen=True)
 class Finish:
-    """No more steps: the engine process ends once the steps before are done."""
+    """No more steps: the exchange process ends once the steps before are done."""
 
 
 Step = Match | Reduce | Gather | Exchange | Transfer
@@ -140,14 +142,14 @@ MATCH_BYTES = 256
 
 @dataclass(frozen=True)
 class StoreListening:
-    """The first host's engine started the world's TCPStore on this port."""
+    """The first host's exchange process started the world's TCPStore on this port."""
 
     port: int
 
 
 @dataclass(frozen=True)
 class Formed:
-    """Every host's engine has joined the world."""
+    """Every host's exchange process has joined the world."""
 
 
 @dataclass(frozen=True)
@@ -158,7 +160,7 @@ class StepDone:
 @dataclass(frozen=True)
 class Mismatch:
     """A `Match` (or a Transfer's header) found calls that differ: calls[h] is host h's
-    (empty for a host a Transfer does not involve). The engine process ends."""
+    (empty for a host a Transfer does not involve). The exchange process ends."""
 
     seq: int
     calls: tuple[bytes, ...]
@@ -166,7 +168,7 @@ class Mismatch:
 
 @dataclass(frozen=True)
 class StepFailed:
-    """A step (or, with seq -1, forming the world) failed; the engine process ends.
+    """A step (or, with seq -1, forming the world) failed; the exchange process ends.
     `silent`: the peer hosts whose part had not come when the world's timeout ran out
     (empty if it failed otherwise)."""
 
@@ -176,24 +178,24 @@ class StepFailed:
 
 
 @dataclass(frozen=True)
-class EngineLost:
-    """The engine process has ended (its pipe closed), for whatever reason."""
+class ExchangeLost:
+    """The exchange process has ended (its pipe closed), for whatever reason."""
 
     exitcode: int | None
 
 
-Report = StoreListening | Formed | StepDone | Mismatch | StepFailed | EngineLost
+Report = StoreListening | Formed | StepDone | Mismatch | StepFailed | ExchangeLost
 
 _SPAWN = multiprocessing.get_context("spawn")
 
 
-class Engine:
-    """One world's engine process on this host. `start` returns at once; what the process
-    does comes to `on_report`, called from this engine's reader thread: `StoreListening`
+class ExchangeProcess:
+    """One world's exchange process on this host. `start` returns at once; what the process
+    does comes to `on_report`, called from this object's reader thread: `StoreListening`
     (first host only), `Formed`, then one `StepDone` or `StepFailed` per step, and last
-    `EngineLost`. Steps may be submitted before the world has formed; they run after."""
+    `ExchangeLost`. Steps may be submitted before the world has formed; they run after."""
 
-    def __init__(self, setup: EngineSetup, on_report: Callable[[Report], None]):
+    def __init__(self, setup: ExchangeSetup, on_report: Callable[[Report], None]):
         self.setup = setup
         self._on_report = on_report
         self._conn: Connection | None = None
@@ -201,7 +203,7 @@ class Engine:
         self._send_lock = threading.Lock()
 
     def start(self) -> None:
-        """Spawn the engine process. Does not wait for it to form the world."""
+        """Spawn the exchange process. Does not wait for it to form the world."""
         from simnpu.server.hccl import gloo_exchange_main  # light: torch is imported in the child
 
         ours, theirs = _SPAWN.Pipe()
@@ -217,9 +219,9 @@ class Engine:
         threading.Thread(target=self._read, name="simnpu-engine-reports", daemon=True).start()
 
     def submit(self, step: Step) -> None:
-        """Hand the engine one step; never blocks on the exchange. A step submitted after
-        the process has ended is dropped: its `EngineLost` has come or is coming."""
-        assert self._conn is not None, "Engine.start first"
+        """Hand the exchange process one step; never blocks on the exchange. A step submitted
+        after the process has ended is dropped: its `ExchangeLost` has come or is coming."""
+        assert self._conn is not None, "ExchangeProcess.start first"
         with self._send_lock:
             try:
                 self._conn.send(step)
@@ -227,7 +229,7 @@ class Engine:
                 pass
 
     def stop(self, graceful: bool = False, timeout_s: float = 5.0) -> None:
-        """End the engine process and reap it; blocks until it has ended. `graceful`: after
+        """End the exchange process and reap it; blocks until it has ended. `graceful`: after
         the steps submitted (a peer may still be reading what they sent), killed if that
         takes `timeout_s`; else at once, abandoning a step in flight."""
         process = self._process
@@ -260,4 +262,4 @@ class Engine:
             self._on_report(report)
         conn.close()
         self._process.join()
-        self._on_report(EngineLost(self._process.exitcode))
+        self._on_report(ExchangeLost(self._process.exitcode))

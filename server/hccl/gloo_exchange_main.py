@@ -1,8 +1,9 @@
-"""An engine process: one host's part in the exchange between the hosts of an HCCL world.
+"""A Gloo exchange process: one host's part in the exchange between the hosts of an HCCL
+world.
 
 The only module of simnpu that imports torch (the `multihost` extra), for Gloo. The
-process maps the daemon's device segment, forms the world with the other hosts' engine
-processes through a TCPStore that the first host's engine serves, then runs the steps
+process maps the daemon's device segment, forms the world with the other hosts' exchange
+processes through a TCPStore that the first host's process serves, then runs the steps
 its daemon hands it (server/hccl/gloo_exchange.py), one at a time on a thread of their own,
 reporting each. A Transfer starts as it comes, even while a step waits for its peers,
 and is waited for on a thread of its own. Data moves as bytes, straight
@@ -10,7 +11,7 @@ between the mapped segments and the sockets; reductions are numpy's, in host ord
 that every host computes each element the same way.
 
 A failed step or transfer ends the process after its report: a Gloo group that lost a
-peer cannot be used again, and the daemon forms a new world with new engine processes.
+peer cannot be used again, and the daemon forms a new world with new exchange processes.
 """
 
 from __future__ import annotations
@@ -34,8 +35,8 @@ from simnpu.server.hccl import reduce_plan
 from simnpu.server.hccl.gloo_exchange import (
     MATCH_BYTES,
     TRANSFER_TAGS,
-    EngineSetup,
     Exchange,
+    ExchangeSetup,
     Finish,
     Formed,
     Gather,
@@ -85,7 +86,7 @@ class _Reports:
 class _Gloo:
     """This host's end of a formed Gloo world, over the daemon's mapped device segments."""
 
-    def __init__(self, setup: EngineSetup, region: Region, reports: _Reports):
+    def __init__(self, setup: ExchangeSetup, region: Region, reports: _Reports):
         import torch.distributed as dist
 
         self._dist = dist
@@ -292,8 +293,8 @@ def _unpad(header: Any) -> bytes:
     return bytes(header.numpy()).rstrip(b"\0")
 
 
-def _form(setup: EngineSetup, reports: _Reports) -> None:
-    """Join the world (blocks until every host's engine has, or the timeout)."""
+def _form(setup: ExchangeSetup, reports: _Reports) -> None:
+    """Join the world (blocks until every host's exchange process has, or the timeout)."""
     import torch.distributed as dist
 
     timeout = datetime.timedelta(seconds=setup.form_timeout_s)
@@ -365,8 +366,8 @@ def _ipv6_interface(address: str) -> str | None:
     return None
 
 
-def main(conn: Connection, setup: EngineSetup) -> None:
-    """Entry point of a spawned engine process: form the world, then run steps until the
+def main(conn: Connection, setup: ExchangeSetup) -> None:
+    """Entry point of a spawned exchange process: form the world, then run steps until the
     pipe closes, a Finish, or a step fails."""
     end_with_daemon()
     reports = _Reports(conn)

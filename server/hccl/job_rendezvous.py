@@ -19,8 +19,9 @@ starts over at 1.
 - Across hosts (SIMNPU_JOB_SEED names one daemon, the seed): a daemon that is not the seed
   forwards its processes' arrivals to the seed over a Peer stream (server/hccl/daemon_links.py);
   the seed counts them with its own, and issues the root info, which carries its
-  address, so the world forms across hosts (server/hccl/worlds.py). A forwarded process that
-  ends departs; a seed that cannot be reached fails its arrivals with HCCL_E_TCP_CONNECT.
+  address, so the world forms across hosts (server/hccl/world_membership.py). A forwarded
+  process that ends departs; a seed that cannot be reached fails its arrivals with
+  HCCL_E_TCP_CONNECT.
 
 The request (server/control/handlers/jobs.py) is checked on the session's thread; the rest runs
 under the scheduler, which owns the state here, as in server/hccl/communicators.py.

@@ -1,5 +1,5 @@
 """One HCCL world over two daemons (docs/multihost.md): two real daemons on this machine,
-each with its own devices, shared memory and engine processes, joined over loopback TCP;
+each with its own devices, shared memory and exchange processes, joined over loopback TCP;
 rank processes of each daemon's own."""
 
 from __future__ import annotations
@@ -274,7 +274,7 @@ def test_a_host_killed_mid_collective_fails_the_others_by_name_and_the_survivor_
         assert values["code"] == 507904, values  # ACL_ERROR_RT_COMM_OP_RETRY_FAIL
         assert f"lost host {doomed.advertised} (ranks 2, 3)" in values["message"], values
         assert values["async_error"] == 21, values  # HCCL_E_REMOTE
-        assert values["recv_code"] == 507904, values  # the recv in flight in the engine too
+        assert values["recv_code"] == 507904, values  # the recv in flight in the exchange too
         assert f"lost host {doomed.advertised} (ranks 2, 3)" in values["recv_message"], values
         assert values["after"] == 1.0, values  # 0 + 1 over the pair
 
@@ -589,8 +589,8 @@ comm.destroy()
 
 @pytest.mark.skipif(not os.path.exists("/proc/net/if_inet6"), reason="no IPv6 on this machine")
 def test_a_world_forms_and_reduces_over_ipv6(tmp_path):
-    """Daemons that listen on and advertise [::1]: the engines find the interface of an
-    IPv6 address too."""
+    """Daemons that listen on and advertise [::1]: the exchange processes find the interface
+    of an IPv6 address too."""
     started = []
     try:
         for name in ("a", "b"):

@@ -1,6 +1,6 @@
-"""Engine processes (server/hccl/gloo_exchange.py, server/hccl/gloo_exchange_main.py): real
-processes joined by Gloo over loopback, each over its own shared-memory segment, as the hosts of a
-world."""
+"""Gloo exchange processes (server/hccl/gloo_exchange.py, server/hccl/gloo_exchange_main.py):
+real processes joined by Gloo over loopback, each over its own shared-memory segment, as the
+hosts of a world."""
 
 from __future__ import annotations
 
@@ -19,10 +19,10 @@ pytest.importorskip("torch", reason="the multihost extra (torch) is not installe
 from simnpu.proto import hccl_types as ht  # noqa: E402
 from simnpu.server.hccl import reduce_plan  # noqa: E402
 from simnpu.server.hccl.gloo_exchange import (  # noqa: E402
-    Engine,
-    EngineLost,
-    EngineSetup,
     Exchange,
+    ExchangeLost,
+    ExchangeProcess,
+    ExchangeSetup,
     Formed,
     Gather,
     Match,
@@ -44,7 +44,7 @@ WAIT_S = 60.0  # far above any step here: a missing report fails the test, never
 
 @dataclass
 class Host:
-    engine: Engine
+    exchange: ExchangeProcess
     region: Region
     reports: queue.Queue
 
@@ -59,22 +59,22 @@ class Host:
 
 
 def form(hosts: int, timeout_s: float = WAIT_S, regions: list[Region] | None = None) -> list[Host]:
-    """A world of `hosts` engine processes on loopback, formed."""
+    """A world of `hosts` exchange processes on loopback, formed."""
     if regions is None:
         tag = secrets.token_hex(4)
         regions = [
-            Region.create(segment_name("engine-test", tag, h), SEGMENT_BYTES, device=True)
+            Region.create(segment_name("exchange-test", tag, h), SEGMENT_BYTES, device=True)
             for h in range(hosts)
         ]
     world: list[Host] = []
     port = 0
     for h in range(hosts):
         reports: queue.Queue = queue.Queue()
-        setup = EngineSetup(
+        setup = ExchangeSetup(
             h, hosts, "127.0.0.1", port, regions[h].name, timeout_s, WAIT_S, "127.0.0.1"
         )
-        host = Host(Engine(setup, reports.put), regions[h], reports)
-        host.engine.start()
+        host = Host(ExchangeProcess(setup, reports.put), regions[h], reports)
+        host.exchange.start()
         world.append(host)
         if h == 0:
             listening = host.next_report()
@@ -87,7 +87,7 @@ def form(hosts: int, timeout_s: float = WAIT_S, regions: list[Region] | None = N
 
 def finish(world: list[Host], close_regions: bool = True) -> None:
     for host in world:
-        host.engine.stop()
+        host.exchange.stop()
         if close_regions:
             host.region.close()
 
@@ -96,7 +96,7 @@ def run(world: list[Host], steps: list) -> None:
     """Submit steps[h] to host h, each a list, and expect every one to succeed."""
     for host, mine in zip(world, steps):
         for step in mine:
-            host.engine.submit(step)
+            host.exchange.submit(step)
     for host, mine in zip(world, steps):
         for step in mine:
             assert host.next_report() == StepDone(step.seq)
@@ -105,6 +105,16 @@ def run(world: list[Host], steps: list) -> None:
 def even(count: int, itemsize: int, hosts: int) -> tuple:
     bounds = [count * h // hosts * itemsize for h in range(hosts + 1)]
     return tuple(((bounds[h], bounds[h + 1]),) for h in range(hosts))
+
+
+def all_reduce(world: list[Host], dtype: str, data: list, first_seq: int) -> None:
+    """Host h's block holds data[h]; a Reduce (sum) then a Gather over ranges cut evenly."""
+    count = len(data[0])
+    for host, values in zip(world, data):
+        host.block(dtype, count)[:] = values
+    owners = even(count, reduce_plan.numpy_dtype(dtype).itemsize, len(world))
+    reduce = Reduce(first_seq, BLOCK, dtype, ht.HCCL_REDUCE_SUM, owners)
+    run(world, [[reduce, Gather(first_seq + 1, BLOCK, owners)] for _ in world])
 
 
 @pytest.fixture(scope="module")
@@ -118,16 +128,7 @@ def test_all_reduce_sums_each_element_in_host_order_on_every_host(three):
     count = 100_003  # not a multiple of 3 hosts
     rng = np.random.default_rng(1)
     data = [rng.standard_normal(count).astype(np.float32) * 10.0 ** (4 * h) for h in range(3)]
-    for host, values in zip(three, data):
-        host.block("float32", count)[:] = values
-    owners = even(count, 4, 3)
-    run(
-        three,
-        [
-            [Reduce(1, BLOCK, "float32", ht.HCCL_REDUCE_SUM, owners), Gather(2, BLOCK, owners)]
-            for _ in three
-        ],
-    )
+    all_reduce(three, "float32", data, 1)
     in_order = (data[0] + data[1]) + data[2]
     assert not np.array_equal(in_order, data[0] + (data[1] + data[2]))  # the order shows
     for host in three:
@@ -157,16 +158,7 @@ def test_bfloat16_sums_are_numpys_in_host_order(three):
     count = 3000
     rng = np.random.default_rng(2)
     data = [rng.standard_normal(count).astype(bf16) for _ in range(3)]
-    for host, values in zip(three, data):
-        host.block("bfloat16", count)[:] = values
-    owners = even(count, 2, 3)
-    run(
-        three,
-        [
-            [Reduce(4, BLOCK, "bfloat16", ht.HCCL_REDUCE_SUM, owners), Gather(5, BLOCK, owners)]
-            for _ in three
-        ],
-    )
+    all_reduce(three, "bfloat16", data, 4)
     expected = (data[0] + data[1]) + data[2]
     for host in three:
         assert host.block("bfloat16", count).tobytes() == expected.tobytes()
@@ -233,13 +225,13 @@ def test_transfers_run_beside_each_other_in_any_order(three):
     sender.bytes()[b[0] : b[1]] = 22
     receiver.bytes()[BLOCK : BLOCK + 4000] = 0
     into_a, into_b = (BLOCK + 2000, BLOCK + 4000), (BLOCK, BLOCK + 1000)
-    receiver.engine.submit(transfer(21, receiver, into_a, 0, 0, 5, 1, sending=False))
-    receiver.engine.submit(transfer(22, receiver, into_b, 0, 0, 5, 0, sending=False))
-    sender.engine.submit(transfer(21, sender, a, 2, 0, 5, 0, sending=True))
-    sender.engine.submit(transfer(22, sender, b, 2, 0, 5, 1, sending=True))
+    receiver.exchange.submit(transfer(21, receiver, into_a, 0, 0, 5, 1, sending=False))
+    receiver.exchange.submit(transfer(22, receiver, into_b, 0, 0, 5, 0, sending=False))
+    sender.exchange.submit(transfer(21, sender, a, 2, 0, 5, 0, sending=True))
+    sender.exchange.submit(transfer(22, sender, b, 2, 0, 5, 1, sending=True))
     owners = tuple(((h, h + 1),) for h in range(3))
     for host in three:
-        host.engine.submit(Gather(23, BLOCK + 8000, owners))
+        host.exchange.submit(Gather(23, BLOCK + 8000, owners))
     assert three[1].next_report() == StepDone(23)
     for host in (sender, receiver):
         reports = {host.next_report() for _ in range(3)}
@@ -255,27 +247,20 @@ def test_a_killed_peer_fails_the_waiting_step_and_a_new_world_forms_after():
     world = form(2)
     try:
         span = (BLOCK, BLOCK + (1 << 20))
-        world[0].engine.submit(transfer(1, world[0], span, 1, 1, 0, 0, sending=False))
-        pid = world[1].engine.pid
+        world[0].exchange.submit(transfer(1, world[0], span, 1, 1, 0, 0, sending=False))
+        pid = world[1].exchange.pid
         assert pid is not None
         os.kill(pid, signal.SIGKILL)
         failed = world[0].next_report()  # long before the world's timeout (WAIT_S)
         assert isinstance(failed, StepFailed) and failed.seq == 1
         assert "closed" in failed.message.lower() or "reset" in failed.message.lower()
-        assert isinstance(world[0].next_report(), EngineLost)
+        assert isinstance(world[0].next_report(), ExchangeLost)
         lost = world[1].next_report()
-        assert isinstance(lost, EngineLost) and lost.exitcode == -signal.SIGKILL
+        assert isinstance(lost, ExchangeLost) and lost.exitcode == -signal.SIGKILL
         again = form(2, regions=[host.region for host in world])
         try:
             count = 1000
-            for h, host in enumerate(again):
-                host.block("int64", count)[:] = np.arange(count) + h
-            owners = even(count, 8, 2)
-            steps = [
-                [Reduce(1, BLOCK, "int64", ht.HCCL_REDUCE_SUM, owners), Gather(2, BLOCK, owners)]
-                for _ in again
-            ]
-            run(again, steps)
+            all_reduce(again, "int64", [np.arange(count) + h for h in range(2)], 1)
             for host in again:
                 assert np.array_equal(host.block("int64", count), 2 * np.arange(count) + 1)
         finally:
@@ -288,44 +273,44 @@ def test_a_step_a_peer_never_answers_fails_after_the_worlds_timeout_naming_it():
     world = form(2, timeout_s=2.0)
     try:
         run(world, [[Match(1, b"barrier()")] for _ in world])
-        world[0].engine.submit(Match(2, b"barrier()"))  # host 1 never comes
+        world[0].exchange.submit(Match(2, b"barrier()"))  # host 1 never comes
         failed = world[0].next_report()
         assert isinstance(failed, StepFailed) and failed.seq == 2, failed
         assert "timed out" in failed.message.lower() or "timeout" in failed.message.lower()
         assert failed.silent == (1,)
-        assert isinstance(world[0].next_report(), EngineLost)
+        assert isinstance(world[0].next_report(), ExchangeLost)
     finally:
         finish(world)
 
 
 def test_stop_ends_the_process_and_a_missing_segment_is_reported():
     reports: queue.Queue = queue.Queue()
-    setup = EngineSetup(0, 1, "127.0.0.1", 0, "/simnpu-no-such-segment", WAIT_S, WAIT_S)
-    engine = Engine(setup, reports.put)
-    engine.start()
+    setup = ExchangeSetup(0, 1, "127.0.0.1", 0, "/simnpu-no-such-segment", WAIT_S, WAIT_S)
+    exchange = ExchangeProcess(setup, reports.put)
+    exchange.start()
     failed = reports.get(timeout=WAIT_S)
     assert isinstance(failed, StepFailed) and failed.seq == -1
     assert "/simnpu-no-such-segment" in failed.message
-    assert isinstance(reports.get(timeout=WAIT_S), EngineLost)
-    engine.stop()
+    assert isinstance(reports.get(timeout=WAIT_S), ExchangeLost)
+    exchange.stop()
     world = form(1)
-    pid = world[0].engine.pid
+    pid = world[0].exchange.pid
     finish(world)
     assert pid is not None
     with pytest.raises(ProcessLookupError):
         os.kill(pid, 0)
 
 
-def test_match_compares_every_hosts_call_and_a_mismatch_ends_the_engine():
+def test_match_compares_every_hosts_call_and_a_mismatch_ends_the_exchange_process():
     world = form(2)
     try:
         run(world, [[Match(1, b"all_reduce(count=4, fp32, sum)")] for _ in world])
-        world[0].engine.submit(Match(2, b"all_reduce(count=4, fp32, sum)"))
-        world[1].engine.submit(Match(2, b"all_reduce(count=4, fp32, max)"))
+        world[0].exchange.submit(Match(2, b"all_reduce(count=4, fp32, sum)"))
+        world[1].exchange.submit(Match(2, b"all_reduce(count=4, fp32, max)"))
         calls = (b"all_reduce(count=4, fp32, sum)", b"all_reduce(count=4, fp32, max)")
         for host in world:
             assert host.next_report() == Mismatch(2, calls)
-            assert isinstance(host.next_report(), EngineLost)
+            assert isinstance(host.next_report(), ExchangeLost)
     finally:
         finish(world)
 
@@ -335,10 +320,10 @@ def test_a_transfer_whose_sides_differ_is_a_mismatch_at_the_receiver():
     try:
         sender, receiver = world
         span = (BLOCK, BLOCK + 64)
-        sender.engine.submit(transfer(1, sender, span, 1, 0, 1, 0, sending=True, count=16))
-        receiver.engine.submit(transfer(1, receiver, span, 0, 0, 1, 0, sending=False, count=8))
+        sender.exchange.submit(transfer(1, sender, span, 1, 0, 1, 0, sending=True, count=16))
+        receiver.exchange.submit(transfer(1, receiver, span, 0, 0, 1, 0, sending=False, count=8))
         assert receiver.next_report() == Mismatch(1, (b"send #0", b"recv #0"))
-        assert isinstance(receiver.next_report(), EngineLost)
+        assert isinstance(receiver.next_report(), ExchangeLost)
     finally:
         finish(world)
 

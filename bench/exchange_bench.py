@@ -1,15 +1,15 @@
-"""The exchange between hosts: simnpu's engine processes beside Gloo's own all_reduce.
+"""The exchange between hosts: simnpu's Gloo exchange processes beside Gloo's own all_reduce.
 
-    python bench/engine_bench.py [--size 64MiB] [--rounds 3] [--iters 10]
+    python bench/exchange_bench.py [--size 64MiB] [--rounds 3] [--iters 10]
 
-Needs the multihost extra (torch's CPU build). Two engine processes (server/hccl/gloo_exchange.py),
-each over its own shared-memory segment as two hosts' daemons would be, run an all_reduce of
-`size` bytes of float32 as the daemon will: a Reduce over ranges cut evenly, then a
-Gather. The baseline, measured in the same run, is two plain torch processes running
-`torch.distributed.all_reduce` over Gloo on a tensor of the same size. Both talk over
-loopback. Each round measures both, alternating; a figure is the p50 of `iters`
-all-reduces after 3 warm-ups, and the table shows every round. docs/multihost.md has
-the figures.
+Needs the multihost extra (torch's CPU build). Two exchange processes
+(server/hccl/gloo_exchange.py), each over its own shared-memory segment as two hosts'
+daemons would be, run an all_reduce of `size` bytes of float32 as the daemon will: a
+Reduce over ranges cut evenly, then a Gather. The baseline, measured in the same run, is
+two plain torch processes running `torch.distributed.all_reduce` over Gloo on a tensor of
+the same size. Both talk over loopback. Each round measures both, alternating; a figure
+is the p50 of `iters` all-reduces after 3 warm-ups, and the table shows every round.
+docs/multihost.md has the figures.
 """
 
 from __future__ import annotations
@@ -27,8 +27,8 @@ import baselines
 
 from simnpu.proto import hccl_types as ht
 from simnpu.server.hccl.gloo_exchange import (
-    Engine,
-    EngineSetup,
+    ExchangeProcess,
+    ExchangeSetup,
     Formed,
     Gather,
     Reduce,
@@ -42,18 +42,18 @@ WARMUP = 3
 TIMEOUT_S = 300.0
 
 
-def engine_all_reduce_ms(size: int, iters: int) -> float:
-    """p50 of `iters` all-reduces between two engine processes, submit to both done."""
+def exchange_all_reduce_ms(size: int, iters: int) -> float:
+    """p50 of `iters` all-reduces between two exchange processes, submit to both done."""
     tag = secrets.token_hex(4)
-    regions = [Region.create(segment_name("engine-bench", tag, h), size) for h in range(2)]
+    regions = [Region.create(segment_name("exchange-bench", tag, h), size) for h in range(2)]
     reports: list[queue.Queue] = [queue.Queue(), queue.Queue()]
-    engines: list[Engine] = []
+    processes: list[ExchangeProcess] = []
     try:
         port = 0
         for h in range(2):
-            setup = EngineSetup(h, 2, "127.0.0.1", port, regions[h].name, TIMEOUT_S, TIMEOUT_S)
-            engines.append(Engine(setup, reports[h].put))
-            engines[h].start()
+            setup = ExchangeSetup(h, 2, "127.0.0.1", port, regions[h].name, TIMEOUT_S, TIMEOUT_S)
+            processes.append(ExchangeProcess(setup, reports[h].put))
+            processes[h].start()
             if h == 0:
                 listening = reports[0].get(timeout=TIMEOUT_S)
                 assert isinstance(listening, StoreListening)
@@ -69,9 +69,9 @@ def engine_all_reduce_ms(size: int, iters: int) -> float:
                 Reduce(2 * i, 0, "float32", ht.HCCL_REDUCE_SUM, owners),
                 Gather(2 * i + 1, 0, owners),
             ]
-            for engine in engines:
+            for process in processes:
                 for step in steps:
-                    engine.submit(step)
+                    process.submit(step)
             for h in range(2):
                 for step in steps:
                     report = reports[h].get(timeout=TIMEOUT_S)
@@ -79,8 +79,8 @@ def engine_all_reduce_ms(size: int, iters: int) -> float:
             times.append(time.perf_counter() - start)
         return statistics.median(times[WARMUP:]) * 1e3
     finally:
-        for engine in engines:
-            engine.stop()
+        for process in processes:
+            process.stop()
         for region in regions:
             region.close()
 
@@ -144,11 +144,11 @@ def main() -> None:
     print(f"all_reduce of {size >> 20} MiB float32, 2 hosts on loopback (p50 of {args.iters})")
     print(f"{'round':>5}  {'engine ms':>10}  {'GiB/s':>6}  {'Gloo ms':>10}  {'GiB/s':>6}  ratio")
     for round_ in range(1, args.rounds + 1):
-        engine_ms = engine_all_reduce_ms(size, args.iters)
+        exchange_ms = exchange_all_reduce_ms(size, args.iters)
         gloo_ms = gloo_all_reduce(size, args.iters).ms
         print(
-            f"{round_:>5}  {engine_ms:>10.1f}  {gib / engine_ms * 1e3:>6.2f}  "
-            f"{gloo_ms:>10.1f}  {gib / gloo_ms * 1e3:>6.2f}  {gloo_ms / engine_ms:.2f}"
+            f"{round_:>5}  {exchange_ms:>10.1f}  {gib / exchange_ms * 1e3:>6.2f}  "
+            f"{gloo_ms:>10.1f}  {gib / gloo_ms * 1e3:>6.2f}  {gloo_ms / exchange_ms:.2f}"
         )
 
 

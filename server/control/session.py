@@ -17,18 +17,19 @@ events and device ranges, `post`, `submit`, `respond` and `reject`.
 
 from __future__ import annotations
 
+import itertools
 import logging
 import queue
 import threading
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from google.protobuf.message import DecodeError, Message
 
 from simnpu.proto import codes, commands, messages, npu_pb2
-from simnpu.proto.errors import NpuError, invalid
+from simnpu.proto.errors import NpuError, bad_handle, invalid
+from simnpu.server.control.handle_kinds import HandleKind
 from simnpu.server.control.handlers.registry import HANDLERS, LATER
-from simnpu.server.control.handles import HandleKind, Handles
 from simnpu.server.control.session_fast_path import FastPath
 from simnpu.server.core.cnt_notifies import CntNotify
 from simnpu.server.core.functions import Pinned
@@ -36,7 +37,6 @@ from simnpu.server.core.ipc_events import OpenedEvent
 from simnpu.server.core.notifies import Notify
 from simnpu.server.core.objects import Context, Event, Failure, Owner, Stream, Waiter
 from simnpu.server.core.tasks import Task
-from simnpu.server.core.unit_protocol import Span
 from simnpu.server.core.untrusted import escaped
 from simnpu.server.graphs.capture import invalidate_capture
 from simnpu.server.memory.client_memory import ClientMemory
@@ -55,6 +55,51 @@ RING_BATCH = 1024  # scheduler work is posted at most this many calls at a time 
 CLOSED = object()  # the outbox item that ends a session's gRPC response stream
 REJECTIONS_LOGGED = 10  # a session's first rejected calls are logged; the rest only counted
 
+T = TypeVar("T")
+
+
+# ---- its handle table ----------------------------------------------------------------------------
+class Handles:
+    """Handle -> object of one session (what each handle stands for: handle_kinds.py). Used by
+    its own thread and, for a few calls, under the scheduler lock; each entry is set and
+    removed atomically. Here, not in a module of its own: `get` is on every call's path."""
+
+    def __init__(self, builtin_binary: object):
+        self._objects: dict[int, Any] = {commands.BUILTIN_BINARY: builtin_binary}
+        self._numbers = itertools.count(1)
+
+    def add(self, obj: object, kind: HandleKind) -> int:
+        handle = (kind << 40) | next(self._numbers)
+        self._objects[handle] = obj
+        return handle
+
+    def get(self, handle: int, cls: type[T], what: str) -> T:
+        """The live object of class `cls` behind `handle`; else 107017 naming `what`."""
+        obj = self._objects.get(handle)
+        if not isinstance(obj, cls):
+            raise bad_handle(what, handle)
+        return obj
+
+    def find(self, handle: int, cls: type[T]) -> T | None:
+        """The live object of class `cls` behind `handle`, or None."""
+        obj = self._objects.get(handle)
+        return obj if isinstance(obj, cls) else None
+
+    def remove(self, handle: int) -> Any:
+        """Forget `handle` (nothing if it is not known); the object it stood for."""
+        return self._objects.pop(handle, None)
+
+    def unique(self) -> int:
+        """A number unused in this session (for segment names)."""
+        return next(self._numbers)
+
+    def items(self) -> Iterator[tuple[int, Any]]:
+        """(handle, object) of every live handle, safe to change while iterating."""
+        return iter(list(self._objects.items()))
+
+    def clear(self) -> None:
+        self._objects.clear()
+
 
 # ---- the session ---------------------------------------------------------------------------------
 class Session:
@@ -67,8 +112,6 @@ class Session:
         self.owner = Owner(session_id, self._announce)
         self.outbox: queue.SimpleQueue = queue.SimpleQueue()  # replies, notices, CLOSED
         self.seq = 0  # the sequence number of the call being handled
-        # while a thread-limited launch is handled: the stream whose limits bound it
-        self.limits_from: Stream | None = None
         self.handles = Handles(daemon.builtin_binary)
         self.memory = ClientMemory(
             self.owner, daemon.devices, daemon.ipc, daemon.config.memory_limit
@@ -230,10 +273,11 @@ class Session:
         calls (at the end of the message or ring piece being handled)."""
         self._batch.append((function, args))
 
-    def submit(self, task: Task) -> None:
-        """Queue `task` on its stream, in order with this session's other calls."""
-        if self.limits_from is not None:  # a launch of a thread using a stream's limits
-            task.limits_from = self.limits_from
+    def submit(self, task: Task, limits_from: Stream | None = None) -> None:
+        """Queue `task` on its stream, in order with this session's other calls; a launch of
+        a thread using another stream's limits with that stream (`limits_from`)."""
+        if limits_from is not None:
+            task.limits_from = limits_from
         self._batch.append((self.scheduler.submit, (task,)))
 
     def flush(self) -> None:
@@ -335,28 +379,6 @@ class Session:
         if handle >> 40 == HandleKind.IPC_EVENT:
             return self.handles.get(handle, OpenedEvent, "event").context
         return self.event(handle).context
-
-    def device_range(self, address: int, count: int) -> Span:
-        """[address, +count) of device memory, checked to lie in one allocation this client
-        may use (its own, imported, or mapped); 107000 otherwise, 507053 in a reserved range
-        where nothing is mapped."""
-        found = self.memory.own_allocation(address)
-        if found is None:
-            reservation = self.memory.virtual.reservation_at(address)
-            if reservation is not None:
-                raise NpuError(
-                    codes.ACL_ERROR_RT_DEVICE_MEM_ERROR,
-                    f"memory fault: {address:#x} lies in the reserved range "
-                    f"[{reservation.start:#x}, +{reservation.size}) where nothing is mapped",
-                )
-            raise invalid(f"{address:#x} is not inside a device allocation of this process")
-        start, size = found
-        if address + count > start + size:
-            raise invalid(
-                f"{count} bytes at {address:#x} run past the end of its allocation "
-                f"[{start:#x}, +{size})"
-            )
-        return self.memory.span(address)
 
     def immediate_stream(self, device: int) -> Stream:
         """The hidden stream of synchronous copies and memsets on `device` (it orders nothing

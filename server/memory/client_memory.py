@@ -2,9 +2,10 @@
 limits, the blocks of its stream-ordered pools (docs/memory.md), and its virtual memory
 (reserved ranges, physical blocks, mappings: server/memory/virtual_memory.py).
 
-The session's memory handlers (server/control/handlers/memory.py, pools.py, ipc.py) work on it;
-its checks of device ranges (Session.device_range) read it. Blocks belong to the client's
-`Owner` in the device allocators, and IPC exports name it too.
+The session's memory handlers work on it; every call that names device memory has its range
+checked here (`device_range`), and its kernel launches see it through `arguments`
+(server/memory/launch_arguments.py). Blocks belong to the client's `Owner` in the device
+allocators, and IPC exports name it too.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from simnpu.proto import codes
 from simnpu.proto.errors import NpuError, invalid
 from simnpu.server.core.unit_protocol import Span
 from simnpu.server.memory import quotas
+from simnpu.server.memory.launch_arguments import LaunchArguments
 from simnpu.server.memory.registered_memory import RegisteredMemory
 from simnpu.server.memory.virtual_memory import VirtualMemory
 from simnpu.server.units.kernel_processes import Grant, page_spans
@@ -47,6 +49,7 @@ class ClientMemory:
         self.registered = RegisteredMemory(owner, devices)  # aliases of its pinned memory
         self._grant = Grant(-1, ())
         owner.kernel_grant = self.kernel_grant
+        self.arguments = LaunchArguments(self, devices)  # what its launches' pointers reach
 
     # ---- blocks ---------------------------------------------------------------------------------
     def allocate(self, device: Device, size: int, policy: int) -> int:
@@ -166,6 +169,28 @@ class ClientMemory:
         """Another client owning the allocation at `address` (for error messages), if any."""
         allocation = self.allocation_at(address)
         return None if allocation is None or allocation.owner is self.owner else allocation.owner
+
+    def device_range(self, address: int, count: int) -> Span:
+        """[address, +count) of device memory, checked to lie in one allocation this client
+        may use (its own, imported, or mapped); 107000 otherwise, 507053 in a reserved range
+        where nothing is mapped."""
+        found = self.own_allocation(address)
+        if found is None:
+            reservation = self.virtual.reservation_at(address)
+            if reservation is not None:
+                raise NpuError(
+                    codes.ACL_ERROR_RT_DEVICE_MEM_ERROR,
+                    f"memory fault: {address:#x} lies in the reserved range "
+                    f"[{reservation.start:#x}, +{reservation.size}) where nothing is mapped",
+                )
+            raise invalid(f"{address:#x} is not inside a device allocation of this process")
+        start, size = found
+        if address + count > start + size:
+            raise invalid(
+                f"{count} bytes at {address:#x} run past the end of its allocation "
+                f"[{start:#x}, +{size})"
+            )
+        return self.span(address)
 
     def span(self, address: int) -> Span:
         """Device memory at `address`, as units name it."""

@@ -11,8 +11,8 @@ from simnpu.proto import codes, commands, rank_table
 from simnpu.proto import hccl_types as ht
 from simnpu.proto import npu_pb2 as pb
 from simnpu.proto.errors import NpuError, invalid
+from simnpu.server.control.handle_kinds import HandleKind
 from simnpu.server.control.handlers.registry import LATER, handles
-from simnpu.server.control.handles import HandleKind
 from simnpu.server.core.unit_protocol import Span
 from simnpu.server.hccl.collective_task import CollectiveTask
 from simnpu.server.hccl.collectives import Call
@@ -192,7 +192,7 @@ def _buffer_bytes(kind: int, size: int, n: int, is_root: bool) -> tuple[int, int
 def _buffer(session: Session, member: Member, address: int, nbytes: int, what: str) -> Span:
     if nbytes == 0:
         return Span(session.daemon.devices[member.device].region.name, 0, member.device)
-    span = session.device_range(address, nbytes)
+    span = session.memory.device_range(address, nbytes)
     if span.device != member.device:
         raise invalid(
             f"the {what} buffer {address:#x} is on device {span.device} but rank "

@@ -14,8 +14,8 @@ from typing import TYPE_CHECKING
 from simnpu.proto import codes
 from simnpu.proto import npu_pb2 as pb
 from simnpu.proto.errors import NpuError, invalid
+from simnpu.server.control.handle_kinds import HandleKind
 from simnpu.server.control.handlers.registry import LATER, handles
-from simnpu.server.control.handles import HandleKind
 from simnpu.server.graphs.capture import Graph
 from simnpu.server.graphs.cond_handles import VALUE, CondHandle
 from simnpu.server.graphs.cond_task import CondTask

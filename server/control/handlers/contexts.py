@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from simnpu.proto import npu_pb2 as pb
+from simnpu.server.control.handle_kinds import HandleKind
 from simnpu.server.control.handlers.registry import LATER, handles
 from simnpu.server.control.handlers.streams import (
     add_stream,
@@ -13,7 +14,6 @@ from simnpu.server.control.handlers.streams import (
     signal_slot,
     wait_streams,
 )
-from simnpu.server.control.handles import HandleKind
 from simnpu.server.core.ipc_events import OpenedEvent
 from simnpu.server.core.objects import Context, Event, Waiter
 from simnpu.server.graphs.capture import not_in_capture

@@ -41,7 +41,7 @@ def resolve(session: Session, location: Location, count: int) -> Span:
         raise invalid(f"negative byte count {count}")
     space, offset = location.space, location.offset
     if space == commands.SPACE_DEVICE:
-        return session.device_range(offset, count)
+        return session.memory.device_range(offset, count)
     if space == commands.SPACE_PINNED:
         region = session.handles.get(location.id, Pinned, "pinned host memory").region
         size = region.size

@@ -18,9 +18,9 @@ from typing import TYPE_CHECKING
 from simnpu.proto import codes, commands
 from simnpu.proto import npu_pb2 as pb
 from simnpu.proto.errors import NpuError, invalid
+from simnpu.server.control.handle_kinds import HandleKind
 from simnpu.server.control.handlers.registry import LATER, handles
 from simnpu.server.control.handlers.streams import deadline
-from simnpu.server.control.handles import HandleKind
 from simnpu.server.core.objects import Stream, Waiter
 from simnpu.server.core.tasks import HostCallbackTask, TaskState
 from simnpu.server.graphs import cond_handles

@@ -8,8 +8,8 @@ from typing import TYPE_CHECKING
 from simnpu.proto import codes, commands
 from simnpu.proto import npu_pb2 as pb
 from simnpu.proto.errors import NpuError, check_num_blocks, invalid
+from simnpu.server.control.handle_kinds import HandleKind
 from simnpu.server.control.handlers.registry import handles
-from simnpu.server.control.handles import HandleKind
 from simnpu.server.core.functions import Binary, Function
 from simnpu.server.core.objects import Stream
 from simnpu.server.core.tasks import KernelTask
@@ -59,29 +59,6 @@ def get_function(
     return pb.GetFunctionReply(function=handle, signature=signature.to_wire())
 
 
-def launch_arguments(session: Session, function: Function, values: tuple) -> tuple[tuple, tuple]:
-    """The kernel's arguments -- a pointer into the client's managed memory translated to
-    the same byte's device address (server/memory/registered_memory.py) -- and the allocations it
-    may touch: its client's, passed to it as pointers, as (start, size). A pointer into a
-    reserved range where nothing is mapped adds (start, -size) of the range: touching it is
-    a fault, whose message names the range."""
-    bounds = []
-    memory = session.memory
-    translated = []
-    for kind, value in zip(function.signature.types, values):
-        if kind == "ptr" and value:
-            value = memory.registered.translate(value)
-            allocation = memory.own_allocation(value)
-            if allocation is not None:
-                bounds.append(allocation)
-            else:
-                reservation = memory.virtual.reservation_at(value)
-                if reservation is not None:
-                    bounds.append((reservation.start, -reservation.size))
-        translated.append(value)
-    return tuple(translated), tuple(bounds)
-
-
 def _stream(session: Session, record: commands.Launch | commands.LaunchDeviceArgs) -> Stream:
     """The stream of a launch, checked with its block count."""
     stream = session.handles.get(record.stream, Stream, "stream")
@@ -90,10 +67,29 @@ def _stream(session: Session, record: commands.Launch | commands.LaunchDeviceArg
 
 
 @handles(commands.Launch)
-def launch(session: Session, record: commands.Launch) -> None:
-    """aclrtLaunchKernelWithHostArgs (async)."""
+def launch(session: Session, record: commands.Launch, limits_from: Stream | None = None) -> None:
+    """aclrtLaunchKernelWithHostArgs (async); `limits_from`: the stream whose core limit
+    bounds it (a ThreadLimited record's, server/control/handlers/core_limits.py)."""
     function = session.handles.get(record.function, Function, "function")
     values = function.signature.unpack(record.args)
+    stream = _stream(session, record)
+    session.submit(
+        KernelTask(
+            session.seq, stream, function, record.num_blocks, values, session.memory.arguments
+        ),
+        limits_from,
+    )
+
+
+@handles(commands.LaunchDeviceArgs)
+def launch_device_args(
+    session: Session, record: commands.LaunchDeviceArgs, limits_from: Stream | None = None
+) -> None:
+    """aclrtLaunchKernel (async): the arguments are read when the launch reaches the head of
+    its stream (the range is checked now)."""
+    function = session.handles.get(record.function, Function, "function")
+    address, size = record.args_ptr, record.args_size
+    session.memory.device_range(address, size)
     stream = _stream(session, record)
     session.submit(
         KernelTask(
@@ -101,28 +97,9 @@ def launch(session: Session, record: commands.Launch) -> None:
             stream,
             function,
             record.num_blocks,
-            *launch_arguments(session, function, values),
-        )
-    )
-
-
-@handles(commands.LaunchDeviceArgs)
-def launch_device_args(session: Session, record: commands.LaunchDeviceArgs) -> None:
-    """aclrtLaunchKernel (async): the arguments are read when the launch reaches the head of
-    its stream (the range is checked now)."""
-    function = session.handles.get(record.function, Function, "function")
-    address, size = record.args_ptr, record.args_size
-    span = session.device_range(address, size)
-    stream = _stream(session, record)
-    device = session.daemon.devices[span.device]
-
-    def read_args() -> tuple[tuple, tuple]:
-        session.device_range(address, size)  # still this client's
-        values = function.signature.unpack(
-            bytes(device.region.map[span.offset : span.offset + size])
-        )
-        return launch_arguments(session, function, values)
-
-    session.submit(
-        KernelTask(session.seq, stream, function, record.num_blocks, None, read_args=read_args)
+            None,
+            session.memory.arguments,
+            args_at=(address, size),
+        ),
+        limits_from,
     )

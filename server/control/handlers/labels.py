@@ -8,9 +8,9 @@ from typing import TYPE_CHECKING
 
 from simnpu.proto import npu_pb2 as pb
 from simnpu.proto.errors import invalid
+from simnpu.server.control.handle_kinds import HandleKind
 from simnpu.server.control.handlers.model_build import bound
 from simnpu.server.control.handlers.registry import handles
-from simnpu.server.control.handles import HandleKind
 from simnpu.server.graphs.flow_tasks import LabelTask, SwitchLabelTask
 from simnpu.server.graphs.model_build import Label, LabelList
 
@@ -69,6 +69,6 @@ def switch_label(session: Session, request: pb.SwitchLabelRequest, reply_to: int
     stream = session.stream(request.stream)
     if request.max_value <= 0:
         raise invalid(f"maxValue {request.max_value}: at least 1 label to jump to")
-    index = session.device_range(request.index, _INDEX_SIZE)
+    index = session.memory.device_range(request.index, _INDEX_SIZE)
     bound(stream)
     session.submit(SwitchLabelTask(session.seq, stream, index, request.max_value, labels))

@@ -9,8 +9,8 @@ from typing import TYPE_CHECKING
 from simnpu.proto import codes
 from simnpu.proto import npu_pb2 as pb
 from simnpu.proto.errors import NpuError, NpuMemoryError
+from simnpu.server.control.handle_kinds import HandleKind
 from simnpu.server.control.handlers.registry import handles
-from simnpu.server.control.handles import HandleKind
 from simnpu.server.core.functions import Pinned
 from simnpu.server.memory import quotas
 from simnpu.server.memory.memory_views import memory_snapshot, memory_stats

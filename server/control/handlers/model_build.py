@@ -13,8 +13,8 @@ from typing import TYPE_CHECKING
 from simnpu.proto import codes
 from simnpu.proto import npu_pb2 as pb
 from simnpu.proto.errors import NpuError, invalid
+from simnpu.server.control.handle_kinds import HandleKind
 from simnpu.server.control.handlers.registry import LATER, handles
-from simnpu.server.control.handles import HandleKind
 from simnpu.server.core.tasks import HostCallbackTask
 from simnpu.server.graphs.capture import Graph, Lane
 from simnpu.server.graphs.flow_tasks import (
@@ -210,8 +210,8 @@ def switch_stream(session: Session, request: pb.SwitchStreamRequest, reply_to: i
     if request.data_type not in _DATA_TYPES:
         raise invalid(f"dataType {request.data_type}: use an aclrtCompareDataType")
     size = value_size(request.data_type)
-    left = session.device_range(request.left, size)
-    right = session.device_range(request.right, size)
+    left = session.memory.device_range(request.left, size)
+    right = session.memory.device_range(request.right, size)
     build = bound(stream)
     bound(target, build)
     session.submit(

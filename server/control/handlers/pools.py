@@ -8,8 +8,8 @@ from typing import TYPE_CHECKING
 from simnpu.proto import codes
 from simnpu.proto import npu_pb2 as pb
 from simnpu.proto.errors import NpuError, NpuMemoryError, invalid
+from simnpu.server.control.handle_kinds import HandleKind
 from simnpu.server.control.handlers.registry import handles
-from simnpu.server.control.handles import HandleKind
 from simnpu.server.core.objects import Waiter
 from simnpu.server.memory.mem_pools import SETTABLE, MemPool
 

@@ -58,9 +58,6 @@ def stream_res_limit(
 
 @handles(commands.ThreadLimited)
 def thread_limited(session: Session, record: commands.ThreadLimited) -> None:
-    """A launch (async) bounded by the core limit of the stream its thread uses."""
-    session.limits_from = session.stream(record.limits)
-    try:
-        HANDLERS[type(record.launch)](session, record.launch)
-    finally:
-        session.limits_from = None
+    """A launch (async) bounded by the core limit of the stream its thread uses: that stream
+    is passed to the launch's handler, which queues the launch with it."""
+    HANDLERS[type(record.launch)](session, record.launch, session.stream(record.limits))

@@ -9,8 +9,8 @@ from typing import TYPE_CHECKING
 from simnpu.proto import codes
 from simnpu.proto import npu_pb2 as pb
 from simnpu.proto.errors import NpuError, invalid
+from simnpu.server.control.handle_kinds import HandleKind
 from simnpu.server.control.handlers.registry import LATER, handles
-from simnpu.server.control.handles import HandleKind
 from simnpu.server.core.objects import Context, Stream, Waiter
 from simnpu.server.graphs.capture import not_in_capture
 

@@ -16,9 +16,8 @@ from typing import TYPE_CHECKING
 from simnpu.proto import codes, commands
 from simnpu.proto import npu_pb2 as pb
 from simnpu.proto.errors import NpuError, check_num_blocks, invalid
-from simnpu.server.control.handlers.kernels import launch_arguments
+from simnpu.server.control.handle_kinds import HandleKind
 from simnpu.server.control.handlers.registry import LATER, handles
-from simnpu.server.control.handles import HandleKind
 from simnpu.server.core.functions import Function
 from simnpu.server.core.tasks import (
     KernelTask,
@@ -292,7 +291,7 @@ def _set_params(session: Session, task: Task, request: pb.TaskParamsRequest) -> 
         address = request.value.address
         if address % WORD.size:
             raise invalid(f"devAddr {address:#x} is not 8-byte aligned (a value is a 64-bit word)")
-        span = session.device_range(address, WORD.size)
+        span = session.memory.device_range(address, WORD.size)
         if isinstance(task, ValueWaitTask):
             commands.check_value_flag(commands.ValueWait, request.value.flag)
             task.flag = request.value.flag
@@ -307,23 +306,17 @@ def _set_params(session: Session, task: Task, request: pb.TaskParamsRequest) -> 
 def _launch(
     session: Session, task: KernelTask, function: Function, params: pb.KernelTaskParams
 ) -> KernelTask:
-    """A launch of `function` with the new parameters (not submitted: its payload is used)."""
-    if params.args:  # host arguments: decoded now
+    """A launch of `function` with the new parameters (not submitted: its payload is used):
+    host arguments decoded now, device arguments read at each run."""
+    arguments = session.memory.arguments
+    if params.args:
         values = function.signature.unpack(params.args)
-        values, bounds = launch_arguments(session, function, values)
-        return KernelTask(task.seq, task.stream, function, params.num_blocks, values, bounds)
+        return KernelTask(task.seq, task.stream, function, params.num_blocks, values, arguments)
     address, size = params.args_ptr, params.args_size
-    span = session.device_range(address, size)
-    device = session.daemon.devices[span.device]
-
-    def read_args() -> tuple[tuple, tuple]:  # device arguments: read at each run
-        session.device_range(address, size)  # still this client's
-        values = function.signature.unpack(
-            bytes(device.region.map[span.offset : span.offset + size])
-        )
-        return launch_arguments(session, function, values)
-
-    return KernelTask(task.seq, task.stream, function, params.num_blocks, None, read_args=read_args)
+    session.memory.device_range(address, size)
+    return KernelTask(
+        task.seq, task.stream, function, params.num_blocks, None, arguments, (address, size)
+    )
 
 
 @handles(pb.TaskDisableRequest)

@@ -9,8 +9,8 @@ from typing import TYPE_CHECKING
 from simnpu.proto import codes
 from simnpu.proto import npu_pb2 as pb
 from simnpu.proto.errors import NpuError, invalid
+from simnpu.server.control.handle_kinds import HandleKind
 from simnpu.server.control.handlers.registry import handles
-from simnpu.server.control.handles import HandleKind
 from simnpu.server.memory.virtual_memory import Physical
 
 if TYPE_CHECKING:

@@ -463,12 +463,12 @@ class Session:
         self.memory.release_all()
         self.daemon.kernels.end_owner(self.id)
         for context in self.contexts:
-            self.daemon.count_stream(context.device, -len(context.streams))
+            self.daemon.limits.streams_gone(context.device, len(context.streams))
         for _, obj in self.handles.items():
             if isinstance(obj, Pinned):
                 self.release_segment(obj.region)
             elif isinstance(obj, Event):
-                self.daemon.count_event(obj.context.device, -1)
+                self.daemon.limits.events_gone(obj.context.device)
                 self.daemon.ipc_events.withdraw(obj)
             elif isinstance(obj, Notify):
                 self.daemon.notifies.release(obj)

@@ -50,7 +50,7 @@ def destroy_context(session: Session, request: pb.DestroyContextRequest, reply_t
     for handle, obj in session.handles.items():
         if isinstance(obj, Event) and obj.context is context:
             session.handles.remove(handle)
-            session.daemon.count_event(context.device, -1)
+            session.daemon.limits.events_gone(context.device)
             session.daemon.ipc_events.withdraw(obj)
         elif isinstance(obj, OpenedEvent) and obj.context is context:
             session.handles.remove(handle)

@@ -7,7 +7,6 @@ from typing import TYPE_CHECKING
 
 from simnpu.proto import codes, commands
 from simnpu.proto import npu_pb2 as pb
-from simnpu.proto.errors import NpuError
 from simnpu.server.control.handle_kinds import HandleKind
 from simnpu.server.control.handlers.registry import LATER, handles
 from simnpu.server.control.handlers.streams import deadline
@@ -25,15 +24,7 @@ def create_event(
 ) -> pb.CreateEventReply:
     """aclrtCreateEvent(WithFlag); 207007 past the client's or the device's limit."""
     context = session.context(request.context)
-    limit = session.daemon.config.max_events_per_client
-    if sum(c.events for c in session.contexts if c.device == context.device) >= limit:
-        raise NpuError(
-            codes.ACL_ERROR_RT_NO_EVENT_RESOURCE,
-            f"this client has {limit} events on device {context.device}, the most one client "
-            f"may have (simnpu serve --max-events-per-client); the device has "
-            f"{codes.MAX_EVENTS_PER_DEVICE} for all of its clients",
-        )
-    session.daemon.count_event(context.device, +1)
+    session.daemon.limits.add_event(session.contexts, context.device)
     context.events += 1
     event = Event(0, context, request.flags)
     event.handle = session.handles.add(event, HandleKind.EVENT)
@@ -46,7 +37,7 @@ def destroy_event(session: Session, request: pb.DestroyEventRequest, reply_to: i
     event = session.event(request.event)
     session.handles.remove(request.event)
     if request.event == event.handle:
-        session.daemon.count_event(event.context.device, -1)
+        session.daemon.limits.events_gone(event.context.device)
         event.context.events -= 1
         session.daemon.ipc_events.withdraw(event)
 

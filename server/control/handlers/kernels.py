@@ -26,7 +26,7 @@ def binary_load(
     """aclrtBinaryLoadFromFile / FromData: the kernels are found in the source, none of it runs
     here. Blocks this session's thread while a child process parses it."""
     filename = request.filename or "<kernel module>"
-    kernels = discover(request.source, filename, session.daemon.config.max_module_bytes)
+    kernels = discover(request.source, filename, session.daemon.limits.module_bytes)
     binary = Binary(session.daemon.next_binary_id(), request.source, filename, kernels)
     return pb.BinaryLoadReply(binary=session.handles.add(binary, HandleKind.BINARY))
 

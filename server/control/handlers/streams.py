@@ -21,15 +21,7 @@ if TYPE_CHECKING:
 def add_stream(session: Session, context: Context, priority: int, flags: int) -> Stream:
     """A new stream of `context`, with its completion signal if the client has a fast path;
     207008 past the client's or the device's limit."""
-    limit = session.daemon.config.max_streams_per_client
-    if sum(len(c.streams) for c in session.contexts if c.device == context.device) >= limit:
-        raise NpuError(
-            codes.ACL_ERROR_RT_NO_STREAM_RESOURCE,
-            f"this client has {limit} streams on device {context.device}, the most one client "
-            f"may have (simnpu serve --max-streams-per-client); the device has "
-            f"{codes.MAX_STREAMS_PER_DEVICE} for all of its clients",
-        )
-    session.daemon.count_stream(context.device, +1)
+    session.daemon.limits.add_stream(session.contexts, context.device)
     stream = Stream(0, context, priority, flags)
     stream.handle = session.handles.add(stream, HandleKind.STREAM)
     area = session.owner.signals
@@ -40,7 +32,7 @@ def add_stream(session: Session, context: Context, priority: int, flags: int) ->
 
 def forget_stream(session: Session, stream: Stream) -> None:
     """A destroyed stream has run its last task: its count and its signal go."""
-    session.daemon.count_stream(stream.device, -1)
+    session.daemon.limits.streams_gone(stream.device)
     if stream.signal is not None and session.owner.signals is not None:
         session.owner.signals.release_signal(stream.signal)
         stream.signal = None

@@ -36,7 +36,7 @@ from simnpu.server.core.functions import Pinned
 from simnpu.server.core.ipc_events import OpenedEvent
 from simnpu.server.core.notifies import Notify
 from simnpu.server.core.objects import Context, Event, Failure, Owner, Stream, Waiter
-from simnpu.server.core.tasks import Task
+from simnpu.server.core.tasks import Task, TaskState
 from simnpu.server.core.untrusted import escaped
 from simnpu.server.graphs.capture import invalidate_capture
 from simnpu.server.memory.client_memory import ClientMemory
@@ -84,6 +84,13 @@ class Handles:
         """The live object of class `cls` behind `handle`, or None."""
         obj = self._objects.get(handle)
         return obj if isinstance(obj, cls) else None
+
+    def handle_of(self, obj: object) -> int:
+        """The handle `obj` has in the session (0: none any more)."""
+        for handle, known in self.items():
+            if known is obj:
+                return handle
+        return 0
 
     def remove(self, handle: int) -> Any:
         """Forget `handle` (nothing if it is not known); the object it stood for."""
@@ -280,6 +287,37 @@ class Session:
             task.limits_from = limits_from
         self._batch.append((self.scheduler.submit, (task,)))
 
+    def answer_in_order(self, reply_to: int, change: Callable[[], Message | None]) -> object:
+        """Run `change()` under the scheduler, in order with this session's calls before it,
+        and answer `reply_to` with the body it returns or the NpuError it raises. Returns
+        LATER, what the request's handler returns."""
+
+        def run() -> None:
+            try:
+                reply = change()
+            except NpuError as error:
+                self.respond(reply_to, code=error.code, message=error.message)
+                return
+            self.respond(reply_to, reply)
+
+        self._batch.append((run, ()))
+        return LATER
+
+    def when_done(
+        self, task: Task, finish: Callable[[bool], None], until: float | None = None
+    ) -> None:
+        """Queue `task` under the scheduler, in order with this session's calls, and call
+        `finish(timed_out)` once it ran (or at the monotonic time `until`)."""
+        scheduler = self.scheduler
+
+        def begin() -> None:
+            scheduler.submit(task)
+            scheduler.watch(
+                Waiter(lambda: task.state == TaskState.DONE, finish, until), tasks=[task]
+            )
+
+        self._batch.append((begin, ()))
+
     def flush(self) -> None:
         """Post the scheduler work queued so far."""
         if self._batch:
@@ -335,21 +373,6 @@ class Session:
             self.owner.rejected = Failure(error.code, f"{error.message} (task {seq})", seq)
         self._batch.append((self.scheduler.rejected, (self.owner, seq)))
 
-    def take_failure(self, streams: list[Stream]) -> Failure | None:
-        """What a synchronize of `streams` reports (under the scheduler lock): a rejected call,
-        else a stopped context's failure, else a stream's (each reported once)."""
-        if self.owner.rejected is not None:
-            failure, self.owner.rejected = self.owner.rejected, None
-            return failure
-        for stream in streams:
-            if stream.context.failure is not None:
-                return stream.context.failure
-        for stream in streams:
-            if stream.failure is not None:
-                failure, stream.failure = stream.failure, None
-                return failure
-        return None
-
     def device(self, index: int) -> Device:
         if not 0 <= index < len(self.daemon.devices):
             raise NpuError(
@@ -379,6 +402,43 @@ class Session:
         if handle >> 40 == HandleKind.IPC_EVENT:
             return self.handles.get(handle, OpenedEvent, "event").context
         return self.event(handle).context
+
+    def new_stream(self, context: Context, priority: int, flags: int) -> Stream:
+        """A new stream of `context`, with its completion signal if the client has a fast
+        path; 207008 past the client's or the device's limit (server/control/client_limits.py)."""
+        self.daemon.limits.add_stream(self.contexts, context.device)
+        stream = Stream(0, context, priority, flags)
+        stream.handle = self.handles.add(stream, HandleKind.STREAM)
+        area = self.owner.signals
+        stream.signal = area.new_signal() if area is not None else None
+        context.streams.append(stream)
+        return stream
+
+    def stream_gone(self, stream: Stream) -> None:
+        """A destroyed stream has run its last task: its count and its signal go."""
+        self.daemon.limits.streams_gone(stream.device)
+        if stream.signal is not None and self.owner.signals is not None:
+            self.owner.signals.release_signal(stream.signal)
+            stream.signal = None
+
+    def forget_context(self, context: Context) -> list[Stream]:
+        """aclrtDestroyContext: the handles of `context`, its streams and its events go now
+        (its events' counts and IPC exports too, and the IPC events opened in it); its
+        streams, which go once they have run their tasks (`stream_gone`)."""
+        self.handles.remove(context.handle)
+        self.contexts.remove(context)
+        streams = list(context.streams)
+        for stream in streams:
+            stream.destroyed = True
+            self.handles.remove(stream.handle)
+        for handle, obj in self.handles.items():
+            if isinstance(obj, Event) and obj.context is context:
+                self.handles.remove(handle)
+                self.daemon.limits.events_gone(context.device)
+                self.daemon.ipc_events.withdraw(obj)
+            elif isinstance(obj, OpenedEvent) and obj.context is context:
+                self.handles.remove(handle)
+        return streams
 
     def immediate_stream(self, device: int) -> Stream:
         """The hidden stream of synchronous copies and memsets on `device` (it orders nothing

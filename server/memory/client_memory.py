@@ -82,6 +82,13 @@ class ClientMemory:
             )
         self.release_block(address, device)
 
+    def mem_info(self, device: Device) -> tuple[int, int]:
+        """aclrtGetMemInfo on `device`: (free, total) bytes as this client sees them, under
+        its limit (quotas.mem_info)."""
+        with device.lock:
+            free_bytes, used = device.allocator.free_bytes, device.allocator.used_by(self.owner)
+        return quotas.mem_info(self.limits.of(device.index), used, free_bytes, device.capacity)
+
     def release_block(self, address: int, device: int) -> None:
         """Back to the allocator, unless IPC importers still hold it
         (server/memory/ipc_memory.py)."""

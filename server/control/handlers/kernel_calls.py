@@ -1,8 +1,17 @@
-"""Kernels: load and unload modules, look functions up, launch them
-(server/core/tasks/kernel.py)."""
+"""Kernels: load and unload modules, look functions up, launch them (server/core/tasks/kernel.py,
+configured_kernel.py), the launches of a thread that uses a stream's core limits.
+
+A launch's pointer arguments are resolved by the task through the client's memory view
+(server/memory/launch_arguments.py), which also places the data of aclrtLaunchKernelWithConfig's
+place holders. A launch of a thread using another stream's limits comes as a ThreadLimited
+record: its launch is queued with that stream (`limits_from`), whose core limit bounds it
+whatever stream it runs on (server/control/core_limits.py).
+"""
 
 from __future__ import annotations
 
+import math
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from simnpu.proto import codes, commands
@@ -12,11 +21,13 @@ from simnpu.server.control.handle_kinds import HandleKind
 from simnpu.server.control.handlers.registry import handles
 from simnpu.server.core.functions import Binary, Function
 from simnpu.server.core.objects import Stream
-from simnpu.server.core.tasks import KernelTask
+from simnpu.server.core.tasks import ConfiguredKernelTask, KernelTask
 from simnpu.server.kernels.discovery import discover
 
 if TYPE_CHECKING:
     from simnpu.server.control.session import Session
+
+_FOREVER = (1 << 64) - 1  # a launch's timeout that never ends
 
 
 @handles(pb.BinaryLoadRequest)
@@ -69,7 +80,7 @@ def _stream(session: Session, record: commands.Launch | commands.LaunchDeviceArg
 @handles(commands.Launch)
 def launch(session: Session, record: commands.Launch, limits_from: Stream | None = None) -> None:
     """aclrtLaunchKernelWithHostArgs (async); `limits_from`: the stream whose core limit
-    bounds it (a ThreadLimited record's, server/control/handlers/core_limits.py)."""
+    bounds it (a ThreadLimited record's)."""
     function = session.handles.get(record.function, Function, "function")
     values = function.signature.unpack(record.args)
     stream = _stream(session, record)
@@ -103,3 +114,48 @@ def launch_device_args(
         ),
         limits_from,
     )
+
+
+@handles(commands.LaunchWithConfig)
+def launch_with_config(
+    session: Session, record: commands.LaunchWithConfig, limits_from: Stream | None = None
+) -> None:
+    """aclrtLaunchKernelWithConfig (async): place holders' data is put in a device block of
+    the launch's own (counted against the client's memory), freed when the launch is done."""
+    function = session.handles.get(record.function, Function, "function")
+    stream = session.handles.get(record.stream, Stream, "stream")
+    check_num_blocks(record.num_blocks)
+    arguments = session.memory.arguments
+    args, scratch = arguments.with_place_holders(
+        stream.device, function.signature, record.args, record.place_holders
+    )
+    timeout_us = record.timeout_us
+    timeout_s = None if not timeout_us else math.inf if timeout_us == _FOREVER else timeout_us / 1e6
+    session.submit(
+        ConfiguredKernelTask(
+            session.seq,
+            stream,
+            function,
+            record.num_blocks,
+            function.signature.unpack(args),
+            arguments,
+            timeout_s,
+            session.memory,
+            scratch,
+        ),
+        limits_from,
+    )
+
+
+_LAUNCHES: dict[type, Callable[..., None]] = {
+    commands.Launch: launch,
+    commands.LaunchDeviceArgs: launch_device_args,
+    commands.LaunchWithConfig: launch_with_config,
+}
+
+
+@handles(commands.ThreadLimited)
+def thread_limited(session: Session, record: commands.ThreadLimited) -> None:
+    """A launch (async) bounded by the core limit of the stream its thread uses: queued with
+    that stream."""
+    _LAUNCHES[type(record.launch)](session, record.launch, session.stream(record.limits))

@@ -71,9 +71,9 @@ def retain(
     """aclrtMemRetainAllocationHandle: the handle of the block mapped at the address (the
     same handle aclrtMallocPhysical gave, one more reference)."""
     physical = session.memory.virtual.retain(request.address)
-    handle = next(
-        (h for h, obj in session.handles.items() if obj is physical), None
-    ) or session.handles.add(physical, HandleKind.PHYSICAL)
+    handle = session.handles.handle_of(physical) or session.handles.add(
+        physical, HandleKind.PHYSICAL
+    )
     return pb.RetainAllocationHandleReply(
         handle=handle, size=physical.size, device=physical.device, mem_attr=physical.mem_attr
     )

@@ -26,7 +26,7 @@ from simnpu.proto import codes
 from simnpu.proto.errors import NpuError
 
 if TYPE_CHECKING:
-    from simnpu.server.control.config import DaemonConfig
+    from simnpu.server.control.daemon_config import DaemonConfig
     from simnpu.server.core.objects import Context
 
 
@@ -57,18 +57,13 @@ class ClientLimits:
     def add_stream(self, contexts: list[Context], device: int) -> None:
         """A client whose contexts are `contexts` makes a stream on `device`; 207008 past the
         client's or the device's limit."""
-        limit = self._config.max_streams_per_client
-        if sum(len(c.streams) for c in contexts if c.device == device) >= limit:
-            raise NpuError(
-                codes.ACL_ERROR_RT_NO_STREAM_RESOURCE,
-                f"this client has {limit} streams on device {device}, the most one client "
-                f"may have (simnpu serve --max-streams-per-client); the device has "
-                f"{codes.MAX_STREAMS_PER_DEVICE} for all of its clients",
-            )
-        self._count(
+        held = sum(len(c.streams) for c in contexts if c.device == device)
+        self._add(
+            held,
+            self._config.max_streams_per_client,
+            "--max-streams-per-client",
             self._streams,
             device,
-            +1,
             codes.MAX_STREAMS_PER_DEVICE,
             codes.ACL_ERROR_RT_NO_STREAM_RESOURCE,
             "streams",
@@ -81,18 +76,13 @@ class ClientLimits:
     def add_event(self, contexts: list[Context], device: int) -> None:
         """A client whose contexts are `contexts` makes an event on `device`; 207007 past the
         client's or the device's limit."""
-        limit = self._config.max_events_per_client
-        if sum(c.events for c in contexts if c.device == device) >= limit:
-            raise NpuError(
-                codes.ACL_ERROR_RT_NO_EVENT_RESOURCE,
-                f"this client has {limit} events on device {device}, the most one client "
-                f"may have (simnpu serve --max-events-per-client); the device has "
-                f"{codes.MAX_EVENTS_PER_DEVICE} for all of its clients",
-            )
-        self._count(
+        held = sum(c.events for c in contexts if c.device == device)
+        self._add(
+            held,
+            self._config.max_events_per_client,
+            "--max-events-per-client",
             self._events,
             device,
-            +1,
             codes.MAX_EVENTS_PER_DEVICE,
             codes.ACL_ERROR_RT_NO_EVENT_RESOURCE,
             "events",
@@ -101,6 +91,28 @@ class ClientLimits:
     def events_gone(self, device: int, count: int = 1) -> None:
         """`count` events of `device` were destroyed (or their session ended)."""
         self._count(self._events, device, -count, 0, 0, "")
+
+    def _add(
+        self,
+        held: int,
+        limit: int,
+        flag: str,
+        counts: list[int],
+        device: int,
+        device_limit: int,
+        code: int,
+        what: str,
+    ) -> None:
+        """One more of `what` for a client that holds `held` on `device`: refused past the
+        client's `limit` (the option `flag`) or the device's."""
+        if held >= limit:
+            raise NpuError(
+                code,
+                f"this client has {limit} {what} on device {device}, the most one client "
+                f"may have (simnpu serve {flag}); the device has {device_limit} for all of "
+                "its clients",
+            )
+        self._count(counts, device, +1, device_limit, code, what)
 
     def _count(
         self, counts: list[int], device: int, delta: int, limit: int, code: int, what: str

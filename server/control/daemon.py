@@ -21,8 +21,8 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from simnpu.proto import npu_pb2, service, socket_folder
 from simnpu.proto.kernel_abi import discover_kernels
 from simnpu.server.control.client_limits import ClientLimits
-from simnpu.server.control.config import DaemonConfig
 from simnpu.server.control.credentials import Peer, Peers
+from simnpu.server.control.daemon_config import DaemonConfig
 from simnpu.server.control.service import NpuServicer
 from simnpu.server.control.session import CLOSED, Session
 from simnpu.server.core.cnt_notifies import CntNotifies

@@ -11,8 +11,11 @@ drains. When the stream ends for any reason, `close` frees everything the sessio
 once its in-flight work is done.
 
 What handlers use of a session (and HCCL, observation and job code too) is the public
-part below: its identity, `handles`, `memory`, the lookups of devices, contexts, streams,
-events and device ranges, `post`, `submit`, `respond` and `reject`.
+part below: its identity, `handles` (the handle table, here because `Handles.get` is on
+every call's path), `memory` (its device memory: ClientMemory, whose `device_range` checks
+the ranges calls name), the lookups of devices, contexts, streams and events, the streams it
+makes and forgets, `post`, `submit` (with the stream whose limits bound a launch, if another),
+`answer_in_order`, `when_done`, `respond` and `reject`.
 """
 
 from __future__ import annotations

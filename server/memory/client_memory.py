@@ -165,6 +165,28 @@ class ClientMemory:
         device, offset = split_device_address(address)
         return (device, address - (offset - allocation.offset)) in blocks
 
+    def exportable(self, address: int) -> tuple[int, tuple[int, int]]:
+        """aclrtIpcMemGetExportKey of memory at `address`: its device and (start, size) of
+        the client's own allocation that holds it; 107000 for another address (imported
+        memory too: it cannot be exported again)."""
+        if not is_device_address(address):
+            raise invalid(f"{address:#x} is not a device address")
+        device, _ = split_device_address(address)
+        if device >= len(self._devices):
+            raise invalid(f"{address:#x} is not on any device")
+        allocation = self.allocation_at(address)
+        if allocation is None or allocation.owner is not self.owner:
+            raise invalid(
+                f"{address:#x} is not inside a device allocation of this process"
+                + (
+                    " (imported memory cannot be exported again)"
+                    if self.imported_range(address)
+                    else ""
+                )
+            )
+        start = address - (split_device_address(address)[1] - allocation.offset)
+        return device, (start, allocation.size)
+
     def imported_range(self, address: int) -> tuple[int, int] | None:
         """(start, size) of an IPC range this client imported that holds `address`."""
         for start, size, _ in self.imported.values():

@@ -6,9 +6,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from simnpu.proto import codes
 from simnpu.proto import npu_pb2 as pb
-from simnpu.proto.errors import NpuError, invalid
+from simnpu.proto.errors import invalid
 from simnpu.server.control.handle_kinds import HandleKind
 from simnpu.server.control.handlers.registry import handles
 from simnpu.server.memory.virtual_memory import Physical
@@ -106,16 +105,7 @@ def import_shareable(
     physical = session.daemon.shareable.import_(
         session.owner, request.shareable, session.daemon.peer_of(session).pid
     )
-    if physical.device != device.index:
-        raise NpuError(
-            codes.ACL_ERROR_RT_FEATURE_NOT_SUPPORT,
-            f"the memory is on device {physical.device}: a handle for device {device.index} "
-            "(another device's memory) is not simulated",
-        )
-    virtual = session.memory.virtual
-    if physical in virtual.physical:
-        raise invalid(f"{request.shareable:#x} was imported by this process already")
-    virtual.hold(physical)
+    session.memory.virtual.hold_import(physical, device.index, request.shareable)
     handle = session.handles.add(physical, HandleKind.PHYSICAL)
     return pb.ImportShareableReply(
         handle=handle, size=physical.size, device=physical.device, mem_attr=physical.mem_attr

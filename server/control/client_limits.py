@@ -30,6 +30,20 @@ if TYPE_CHECKING:
     from simnpu.server.core.objects import Context
 
 
+class _Counted:
+    """One kind of object the daemon counts per device: what one client may hold of it (and
+    the option that says so), what a device has for all of its clients, the code past
+    either, and the count of each device (under ClientLimits' lock)."""
+
+    def __init__(self, what: str, limit: int, flag: str, per_device: int, code: int, devices: int):
+        self.what = what
+        self.limit = limit
+        self.flag = flag
+        self.per_device = per_device
+        self.code = code
+        self.counts = [0] * devices
+
+
 class ClientLimits:
     """The limits of one daemon and its counts of streams and events per device (any
     thread)."""
@@ -38,8 +52,22 @@ class ClientLimits:
         self._config = config
         self.module_bytes = config.max_module_bytes  # a kernel module's source, at most
         self._lock = threading.Lock()
-        self._streams = [0] * config.devices
-        self._events = [0] * config.devices
+        self._streams = _Counted(
+            "streams",
+            config.max_streams_per_client,
+            "--max-streams-per-client",
+            codes.MAX_STREAMS_PER_DEVICE,
+            codes.ACL_ERROR_RT_NO_STREAM_RESOURCE,
+            config.devices,
+        )
+        self._events = _Counted(
+            "events",
+            config.max_events_per_client,
+            "--max-events-per-client",
+            codes.MAX_EVENTS_PER_DEVICE,
+            codes.ACL_ERROR_RT_NO_EVENT_RESOURCE,
+            config.devices,
+        )
 
     def session_refused(self, sessions: int, held: int, peer: str) -> str | None:
         """Why a new session of `peer`, which holds `held` of the daemon's `sessions`, is
@@ -57,67 +85,39 @@ class ClientLimits:
     def add_stream(self, contexts: list[Context], device: int) -> None:
         """A client whose contexts are `contexts` makes a stream on `device`; 207008 past the
         client's or the device's limit."""
-        held = sum(len(c.streams) for c in contexts if c.device == device)
         self._add(
-            held,
-            self._config.max_streams_per_client,
-            "--max-streams-per-client",
-            self._streams,
-            device,
-            codes.MAX_STREAMS_PER_DEVICE,
-            codes.ACL_ERROR_RT_NO_STREAM_RESOURCE,
-            "streams",
+            self._streams, sum(len(c.streams) for c in contexts if c.device == device), device
         )
 
     def streams_gone(self, device: int, count: int = 1) -> None:
         """`count` streams of `device` were destroyed (or their session ended)."""
-        self._count(self._streams, device, -count, 0, 0, "")
+        with self._lock:
+            self._streams.counts[device] -= count
 
     def add_event(self, contexts: list[Context], device: int) -> None:
         """A client whose contexts are `contexts` makes an event on `device`; 207007 past the
         client's or the device's limit."""
-        held = sum(c.events for c in contexts if c.device == device)
-        self._add(
-            held,
-            self._config.max_events_per_client,
-            "--max-events-per-client",
-            self._events,
-            device,
-            codes.MAX_EVENTS_PER_DEVICE,
-            codes.ACL_ERROR_RT_NO_EVENT_RESOURCE,
-            "events",
-        )
+        self._add(self._events, sum(c.events for c in contexts if c.device == device), device)
 
     def events_gone(self, device: int, count: int = 1) -> None:
         """`count` events of `device` were destroyed (or their session ended)."""
-        self._count(self._events, device, -count, 0, 0, "")
-
-    def _add(
-        self,
-        held: int,
-        limit: int,
-        flag: str,
-        counts: list[int],
-        device: int,
-        device_limit: int,
-        code: int,
-        what: str,
-    ) -> None:
-        """One more of `what` for a client that holds `held` on `device`: refused past the
-        client's `limit` (the option `flag`) or the device's."""
-        if held >= limit:
-            raise NpuError(
-                code,
-                f"this client has {limit} {what} on device {device}, the most one client "
-                f"may have (simnpu serve {flag}); the device has {device_limit} for all of "
-                "its clients",
-            )
-        self._count(counts, device, +1, device_limit, code, what)
-
-    def _count(
-        self, counts: list[int], device: int, delta: int, limit: int, code: int, what: str
-    ) -> None:
         with self._lock:
-            if delta > 0 and counts[device] + delta > limit:
-                raise NpuError(code, f"device {device} has all of its {limit} {what} in use")
-            counts[device] += delta
+            self._events.counts[device] -= count
+
+    def _add(self, kind: _Counted, held: int, device: int) -> None:
+        """One more of `kind` on `device` for a client that holds `held` there: refused past
+        the client's limit or the device's."""
+        if held >= kind.limit:
+            raise NpuError(
+                kind.code,
+                f"this client has {kind.limit} {kind.what} on device {device}, the most one "
+                f"client may have (simnpu serve {kind.flag}); the device has "
+                f"{kind.per_device} for all of its clients",
+            )
+        with self._lock:
+            if kind.counts[device] + 1 > kind.per_device:
+                raise NpuError(
+                    kind.code,
+                    f"device {device} has all of its {kind.per_device} {kind.what} in use",
+                )
+            kind.counts[device] += 1

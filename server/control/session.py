@@ -303,7 +303,7 @@ class Session:
                 return
             self.respond(reply_to, reply)
 
-        self._batch.append((run, ()))
+        self.post(run)
         return LATER
 
     def when_done(
@@ -319,7 +319,7 @@ class Session:
                 Waiter(lambda: task.state == TaskState.DONE, finish, until), tasks=[task]
             )
 
-        self._batch.append((begin, ()))
+        self.post(begin)
 
     def flush(self) -> None:
         """Post the scheduler work queued so far."""

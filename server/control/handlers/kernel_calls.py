@@ -70,7 +70,10 @@ def get_function(
     return pb.GetFunctionReply(function=handle, signature=signature.to_wire())
 
 
-def _stream(session: Session, record: commands.Launch | commands.LaunchDeviceArgs) -> Stream:
+def _stream(
+    session: Session,
+    record: commands.Launch | commands.LaunchDeviceArgs | commands.LaunchWithConfig,
+) -> Stream:
     """The stream of a launch, checked with its block count."""
     stream = session.handles.get(record.stream, Stream, "stream")
     check_num_blocks(record.num_blocks)
@@ -123,8 +126,7 @@ def launch_with_config(
     """aclrtLaunchKernelWithConfig (async): place holders' data is put in a device block of
     the launch's own (counted against the client's memory), freed when the launch is done."""
     function = session.handles.get(record.function, Function, "function")
-    stream = session.handles.get(record.stream, Stream, "stream")
-    check_num_blocks(record.num_blocks)
+    stream = _stream(session, record)
     arguments = session.memory.arguments
     args, scratch = arguments.with_place_holders(
         stream.device, function.signature, record.args, record.place_holders

@@ -21,7 +21,6 @@ from simnpu.server.core.tasks import HostCallbackTask
 from simnpu.server.graphs import cond_handles
 from simnpu.server.graphs.capture import TASK_TYPES, Capture, Graph, Lane
 from simnpu.server.graphs.task_groups import UpdateStatus
-from simnpu.server.hccl.collective_task import CollectiveTask
 
 if TYPE_CHECKING:
     from simnpu.server.core.scheduler import Scheduler
@@ -249,16 +248,15 @@ def destroy(graph: Graph, drop: Callable[[Graph], None]) -> list[Task]:
     return recorded
 
 
-def abort(scheduler: Scheduler, graph: Graph) -> None:
+def abort(scheduler: Scheduler, graph: Graph, end_head: Callable[[Stream], None]) -> None:
     """aclmdlRIAbort (under the scheduler): the model's running replays end (their streams'
-    queued tasks dropped, running units ended, a collective waiting for its peers withdrawn:
-    the peers fail with 507904); each replaying stream's next synchronize reports 507023."""
+    queued tasks dropped, running units ended; what waits outside the device at a stream's
+    head is ended by `end_head` first: a collective waiting for its peers is withdrawn, the
+    peers fail with 507904); each replaying stream's next synchronize reports 507023."""
     for replay in list(graph.running):
         replay.aborted = True
         for stream in replay.lanes:
-            head = stream.tasks[0] if stream.tasks else None
-            if isinstance(head, CollectiveTask):
-                scheduler.collectives.withdraw(head, "aborted (aclmdlRIAbort)")
+            end_head(stream)
             scheduler.abort(stream, stop=False)
             stream.failure = None  # the replay reports the abort instead
 

@@ -23,9 +23,11 @@ from simnpu.server.control.synchronize import deadline
 from simnpu.server.graphs import model_runs
 from simnpu.server.graphs.capture import Lane
 from simnpu.server.graphs.replay_task import ReplayTask
+from simnpu.server.hccl.collective_task import withdraw_head
 
 if TYPE_CHECKING:
     from simnpu.server.control.session import Session
+    from simnpu.server.core.objects import Stream
 
 
 # ---- capture ------------------------------------------------------------------------------------
@@ -151,7 +153,12 @@ def model_abort(session: Session, request: pb.ModelAbortRequest, reply_to: int) 
     """aclmdlRIAbort: the model's running replays end (server/graphs/model_runs.py)."""
     graph = model_handles.model(session, request.model)
     model_runs.check_abortable(graph)
-    return session.answer_in_order(reply_to, lambda: model_runs.abort(session.scheduler, graph))
+    scheduler = session.scheduler
+
+    def end_head(stream: Stream) -> None:
+        withdraw_head(scheduler, stream, "aborted (aclmdlRIAbort)")
+
+    return session.answer_in_order(reply_to, lambda: model_runs.abort(scheduler, graph, end_head))
 
 
 # ---- introspection ------------------------------------------------------------------------------

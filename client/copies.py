@@ -8,7 +8,7 @@
   CUDA does for pageable copies). In in-stream mode the chunks (IN_STREAM_CHUNK,
   IN_STREAM_DEPTH in flight) ride in the stream as the bulk bytes of the request's or the
   reply's message (simnpu.proto.bulk), read from or written to the caller's memory
-  directly; the daemon takes them where they go (server/handlers/copies.py).
+  directly; the daemon takes them where they go (server/control/handlers/copy_calls.py).
 - host <-> host: memmove in this process.
 
 Pageable host memory is checked before this process touches it (hostmem.check_pageable:

@@ -10,8 +10,8 @@ import sys
 
 from simnpu.proto import codes, service
 from simnpu.proto.observe import parse_checks
-from simnpu.server.control import config as environment
-from simnpu.server.control.config import DaemonConfig
+from simnpu.server.control import daemon_config as environment
+from simnpu.server.control.daemon_config import DaemonConfig
 from simnpu.server.memory.quotas import parse_limit
 from simnpu.shm.sizes import parse_size
 

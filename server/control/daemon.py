@@ -18,11 +18,11 @@ from importlib import resources
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
-from simnpu.proto import codes, npu_pb2, service, socket_folder
-from simnpu.proto.errors import NpuError
+from simnpu.proto import npu_pb2, service, socket_folder
 from simnpu.proto.kernel_abi import discover_kernels
-from simnpu.server.control.config import DaemonConfig
+from simnpu.server.control.client_limits import ClientLimits
 from simnpu.server.control.credentials import Peer, Peers
+from simnpu.server.control.daemon_config import DaemonConfig
 from simnpu.server.control.service import NpuServicer
 from simnpu.server.control.session import CLOSED, Session
 from simnpu.server.core.cnt_notifies import CntNotifies
@@ -50,6 +50,7 @@ class Daemon:
     def __init__(self, config: DaemonConfig):
         config.validate()
         self.config = config
+        self.limits = ClientLimits(config)  # what one client may hold (client_limits.py)
         self.devices: list[Device] = []
         self.ipc = IpcMemory(self.devices)  # exported device memory (aclrtIpcMem*)
         self.shareable = ShareableMemory()  # exported physical memory (aclrtMemExport...)
@@ -65,8 +66,6 @@ class Daemon:
         self._binary_ids = itertools.count(2)
         self._model_ids = itertools.count(1)
         self._lock = threading.Lock()
-        self._streams = [0] * config.devices
-        self._events = [0] * config.devices
         self._stopping = False  # stop() has begun (under _lock)
         self._stopped = threading.Event()
         self._last_activity = time.monotonic()
@@ -269,19 +268,14 @@ class Daemon:
 
     def open_session(self, connection: str, peer: Peer) -> Session | str:
         """A new session of `peer` (on gRPC's `connection`), or why there is none: the
-        daemon's session limit, or the peer's (--max-sessions-per-peer)."""
-        config = self.config
+        daemon's session limit, or the peer's (--max-sessions-per-peer: client_limits.py)."""
         with self._lock:
             if self._stopping:
                 return "the daemon is shutting down"
-            if len(self.sessions) >= config.max_sessions:
-                return f"the daemon serves at most {config.max_sessions} sessions"
             held = sum(1 for other in self._peer_of.values() if other.key == peer.key)
-            if held >= config.max_sessions_per_peer:
-                return (
-                    f"{peer.key} already holds {held} sessions, the most one client may "
-                    f"(--max-sessions-per-peer {config.max_sessions_per_peer})"
-                )
+            refused = self.limits.session_refused(len(self.sessions), held, peer.key)
+            if refused is not None:
+                return refused
             session = Session(self, next(self._session_ids), connection)
             self.sessions[session.id] = session
             self._peer_of[session.id] = peer
@@ -306,33 +300,7 @@ class Daemon:
         session.outbox.put(CLOSED)
         log.info("%r ended after %s; its resources are freed", session, session.tally())
 
-    # ---- device-wide counters and helpers (any thread) -----------------------------------------
-    def count_stream(self, device: int, delta: int) -> None:
-        self._count(
-            self._streams,
-            device,
-            delta,
-            codes.MAX_STREAMS_PER_DEVICE,
-            codes.ACL_ERROR_RT_NO_STREAM_RESOURCE,
-            "streams",
-        )
-
-    def count_event(self, device: int, delta: int) -> None:
-        self._count(
-            self._events,
-            device,
-            delta,
-            codes.MAX_EVENTS_PER_DEVICE,
-            codes.ACL_ERROR_RT_NO_EVENT_RESOURCE,
-            "events",
-        )
-
-    def _count(self, counts, device, delta, limit, code, what) -> None:
-        with self._lock:
-            if delta > 0 and counts[device] + delta > limit:
-                raise NpuError(code, f"device {device} has all of its {limit} {what} in use")
-            counts[device] += delta
-
+    # ---- daemon-wide ids and helpers (any thread) ------------------------------------------------
     def next_binary_id(self) -> int:
         with self._lock:
             return next(self._binary_ids)

@@ -11,32 +11,35 @@ drains. When the stream ends for any reason, `close` frees everything the sessio
 once its in-flight work is done.
 
 What handlers use of a session (and HCCL, observation and job code too) is the public
-part below: its identity, `handles`, `memory`, the lookups of devices, contexts, streams,
-events and device ranges, `post`, `submit`, `respond` and `reject`.
+part below: its identity, `handles` (the handle table, here because `Handles.get` is on
+every call's path), `memory` (its device memory: ClientMemory, whose `device_range` checks
+the ranges calls name), the lookups of devices, contexts, streams and events, the streams it
+makes and forgets, `post`, `submit` (with the stream whose limits bound a launch, if another),
+`answer_in_order`, `when_done`, `respond` and `reject`.
 """
 
 from __future__ import annotations
 
+import itertools
 import logging
 import queue
 import threading
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from google.protobuf.message import DecodeError, Message
 
 from simnpu.proto import codes, commands, messages, npu_pb2
-from simnpu.proto.errors import NpuError, invalid
+from simnpu.proto.errors import NpuError, bad_handle, invalid
+from simnpu.server.control.handle_kinds import HandleKind
 from simnpu.server.control.handlers.registry import HANDLERS, LATER
-from simnpu.server.control.handles import HandleKind, Handles
 from simnpu.server.control.session_fast_path import FastPath
 from simnpu.server.core.cnt_notifies import CntNotify
 from simnpu.server.core.functions import Pinned
 from simnpu.server.core.ipc_events import OpenedEvent
 from simnpu.server.core.notifies import Notify
 from simnpu.server.core.objects import Context, Event, Failure, Owner, Stream, Waiter
-from simnpu.server.core.tasks import Task
-from simnpu.server.core.unit_protocol import Span
+from simnpu.server.core.tasks import Task, TaskState
 from simnpu.server.core.untrusted import escaped
 from simnpu.server.graphs.capture import invalidate_capture
 from simnpu.server.memory.client_memory import ClientMemory
@@ -55,6 +58,58 @@ RING_BATCH = 1024  # scheduler work is posted at most this many calls at a time 
 CLOSED = object()  # the outbox item that ends a session's gRPC response stream
 REJECTIONS_LOGGED = 10  # a session's first rejected calls are logged; the rest only counted
 
+T = TypeVar("T")
+
+
+# ---- its handle table ----------------------------------------------------------------------------
+class Handles:
+    """Handle -> object of one session (what each handle stands for: handle_kinds.py). Used by
+    its own thread and, for a few calls, under the scheduler lock; each entry is set and
+    removed atomically. Here, not in a module of its own: `get` is on every call's path."""
+
+    def __init__(self, builtin_binary: object):
+        self._objects: dict[int, Any] = {commands.BUILTIN_BINARY: builtin_binary}
+        self._numbers = itertools.count(1)
+
+    def add(self, obj: object, kind: HandleKind) -> int:
+        handle = (kind << 40) | next(self._numbers)
+        self._objects[handle] = obj
+        return handle
+
+    def get(self, handle: int, cls: type[T], what: str) -> T:
+        """The live object of class `cls` behind `handle`; else 107017 naming `what`."""
+        obj = self._objects.get(handle)
+        if not isinstance(obj, cls):
+            raise bad_handle(what, handle)
+        return obj
+
+    def find(self, handle: int, cls: type[T]) -> T | None:
+        """The live object of class `cls` behind `handle`, or None."""
+        obj = self._objects.get(handle)
+        return obj if isinstance(obj, cls) else None
+
+    def handle_of(self, obj: object) -> int:
+        """The handle `obj` has in the session (0: none any more)."""
+        for handle, known in self.items():
+            if known is obj:
+                return handle
+        return 0
+
+    def remove(self, handle: int) -> Any:
+        """Forget `handle` (nothing if it is not known); the object it stood for."""
+        return self._objects.pop(handle, None)
+
+    def unique(self) -> int:
+        """A number unused in this session (for segment names)."""
+        return next(self._numbers)
+
+    def items(self) -> Iterator[tuple[int, Any]]:
+        """(handle, object) of every live handle, safe to change while iterating."""
+        return iter(list(self._objects.items()))
+
+    def clear(self) -> None:
+        self._objects.clear()
+
 
 # ---- the session ---------------------------------------------------------------------------------
 class Session:
@@ -67,8 +122,6 @@ class Session:
         self.owner = Owner(session_id, self._announce)
         self.outbox: queue.SimpleQueue = queue.SimpleQueue()  # replies, notices, CLOSED
         self.seq = 0  # the sequence number of the call being handled
-        # while a thread-limited launch is handled: the stream whose limits bound it
-        self.limits_from: Stream | None = None
         self.handles = Handles(daemon.builtin_binary)
         self.memory = ClientMemory(
             self.owner, daemon.devices, daemon.ipc, daemon.config.memory_limit
@@ -230,11 +283,43 @@ class Session:
         calls (at the end of the message or ring piece being handled)."""
         self._batch.append((function, args))
 
-    def submit(self, task: Task) -> None:
-        """Queue `task` on its stream, in order with this session's other calls."""
-        if self.limits_from is not None:  # a launch of a thread using a stream's limits
-            task.limits_from = self.limits_from
+    def submit(self, task: Task, limits_from: Stream | None = None) -> None:
+        """Queue `task` on its stream, in order with this session's other calls; a launch of
+        a thread using another stream's limits with that stream (`limits_from`)."""
+        if limits_from is not None:
+            task.limits_from = limits_from
         self._batch.append((self.scheduler.submit, (task,)))
+
+    def answer_in_order(self, reply_to: int, change: Callable[[], Message | None]) -> object:
+        """Run `change()` under the scheduler, in order with this session's calls before it,
+        and answer `reply_to` with the body it returns or the NpuError it raises. Returns
+        LATER, what the request's handler returns."""
+
+        def run() -> None:
+            try:
+                reply = change()
+            except NpuError as error:
+                self.respond(reply_to, code=error.code, message=error.message)
+                return
+            self.respond(reply_to, reply)
+
+        self.post(run)
+        return LATER
+
+    def when_done(
+        self, task: Task, finish: Callable[[bool], None], until: float | None = None
+    ) -> None:
+        """Queue `task` under the scheduler, in order with this session's calls, and call
+        `finish(timed_out)` once it ran (or at the monotonic time `until`)."""
+        scheduler = self.scheduler
+
+        def begin() -> None:
+            scheduler.submit(task)
+            scheduler.watch(
+                Waiter(lambda: task.state == TaskState.DONE, finish, until), tasks=[task]
+            )
+
+        self.post(begin)
 
     def flush(self) -> None:
         """Post the scheduler work queued so far."""
@@ -291,21 +376,6 @@ class Session:
             self.owner.rejected = Failure(error.code, f"{error.message} (task {seq})", seq)
         self._batch.append((self.scheduler.rejected, (self.owner, seq)))
 
-    def take_failure(self, streams: list[Stream]) -> Failure | None:
-        """What a synchronize of `streams` reports (under the scheduler lock): a rejected call,
-        else a stopped context's failure, else a stream's (each reported once)."""
-        if self.owner.rejected is not None:
-            failure, self.owner.rejected = self.owner.rejected, None
-            return failure
-        for stream in streams:
-            if stream.context.failure is not None:
-                return stream.context.failure
-        for stream in streams:
-            if stream.failure is not None:
-                failure, stream.failure = stream.failure, None
-                return failure
-        return None
-
     def device(self, index: int) -> Device:
         if not 0 <= index < len(self.daemon.devices):
             raise NpuError(
@@ -336,27 +406,42 @@ class Session:
             return self.handles.get(handle, OpenedEvent, "event").context
         return self.event(handle).context
 
-    def device_range(self, address: int, count: int) -> Span:
-        """[address, +count) of device memory, checked to lie in one allocation this client
-        may use (its own, imported, or mapped); 107000 otherwise, 507053 in a reserved range
-        where nothing is mapped."""
-        found = self.memory.own_allocation(address)
-        if found is None:
-            reservation = self.memory.virtual.reservation_at(address)
-            if reservation is not None:
-                raise NpuError(
-                    codes.ACL_ERROR_RT_DEVICE_MEM_ERROR,
-                    f"memory fault: {address:#x} lies in the reserved range "
-                    f"[{reservation.start:#x}, +{reservation.size}) where nothing is mapped",
-                )
-            raise invalid(f"{address:#x} is not inside a device allocation of this process")
-        start, size = found
-        if address + count > start + size:
-            raise invalid(
-                f"{count} bytes at {address:#x} run past the end of its allocation "
-                f"[{start:#x}, +{size})"
-            )
-        return self.memory.span(address)
+    def new_stream(self, context: Context, priority: int, flags: int) -> Stream:
+        """A new stream of `context`, with its completion signal if the client has a fast
+        path; 207008 past the client's or the device's limit (server/control/client_limits.py)."""
+        self.daemon.limits.add_stream(self.contexts, context.device)
+        stream = Stream(0, context, priority, flags)
+        stream.handle = self.handles.add(stream, HandleKind.STREAM)
+        area = self.owner.signals
+        stream.signal = area.new_signal() if area is not None else None
+        context.streams.append(stream)
+        return stream
+
+    def stream_gone(self, stream: Stream) -> None:
+        """A destroyed stream has run its last task: its count and its signal go."""
+        self.daemon.limits.streams_gone(stream.device)
+        if stream.signal is not None and self.owner.signals is not None:
+            self.owner.signals.release_signal(stream.signal)
+            stream.signal = None
+
+    def forget_context(self, context: Context) -> list[Stream]:
+        """aclrtDestroyContext: the handles of `context`, its streams and its events go now
+        (its events' counts and IPC exports too, and the IPC events opened in it); its
+        streams, which go once they have run their tasks (`stream_gone`)."""
+        self.handles.remove(context.handle)
+        self.contexts.remove(context)
+        streams = list(context.streams)
+        for stream in streams:
+            stream.destroyed = True
+            self.handles.remove(stream.handle)
+        for handle, obj in self.handles.items():
+            if isinstance(obj, Event) and obj.context is context:
+                self.handles.remove(handle)
+                self.daemon.limits.events_gone(context.device)
+                self.daemon.ipc_events.withdraw(obj)
+            elif isinstance(obj, OpenedEvent) and obj.context is context:
+                self.handles.remove(handle)
+        return streams
 
     def immediate_stream(self, device: int) -> Stream:
         """The hidden stream of synchronous copies and memsets on `device` (it orders nothing
@@ -441,12 +526,12 @@ class Session:
         self.memory.release_all()
         self.daemon.kernels.end_owner(self.id)
         for context in self.contexts:
-            self.daemon.count_stream(context.device, -len(context.streams))
+            self.daemon.limits.streams_gone(context.device, len(context.streams))
         for _, obj in self.handles.items():
             if isinstance(obj, Pinned):
                 self.release_segment(obj.region)
             elif isinstance(obj, Event):
-                self.daemon.count_event(obj.context.device, -1)
+                self.daemon.limits.events_gone(obj.context.device)
                 self.daemon.ipc_events.withdraw(obj)
             elif isinstance(obj, Notify):
                 self.daemon.notifies.release(obj)

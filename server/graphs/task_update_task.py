@@ -68,7 +68,8 @@ def apply_launch(target: KernelTask, launch: KernelTask) -> None:
     """`target` runs as `launch` would: its kernel, blocks and arguments."""
     target.function = launch.function
     target.num_blocks = target.total = launch.num_blocks
-    target.args, target.bounds, target.read_args = launch.args, launch.bounds, launch.read_args
+    target.args, target.bounds = launch.args, launch.bounds
+    target.resolver, target.args_at = launch.resolver, launch.args_at
 
 
 def replace_in_replays(graph: Graph, target: KernelTask, launch: KernelTask) -> None:

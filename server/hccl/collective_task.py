@@ -61,3 +61,11 @@ class CollectiveTask(Task):
         if call.recv_bytes:
             out.append(span_access(call.recv, call.recv_bytes, True))
         return out
+
+
+def withdraw_head(scheduler: Scheduler, stream: Stream, why: str) -> None:
+    """The collective at the head of `stream`, if one is, no longer waits for its peers:
+    they fail with 507904, naming `why`."""
+    head = stream.tasks[0] if stream.tasks else None
+    if isinstance(head, CollectiveTask):
+        scheduler.collectives.withdraw(head, why)

@@ -14,8 +14,9 @@ longer than HCCL_EXEC_TIMEOUT 107020 / HCCL_E_TIMEOUT, a rank whose process ende
 that destroyed the communicator, or dropped its task) 507904 / HCCL_E_REMOTE.
 
 Communicators themselves (root info, init, destroy) are server/hccl/communicators.py; the
-rank's task is server/hccl/collective_task.py, made by server/control/handlers/collectives.py on the
-session's thread. Everything here runs under the scheduler, which owns all the state.
+rank's task is server/hccl/collective_task.py, made by server/control/handlers/hccl_calls.py
+on the session's thread (its arguments checked by server/hccl/call_arguments.py). Everything
+here runs under the scheduler, which owns all the state.
 """
 
 from __future__ import annotations

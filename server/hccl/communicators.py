@@ -11,7 +11,7 @@ drive them (HcclGetRootInfo, HcclCommInitRootInfo, HcclCommDestroy, HcclGetCommA
   HCCL_CONNECT_TIMEOUT passes first. Bad n_ranks / rank / a reused root info ->
   HCCL_E_PARA; a rank whose process ends during init -> HCCL_E_REMOTE for the others.
 
-The requests (server/control/handlers/collectives.py) check their arguments on the session's
+The requests (server/control/handlers/hccl_calls.py) check their arguments on the session's
 thread; the rest runs under the scheduler (its thread, or its lock), which owns all the
 state here. What runs on a formed communicator is server/hccl/collectives.py.
 """

@@ -23,8 +23,8 @@ starts over at 1.
   process that ends departs; a seed that cannot be reached fails its arrivals with
   HCCL_E_TCP_CONNECT.
 
-The request (server/control/handlers/jobs.py) is checked on the session's thread; the rest runs
-under the scheduler, which owns the state here, as in server/hccl/communicators.py.
+The request (server/control/handlers/hccl_calls.py) is checked on the session's thread; the rest
+runs under the scheduler, which owns the state here, as in server/hccl/communicators.py.
 """
 
 from __future__ import annotations

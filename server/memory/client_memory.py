@@ -2,9 +2,10 @@
 limits, the blocks of its stream-ordered pools (docs/memory.md), and its virtual memory
 (reserved ranges, physical blocks, mappings: server/memory/virtual_memory.py).
 
-The session's memory handlers (server/control/handlers/memory.py, pools.py, ipc.py) work on it;
-its checks of device ranges (Session.device_range) read it. Blocks belong to the client's
-`Owner` in the device allocators, and IPC exports name it too.
+The session's memory handlers work on it; every call that names device memory has its range
+checked here (`device_range`), and its kernel launches see it through `arguments`
+(server/memory/launch_arguments.py). Blocks belong to the client's `Owner` in the device
+allocators, and IPC exports name it too.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from simnpu.proto import codes
 from simnpu.proto.errors import NpuError, invalid
 from simnpu.server.core.unit_protocol import Span
 from simnpu.server.memory import quotas
+from simnpu.server.memory.launch_arguments import LaunchArguments
 from simnpu.server.memory.registered_memory import RegisteredMemory
 from simnpu.server.memory.virtual_memory import VirtualMemory
 from simnpu.server.units.kernel_processes import Grant, page_spans
@@ -47,6 +49,7 @@ class ClientMemory:
         self.registered = RegisteredMemory(owner, devices)  # aliases of its pinned memory
         self._grant = Grant(-1, ())
         owner.kernel_grant = self.kernel_grant
+        self.arguments = LaunchArguments(self, devices)  # what its launches' pointers reach
 
     # ---- blocks ---------------------------------------------------------------------------------
     def allocate(self, device: Device, size: int, policy: int) -> int:
@@ -78,6 +81,13 @@ class ClientMemory:
                 + (" (it belongs to another client)" if other else " (double free or bad pointer)")
             )
         self.release_block(address, device)
+
+    def mem_info(self, device: Device) -> tuple[int, int]:
+        """aclrtGetMemInfo on `device`: (free, total) bytes as this client sees them, under
+        its limit (quotas.mem_info)."""
+        with device.lock:
+            free_bytes, used = device.allocator.free_bytes, device.allocator.used_by(self.owner)
+        return quotas.mem_info(self.limits.of(device.index), used, free_bytes, device.capacity)
 
     def release_block(self, address: int, device: int) -> None:
         """Back to the allocator, unless IPC importers still hold it
@@ -155,6 +165,28 @@ class ClientMemory:
         device, offset = split_device_address(address)
         return (device, address - (offset - allocation.offset)) in blocks
 
+    def exportable(self, address: int) -> tuple[int, tuple[int, int]]:
+        """aclrtIpcMemGetExportKey of memory at `address`: its device and (start, size) of
+        the client's own allocation that holds it; 107000 for another address (imported
+        memory too: it cannot be exported again)."""
+        if not is_device_address(address):
+            raise invalid(f"{address:#x} is not a device address")
+        device, _ = split_device_address(address)
+        if device >= len(self._devices):
+            raise invalid(f"{address:#x} is not on any device")
+        allocation = self.allocation_at(address)
+        if allocation is None or allocation.owner is not self.owner:
+            raise invalid(
+                f"{address:#x} is not inside a device allocation of this process"
+                + (
+                    " (imported memory cannot be exported again)"
+                    if self.imported_range(address)
+                    else ""
+                )
+            )
+        start = address - (split_device_address(address)[1] - allocation.offset)
+        return device, (start, allocation.size)
+
     def imported_range(self, address: int) -> tuple[int, int] | None:
         """(start, size) of an IPC range this client imported that holds `address`."""
         for start, size, _ in self.imported.values():
@@ -166,6 +198,28 @@ class ClientMemory:
         """Another client owning the allocation at `address` (for error messages), if any."""
         allocation = self.allocation_at(address)
         return None if allocation is None or allocation.owner is self.owner else allocation.owner
+
+    def device_range(self, address: int, count: int) -> Span:
+        """[address, +count) of device memory, checked to lie in one allocation this client
+        may use (its own, imported, or mapped); 107000 otherwise, 507053 in a reserved range
+        where nothing is mapped."""
+        found = self.own_allocation(address)
+        if found is None:
+            reservation = self.virtual.reservation_at(address)
+            if reservation is not None:
+                raise NpuError(
+                    codes.ACL_ERROR_RT_DEVICE_MEM_ERROR,
+                    f"memory fault: {address:#x} lies in the reserved range "
+                    f"[{reservation.start:#x}, +{reservation.size}) where nothing is mapped",
+                )
+            raise invalid(f"{address:#x} is not inside a device allocation of this process")
+        start, size = found
+        if address + count > start + size:
+            raise invalid(
+                f"{count} bytes at {address:#x} run past the end of its allocation "
+                f"[{start:#x}, +{size})"
+            )
+        return self.span(address)
 
     def span(self, address: int) -> Span:
         """Device memory at `address`, as units name it."""

@@ -230,6 +230,20 @@ class VirtualMemory:
         self.physical[physical] = self.physical.get(physical, 0) + 1
         self._use(physical, 1)
 
+    def hold_import(self, physical: Physical, device: int, shareable: int) -> None:
+        """aclrtMemImportFromShareableHandle of `shareable` for `device`: the exporter's
+        physical memory, one more reference of this client; 207000 for another device's
+        memory (not simulated), 107000 if this client imported it already."""
+        if physical.device != device:
+            raise NpuError(
+                codes.ACL_ERROR_RT_FEATURE_NOT_SUPPORT,
+                f"the memory is on device {physical.device}: a handle for device {device} "
+                "(another device's memory) is not simulated",
+            )
+        if physical in self.physical:
+            raise invalid(f"{shareable:#x} was imported by this process already")
+        self.hold(physical)
+
     def free_physical(self, physical: Physical) -> None:
         """aclrtFreePhysical (of any of this client's references): the block goes once
         every reference and mapping of every process is gone."""

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 
 from simnpu.proto.errors import NpuError
 
-from .kernel import KernelTask
+from .kernel import ArgumentResolver, KernelTask
 
 if TYPE_CHECKING:
     from simnpu.server.core.functions import Function
@@ -26,12 +26,12 @@ class ConfiguredKernelTask(KernelTask):
         function: Function,
         num_blocks: int,
         args: tuple,
-        bounds: tuple,
+        resolver: ArgumentResolver,
         timeout_s: float | None,
         memory: ClientMemory,
         scratch: int | None,
     ):
-        super().__init__(seq, stream, function, num_blocks, args, bounds)
+        super().__init__(seq, stream, function, num_blocks, args, resolver)
         self.timeout_s = timeout_s  # None: its session's operator timeout
         self.memory = memory
         self.scratch = scratch  # the block holding its place holders' data, if any

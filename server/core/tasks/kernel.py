@@ -5,13 +5,14 @@ device are free. Consecutive single-block launches of a stream go to one core in
 (`policy.run_length`, task aggregation): stream order makes them run one
 after the other anyway. Arguments that lie in device memory (aclrtLaunchKernel) are read
 when the launch reaches the head of its stream, so tasks before it may still write them.
+Pointer arguments are resolved (translated, and the allocations they reach found) by the
+`ArgumentResolver` the launch is given: its client's memory (server/memory/launch_arguments.py).
 """
 
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from simnpu.proto import codes
 from simnpu.proto.commands import BUILTIN_BINARY
@@ -29,7 +30,17 @@ if TYPE_CHECKING:
     from simnpu.server.core.objects import Owner, Stream
     from simnpu.server.core.scheduler import Scheduler
 
-ArgsReader = Callable[[], tuple[tuple, tuple]]  # () -> (values, bounds); raises NpuError
+
+class ArgumentResolver(Protocol):
+    """What a launch's pointer arguments reach: its client's memory."""
+
+    def resolve(self, function: Function, values: tuple) -> tuple[tuple, tuple]:
+        """(the values with pointers translated, (start, size) of each allocation they reach)."""
+        ...
+
+    def read(self, address: int, size: int) -> bytes:
+        """The bytes of arguments in device memory, checked to be the client's; NpuError."""
+        ...
 
 
 # ---- its policies: small pure functions (tests/server/test_policy.py) ------------------------
@@ -63,7 +74,7 @@ def run_length(num_blocks_of_following: list[int], limit: int = MAX_RUN) -> int:
 
 
 class KernelTask(DeviceWork):
-    __slots__ = ("args", "bounds", "checked", "function", "num_blocks", "read_args")
+    __slots__ = ("args", "args_at", "bounds", "checked", "function", "num_blocks", "resolver")
     kind = "kernel"
     unit_kind = UnitKind.AI_CORE
 
@@ -74,17 +85,21 @@ class KernelTask(DeviceWork):
         function: Function,
         num_blocks: int,
         args: tuple | None,
-        bounds: tuple = (),
-        read_args: ArgsReader | None = None,
+        resolver: ArgumentResolver,
+        args_at: tuple[int, int] | None = None,
     ):
         Task.__init__(self, seq, stream)
         self.handed = self.out = 0
         self.total = num_blocks
         self.function = function
         self.num_blocks = num_blocks
-        self.args = args  # the parameter values; None until read_args has read them
-        self.bounds = bounds  # (start, size) of the allocations it may touch
-        self.read_args = read_args  # reads them from device memory (aclrtLaunchKernel)
+        self.resolver = resolver
+        self.args_at = args_at  # (address, size) of arguments in device memory (aclrtLaunchKernel)
+        bounds: tuple = ()  # (start, size) of the allocations it may touch
+        if args is not None and "ptr" in function.signature.types:
+            args, bounds = resolver.resolve(function, args)
+        self.args = args  # the parameter values; None until read from `args_at`
+        self.bounds = bounds
         self.checked = False  # an observer records what each block touches
 
     @property
@@ -96,15 +111,17 @@ class KernelTask(DeviceWork):
         return None if self.function.binary.id == BUILTIN_BINARY else self.stream.owner
 
     def start(self, scheduler: Scheduler) -> bool:
-        if self.read_args is not None:
+        if self.args is None:
+            assert self.args_at is not None, "a launch has its arguments or where they are"
+            function = self.function
             try:
-                self.args, self.bounds = self.read_args()
+                values = function.signature.unpack(self.resolver.read(*self.args_at))
+                self.args, self.bounds = self.resolver.resolve(function, values)
             except NpuError as error:
                 self.fail(
-                    error.code, f"launch arguments of kernel {self.function.name}: {error.message}"
+                    error.code, f"launch arguments of kernel {function.name}: {error.message}"
                 )
                 return True
-            self.read_args = None
         scheduler.make_ready(self.stream, self.unit_kind)
         return False
 

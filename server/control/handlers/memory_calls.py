@@ -1,5 +1,8 @@
 """Device memory: malloc and free under the client's limit, memory information, statistics
-and snapshot, limits; and pinned host memory (aclrtMallocHost)."""
+and snapshot, limits (server/memory/client_memory.py, quotas.py, memory_views.py); pinned
+host memory (aclrtMallocHost), and registered host memory: pinned memory reachable by kernels
+through a device pointer (aclrtHostRegister(V2), aclrtHostUnregister, aclrtMemAllocManaged;
+server/memory/registered_memory.py)."""
 
 from __future__ import annotations
 
@@ -9,10 +12,9 @@ from typing import TYPE_CHECKING
 from simnpu.proto import codes
 from simnpu.proto import npu_pb2 as pb
 from simnpu.proto.errors import NpuError, NpuMemoryError
+from simnpu.server.control.handle_kinds import HandleKind
 from simnpu.server.control.handlers.registry import handles
-from simnpu.server.control.handles import HandleKind
 from simnpu.server.core.functions import Pinned
-from simnpu.server.memory import quotas
 from simnpu.server.memory.memory_views import memory_snapshot, memory_stats
 from simnpu.shm.region import Region, segment_name, shm_available_bytes
 
@@ -48,12 +50,7 @@ def free(session: Session, request: pb.FreeRequest, reply_to: int) -> None:
 def get_mem_info(
     session: Session, request: pb.GetMemInfoRequest, reply_to: int
 ) -> pb.GetMemInfoReply:
-    device = session.device(request.device)
-    with device.lock:
-        free_bytes, used = device.allocator.free_bytes, device.allocator.used_by(session.owner)
-    free_bytes, total = quotas.mem_info(
-        session.memory.limits.of(device.index), used, free_bytes, device.capacity
-    )
+    free_bytes, total = session.memory.mem_info(session.device(request.device))
     return pb.GetMemInfoReply(free=free_bytes, total=total)
 
 
@@ -129,3 +126,20 @@ def free_host(session: Session, request: pb.FreeHostRequest, reply_to: int) -> N
         registered.unregister(registration.address)
     session.handles.remove(request.segment)
     session.release_segment(pinned.region)
+
+
+@handles(pb.HostRegisterRequest)
+def host_register(
+    session: Session, request: pb.HostRegisterRequest, reply_to: int
+) -> pb.HostRegisterReply:
+    pinned = session.handles.get(request.segment, Pinned, "pinned host memory")
+    device = session.device(request.device)
+    registration = session.memory.registered.register(
+        device, pinned, request.offset, request.size, request.host, request.managed
+    )
+    return pb.HostRegisterReply(address=registration.address)
+
+
+@handles(pb.HostUnregisterRequest)
+def host_unregister(session: Session, request: pb.HostUnregisterRequest, reply_to: int) -> None:
+    session.memory.registered.unregister(request.address)

@@ -6,11 +6,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from simnpu.proto import codes
 from simnpu.proto import npu_pb2 as pb
-from simnpu.proto.errors import NpuError, invalid
+from simnpu.proto.errors import invalid
+from simnpu.server.control.handle_kinds import HandleKind
 from simnpu.server.control.handlers.registry import handles
-from simnpu.server.control.handles import HandleKind
 from simnpu.server.memory.virtual_memory import Physical
 
 if TYPE_CHECKING:
@@ -71,9 +70,9 @@ def retain(
     """aclrtMemRetainAllocationHandle: the handle of the block mapped at the address (the
     same handle aclrtMallocPhysical gave, one more reference)."""
     physical = session.memory.virtual.retain(request.address)
-    handle = next(
-        (h for h, obj in session.handles.items() if obj is physical), None
-    ) or session.handles.add(physical, HandleKind.PHYSICAL)
+    handle = session.handles.handle_of(physical) or session.handles.add(
+        physical, HandleKind.PHYSICAL
+    )
     return pb.RetainAllocationHandleReply(
         handle=handle, size=physical.size, device=physical.device, mem_attr=physical.mem_attr
     )
@@ -106,16 +105,7 @@ def import_shareable(
     physical = session.daemon.shareable.import_(
         session.owner, request.shareable, session.daemon.peer_of(session).pid
     )
-    if physical.device != device.index:
-        raise NpuError(
-            codes.ACL_ERROR_RT_FEATURE_NOT_SUPPORT,
-            f"the memory is on device {physical.device}: a handle for device {device.index} "
-            "(another device's memory) is not simulated",
-        )
-    virtual = session.memory.virtual
-    if physical in virtual.physical:
-        raise invalid(f"{request.shareable:#x} was imported by this process already")
-    virtual.hold(physical)
+    session.memory.virtual.hold_import(physical, device.index, request.shareable)
     handle = session.handles.add(physical, HandleKind.PHYSICAL)
     return pb.ImportShareableReply(
         handle=handle, size=physical.size, device=physical.device, mem_attr=physical.mem_attr

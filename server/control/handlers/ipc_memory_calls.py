@@ -6,9 +6,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from simnpu.proto import npu_pb2 as pb
-from simnpu.proto.errors import invalid
 from simnpu.server.control.handlers.registry import handles
-from simnpu.shm.addresses import is_device_address, split_device_address
 
 if TYPE_CHECKING:
     from simnpu.server.control.session import Session
@@ -19,26 +17,9 @@ def export(
     session: Session, request: pb.IpcMemExportRequest, reply_to: int
 ) -> pb.IpcMemExportReply:
     """aclrtIpcMemGetExportKey of [address, +size) inside one of the client's own blocks."""
-    address = request.address
-    if not is_device_address(address):
-        raise invalid(f"{address:#x} is not a device address")
-    device, _ = split_device_address(address)
-    if device >= len(session.daemon.devices):
-        raise invalid(f"{address:#x} is not on any device")
-    memory = session.memory
-    allocation = memory.allocation_at(address)
-    if allocation is None or allocation.owner is not session.owner:
-        raise invalid(
-            f"{address:#x} is not inside a device allocation of this process"
-            + (
-                " (imported memory cannot be exported again)"
-                if memory.imported_range(address)
-                else ""
-            )
-        )
-    start = address - (split_device_address(address)[1] - allocation.offset)
+    device, block = session.memory.exportable(request.address)
     key = session.daemon.ipc.export(
-        session.owner, address, request.size, request.flags, (start, allocation.size), device
+        session.owner, request.address, request.size, request.flags, block, device
     )
     return pb.IpcMemExportReply(key=key)
 

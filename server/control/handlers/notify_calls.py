@@ -7,8 +7,8 @@ from typing import TYPE_CHECKING
 
 from simnpu.proto import commands
 from simnpu.proto import npu_pb2 as pb
+from simnpu.server.control.handle_kinds import HandleKind
 from simnpu.server.control.handlers.registry import handles
-from simnpu.server.control.handles import HandleKind
 from simnpu.server.core.notifies import Notify
 from simnpu.server.core.tasks import NotifyRecordTask, NotifyWaitTask
 

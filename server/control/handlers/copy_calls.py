@@ -1,6 +1,8 @@
 """Copies and memsets: the synchronous calls (aclrtMemcpy, aclrtMemset) and the chunks of
 pageable copies, which answer once they ran, and the asynchronous commands (aclrtMemcpyAsync,
-aclrtMemsetAsync) that queue tasks (server/core/tasks/copy.py, memset.py).
+aclrtMemsetAsync, aclrtMemsetD32Async of pinned host memory) that queue tasks
+(server/core/tasks/copy.py, memset.py, memset_d32.py; device memory is filled by a copy of
+the pattern).
 
 A pageable copy travels in chunks, through the client's staging area when it maps it, or
 as the bulk bytes of stream messages when it cannot (simnpu.proto.bulk). A synchronous
@@ -24,8 +26,8 @@ from simnpu.proto import npu_pb2 as pb
 from simnpu.proto.errors import invalid
 from simnpu.server.control.handlers.registry import LATER, handles
 from simnpu.server.core.functions import Pinned
-from simnpu.server.core.objects import Stream, Waiter
-from simnpu.server.core.tasks import CopyTask, MemsetTask, Task, TaskState
+from simnpu.server.core.objects import Stream
+from simnpu.server.core.tasks import CopyTask, MemsetD32Task, MemsetTask, Task
 from simnpu.server.core.unit_protocol import Span
 
 if TYPE_CHECKING:
@@ -41,7 +43,7 @@ def resolve(session: Session, location: Location, count: int) -> Span:
         raise invalid(f"negative byte count {count}")
     space, offset = location.space, location.offset
     if space == commands.SPACE_DEVICE:
-        return session.device_range(offset, count)
+        return session.memory.device_range(offset, count)
     if space == commands.SPACE_PINNED:
         region = session.handles.get(location.id, Pinned, "pinned host memory").region
         size = region.size
@@ -74,11 +76,7 @@ def _answer_when_done(
         else:
             session.respond(reply_to)
 
-    def begin() -> None:
-        session.scheduler.submit(task)
-        session.scheduler.watch(Waiter(lambda: task.state == TaskState.DONE, finish), tasks=[task])
-
-    session.post(begin)
+    session.when_done(task, finish)
 
 
 def _stream(
@@ -201,3 +199,16 @@ def _reply_with(request_id: int, memory, offset: int, count: int) -> bytes:
     bulk (read now)."""
     with memoryview(memory) as whole, whole[offset : offset + count] as part:
         return wire.server_message(pb.Reply(id=request_id), part)
+
+
+@handles(commands.MemsetD32)
+def memset_d32(session: Session, record: commands.MemsetD32) -> None:
+    """aclrtMemsetD32Async (async): `count` words of `value` into pinned memory."""
+    stream = session.stream(record.stream)
+    if record.dst.space != commands.SPACE_PINNED:
+        raise invalid(f"aclrtMemsetD32Async fills pinned memory here, not space {record.dst.space}")
+    if record.dst.offset % 4:
+        raise invalid(f"offset {record.dst.offset} is not 4-byte aligned")
+    dst = resolve(session, record.dst, 4 * record.count)
+    region = session.handles.get(record.dst.id, Pinned, "pinned host memory").region
+    session.submit(MemsetD32Task(session.seq, stream, region, dst, record.value, record.count))

@@ -23,7 +23,7 @@ def get_overflow_status(
     """aclrtGetOverflowStatus (async): 107000 if the 64 bytes are not in one allocation of
     this client."""
     stream = session.stream(request.stream)
-    session.device_range(request.address, OUTPUT_SIZE)
+    session.memory.device_range(request.address, OUTPUT_SIZE)
     session.submit(
         OverflowStatusTask(
             session.seq, stream, session.memory, session.daemon.devices, request.address

@@ -22,8 +22,8 @@ def reduce(session: Session, command: commands.Reduce) -> None:
     dtype = builtin_tasks.check_reduce(
         command.count, command.kind, command.data_type, command.dst, command.src
     )
-    dst = session.device_range(command.dst, command.count)
-    src = session.device_range(command.src, command.count)
+    dst = session.memory.device_range(command.dst, command.count)
+    src = session.memory.device_range(command.src, command.count)
     if dst.device != stream.device or src.device != stream.device:
         raise invalid("aclrtReduceAsync: dst and src must be memory of the stream's device")
     session.submit(
@@ -48,14 +48,14 @@ def random_num(session: Session, command: commands.RandomNum) -> None:
         num,
     )
     size = builtin_tasks.element_size(dtype)
-    counter = session.device_range(command.counter, COUNTER_BYTES)
-    result = session.device_range(command.result, 1)
+    counter = session.memory.device_range(command.counter, COUNTER_BYTES)
+    result = session.memory.device_range(command.result, 1)
     start, length = session.memory.own_allocation(command.result) or (command.result, 1)
     room = start + length - command.result
 
     def form(parameter: RandomParameter, nbytes: int) -> tuple:
         if parameter.is_addr:
-            return (tuple(session.device_range(parameter.address, nbytes)),)
+            return (tuple(session.memory.device_range(parameter.address, nbytes)),)
         return (parameter.value, parameter.size)
 
     session.submit(

@@ -20,7 +20,7 @@ def _word(session: Session, address: int) -> Span:
     """The 8-byte aligned 64-bit word at `address`, in device memory this client may use."""
     if address % WORD.size:
         raise invalid(f"{address:#x} is not 8-byte aligned (a value is a 64-bit word)")
-    return session.device_range(address, WORD.size)
+    return session.memory.device_range(address, WORD.size)
 
 
 @handles(commands.ValueWrite)

@@ -1,5 +1,8 @@
-"""Events: create, destroy, query, synchronize, elapsed time, and the record / reset /
-wait commands that queue their tasks (server/core/tasks/event.py)."""
+"""Events: create, destroy, query, synchronize, elapsed time and timestamps
+(server/core/event_queries.py), the record / reset / wait commands that queue their tasks
+(server/core/tasks/event.py), and IPC events: export an event's handle, open another
+client's (server/core/ipc_events.py; record, wait, synchronize, query and destroy of an opened
+event are the handlers here, as for the client's own)."""
 
 from __future__ import annotations
 
@@ -7,11 +10,11 @@ from typing import TYPE_CHECKING
 
 from simnpu.proto import codes, commands
 from simnpu.proto import npu_pb2 as pb
-from simnpu.proto.errors import NpuError
+from simnpu.server.control.handle_kinds import HandleKind
 from simnpu.server.control.handlers.registry import LATER, handles
-from simnpu.server.control.handlers.streams import deadline
-from simnpu.server.control.handles import HandleKind
-from simnpu.server.core.ipc_events import not_for_ipc
+from simnpu.server.control.synchronize import deadline, unreported_failure
+from simnpu.server.core import event_queries
+from simnpu.server.core.ipc_events import OpenedEvent, not_for_ipc
 from simnpu.server.core.objects import Event, Waiter
 from simnpu.server.core.tasks import RecordTask, ResetTask, TaskState, WaitTask
 
@@ -25,15 +28,7 @@ def create_event(
 ) -> pb.CreateEventReply:
     """aclrtCreateEvent(WithFlag); 207007 past the client's or the device's limit."""
     context = session.context(request.context)
-    limit = session.daemon.config.max_events_per_client
-    if sum(c.events for c in session.contexts if c.device == context.device) >= limit:
-        raise NpuError(
-            codes.ACL_ERROR_RT_NO_EVENT_RESOURCE,
-            f"this client has {limit} events on device {context.device}, the most one client "
-            f"may have (simnpu serve --max-events-per-client); the device has "
-            f"{codes.MAX_EVENTS_PER_DEVICE} for all of its clients",
-        )
-    session.daemon.count_event(context.device, +1)
+    session.daemon.limits.add_event(session.contexts, context.device)
     context.events += 1
     event = Event(0, context, request.flags)
     event.handle = session.handles.add(event, HandleKind.EVENT)
@@ -46,28 +41,9 @@ def destroy_event(session: Session, request: pb.DestroyEventRequest, reply_to: i
     event = session.event(request.event)
     session.handles.remove(request.event)
     if request.event == event.handle:
-        session.daemon.count_event(event.context.device, -1)
+        session.daemon.limits.events_gone(event.context.device)
         event.context.events -= 1
         session.daemon.ipc_events.withdraw(event)
-
-
-def unreported_failure(session: Session, record: RecordTask | None) -> pb.UnreportedFailure | None:
-    """What an event's success hides (CANN's Context::CheckStatus reports nothing in
-    ACL_CONTINUE_ON_FAILURE): the first unreported failure of the record's stream, or a
-    rejected call, submitted before the record. Each is sent once; the stream's synchronize
-    still reports it. Under the scheduler lock."""
-    if record is None or record.stream.owner is not session.owner:  # (another's IPC event)
-        return None
-    for failure, stream in (
-        (record.stream.failure, record.stream.handle),
-        (session.owner.rejected, 0),
-    ):
-        if failure is not None and failure.seq < record.seq and not failure.told:
-            failure.told = True
-            return pb.UnreportedFailure(
-                task_seq=failure.seq, code=failure.code, message=failure.message, stream=stream
-            )
-    return None
 
 
 @handles(pb.QueryEventRequest)
@@ -82,10 +58,7 @@ def query_event(session: Session, request: pb.QueryEventRequest, reply_to: int) 
             session.respond_failure(reply_to, context.failure)
             return
         record = event.latest_record
-        if record is None:  # an IPC event never recorded is complete (IpcEvent::IpcEventQuery)
-            done = event.flags == codes.ACL_EVENT_IPC
-        else:
-            done = record.state == TaskState.DONE
+        done = event_queries.complete(event)
         if done and record is not None and session.scheduler.observer is not None:
             session.scheduler.observer.host_synced(session.owner, record=record)
         status = (
@@ -93,7 +66,7 @@ def query_event(session: Session, request: pb.QueryEventRequest, reply_to: int) 
             if done
             else codes.ACL_EVENT_RECORDED_STATUS_NOT_READY
         )
-        hidden = unreported_failure(session, record) if done else None
+        hidden = unreported_failure(session.owner, record) if done else None
         session.respond(reply_to, pb.QueryEventReply(status=status, unreported_failure=hidden))
 
     session.post(answer)
@@ -126,7 +99,7 @@ def synchronize_event(
             elif context.failure is not None:
                 session.respond_failure(reply_to, context.failure)
             else:
-                hidden = unreported_failure(session, record)
+                hidden = unreported_failure(session.owner, record)
                 session.respond(
                     reply_to,
                     None if hidden is None else pb.SynchronizeEventReply(unreported_failure=hidden),
@@ -143,39 +116,27 @@ def synchronize_event(
 def event_elapsed_time(
     session: Session, request: pb.EventElapsedTimeRequest, reply_to: int
 ) -> object:
+    """aclrtEventElapsedTime (server/core/event_queries.py); 207000 for IPC events."""
     start, end = session.event(request.start), session.event(request.end)
     if codes.ACL_EVENT_IPC in (start.flags, end.flags):
         raise not_for_ipc("aclrtEventElapsedTime")
+    return session.answer_in_order(
+        reply_to,
+        lambda: pb.EventElapsedTimeReply(nanoseconds=event_queries.elapsed_ns(start, end)),
+    )
 
-    def answer() -> None:
-        first, last = start.latest_record, end.latest_record
-        if (
-            first is None or last is None
-        ):  # CANN: EVENT_RECORDER_NULL, reported as ACL_ERROR_RT_INTERNAL_ERROR
-            session.respond(
-                reply_to,
-                code=codes.ACL_ERROR_RT_INTERNAL_ERROR,
-                message="both events must have been recorded (event recorder null)",
-            )
-        elif first.state != TaskState.DONE or last.state != TaskState.DONE:
-            session.respond(
-                reply_to,
-                code=codes.ACL_ERROR_RT_EVENT_NOT_COMPLETE,
-                message="an event has not completed yet: synchronize it first",
-            )
-        elif last.timestamp < first.timestamp:
-            session.respond(
-                reply_to,
-                code=codes.ACL_ERROR_RT_EVENT_TIMESTAMP_REVERSAL,
-                message="the end event completed before the start event",
-            )
-        else:
-            session.respond(
-                reply_to, pb.EventElapsedTimeReply(nanoseconds=last.timestamp - first.timestamp)
-            )
 
-    session.post(answer)
-    return LATER
+@handles(pb.EventTimestampRequest)
+def event_timestamp(session: Session, request: pb.EventTimestampRequest, reply_to: int) -> object:
+    """aclrtEventGetTimestamp: microseconds of the latest record's run
+    (server/core/event_queries.py); 207000 for an IPC event."""
+    event = session.event(request.event)
+    if event.flags == codes.ACL_EVENT_IPC:
+        raise not_for_ipc("aclrtEventGetTimestamp")
+    return session.answer_in_order(
+        reply_to,
+        lambda: pb.EventTimestampReply(microseconds=event_queries.timestamp_us(event)),
+    )
 
 
 _TASKS = {
@@ -199,3 +160,25 @@ def wait_event_timeout(session: Session, record: commands.WaitEventTimeout) -> N
     """aclrtStreamWaitEventWithTimeout with a timeout (async): the wait fails after it."""
     event, stream = session.event(record.event), session.stream(record.stream)
     session.submit(WaitTask(session.seq, stream, event, record.timeout))
+
+
+# ---- IPC events ---------------------------------------------------------------------------------
+@handles(pb.IpcGetEventHandleRequest)
+def get_event_handle(
+    session: Session, request: pb.IpcGetEventHandleRequest, reply_to: int
+) -> pb.IpcGetEventHandleReply:
+    """aclrtIpcGetEventHandle: 107000 for an event not created with ACL_EVENT_IPC alone."""
+    event = session.event(request.event)
+    opened = request.event != event.handle
+    return pb.IpcGetEventHandleReply(handle=session.daemon.ipc_events.export(event, opened))
+
+
+@handles(pb.IpcOpenEventHandleRequest)
+def open_event_handle(
+    session: Session, request: pb.IpcOpenEventHandleRequest, reply_to: int
+) -> pb.IpcOpenEventHandleReply:
+    """aclrtIpcOpenEventHandle: the exported event, in this client's context."""
+    context = session.context(request.context)
+    event = session.daemon.ipc_events.open(request.handle)
+    handle = session.handles.add(OpenedEvent(event, context), HandleKind.IPC_EVENT)
+    return pb.IpcOpenEventHandleReply(event=handle)

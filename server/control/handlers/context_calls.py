@@ -5,17 +5,10 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from simnpu.proto import npu_pb2 as pb
+from simnpu.server.control.handle_kinds import HandleKind
 from simnpu.server.control.handlers.registry import LATER, handles
-from simnpu.server.control.handlers.streams import (
-    add_stream,
-    deadline,
-    forget_stream,
-    signal_slot,
-    wait_streams,
-)
-from simnpu.server.control.handles import HandleKind
-from simnpu.server.core.ipc_events import OpenedEvent
-from simnpu.server.core.objects import Context, Event, Waiter
+from simnpu.server.control.synchronize import deadline, wait_streams, when_drained
+from simnpu.server.core.objects import Context
 from simnpu.server.graphs.capture import not_in_capture
 
 if TYPE_CHECKING:
@@ -30,9 +23,10 @@ def create_context(
     context = Context(0, device.index, session.owner)
     context.handle = session.handles.add(context, HandleKind.CONTEXT)
     session.contexts.append(context)
-    stream = add_stream(session, context, 0, 0)
+    stream = session.new_stream(context, 0, 0)
+    slot = stream.signal.slot if stream.signal is not None else None
     return pb.CreateContextReply(
-        context=context.handle, default_stream=stream.handle, signal_slot=signal_slot(stream)
+        context=context.handle, default_stream=stream.handle, signal_slot=slot
     )
 
 
@@ -40,37 +34,14 @@ def create_context(
 def destroy_context(session: Session, request: pb.DestroyContextRequest, reply_to: int) -> object:
     """aclrtDestroyContext: answers once its streams have run their tasks (or, with
     drop_queued, once the tasks already started have)."""
-    context = session.context(request.context)
-    session.handles.remove(context.handle)
-    session.contexts.remove(context)
-    streams = list(context.streams)
-    for stream in streams:
-        stream.destroyed = True
-        session.handles.remove(stream.handle)
-    for handle, obj in session.handles.items():
-        if isinstance(obj, Event) and obj.context is context:
-            session.handles.remove(handle)
-            session.daemon.count_event(context.device, -1)
-            session.daemon.ipc_events.withdraw(obj)
-        elif isinstance(obj, OpenedEvent) and obj.context is context:
-            session.handles.remove(handle)
-    scheduler = session.scheduler
-
-    def begin() -> None:
-        if request.drop_queued:
-            for stream in streams:
-                scheduler.drop_pending(stream)
-        elif scheduler.observer is not None:  # the host waits for their tasks
-            scheduler.observer.host_synced(session.owner, streams)
-        waiter = Waiter(lambda: all(not s.tasks for s in streams), lambda timed_out: finish())
-        scheduler.watch(waiter, streams=streams)
+    streams = session.forget_context(session.context(request.context))
 
     def finish() -> None:
         for stream in streams:
-            forget_stream(session, stream)
+            session.stream_gone(stream)
         session.respond(reply_to)
 
-    session.post(begin)
+    session.post(when_drained, session, streams, request.drop_queued, finish)
     return LATER
 
 

@@ -34,10 +34,12 @@ from simnpu.server.core.cnt_notifies import CntNotify
 from simnpu.server.core.functions import Pinned
 from simnpu.server.core.ipc_events import OpenedEvent
 from simnpu.server.core.notifies import Notify
-from simnpu.server.core.objects import Context, Event, Failure, Owner, Stream, Waiter
+from simnpu.server.core.owner import Owner
+from simnpu.server.core.streams import Context, Event, Failure, Stream
 from simnpu.server.core.tasks import Task
 from simnpu.server.core.unit_protocol import Span
 from simnpu.server.core.untrusted import escaped
+from simnpu.server.core.waiters import Waiter
 from simnpu.server.graphs.capture import invalidate_capture
 from simnpu.server.memory.client_memory import ClientMemory
 from simnpu.shm.region import Region

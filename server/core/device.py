@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 from simnpu.proto.errors import NpuMemoryError
 from simnpu.server.core.executor import Unit, UnitKind
-from simnpu.server.core.objects import Owner
+from simnpu.server.core.owner import Owner
 from simnpu.server.core.untrusted import escaped
 from simnpu.server.memory.host_memory import HostMemory, committed_failure
 from simnpu.server.memory.virtual_memory import ReservedSpace
@@ -23,7 +23,7 @@ from simnpu.shm.allocator import Allocation, DeviceAllocator
 from simnpu.shm.region import Region, segment_name
 
 if TYPE_CHECKING:
-    from simnpu.server.core.objects import Stream
+    from simnpu.server.core.streams import Stream
     from simnpu.server.units.kernel_processes import KernelProcesses
 
 log = logging.getLogger("simnpu.memory")

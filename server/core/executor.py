@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
-    from simnpu.server.core.objects import Owner
+    from simnpu.server.core.owner import Owner
     from simnpu.shm.notify import StreamSignal
 
 

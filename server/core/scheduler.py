@@ -31,9 +31,11 @@ from typing import TYPE_CHECKING, Any
 from simnpu.proto import codes
 from simnpu.server.core.device import WindowTable
 from simnpu.server.core.executor import LOST, Executor, Unit, UnitKind
-from simnpu.server.core.objects import Failure, Owner, Stream, Waiter
+from simnpu.server.core.owner import Owner
+from simnpu.server.core.streams import Failure, Stream
 from simnpu.server.core.tasks import DeviceWork, Task, TaskState
 from simnpu.server.core.unit_protocol import Accesses, ForgetSegment, MapWindows, Ready, WriteSignal
+from simnpu.server.core.waiters import Waiter
 from simnpu.server.hccl.collectives import Collectives
 from simnpu.server.observation import replays
 

@@ -320,6 +320,16 @@ def next_message(conn: Connection, incoming: select.poll) -> Any:
 
 
 # ---- unit -> scheduler --------------------------------------------------------------------------
+TASK_SPACE = 64 << 10
+"""Characters (DumpHead lines included) one piece of a launch may print into its Result's
+output (server/units/device_printf.py); the unit cuts the rest."""
+MAX_OUTPUT = TASK_SPACE + 1024
+"""The longest output a kernel process may report for one result (decode_report cuts it),
+and what the daemon keeps of all the pieces of one launch (server/core/owner.py)."""
+INCOMPLETE = "Remain block space is not enough, printing information may be incomplete!\n"
+"""The line that says a launch's output was cut, as the real dump parser prints it."""
+
+
 class Result(NamedTuple):
     """What a unit reports of an item with a token: a batch's results are a list of them."""
 

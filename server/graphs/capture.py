@@ -15,13 +15,13 @@ from typing import TYPE_CHECKING
 
 from simnpu.proto import codes
 from simnpu.proto.errors import NpuError
-from simnpu.server.core.objects import Stream
 from simnpu.server.core.scheduler import drained
+from simnpu.server.core.streams import Stream
 from simnpu.server.core.tasks import RecordTask, Task, WaitTask
 from simnpu.server.graphs.task_groups import TaskGroup, UpdateStatus, admitted
 
 if TYPE_CHECKING:
-    from simnpu.server.core.objects import Context, Event
+    from simnpu.server.core.streams import Context, Event
     from simnpu.server.graphs.cond_handles import CondHandle
     from simnpu.server.graphs.model_build import Build
     from simnpu.server.graphs.replay_task import ReplayTask

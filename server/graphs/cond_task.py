@@ -15,8 +15,9 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from simnpu.proto import codes
-from simnpu.server.core.objects import Stream, Waiter
+from simnpu.server.core.streams import Stream
 from simnpu.server.core.tasks.base import Task, TaskState
+from simnpu.server.core.waiters import Waiter
 from simnpu.server.graphs.flow_tasks import FlowTask
 from simnpu.server.observation import replays
 

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 from simnpu.server.core.scheduler import drained
 
 if TYPE_CHECKING:
-    from simnpu.server.core.objects import Stream
+    from simnpu.server.core.streams import Stream
     from simnpu.server.core.tasks import Task
     from simnpu.server.graphs.capture import Graph, Lane
 

@@ -21,10 +21,11 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from simnpu.proto import codes
-from simnpu.server.core.objects import Failure, Stream, Waiter
+from simnpu.server.core.streams import Failure, Stream
 from simnpu.server.core.tasks.base import Task, TaskState
 from simnpu.server.core.tasks.kernel import KernelTask
 from simnpu.server.core.tasks.kernel_run import KernelRunTask, joins, runnable
+from simnpu.server.core.waiters import Waiter
 from simnpu.server.graphs.flow_tasks import FlowTask
 from simnpu.server.graphs.task_groups import updatable
 from simnpu.server.observation import replays

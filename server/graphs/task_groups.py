@@ -18,7 +18,7 @@ from simnpu.server.core.tasks.kernel import KernelTask
 from simnpu.server.graphs.task_update_task import TaskUpdateTask
 
 if TYPE_CHECKING:
-    from simnpu.server.core.objects import Stream
+    from simnpu.server.core.streams import Stream
     from simnpu.server.graphs.capture import Capture, Graph
 
 

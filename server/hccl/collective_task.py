@@ -15,8 +15,8 @@ from simnpu.server.core.tasks.base import Task
 from simnpu.server.core.tasks.copy import span_access
 
 if TYPE_CHECKING:
-    from simnpu.server.core.objects import Stream
     from simnpu.server.core.scheduler import Scheduler
+    from simnpu.server.core.streams import Stream
     from simnpu.server.hccl.collectives import Call
     from simnpu.server.hccl.communicators import Member
 

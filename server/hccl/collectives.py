@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, NamedTuple
 
 from simnpu.proto import hccl_types as ht
 from simnpu.server.core.executor import UnitKind
-from simnpu.server.core.objects import Failure
+from simnpu.server.core.streams import Failure
 from simnpu.server.core.tasks import TaskState
 from simnpu.server.core.unit_protocol import ReducePiece, Span
 from simnpu.server.hccl import reduce_plan

@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING
 
 from simnpu.proto import hccl_types as ht
 from simnpu.proto import npu_pb2 as pb
-from simnpu.server.core.objects import Waiter
+from simnpu.server.core.waiters import Waiter
 from simnpu.server.hccl.daemon_links import Incoming, Link, Outgoing
 
 if TYPE_CHECKING:

@@ -39,8 +39,9 @@ from typing import TYPE_CHECKING, NamedTuple
 from simnpu.proto import codes, service
 from simnpu.proto import hccl_types as ht
 from simnpu.proto import npu_pb2 as pb
-from simnpu.server.core.objects import Failure, Waiter
+from simnpu.server.core.streams import Failure
 from simnpu.server.core.unit_protocol import Span
+from simnpu.server.core.waiters import Waiter
 from simnpu.server.hccl.daemon_links import Incoming, Link, Outgoing
 from simnpu.server.hccl.failure_codes import MISMATCH, REMOTE, TIMEOUT
 from simnpu.server.hccl.gloo_exchange import (

@@ -24,7 +24,7 @@ from simnpu.shm.allocator import Allocation
 
 if TYPE_CHECKING:
     from simnpu.server.core.device import Device
-    from simnpu.server.core.objects import Owner
+    from simnpu.server.core.owner import Owner
     from simnpu.server.memory.ipc_memory import IpcMemory
     from simnpu.server.memory.mem_pools import MemPool
 

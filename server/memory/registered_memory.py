@@ -24,7 +24,7 @@ from simnpu.shm.addresses import device_address
 if TYPE_CHECKING:
     from simnpu.server.core.device import Device
     from simnpu.server.core.functions import Pinned
-    from simnpu.server.core.objects import Owner
+    from simnpu.server.core.owner import Owner
 
 PAGE = mmap.PAGESIZE
 

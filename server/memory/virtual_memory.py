@@ -22,7 +22,7 @@ from simnpu.shm.addresses import DEVICE_SPAN, MAX_MEMORY, device_address, split_
 
 if TYPE_CHECKING:
     from simnpu.server.core.device import Device
-    from simnpu.server.core.objects import Owner
+    from simnpu.server.core.owner import Owner
     from simnpu.server.memory.quotas import Limits
 
 GRANULARITY = 2 << 20

@@ -32,7 +32,7 @@ from simnpu.proto import codes
 from simnpu.proto import observe as flags_
 from simnpu.proto.errors import NpuError
 from simnpu.proto.observe import render
-from simnpu.server.core.objects import Failure
+from simnpu.server.core.streams import Failure
 from simnpu.server.core.tasks import DeviceWork
 from simnpu.server.observation import races, replays
 from simnpu.server.observation.findings import Finding, Findings, log_finding, task_line
@@ -55,7 +55,7 @@ from simnpu.shm.addresses import split_device_address
 if TYPE_CHECKING:
     from simnpu.server.control.daemon import Daemon
     from simnpu.server.control.session import Session
-    from simnpu.server.core.objects import Owner
+    from simnpu.server.core.owner import Owner
     from simnpu.server.core.scheduler import Scheduler
 
 log = logging.getLogger("simnpu.observe")

@@ -17,7 +17,7 @@ from simnpu.proto.observe import CHECKS
 from simnpu.server.observation import races
 
 if TYPE_CHECKING:
-    from simnpu.server.core.objects import Stream
+    from simnpu.server.core.streams import Stream
     from simnpu.server.core.tasks import Task
     from simnpu.server.graphs.replay_task import ReplayTask
     from simnpu.server.observation.observer import Observer

@@ -79,7 +79,7 @@ from simnpu.shm.pages import PageTable, populate
 from simnpu.shm.region import Region, unlink_daemon_segments
 
 if TYPE_CHECKING:
-    from simnpu.server.core.objects import Owner
+    from simnpu.server.core.owner import Owner
 
 log = logging.getLogger("simnpu.workers")
 

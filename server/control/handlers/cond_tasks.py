@@ -22,7 +22,7 @@ from simnpu.server.graphs.cond_task import CondTask
 
 if TYPE_CHECKING:
     from simnpu.server.control.session import Session
-    from simnpu.server.core.objects import Stream
+    from simnpu.server.core.streams import Stream
 
 MAX_BRANCHES = 4096  # sub models of one cond task (the runtime has no limit of its own)
 _SIZES = {  # aclmdlRICondTaskType -> (the sizes it takes, as the runtime says them)

@@ -15,7 +15,8 @@ from simnpu.server.control.handlers.streams import (
 )
 from simnpu.server.control.handles import HandleKind
 from simnpu.server.core.ipc_events import OpenedEvent
-from simnpu.server.core.objects import Context, Event, Waiter
+from simnpu.server.core.streams import Context, Event
+from simnpu.server.core.waiters import Waiter
 from simnpu.server.graphs.capture import not_in_capture
 
 if TYPE_CHECKING:

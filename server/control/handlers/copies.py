@@ -24,9 +24,10 @@ from simnpu.proto import npu_pb2 as pb
 from simnpu.proto.errors import invalid
 from simnpu.server.control.handlers.registry import LATER, handles
 from simnpu.server.core.functions import Pinned
-from simnpu.server.core.objects import Stream, Waiter
+from simnpu.server.core.streams import Stream
 from simnpu.server.core.tasks import CopyTask, MemsetTask, Task, TaskState
 from simnpu.server.core.unit_protocol import Span
+from simnpu.server.core.waiters import Waiter
 
 if TYPE_CHECKING:
     from simnpu.server.control.session import Session

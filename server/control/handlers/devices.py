@@ -18,7 +18,7 @@ from simnpu.server.core.executor import UnitKind
 
 if TYPE_CHECKING:
     from simnpu.server.control.session import Session
-    from simnpu.server.core.objects import Owner
+    from simnpu.server.core.owner import Owner
 
 LIMIT_TYPES = (codes.ACL_RT_DEV_RES_CUBE_CORE, codes.ACL_RT_DEV_RES_VECTOR_CORE)
 

@@ -12,8 +12,9 @@ from simnpu.server.control.handlers.registry import LATER, handles
 from simnpu.server.control.handlers.streams import deadline
 from simnpu.server.control.handles import HandleKind
 from simnpu.server.core.ipc_events import not_for_ipc
-from simnpu.server.core.objects import Event, Waiter
+from simnpu.server.core.streams import Event
 from simnpu.server.core.tasks import RecordTask, ResetTask, TaskState, WaitTask
+from simnpu.server.core.waiters import Waiter
 
 if TYPE_CHECKING:
     from simnpu.server.control.session import Session

@@ -21,8 +21,9 @@ from simnpu.proto.errors import NpuError, invalid
 from simnpu.server.control.handlers.registry import LATER, handles
 from simnpu.server.control.handlers.streams import deadline
 from simnpu.server.control.handles import HandleKind
-from simnpu.server.core.objects import Stream, Waiter
+from simnpu.server.core.streams import Stream
 from simnpu.server.core.tasks import HostCallbackTask, TaskState
+from simnpu.server.core.waiters import Waiter
 from simnpu.server.graphs import cond_handles
 from simnpu.server.graphs.capture import TASK_TYPES, Capture, Graph, Lane
 from simnpu.server.graphs.replay_task import ReplayTask

@@ -11,7 +11,7 @@ from simnpu.proto.errors import check_num_blocks, invalid
 from simnpu.server.control.handlers.kernels import launch_arguments
 from simnpu.server.control.handlers.registry import handles
 from simnpu.server.core.functions import Function
-from simnpu.server.core.objects import Stream
+from simnpu.server.core.streams import Stream
 from simnpu.server.core.tasks import ConfiguredKernelTask
 from simnpu.shm.addresses import split_device_address
 

@@ -28,7 +28,7 @@ from simnpu.server.graphs.model_build import Build
 
 if TYPE_CHECKING:
     from simnpu.server.control.session import Session
-    from simnpu.server.core.objects import Stream
+    from simnpu.server.core.streams import Stream
 
 _CONDITIONS = range(codes.ACL_RT_EQUAL, codes.ACL_RT_LESS_OR_EQUAL + 1)
 _DATA_TYPES = (codes.ACL_RT_SWITCH_INT32, codes.ACL_RT_SWITCH_INT64)

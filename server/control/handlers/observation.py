@@ -13,7 +13,7 @@ from simnpu.proto import npu_pb2 as pb
 from simnpu.proto import observe as bits
 from simnpu.proto.errors import NpuError
 from simnpu.server.control.handlers.registry import LATER, handles
-from simnpu.server.core.objects import Waiter
+from simnpu.server.core.waiters import Waiter
 from simnpu.server.observation.findings import Findings
 from simnpu.server.observation.observer import Observer
 

@@ -10,7 +10,7 @@ from simnpu.proto import npu_pb2 as pb
 from simnpu.proto.errors import NpuError, NpuMemoryError, invalid
 from simnpu.server.control.handlers.registry import handles
 from simnpu.server.control.handles import HandleKind
-from simnpu.server.core.objects import Waiter
+from simnpu.server.core.waiters import Waiter
 from simnpu.server.memory.mem_pools import SETTABLE, MemPool
 
 if TYPE_CHECKING:

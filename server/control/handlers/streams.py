@@ -11,7 +11,8 @@ from simnpu.proto import npu_pb2 as pb
 from simnpu.proto.errors import NpuError, invalid
 from simnpu.server.control.handlers.registry import LATER, handles
 from simnpu.server.control.handles import HandleKind
-from simnpu.server.core.objects import Context, Stream, Waiter
+from simnpu.server.core.streams import Context, Stream
+from simnpu.server.core.waiters import Waiter
 from simnpu.server.graphs.capture import not_in_capture
 
 if TYPE_CHECKING:

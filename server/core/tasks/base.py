@@ -19,12 +19,13 @@ import enum
 from typing import TYPE_CHECKING, ClassVar
 
 from simnpu.server.core.executor import UnitKind
-from simnpu.server.core.objects import Failure
+from simnpu.server.core.streams import Failure
 
 if TYPE_CHECKING:
     from simnpu.server.core.executor import Unit
-    from simnpu.server.core.objects import Owner, Stream
+    from simnpu.server.core.owner import Owner
     from simnpu.server.core.scheduler import Scheduler
+    from simnpu.server.core.streams import Stream
 
 
 class TaskState(enum.IntEnum):

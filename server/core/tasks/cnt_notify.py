@@ -14,14 +14,14 @@ from typing import TYPE_CHECKING
 
 from simnpu.proto import codes
 from simnpu.server.core.cnt_notifies import recorded, satisfied
-from simnpu.server.core.objects import Waiter
+from simnpu.server.core.waiters import Waiter
 
 from .base import Task, TaskState
 
 if TYPE_CHECKING:
     from simnpu.server.core.cnt_notifies import CntNotify
-    from simnpu.server.core.objects import Stream
     from simnpu.server.core.scheduler import Scheduler
+    from simnpu.server.core.streams import Stream
 
 
 class CntNotifyRecordTask(Task):

@@ -11,8 +11,8 @@ from .kernel import KernelTask
 
 if TYPE_CHECKING:
     from simnpu.server.core.functions import Function
-    from simnpu.server.core.objects import Stream
     from simnpu.server.core.scheduler import Scheduler
+    from simnpu.server.core.streams import Stream
     from simnpu.server.memory.client_memory import ClientMemory
 
 

@@ -18,8 +18,8 @@ from .base import DeviceWork, Task, TaskState
 
 if TYPE_CHECKING:
     from simnpu.server.core.executor import Unit
-    from simnpu.server.core.objects import Stream
     from simnpu.server.core.scheduler import Scheduler
+    from simnpu.server.core.streams import Stream
 
 
 # ---- its policies: small pure functions (tests/server/test_policy.py) ------------------------

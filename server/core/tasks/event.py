@@ -17,13 +17,13 @@ import time
 from typing import TYPE_CHECKING
 
 from simnpu.proto import codes
-from simnpu.server.core.objects import Waiter
+from simnpu.server.core.waiters import Waiter
 
 from .base import Task, TaskState
 
 if TYPE_CHECKING:
-    from simnpu.server.core.objects import Event, Stream
     from simnpu.server.core.scheduler import Scheduler
+    from simnpu.server.core.streams import Event, Stream
 
 
 class RecordTask(Task):

@@ -26,8 +26,9 @@ from .base import DeviceWork, Task, TaskState
 if TYPE_CHECKING:
     from simnpu.server.core.executor import Unit
     from simnpu.server.core.functions import Function
-    from simnpu.server.core.objects import Owner, Stream
+    from simnpu.server.core.owner import Owner
     from simnpu.server.core.scheduler import Scheduler
+    from simnpu.server.core.streams import Stream
 
 ArgsReader = Callable[[], tuple[tuple, tuple]]  # () -> (values, bounds); raises NpuError
 

@@ -9,7 +9,7 @@ from simnpu.server.core.unit_protocol import FillBytes, Span
 from simnpu.server.observation.timeline import size_text
 
 if TYPE_CHECKING:
-    from simnpu.server.core.objects import Stream
+    from simnpu.server.core.streams import Stream
 
 
 class MemsetTask(ByteRangeWork):

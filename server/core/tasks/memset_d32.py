@@ -15,8 +15,8 @@ from simnpu.server.observation.timeline import size_text
 from .base import Task
 
 if TYPE_CHECKING:
-    from simnpu.server.core.objects import Stream
     from simnpu.server.core.scheduler import Scheduler
+    from simnpu.server.core.streams import Stream
     from simnpu.server.core.unit_protocol import Span
     from simnpu.shm.region import Region
 

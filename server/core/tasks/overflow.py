@@ -18,8 +18,8 @@ from .base import Task
 
 if TYPE_CHECKING:
     from simnpu.server.core.device import Device
-    from simnpu.server.core.objects import Stream
     from simnpu.server.core.scheduler import Scheduler
+    from simnpu.server.core.streams import Stream
     from simnpu.server.memory.client_memory import ClientMemory
 
 

@@ -10,7 +10,7 @@ from simnpu.server.core.unit_protocol import ReduceBytes, Span
 from simnpu.server.observation.timeline import size_text
 
 if TYPE_CHECKING:
-    from simnpu.server.core.objects import Stream
+    from simnpu.server.core.streams import Stream
 
 
 class ReduceCopyTask(ByteRangeWork):

@@ -97,6 +97,16 @@ class WriteSignal(_WriteSignalFields, _Item):
     TAG = 2
 
 
+class CheckedBounds(tuple):
+    """The bounds of a launch whose accesses the unit must record (server/units/access_log.py;
+    a plain tuple otherwise)."""
+
+    __slots__ = ()
+
+    def __reduce__(self):
+        return (CheckedBounds, (tuple(self),))
+
+
 class _RunKernelFields(NamedTuple):
     token: int
     binary: int

@@ -16,7 +16,8 @@ from __future__ import annotations
 
 import copyreg
 import enum
-from typing import TYPE_CHECKING, ClassVar
+from collections.abc import Container
+from typing import TYPE_CHECKING, ClassVar, Protocol
 
 from simnpu.server.core.executor import UnitKind
 from simnpu.server.core.streams import Failure
@@ -26,6 +27,7 @@ if TYPE_CHECKING:
     from simnpu.server.core.owner import Owner
     from simnpu.server.core.scheduler import Scheduler
     from simnpu.server.core.streams import Stream
+    from simnpu.server.core.unit_protocol import Span
 
 
 class TaskState(enum.IntEnum):
@@ -191,6 +193,33 @@ class DeviceWork(Task):
     def what(self) -> str:
         """How a lost unit's message names it."""
         return self.kind
+
+
+class OwnMemory(Protocol):
+    """The device memory of the client a task belongs to, as tasks that hold some use it
+    (server/memory/client_memory.py)."""
+
+    @property
+    def allocations(self) -> Container[int]:
+        """The device addresses of the client's own live blocks."""
+
+    def free(self, address: int) -> None:
+        """aclrtFree of one of its own blocks (NpuError if it went since)."""
+
+    def own_allocation(self, address: int) -> tuple[int, int] | None:
+        """(start, requested size) of the allocation holding `address` that the client may
+        use, if any."""
+
+    def span(self, address: int) -> Span:
+        """Device memory at `address`, as units name it."""
+
+
+def size_text(n: int) -> str:
+    """A byte count as people read it (in what tasks say they are): 1.5 MiB."""
+    for unit, shift in (("GiB", 30), ("MiB", 20), ("KiB", 10)):
+        if n >= 1 << shift:
+            return f"{n / (1 << shift):.4g} {unit}"
+    return f"{n} B"
 
 
 _SLOTS: dict[type, list[str]] = {}

@@ -13,7 +13,7 @@ if TYPE_CHECKING:
     from simnpu.server.core.functions import Function
     from simnpu.server.core.scheduler import Scheduler
     from simnpu.server.core.streams import Stream
-    from simnpu.server.memory.client_memory import ClientMemory
+    from simnpu.server.core.tasks.base import OwnMemory
 
 
 class ConfiguredKernelTask(KernelTask):
@@ -28,7 +28,7 @@ class ConfiguredKernelTask(KernelTask):
         args: tuple,
         bounds: tuple,
         timeout_s: float | None,
-        memory: ClientMemory,
+        memory: OwnMemory,
         scratch: int | None,
     ):
         super().__init__(seq, stream, function, num_blocks, args, bounds)

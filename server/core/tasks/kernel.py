@@ -17,8 +17,7 @@ from simnpu.proto import codes
 from simnpu.proto.commands import BUILTIN_BINARY
 from simnpu.proto.errors import NpuError
 from simnpu.server.core.executor import UnitKind
-from simnpu.server.core.unit_protocol import LoadModule, RunKernel
-from simnpu.server.units.access_log import CheckedBounds
+from simnpu.server.core.unit_protocol import CheckedBounds, LoadModule, RunKernel
 from simnpu.shm.addresses import split_device_address
 
 from .base import DeviceWork, Task, TaskState

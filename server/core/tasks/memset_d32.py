@@ -10,9 +10,8 @@ import numpy as np
 
 from simnpu.proto import codes
 from simnpu.server.core.tasks.copy import span_access
-from simnpu.server.observation.timeline import size_text
 
-from .base import Task
+from .base import Task, size_text
 
 if TYPE_CHECKING:
     from simnpu.server.core.scheduler import Scheduler

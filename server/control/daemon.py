@@ -26,17 +26,19 @@ from simnpu.server.control.credentials import Peer, Peers
 from simnpu.server.control.service import NpuServicer
 from simnpu.server.control.session import CLOSED, Session
 from simnpu.server.core.cnt_notifies import CntNotifies
-from simnpu.server.core.device import Device, WindowTable
 from simnpu.server.core.functions import Binary
 from simnpu.server.core.ipc_events import IpcEvents
 from simnpu.server.core.notifies import Notifies
 from simnpu.server.core.scheduler import Scheduler
+from simnpu.server.hccl.collectives import Collectives
 from simnpu.server.hccl.daemon_links import SERVER_KEEPALIVE
 from simnpu.server.hccl.job_rendezvous import Jobs
+from simnpu.server.memory.device_memory import DeviceWithMemory
 from simnpu.server.memory.host_memory import HostMemory
 from simnpu.server.memory.ipc_memory import IpcMemory
 from simnpu.server.memory.memory_views import memory_snapshot, memory_stats
 from simnpu.server.memory.shareable_memory import ShareableMemory
+from simnpu.server.memory.window_table import WindowTable
 from simnpu.server.observation import observer, smi_view  # noqa: F401 - handlers: registers every handler
 from simnpu.server.observation.observer import Observer
 from simnpu.server.units.kernel_processes import KernelProcesses
@@ -50,7 +52,7 @@ class Daemon:
     def __init__(self, config: DaemonConfig):
         config.validate()
         self.config = config
-        self.devices: list[Device] = []
+        self.devices: list[DeviceWithMemory] = []
         self.ipc = IpcMemory(self.devices)  # exported device memory (aclrtIpcMem*)
         self.shareable = ShareableMemory()  # exported physical memory (aclrtMemExport...)
         self.notifies = Notifies()  # notifies, exported ones by key
@@ -75,6 +77,7 @@ class Daemon:
         self._socket_paths: list[str] = []  # socket files this daemon created (and removes)
         self.executor: ProcessExecutor | None = None
         self.scheduler: Scheduler | None = None
+        self.collectives: Collectives | None = None  # HCCL (server/hccl/collectives.py)
         self.observer: Observer | None = (
             None  # timeline and checkers (server/observation/observer.py), when asked for
         )
@@ -102,7 +105,7 @@ class Daemon:
             units_per_device = self.config.ai_cores + self.config.copy_engines
             for index in range(self.config.devices):
                 self.devices.append(
-                    Device(
+                    DeviceWithMemory(
                         index,
                         self.config.memory_bytes,
                         self.config.ai_cores,
@@ -113,20 +116,22 @@ class Daemon:
                     )
                 )
             units = [unit for device in self.devices for unit in device.all_units()]
-            self.executor = ProcessExecutor(units, [device.region.name for device in self.devices])
+            self.executor = ProcessExecutor(
+                units, [device.region.name for device in self.devices], windows
+            )
             first = self.devices[0]
             first.started = True  # nearly every client uses it; the others start on first use
             self.executor.start(first.all_units())
             for device in self.devices:  # frees end the kernel processes that map the block
                 device.kernels = self.executor.kernels
-            self.scheduler = Scheduler(
-                self.devices, self.executor, self.config.op_timeout_s, windows
-            )
-            worlds = self.scheduler.collectives.worlds  # worlds across hosts (multihost.md)
+            self.scheduler = Scheduler(self.devices, self.executor, self.config.op_timeout_s)
+            self.collectives = Collectives(self.scheduler, self.devices)
+            self.scheduler.dispatcher = self.collectives  # matched collectives go out first
+            worlds = self.collectives.worlds  # worlds across hosts (multihost.md)
             worlds.advertise = self.config.advertise
             worlds.token = self.config.token or ""
             observer.install(self, self.scheduler)  # --trace / --check
-            self.jobs = Jobs(self.scheduler)
+            self.jobs = Jobs(self.scheduler, self.collectives)
             self.scheduler.start()
             self._start_grpc()
         except BaseException:
@@ -226,8 +231,9 @@ class Daemon:
         if self.observer is not None:
             self.observer.stop()  # --trace / --check-report files
         if self.scheduler is not None:
-            with self.scheduler.lock:
-                self.scheduler.collectives.worlds.stop()  # engine processes, peer streams
+            if self.collectives is not None:
+                with self.scheduler.lock:
+                    self.collectives.worlds.stop()  # engine processes, peer streams
             self.scheduler.stop()
         if self.executor is not None:
             # under the scheduler lock: a session's post (its ring thread runs until the
@@ -257,7 +263,7 @@ class Daemon:
                 self.stop()
 
     # ---- sessions ------------------------------------------------------------------------------
-    def use_device(self, device: Device) -> None:
+    def use_device(self, device: DeviceWithMemory) -> None:
         """A session names `device`: launch its workers if they have not been (without
         waiting for them: its work waits in its streams until they are ready)."""
         with self._lock:

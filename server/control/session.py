@@ -47,8 +47,9 @@ from simnpu.shm.ring import RingCorrupt
 
 if TYPE_CHECKING:
     from simnpu.server.control.daemon import Daemon
-    from simnpu.server.core.device import Device
     from simnpu.server.core.scheduler import Scheduler
+    from simnpu.server.hccl.collectives import Collectives
+    from simnpu.server.memory.device_memory import DeviceWithMemory
 
 log = logging.getLogger("simnpu.session")
 
@@ -63,7 +64,9 @@ class Session:
     def __init__(self, daemon: Daemon, session_id: int, peer: str):
         self.daemon = daemon
         assert daemon.scheduler is not None, "sessions open once the daemon runs"
+        assert daemon.collectives is not None, "sessions open once the daemon runs"
         self.scheduler: Scheduler = daemon.scheduler
+        self.collectives: Collectives = daemon.collectives  # HCCL (server/hccl/collectives.py)
         self.id = session_id
         self.peer = peer
         self.owner = Owner(session_id, self._announce)
@@ -308,7 +311,7 @@ class Session:
                 return failure
         return None
 
-    def device(self, index: int) -> Device:
+    def device(self, index: int) -> DeviceWithMemory:
         if not 0 <= index < len(self.daemon.devices):
             raise NpuError(
                 codes.ACL_ERROR_RT_INVALID_DEVICEID,
@@ -410,7 +413,7 @@ class Session:
         scheduler = self.scheduler
 
         def begin() -> None:
-            scheduler.collectives.session_closed(self)  # its ranks are gone: peers must not wait
+            self.collectives.session_closed(self)  # its ranks are gone: peers must not wait
             if self.daemon.jobs is not None:  # its job arrivals at other hosts' seeds depart
                 self.daemon.jobs.session_closed(self)
             for stream in streams:

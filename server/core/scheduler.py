@@ -29,14 +29,13 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 from simnpu.proto import codes
-from simnpu.server.core.device import WindowTable
+from simnpu.server.core.dispatcher import IDLE, Dispatcher
 from simnpu.server.core.executor import LOST, Executor, Unit, UnitKind
 from simnpu.server.core.owner import Owner
 from simnpu.server.core.streams import Failure, Stream
 from simnpu.server.core.tasks import DeviceWork, Task, TaskState
-from simnpu.server.core.unit_protocol import Accesses, ForgetSegment, MapWindows, Ready, WriteSignal
+from simnpu.server.core.unit_protocol import Accesses, Ready, WriteSignal
 from simnpu.server.core.waiters import Waiter
-from simnpu.server.hccl.collectives import Collectives
 from simnpu.server.observation import replays
 
 if TYPE_CHECKING:
@@ -59,10 +58,8 @@ class Scheduler:
         devices: Sequence[Device],
         executor: Executor,
         op_timeout_s: float,
-        windows: WindowTable | None = None,
     ):
         self.devices = devices
-        self.windows = windows if windows is not None else WindowTable()
         self.executor = executor
         self.op_timeout_s = op_timeout_s
         self.lock = threading.RLock()  # held while any scheduler state is read or changed
@@ -75,7 +72,9 @@ class Scheduler:
         self._tokens = itertools.count(1)
         self._stopping = False
         self._thread = threading.Thread(target=self._run, name="simnpu-scheduler", daemon=True)
-        self.collectives = Collectives(self)  # HCCL collectives (server/hccl/collectives.py)
+        # work handed out before the streams' (server/core/dispatcher.py): the daemon's is
+        # HCCL's matched collectives (server/hccl/collectives.py)
+        self.dispatcher: Dispatcher = IDLE
         self.observer: Observer | None = (
             None  # tracing and checking (server/observation/observer.py)
         )
@@ -150,23 +149,19 @@ class Scheduler:
 
     # ---- stream progress --------------------------------------------------------------------
     def submit(self, task: Task) -> None:
-        """Queue a task at the tail of its stream."""
+        """Queue a task at the tail of its stream, unless the stream's recorder takes it
+        (server/core/recorder.py)."""
         stream = task.stream
-        if stream.capture is not None:  # recorded, not run (server/graphs/capture.py)
-            self._captured(task)
-            stream.capture.record(task)
-            return
-        if stream.bound is not None:  # recorded into a model (server/graphs/model_build.py)
-            stream.bound.record(task)
-            return
-        if (
-            stream.updating is not None
-        ):  # a kernel updates a task group (server/graphs/task_groups.py)
-            task = stream.updating.update(task)
+        recorder = stream.recorder
+        if recorder is not None:
+            taken = recorder.take(task, self)
+            if taken is None:
+                return
+            task = taken
         task.submitted()
-        if stream.capture is not None:  # a wait on a captured record pulled its stream in
-            self._captured(task)
-            stream.capture.record(task, submitted=True)
+        pulled = stream.recorder
+        if pulled is not recorder and pulled is not None:  # a wait for a recorded task pulled
+            pulled.take(task, self, submitted=True)  # its stream in: that recorder takes it
             return
         self.queue(task)
 
@@ -355,8 +350,8 @@ class Scheduler:
         return token
 
     def _dispatch(self) -> None:
-        if self.collectives.jobs:  # matched collectives first: every rank of one waits for them
-            self.collectives.dispatch()
+        if self.dispatcher.jobs:  # (matched collectives first: every rank of one waits for them)
+            self.dispatcher.dispatch()
         observed = self.observer is not None
         for device in self.devices:
             for kind, ready in device.ready.items():
@@ -397,24 +392,16 @@ class Scheduler:
 
     def send(self, unit: Unit, items: list) -> None:
         """Hand `unit` a batch, with its operator-timeout deadline. A batch of a client's
-        own kernels goes to that client's kernel process for the unit (its tenant)."""
+        own kernels goes to that client's kernel process for the unit (its tenant); the
+        executor brings a trusted unit's mappings up to date first (Executor.send)."""
         work = next(iter(unit.inflight.values()))
-        tenant = work.tenant
-        if tenant is None:
-            if unit.forget:
-                items = [ForgetSegment.pack(name) for name in unit.forget] + items
-                unit.forget = []
-            windows = self.windows
-            if unit.windows != windows.version:  # aclrtMapMem since: map before the work
-                unit.windows = windows.version
-                items = [MapWindows.pack(windows.entries), *items]
         timeout = (
             getattr(work, "timeout_s", None) or work.stream.owner.op_timeout_s or self.op_timeout_s
         )
         unit.deadline = time.monotonic() + timeout * len(unit.inflight)
         self.note_deadline(unit.deadline)
         try:
-            self.executor.send(unit, items, tenant)
+            self.executor.send(unit, items, work.tenant)
         except OSError:
             self._lost(unit, _lost_code(unit), None)
 
@@ -538,8 +525,8 @@ class Scheduler:
         deadlines = [unit.deadline for unit in self.executor.units if unit.deadline is not None]
         if self._timers:
             deadlines.append(self._timers[0][0])
-        if self.collectives.deadline is not None:
-            deadlines.append(self.collectives.deadline)
+        if self.dispatcher.deadline is not None:
+            deadlines.append(self.dispatcher.deadline)
         if not deadlines:
             return NAP_S
         return min(max(0.0, min(deadlines) - time.monotonic()), NAP_S)
@@ -549,8 +536,9 @@ class Scheduler:
         while self._timers and self._timers[0][0] <= now:
             _, _, waiter = heapq.heappop(self._timers)
             waiter.settle(timed_out=True)
-        if self.collectives.deadline is not None and self.collectives.deadline <= now:
-            self.collectives.expire(now)
+        deadline = self.dispatcher.deadline
+        if deadline is not None and deadline <= now:
+            self.dispatcher.expire(now)
         for unit in self.executor.units:
             if unit.deadline is not None and unit.deadline <= now and unit.inflight:
                 self._lost(
@@ -611,7 +599,7 @@ def _failure_pending(stream: Stream) -> bool:
     output (server/units/device_printf.py) that its reply carries?"""
     return (
         stream.failure is not None
-        or stream.capture is not None  # a synchronize is refused (107027)
+        or (stream.recorder is not None and stream.recorder.refuses_synchronize)  # (107027)
         or stream.context.failure is not None
         or stream.owner.rejected is not None
         or stream.owner.output.pending
@@ -621,7 +609,7 @@ def _failure_pending(stream: Stream) -> bool:
 def drained(stream: Stream, seq: int) -> None:
     """`stream` ran (or dropped) everything up to `seq` and has nothing queued."""
     if stream.signal is not None:
-        stream.signal.publish(max(seq, stream.captured_upto), _failure_pending(stream))
+        stream.signal.publish(max(seq, stream.recorded_upto), _failure_pending(stream))
 
 
 def _lost_code(unit: Unit) -> int:

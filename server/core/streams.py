@@ -15,12 +15,10 @@ from simnpu.proto import codes
 
 if TYPE_CHECKING:
     from simnpu.server.core.owner import Owner
+    from simnpu.server.core.recorder import Recorder
     from simnpu.server.core.tasks import Task
     from simnpu.server.core.tasks.event import RecordTask
     from simnpu.server.core.waiters import Waiter
-    from simnpu.server.graphs.capture import Capture
-    from simnpu.server.graphs.model_build import Build
-    from simnpu.server.graphs.task_groups import TaskGroup
     from simnpu.shm.notify import StreamSignal
 
 
@@ -67,15 +65,11 @@ class Stream:
     signal: StreamSignal | None = None  # its completion signal (docs/fast-path.md)
     # aclrtSetStreamResLimit: {aclrtDevResLimitType: cores}, as set
     res_limits: dict[int, int] = field(default_factory=dict)
-    # the capture recording its tasks instead of running them (server/graphs/capture.py), and the
-    # sequence number of the last task it recorded, which its signal covers once it drains
-    capture: Capture | None = None
-    captured_upto: int = 0
-    # the model it is bound to (aclmdlRIBindStream), recording its tasks
-    # (server/graphs/model_build.py)
-    bound: Build | None = None
-    # the task group its kernel launches update (aclmdlRICaptureTaskUpdateBegin .. End)
-    updating: TaskGroup | None = None
+    # what takes its tasks instead of running them as they are (server/core/recorder.py: a
+    # capture, a model it is bound to, a task group it updates), and the sequence number of
+    # the last task a recorder took, which its signal covers once it drains
+    recorder: Recorder | None = None
+    recorded_upto: int = 0
     device: int = field(init=False)  # its context's
     owner: Owner = field(init=False)  # its context's
     saturation: bool = field(init=False)  # its float results saturate (aclrtSetDeviceSatMode)

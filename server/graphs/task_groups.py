@@ -18,6 +18,7 @@ from simnpu.server.core.tasks.kernel import KernelTask
 from simnpu.server.graphs.task_update_task import TaskUpdateTask
 
 if TYPE_CHECKING:
+    from simnpu.server.core.scheduler import Scheduler
     from simnpu.server.core.streams import Stream
     from simnpu.server.graphs.capture import Capture, Graph
 
@@ -32,7 +33,10 @@ class UpdateStatus(enum.IntEnum):
 
 class TaskGroup:
     """aclrtTaskGrp: the kernels one capturing stream recorded between
-    aclmdlRICaptureTaskGrpBegin and aclmdlRICaptureTaskGrpEnd, in order."""
+    aclmdlRICaptureTaskGrpBegin and aclmdlRICaptureTaskGrpEnd, in order. The recorder of the
+    stream that updates it (server/core/recorder.py, server/graphs/stream_recorders.py)."""
+
+    refuses_synchronize = False  # the stream runs its tasks: a synchronize waits for them
 
     def __init__(self, graph: Graph, stream: Stream):
         self.graph = graph
@@ -41,6 +45,13 @@ class TaskGroup:
         self.handle = 0  # its handle once ended
         self.updater: Stream | None = None  # the stream updating it now
         self.next = 0  # while updated: the position of the next kernel to replace
+
+    def take(self, task: Task, scheduler: Scheduler, submitted: bool = False) -> Task:
+        """A task submitted to the stream updating this group runs as `update` makes it."""
+        return self.update(task)
+
+    def followed(self, task: Task) -> None:
+        """A wait on an event recorded on the updating stream pulls nothing in."""
 
     def update(self, launch: Task) -> Task:
         """`launch`, submitted to the stream updating this group: a kernel becomes the update

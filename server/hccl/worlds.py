@@ -330,7 +330,7 @@ class World:
         """Start this host's engine process: the store's server at host 0 (port 0)."""
         if self.engine is not None or self.broken is not None:
             return
-        device = self.worlds.collectives.scheduler.devices[self.device]
+        device = self.worlds.collectives.devices[self.device]
         setup = EngineSetup(
             self.host,
             len(self.hosts),
@@ -421,7 +421,7 @@ class World:
             op, tasks = self.queue.popleft()
             calls = {task.member.rank: task.call for task in tasks}
             block = Span(
-                self.worlds.collectives.scheduler.devices[self.device].region.name,
+                self.worlds.collectives.devices[self.device].region.name,
                 split_device_address(self.block_address)[1],
                 self.device,
             )
@@ -439,7 +439,7 @@ class World:
             self._before()
 
     def _grow_block(self, nbytes: int) -> None:
-        device = self.worlds.collectives.scheduler.devices[self.device]
+        device = self.worlds.collectives.devices[self.device]
         if self.block_address:
             device.free(self.block_address)
             self.block_address = self.block_bytes = 0
@@ -601,7 +601,7 @@ class World:
             self.block_address = self.block_bytes = 0
             return
         if self.block_address:
-            self.worlds.collectives.scheduler.devices[self.device].free(self.block_address)
+            self.worlds.collectives.devices[self.device].free(self.block_address)
             self.block_address = self.block_bytes = 0
 
 

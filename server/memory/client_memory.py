@@ -23,8 +23,8 @@ from simnpu.shm.addresses import is_device_address, split_device_address
 from simnpu.shm.allocator import Allocation
 
 if TYPE_CHECKING:
-    from simnpu.server.core.device import Device
     from simnpu.server.core.owner import Owner
+    from simnpu.server.memory.device_memory import DeviceWithMemory
     from simnpu.server.memory.ipc_memory import IpcMemory
     from simnpu.server.memory.mem_pools import MemPool
 
@@ -33,7 +33,11 @@ log = logging.getLogger("simnpu.memory")
 
 class ClientMemory:
     def __init__(
-        self, owner: Owner, devices: list[Device], ipc: IpcMemory, default_limit: int | None
+        self,
+        owner: Owner,
+        devices: list[DeviceWithMemory],
+        ipc: IpcMemory,
+        default_limit: int | None,
     ):
         self.owner = owner
         self._devices = devices
@@ -49,7 +53,7 @@ class ClientMemory:
         owner.kernel_grant = self.kernel_grant
 
     # ---- blocks ---------------------------------------------------------------------------------
-    def allocate(self, device: Device, size: int, policy: int) -> int:
+    def allocate(self, device: DeviceWithMemory, size: int, policy: int) -> int:
         """aclrtMalloc on `device` under this client's limit: the new block's address."""
         if size <= 0:
             raise NpuError(codes.ACL_ERROR_INVALID_PARAM, f"cannot allocate {size} bytes")

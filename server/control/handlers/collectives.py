@@ -50,7 +50,7 @@ def get_root_info(session: Session, request: pb.HcclGetRootInfoRequest, reply_to
         if request.exec_timeout_ms < 0
         else request.exec_timeout_ms / 1000.0
     )
-    communicators = session.scheduler.collectives.communicators
+    communicators = session.collectives.communicators
 
     def issue() -> None:
         info = communicators.issue_root_info(session, session.pid, request.device, timeout_s)
@@ -63,7 +63,7 @@ def get_root_info(session: Session, request: pb.HcclGetRootInfoRequest, reply_to
 @_hccl
 def comm_init(session: Session, request: pb.HcclCommInitRequest, reply_to: int) -> None:
     """HcclCommInitRootInfo: answers once every rank has joined (or failed)."""
-    communicators = session.scheduler.collectives.communicators
+    communicators = session.collectives.communicators
     info = communicators.parse_root_info(request.root_info)
     session.device(request.device)
     n_ranks, rank = request.n_ranks, request.rank
@@ -100,7 +100,7 @@ def comm_init_cluster(
         )
     except rank_table.RankTableError as error:
         raise HcclFailure(error.result, error.message) from None
-    communicators = session.scheduler.collectives.communicators
+    communicators = session.collectives.communicators
     if addresses:  # a world across hosts (docs/multihost.md)
         advertise = communicators.worlds.advertise
         if addresses[entry.server_index] != advertise:
@@ -147,7 +147,7 @@ def comm_destroy(session: Session, request: pb.HcclCommDestroyRequest, reply_to:
     will never join fail."""
     member = member_of(session, request.comm)
     session.handles.remove(member.handle)
-    collectives = session.scheduler.collectives
+    collectives = session.collectives
 
     def leave() -> None:
         member.state = "destroyed"
@@ -251,4 +251,4 @@ def collective(session: Session, record: commands.Collective) -> None:
         send_bytes,
         recv_bytes,
     )
-    session.submit(CollectiveTask(session.seq, stream, member, call))
+    session.submit(CollectiveTask(session.seq, stream, member, call, session.collectives))

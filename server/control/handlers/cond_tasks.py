@@ -16,7 +16,7 @@ from simnpu.proto import npu_pb2 as pb
 from simnpu.proto.errors import NpuError, invalid
 from simnpu.server.control.handlers.registry import LATER, handles
 from simnpu.server.control.handles import HandleKind
-from simnpu.server.graphs.capture import Graph
+from simnpu.server.graphs.capture import Graph, capture_of
 from simnpu.server.graphs.cond_handles import VALUE, CondHandle
 from simnpu.server.graphs.cond_task import CondTask
 
@@ -91,7 +91,7 @@ def _add(
     session: Session, stream: Stream, seq: int, cond: CondHandle, request: pb.AddCondTaskRequest
 ) -> list[int]:
     """The runtime's checks in its order; then the sub models and the recorded task."""
-    capture = stream.capture
+    capture = capture_of(stream)
     if cond.subs:
         raise invalid("the condition is used by a cond task already: create another one")
     if capture is None:

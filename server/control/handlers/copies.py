@@ -28,6 +28,7 @@ from simnpu.server.core.streams import Stream
 from simnpu.server.core.tasks import CopyTask, MemsetTask, Task, TaskState
 from simnpu.server.core.unit_protocol import Span
 from simnpu.server.core.waiters import Waiter
+from simnpu.server.graphs.capture import capture_of
 
 if TYPE_CHECKING:
     from simnpu.server.control.session import Session
@@ -89,7 +90,7 @@ def _stream(
     stream in capture cannot take a copy the host waits for (107000, as the runtime's)."""
     if request.HasField("stream"):
         stream = session.stream(request.stream)
-        if stream.capture is not None:
+        if capture_of(stream) is not None:
             raise invalid(
                 "a copy or memset through pageable host memory cannot be captured "
                 "(use pinned memory: aclrtMallocHost)"

@@ -25,7 +25,7 @@ from simnpu.server.core.streams import Stream
 from simnpu.server.core.tasks import HostCallbackTask, TaskState
 from simnpu.server.core.waiters import Waiter
 from simnpu.server.graphs import cond_handles
-from simnpu.server.graphs.capture import TASK_TYPES, Capture, Graph, Lane
+from simnpu.server.graphs.capture import TASK_TYPES, Capture, Graph, Lane, capture_of
 from simnpu.server.graphs.replay_task import ReplayTask
 from simnpu.server.graphs.task_groups import UpdateStatus
 from simnpu.server.hccl.collective_task import CollectiveTask
@@ -89,7 +89,7 @@ def capture_begin(session: Session, request: pb.CaptureBeginRequest, reply_to: i
                 "of aclmdlRIAddCondTask",
             )
             return
-        if stream.capture is not None:
+        if capture_of(stream) is not None:
             _refuse(
                 session,
                 reply_to,
@@ -116,7 +116,7 @@ def capture_end(session: Session, request: pb.CaptureEndRequest, reply_to: int) 
     stream = session.stream(request.stream)
 
     def end() -> None:
-        capture = stream.capture
+        capture = capture_of(stream)
         if capture is None:
             _refuse(
                 session,
@@ -188,7 +188,7 @@ def capture_info(session: Session, request: pb.CaptureInfoRequest, reply_to: int
     stream = session.stream(request.stream)
 
     def answer() -> None:
-        capture = stream.capture
+        capture = capture_of(stream)
         if capture is None:
             session.respond(reply_to, pb.CaptureInfoReply())
             return
@@ -368,7 +368,7 @@ def model_abort(session: Session, request: pb.ModelAbortRequest, reply_to: int) 
             for stream in replay.lanes:
                 head = stream.tasks[0] if stream.tasks else None
                 if isinstance(head, CollectiveTask):
-                    scheduler.collectives.withdraw(head, "aborted (aclmdlRIAbort)")
+                    session.collectives.withdraw(head, "aborted (aclmdlRIAbort)")
                 scheduler.abort(stream, stop=False)
                 stream.failure = None  # the replay reports the abort instead
         session.respond(reply_to)

@@ -36,7 +36,7 @@ def rendezvous(session: Session, request: pb.HcclRendezvousRequest, reply_to: in
     arrival = Arrival(session, reply_to, world_size, exec_timeout_s)
     jobs = session.daemon.jobs
     assert jobs is not None, "jobs exist once the daemon runs"
-    if request.seed and request.seed != session.scheduler.collectives.worlds.advertise:
+    if request.seed and request.seed != session.collectives.worlds.advertise:
         session.post(jobs.forward, request.seed, job, arrival, timeout_s)
     else:
         session.post(jobs.arrive, job, arrival, timeout_s)

@@ -16,7 +16,7 @@ from simnpu.proto.errors import NpuError, invalid
 from simnpu.server.control.handlers.registry import LATER, handles
 from simnpu.server.control.handles import HandleKind
 from simnpu.server.core.tasks import HostCallbackTask
-from simnpu.server.graphs.capture import Graph, Lane
+from simnpu.server.graphs.capture import Graph, Lane, capture_of
 from simnpu.server.graphs.flow_tasks import (
     ActivateTask,
     EndGraphTask,
@@ -25,6 +25,7 @@ from simnpu.server.graphs.flow_tasks import (
     value_size,
 )
 from simnpu.server.graphs.model_build import Build
+from simnpu.server.graphs.stream_recorders import bound_to
 
 if TYPE_CHECKING:
     from simnpu.server.control.session import Session
@@ -47,18 +48,19 @@ def built(session: Session, handle: int) -> Build:
 
 def bound(stream: Stream, build: Build | None = None) -> Build:
     """The model `stream` is bound to (`build` when given); else 107005."""
-    if stream.bound is None or (build is not None and stream.bound is not build):
+    current = bound_to(stream)
+    if current is None or (build is not None and current is not build):
         raise NpuError(
             codes.ACL_ERROR_RT_STREAM_MODEL,
             "the stream is not bound to the model (aclmdlRIBindStream it first)"
             if build is not None
             else "the stream is not bound to a model (aclmdlRIBindStream it first)",
         )
-    return stream.bound
+    return current
 
 
 def not_capturing(stream: Stream) -> None:
-    if stream.capture is not None:
+    if capture_of(stream) is not None:
         raise NpuError(
             codes.ACL_ERROR_RT_STREAM_CAPTURED,
             "the stream is being captured (aclmdlRICaptureEnd it first)",
@@ -115,10 +117,11 @@ def _bind(session: Session, build: Build, stream: Stream, flag: int) -> None:
             "only a persistent stream (aclrtCreateStreamWithConfig with "
             "ACL_STREAM_PERSISTENT) can be bound to a model"
         )
-    if stream.bound is not None:
+    current = bound_to(stream)
+    if current is not None:
         raise NpuError(
             codes.ACL_ERROR_RT_STREAM_MODEL,
-            f"the stream is bound to model {stream.bound.graph.id} already",
+            f"the stream is bound to model {current.graph.id} already",
         )
     if stream.context is not build.graph.context:
         raise NpuError(

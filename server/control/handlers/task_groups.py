@@ -30,8 +30,9 @@ from simnpu.server.core.tasks import (
     WaitTask,
 )
 from simnpu.server.core.tasks.value import WORD
-from simnpu.server.graphs.capture import TASK_TYPES, Graph
+from simnpu.server.graphs.capture import TASK_TYPES, Graph, capture_of
 from simnpu.server.graphs.cond_handles import not_sub_model
+from simnpu.server.graphs.stream_recorders import begin_update, end_update, updated_by
 from simnpu.server.graphs.task_groups import TaskGroup, UpdateStatus
 from simnpu.server.graphs.task_update_task import apply_launch
 from simnpu.shm.addresses import device_address
@@ -72,7 +73,7 @@ def task_group(session: Session, request: pb.TaskGroupRequest, reply_to: int) ->
     stream = session.stream(request.stream)
 
     def mark() -> None:
-        capture = stream.capture
+        capture = capture_of(stream)
         if capture is None:
             _refuse(
                 session,
@@ -82,13 +83,14 @@ def task_group(session: Session, request: pb.TaskGroupRequest, reply_to: int) ->
             )
             return
         if not request.end:
-            if stream in capture.groups or stream.updating is not None:
+            updating = updated_by(stream)
+            if stream in capture.groups or updating is not None:
                 _refuse(
                     session,
                     reply_to,
                     codes.ACL_ERROR_STREAM_TASK_GROUP_STATUS,
                     "a task group is open on this stream already (aclmdlRICaptureTaskGrpEnd it)"
-                    if stream.updating is None
+                    if updating is None
                     else "the stream is updating a task group (aclmdlRICaptureTaskUpdateEnd it)",
                 )
                 return
@@ -133,7 +135,7 @@ def task_update(session: Session, request: pb.TaskUpdateRequest, reply_to: int) 
     group = session.handles.get(request.group, TaskGroup, "task group") if request.group else None
 
     def mark() -> None:
-        if stream.capture is not None:
+        if capture_of(stream) is not None:
             _refuse(
                 session,
                 reply_to,
@@ -141,7 +143,7 @@ def task_update(session: Session, request: pb.TaskUpdateRequest, reply_to: int) 
                 "a stream in capture cannot update a task group (use another stream)",
             )
             return
-        updated = stream.updating
+        updated = updated_by(stream)
         if group is not None:
             if updated is not None or group.updater is not None:
                 _refuse(
@@ -153,7 +155,7 @@ def task_update(session: Session, request: pb.TaskUpdateRequest, reply_to: int) 
                     else "another stream updates this task group now",
                 )
                 return
-            stream.updating, group.updater, group.next = group, stream, 0
+            begin_update(stream, group)
             session.respond(reply_to)
             return
         if updated is None:
@@ -164,7 +166,7 @@ def task_update(session: Session, request: pb.TaskUpdateRequest, reply_to: int) 
                 "the stream is not updating a task group (aclmdlRICaptureTaskUpdateBegin first)",
             )
             return
-        stream.updating = updated.updater = None
+        end_update(stream, updated)
         if updated.next < len(updated.tasks):
             _refuse(
                 session,

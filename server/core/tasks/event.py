@@ -62,8 +62,8 @@ class WaitTask(Task):
 
     def submitted(self) -> None:
         record = self.record = self.event.latest_record
-        if record is not None and record.stream.capture is not None and self.stream.capture is None:
-            record.stream.capture.join(self.stream)  # a wait on a captured record: a fork
+        if record is not None and record.stream.recorder is not None:
+            record.stream.recorder.followed(self)  # a wait on a captured record: a fork
 
     def start(self, scheduler: Scheduler) -> bool:
         stream, event = self.stream, self.event

@@ -8,6 +8,7 @@ runtime copies its context's overflow area there; resetting it clears it.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from simnpu.proto import codes
@@ -43,7 +44,7 @@ class OverflowStatusTask(Task):
         seq: int,
         stream: Stream,
         memory: OwnMemory,
-        devices: list[Device],
+        devices: Sequence[Device],
         address: int,
     ):
         super().__init__(seq, stream)

@@ -228,8 +228,7 @@ class Daemon:
             session.outbox.put(CLOSED)
         if self.server is not None:
             self.server.stop(grace=1).wait(5)
-        if self.observer is not None:
-            self.observer.stop()  # --trace / --check-report files
+        observer.daemon_stopping(self)  # --trace / --check-report files
         if self.scheduler is not None:
             if self.collectives is not None:
                 with self.scheduler.lock:
@@ -375,7 +374,7 @@ class Daemon:
             "pid": os.getpid(),
             "devices": [smi_view.device(self, d) for d in self.devices],  # (simnpu smi)
             "processes": [smi_view.process(s) for s in sessions],
-            "observe": self.observer.describe() if self.observer is not None else None,
+            "observe": observer.describe(self),
         }
 
 

@@ -120,10 +120,9 @@ class Session:
         only requests too big for it, which the ring thread takes in its order."""
         if self.fast_path.takes_stream_items(message.items):
             return
-        if (
-            message.site_seqs and self.daemon.observer is not None
-        ):  # an observed client's call sites
-            self.daemon.observer.sites(self.owner, self.seq, message.site_seqs, message.sites)
+        if message.site_seqs:  # an observed client's call sites
+            for subscriber in self.scheduler.subscribers:
+                subscriber.sites(self.owner, self.seq, message.site_seqs, message.sites)
         self.bulk = bulk
         for item in message.items:
             self.handle_item(item)
@@ -191,18 +190,19 @@ class Session:
         server/control/session_fast_path.py); `next_stream_item()` is the next request that went by
         the gRPC stream instead (None: the session ended; RingCorrupt: it never came). A malformed
         record ends the session: nothing after it can be found any more (RingCorrupt)."""
-        observer = self.daemon.observer
-        if observer is not None:  # forget the call sites of what was submitted before
-            observer.sites(self.owner, self.seq, (), ())
+        subscribers = self.scheduler.subscribers
+        for subscriber in subscribers:  # forget the call sites of what was submitted before
+            subscriber.sites(self.owner, self.seq, (), ())
         for piece in pieces:
             try:
                 for record in commands.decode(piece, ring=True):
                     kind = type(record)
                     if kind is commands.RingSite:  # this call's and the following calls'
-                        self._ring_site = record.site if observer is not None else None
+                        self._ring_site = record.site
                         continue
-                    if observer is not None and self._ring_site is not None:
-                        observer.site(self.owner, self.seq + 1, self._ring_site)
+                    if self._ring_site is not None:
+                        for subscriber in subscribers:
+                            subscriber.site(self.owner, self.seq + 1, self._ring_site)
                     if kind is commands.RingRequest:
                         self._ring_request(record.request)
                     elif kind is commands.RingStreamItem:
@@ -426,8 +426,8 @@ class Session:
 
         def finish() -> None:
             try:
-                if self.daemon.observer is not None:  # leaks, then forget its timeline/checks
-                    self.daemon.observer.session_closed(self.owner)
+                for subscriber in self.scheduler.subscribers:  # leaks, then forget its own
+                    subscriber.session_closed(self.owner)
                 self.release_all()
             finally:
                 on_closed(self)

@@ -36,11 +36,10 @@ from simnpu.server.core.streams import Failure, Stream
 from simnpu.server.core.tasks import DeviceWork, Task, TaskState
 from simnpu.server.core.unit_protocol import Accesses, Ready, WriteSignal
 from simnpu.server.core.waiters import Waiter
-from simnpu.server.observation import replays
 
 if TYPE_CHECKING:
     from simnpu.server.core.device import Device
-    from simnpu.server.observation.observer import Observer
+    from simnpu.server.core.subscriber import Subscriber
 
 log = logging.getLogger("simnpu.scheduler")
 
@@ -75,9 +74,8 @@ class Scheduler:
         # work handed out before the streams' (server/core/dispatcher.py): the daemon's is
         # HCCL's matched collectives (server/hccl/collectives.py)
         self.dispatcher: Dispatcher = IDLE
-        self.observer: Observer | None = (
-            None  # tracing and checking (server/observation/observer.py)
-        )
+        # who sees the work (server/core/subscriber.py): empty, every hook costs nothing
+        self.subscribers: tuple[Subscriber, ...] = ()
         self._started_ns = time.monotonic_ns()
 
     # ---- any thread ---------------------------------------------------------------------
@@ -99,6 +97,10 @@ class Scheduler:
 
     def call(self, function: Callable, *args: Any) -> None:
         self.post([(function, args)])
+
+    def subscribe(self, subscriber: Subscriber) -> None:
+        """`subscriber` sees the work from now on (under the lock)."""
+        self.subscribers = (*self.subscribers, subscriber)
 
     def note_deadline(self, deadline: float) -> None:
         """Someone set a deadline (under the lock): wake the thread if it sleeps past it."""
@@ -165,16 +167,12 @@ class Scheduler:
             return
         self.queue(task)
 
-    def _captured(self, task: Task) -> None:
-        if self.observer is not None:  # a checked client's call site stays with the task
-            replays.captured(self.observer, task)
-
     def queue(self, task: Task) -> None:
         """Queue a task whose `submitted()` has run at the tail of its stream (`submit`'s
         second half; a replay's tasks, server/graphs/replay_task.py)."""
         stream = task.stream
-        if self.observer is not None:
-            self.observer.submitted(task)
+        for subscriber in self.subscribers:
+            subscriber.submitted(task)
         if stream.context.failure is not None:  # stopped on failure: nothing more runs
             self.discard(task)
             if not stream.tasks:
@@ -196,8 +194,9 @@ class Scheduler:
 
     def complete(self, task: Task) -> None:
         """`task` (its stream's head) is done: its stream goes on."""
-        if task.probe:  # observed (a traced-only device task has False: nothing to do here)
-            self.observer.completing(task)  # type: ignore[union-attr]
+        if task.probe:  # followed (a traced-only device task has False: nothing to do here)
+            for subscriber in self.subscribers:
+                subscriber.completing(task)
         task.state = TaskState.DONE
         stream = task.stream
         head = stream.tasks.popleft()
@@ -352,7 +351,7 @@ class Scheduler:
     def _dispatch(self) -> None:
         if self.dispatcher.jobs:  # (matched collectives first: every rank of one waits for them)
             self.dispatcher.dispatch()
-        observed = self.observer is not None
+        lending = not self.subscribers  # (a subscriber sees every report before the client)
         for device in self.devices:
             for kind, ready in device.ready.items():
                 if not ready:
@@ -369,7 +368,7 @@ class Scheduler:
                     if finished:
                         ready.pop(index)
                         stream.queued_ready = False
-                    if whole is not None and not observed:
+                    if whole is not None and lending:
                         self._lend(unit, stream, whole.seq, items)
                     self.send(unit, items)
 
@@ -415,13 +414,15 @@ class Scheduler:
             self._results(unit, report)
         elif kind is Ready:
             unit.ready = True
-        elif kind is tuple and self.observer is not None:  # a checked kernel's Accesses
-            self.observer.accessed(unit, Accesses._make(report))
+        elif kind is tuple:  # a checked kernel's Accesses
+            accesses = Accesses._make(report)
+            for subscriber in self.subscribers:
+                subscriber.accessed(unit, accesses)
 
     def _results(self, unit: Unit, results: list) -> None:
         """A batch's results: Results, or the plain tuples of them a pipe carries."""
-        if self.observer is not None and self.observer.tracing:
-            self.observer.ran(unit, results)  # the timeline: what ran where, when
+        for subscriber in self.subscribers:
+            subscriber.ran(unit, results)  # the timeline: what ran where, when
         unit.deadline = None
         if unit.lent is not None:
             unit.lent.take_back()

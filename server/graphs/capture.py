@@ -108,7 +108,8 @@ class Capture:
 
     def take(self, task: Task, scheduler: Scheduler, submitted: bool = False) -> None:
         """A task submitted to a stream in this capture is recorded (`record`), not run."""
-        scheduler._captured(task)
+        for subscriber in scheduler.subscribers:  # (a checked client's call site stays with it)
+            subscriber.captured(task)
         self.record(task, submitted)
 
     def followed(self, task: Task) -> None:

@@ -1,20 +1,22 @@
 """Observability in the daemon: the timeline and the checkers, and the hooks that feed them.
 
 Off by default and free when off: the daemon has no Observer until `simnpu serve --trace /
---check` or a client's ObserveRequest asks for one; until then every hook in the command
-path is one `is not None` test. With an Observer, a client (its Owner) is observed (has a
-`Watch`) when the daemon observes everyone or the client asked; its tasks carry a `Probe`
-(submit time, call site, vector clock, the accesses a checked kernel reported). Unobserved
-clients' tasks have no probe and cost one dict look-up at submit.
+--check` or a client's ObserveRequest asks for one; until then the scheduler has no
+subscriber and every hook costs nothing (server/core/subscriber.py). The Observer is the
+scheduler's subscriber: a client (its Owner) is observed (has a `Watch`) when the daemon
+observes everyone or the client asked; its tasks carry a `Probe` (submit time, call site,
+vector clock, the accesses a checked kernel reported). Unobserved clients' tasks have no
+probe and cost one dict look-up at submit.
 
-Hooks (all under the scheduler lock unless said otherwise):
+Hooks (server/core/subscriber.py; all under the scheduler lock unless said otherwise):
 
-  Scheduler.submit        -> submitted(task)        probe, vector clock, checked kernels
-  KernelTask hand-out                               block range of a traced chunk
+  Scheduler.queue         -> submitted(task)        probe, vector clock, checked kernels
+  KernelTask hand-out     -> handed()               block range of a traced chunk
   Scheduler reports       -> ran(), accessed()      chunk times, kernel accesses
   Scheduler.complete      -> completing(task)       timeline record, checks, failures
-  captures and replays    -> server/observation/replays.py  captured sites, a model's tracks
-  Session.handle_message  -> sites()                the client's call sites (reader thread)
+  captures and replays    -> captured(), replaying(), joined(), replayed()
+                             (server/observation/replays.py): captured sites, a model's tracks
+  Session.handle_message  -> sites(), site()        the client's call sites (reader thread)
   handlers: sync/query/free/malloc, Session.close   host ordering, tombstones, leaks
   handlers: IPC import/close                        import call sites (unclosed imports)
 
@@ -26,6 +28,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from simnpu.proto import codes
@@ -57,6 +60,7 @@ if TYPE_CHECKING:
     from simnpu.server.control.session import Session
     from simnpu.server.core.owner import Owner
     from simnpu.server.core.scheduler import Scheduler
+    from simnpu.server.core.subscriber import Caller
 
 log = logging.getLogger("simnpu.observe")
 
@@ -136,12 +140,12 @@ class Observer:
 
     @classmethod
     def ensure(cls, session: Session) -> Observer:
-        """The daemon's observer, made and installed in the scheduler on first use."""
+        """The daemon's observer, made and subscribed to the scheduler on first use."""
         daemon, scheduler = session.daemon, session.scheduler
         with scheduler.lock:
             if daemon.observer is None:
                 daemon.observer = cls(daemon, scheduler, capacity=daemon.config.trace_buffer)
-                scheduler.observer = daemon.observer
+                scheduler.subscribe(daemon.observer)
             return daemon.observer
 
     # ---- sessions (reader threads) ---------------------------------------------------------------
@@ -162,7 +166,7 @@ class Observer:
                 self.tracing = True
             return watch
 
-    def sites(self, session: Owner, done: int, seqs, names) -> None:
+    def sites(self, session: Owner, done: int, seqs: Sequence[int], names: Sequence[str]) -> None:
         """The call sites of an observed client's calls (its calls up to `done` have been
         handled: theirs go)."""
         watch = self.watches.get(session)
@@ -211,9 +215,16 @@ class Observer:
             self.clocks.stamp(task, probe, owner, task.blocks_host)
             task.record_accesses()
 
+    def handed(self, token: int, first: int, last: int) -> None:
+        """A chunk of a launch went out: the timeline names a traced one's blocks."""
+        if self.tracing:
+            self.blocks[token] = (first, last)
+
     def ran(self, unit, results) -> None:
         """A unit's results, before the scheduler takes them: one timeline record for those
         of traced tasks (an HCCL collective's data movement has no probe)."""
+        if not self.tracing:
+            return
         inflight, blocks = unit.inflight, self.blocks
         runs = []
         for token, code, start, end, *_ in results:
@@ -252,6 +263,19 @@ class Observer:
         end = task.timestamp if task.timed and task.timestamp else time.monotonic_ns()
         self.timeline.done(task, end)
 
+    # ---- graphs (scheduler lock; server/observation/replays.py) --------------------------------
+    def captured(self, task) -> None:
+        replays.captured(self, task)
+
+    def replaying(self, stream, model: int, lanes) -> None:
+        replays.replaying(self, stream, model, lanes)
+
+    def joined(self, into, streams) -> None:
+        replays.joined(self, into, streams)
+
+    def replayed(self, into, streams) -> None:
+        replays.replayed(self, into, streams)
+
     # ---- host ordering (scheduler lock) ---------------------------------------------------------
     def host_synced(self, session, streams=(), record=None) -> None:
         """The host of `session` waits for (or saw complete) these streams / this record."""
@@ -288,7 +312,7 @@ class Observer:
             with self.scheduler.lock:
                 watch.import_sites.pop(key, None)
 
-    def freeing(self, client: Session, address: int) -> None:
+    def freeing(self, client: Caller, address: int) -> None:
         """aclrtFree of a live block of `client` (before it goes back to the allocator, or
         is kept for IPC importers: either way its owner has freed it, and may not use it)."""
         session = client.owner
@@ -652,8 +676,19 @@ def install(daemon: Daemon, scheduler: Scheduler) -> None:
         daemon.observer = Observer(
             daemon, scheduler, bits, config.trace_path, config.check_report, config.trace_buffer
         )
-        scheduler.observer = daemon.observer
+        scheduler.subscribe(daemon.observer)
         log.info("observing every client: %s", flags_.describe(bits))
+
+
+def daemon_stopping(daemon: Daemon) -> None:
+    """The daemon stops: its observer, if it has one, writes its trace and report files."""
+    if daemon.observer is not None:
+        daemon.observer.stop()
+
+
+def describe(daemon: Daemon) -> dict | None:
+    """What the daemon observes, for its description (simnpu smi); None: nothing."""
+    return daemon.observer.describe() if daemon.observer is not None else None
 
 
 def hello_flags(session: Session) -> int:

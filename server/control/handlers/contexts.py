@@ -61,8 +61,9 @@ def destroy_context(session: Session, request: pb.DestroyContextRequest, reply_t
         if request.drop_queued:
             for stream in streams:
                 scheduler.drop_pending(stream)
-        elif scheduler.observer is not None:  # the host waits for their tasks
-            scheduler.observer.host_synced(session.owner, streams)
+        else:
+            for subscriber in scheduler.subscribers:  # the host waits for their tasks
+                subscriber.host_synced(session.owner, streams)
         waiter = Waiter(lambda: all(not s.tasks for s in streams), lambda timed_out: finish())
         scheduler.watch(waiter, streams=streams)
 

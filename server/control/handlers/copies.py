@@ -129,7 +129,7 @@ def _staged(
         if carried != count:
             raise invalid(f"inline copy carries {carried} bytes, not {count}")
     device = dst if to_device else src
-    if not request.HasField("stream") and device.device >= 0 and session.daemon.observer is None:
+    if not request.HasField("stream") and device.device >= 0 and not session.scheduler.subscribers:
         memory = session.daemon.devices[device.device].region.map
         if to_device:
             _copy(

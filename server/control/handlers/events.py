@@ -87,8 +87,9 @@ def query_event(session: Session, request: pb.QueryEventRequest, reply_to: int) 
             done = event.flags == codes.ACL_EVENT_IPC
         else:
             done = record.state == TaskState.DONE
-        if done and record is not None and session.scheduler.observer is not None:
-            session.scheduler.observer.host_synced(session.owner, record=record)
+        if done and record is not None:
+            for subscriber in session.scheduler.subscribers:
+                subscriber.host_synced(session.owner, record=record)
         status = (
             codes.ACL_EVENT_RECORDED_STATUS_COMPLETE
             if done
@@ -114,8 +115,9 @@ def synchronize_event(
 
     def begin() -> None:
         record = event.latest_record
-        if record is not None and scheduler.observer is not None:
-            scheduler.observer.host_synced(session.owner, record=record)
+        if record is not None:
+            for subscriber in scheduler.subscribers:
+                subscriber.host_synced(session.owner, record=record)
 
         def finish(timed_out: bool) -> None:
             if timed_out:

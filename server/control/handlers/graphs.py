@@ -238,7 +238,7 @@ def replay_model(session: Session, record: commands.ReplayModel) -> None:
             stream,
             graph,
             _replay_stream_handle(session),
-            fuse=session.scheduler.observer is None,
+            fuse=not session.scheduler.subscribers,
         )
     )
 
@@ -257,7 +257,7 @@ def model_execute(session: Session, request: pb.ModelExecuteRequest, reply_to: i
         stream,
         graph,
         _replay_stream_handle(session),
-        fuse=session.scheduler.observer is None,
+        fuse=not session.scheduler.subscribers,
     )
     scheduler = session.scheduler
 

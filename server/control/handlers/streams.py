@@ -65,9 +65,8 @@ def wait_streams(
     scheduler), with the failure a synchronize reports (507046 at the deadline) and the
     client's device output."""
     targets = [(s, s.tasks[-1].seq) for s in streams if s.tasks]
-    observer = session.scheduler.observer
-    if observer is not None:  # the host will have seen these streams finish
-        observer.host_synced(session.owner, streams)
+    for subscriber in session.scheduler.subscribers:  # the host will have seen these finish
+        subscriber.host_synced(session.owner, streams)
 
     def finish(timed_out: bool) -> None:
         output = session.owner.output.take()  # what kernels printed (server/units/device_printf.py)
@@ -112,8 +111,9 @@ def destroy_stream(session: Session, request: pb.DestroyStreamRequest, reply_to:
     def begin() -> None:
         if request.force:
             scheduler.drop_pending(stream)
-        elif scheduler.observer is not None:  # the host waits for its tasks
-            scheduler.observer.host_synced(session.owner, [stream])
+        else:
+            for subscriber in scheduler.subscribers:  # the host waits for its tasks
+                subscriber.host_synced(session.owner, [stream])
         scheduler.watch(
             Waiter(lambda: not stream.tasks, lambda timed_out: finish()), streams=[stream]
         )
@@ -151,8 +151,9 @@ def query_stream(session: Session, request: pb.QueryStreamRequest, reply_to: int
             return
         signal = stream.signal
         done = not stream.tasks or (signal is not None and signal.covers(stream.tasks[-1].seq))
-        if done and session.scheduler.observer is not None:
-            session.scheduler.observer.host_synced(session.owner, [stream])
+        if done:
+            for subscriber in session.scheduler.subscribers:
+                subscriber.host_synced(session.owner, [stream])
         status = codes.ACL_STREAM_STATUS_COMPLETE if done else codes.ACL_STREAM_STATUS_NOT_READY
         session.respond(reply_to, pb.QueryStreamReply(status=status))
 

@@ -61,9 +61,9 @@ class Task:
         self.failure: Failure | None = None
         self.timestamp = 0  # when it ended (device clock); records: when the stream reached them
         self.waiters: list = []  # Waiters and streams to re-check when it completes
-        self.probe: object = (
-            None  # observed sessions: timeline and checking state (server/observation/observer.py)
-        )
+        # what a subscriber that follows it keeps on it (server/core/subscriber.py): the
+        # scheduler tells subscribers it completes only if it is true
+        self.probe: object = None
         # a launch of a thread using another stream's resource limits: that stream, whose
         # core limit bounds it instead of its own stream's (aclrtUseStreamResInCurrentThread)
         self.limits_from: Stream | None = None

@@ -85,7 +85,7 @@ class KernelTask(DeviceWork):
         self.args = args  # the parameter values; None until read_args has read them
         self.bounds = bounds  # (start, size) of the allocations it may touch
         self.read_args = read_args  # reads them from device memory (aclrtLaunchKernel)
-        self.checked = False  # an observer records what each block touches
+        self.checked = False  # its units record what each block touches (for a subscriber)
 
     @property
     def what(self) -> str:
@@ -135,9 +135,9 @@ class KernelTask(DeviceWork):
             items.append(LoadModule.pack(binary.id, binary.source, binary.filename))
             unit.loaded.add(binary.id)
         token = scheduler.hand(unit, self)
-        observer = scheduler.observer
-        if observer is not None and observer.tracing and last - first < self.num_blocks:
-            observer.blocks[token] = (first, last)  # the timeline names a partial launch's blocks
+        if last - first < self.num_blocks:  # the timeline names a partial launch's blocks
+            for subscriber in scheduler.subscribers:
+                subscriber.handed(token, first, last)
         self.state = TaskState.DISPATCHED
         self.handed = last
         self.out += 1

@@ -3,5 +3,7 @@ a client's session and its handlers (one module per ACL concept), the session's 
 path, configuration and the `simnpu serve` command, and who is at the other end of a
 session (credentials).
 
-May import: every other folder of simnpu.server, simnpu.proto and simnpu.shm.
+May import: every other folder of the daemon (simnpu.server.core, simnpu.server.units,
+simnpu.server.memory, simnpu.server.graphs, simnpu.server.hccl, simnpu.server.observation,
+simnpu.server.kernels), simnpu.proto and simnpu.shm.
 """

@@ -18,7 +18,7 @@ from importlib import resources
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
-from simnpu.proto import codes, npu_pb2, service, socket_folder
+from simnpu.proto import codes, npu_pb2, observe, service, socket_folder
 from simnpu.proto.errors import NpuError
 from simnpu.proto.kernel_abi import discover_kernels
 from simnpu.server.control.config import DaemonConfig
@@ -89,6 +89,26 @@ class Daemon:
             1, source, "<simnpu builtin kernels>", discover_kernels(source)
         )
 
+    def observe(self, flags: int = 0) -> Observer:
+        """The daemon's observer (server/observation/observer.py), made and subscribed to the
+        scheduler on first use: at start when `simnpu serve --trace / --check` asked for it
+        (`flags` for every client), else when a client first asks (ObserveRequest)."""
+        assert self.scheduler is not None, "the daemon runs"
+        with self.scheduler.lock:
+            if self.observer is None:
+                config = self.config
+                self.observer = Observer(
+                    self.scheduler,
+                    self.devices,
+                    self.ipc,
+                    flags,
+                    config.trace_path,
+                    config.check_report,
+                    config.trace_buffer,
+                )
+                self.scheduler.subscribe(self.observer)
+            return self.observer
+
     @property
     def kernels(self) -> KernelProcesses:
         """Where clients' own kernels run (server/units/kernel_processes.py)."""
@@ -130,7 +150,10 @@ class Daemon:
             worlds = self.collectives.worlds  # worlds across hosts (multihost.md)
             worlds.advertise = self.config.advertise
             worlds.token = self.config.token or ""
-            observer.install(self, self.scheduler)  # --trace / --check
+            bits = self.config.checks | (observe.TRACE if self.config.trace_path else 0)
+            if bits:  # --trace / --check: every client is observed from the start
+                self.observe(bits)
+                log.info("observing every client: %s", observe.describe(bits))
             self.jobs = Jobs(self.scheduler, self.collectives)
             self.scheduler.start()
             self._start_grpc()
@@ -228,7 +251,7 @@ class Daemon:
             session.outbox.put(CLOSED)
         if self.server is not None:
             self.server.stop(grace=1).wait(5)
-        observer.daemon_stopping(self)  # --trace / --check-report files
+        observer.write_files(self.observer)  # --trace / --check-report files
         if self.scheduler is not None:
             if self.collectives is not None:
                 with self.scheduler.lock:
@@ -367,14 +390,14 @@ class Daemon:
             view = memory_stats if what == "memory_stats" else memory_snapshot
             return view(self, self.devices[device_index])
         if what in ("trace", "check_report"):
-            return observer.query(self, what)
+            return observer.query(self.observer, what)
         with self._lock:
             sessions = list(self.sessions.values())
         return {
             "pid": os.getpid(),
             "devices": [smi_view.device(self, d) for d in self.devices],  # (simnpu smi)
             "processes": [smi_view.process(s) for s in sessions],
-            "observe": observer.describe(self),
+            "observe": observer.summary(self.observer),
         }
 
 

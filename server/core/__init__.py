@@ -6,6 +6,9 @@ as the scheduler sees them; the protocol between the scheduler and its units (th
 a batch and what a unit reports); the device's units and ready queues; notifies, count
 notifies and IPC events.
 
-May import: simnpu.proto, simnpu.shm and the core itself. Features (memory, graphs, HCCL,
-observation) reach the core through the interfaces it defines, never the other way round.
+May import: simnpu.server.core, simnpu.proto and simnpu.shm. Features reach the core through
+the interfaces it defines, never the other way round: graphs give streams their recorders
+(recorder.py), HCCL gives the scheduler its dispatcher (dispatcher.py), observation
+subscribes to the work (subscriber.py), the units carry batches through the executor
+(executor.py: the daemon's executor also maps memory's window table for its units).
 """

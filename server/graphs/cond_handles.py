@@ -13,7 +13,7 @@ ended its capture. Everything here runs under the scheduler lock.
 from __future__ import annotations
 
 import struct
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -22,8 +22,8 @@ from simnpu.proto.errors import NpuError
 from simnpu.server.core.tasks import HostCallbackTask
 
 if TYPE_CHECKING:
-    from simnpu.server.control.session import Session
     from simnpu.server.core.scheduler import Scheduler
+    from simnpu.server.core.tasks.base import OwnMemory
     from simnpu.server.core.unit_protocol import Span
     from simnpu.server.graphs.capture import Graph
 
@@ -124,15 +124,15 @@ def not_sub_model(graph: Graph, what: str) -> None:
         )
 
 
-def release(session: Session, graph: Graph) -> list[Graph]:
-    """`graph` is gone: its conditions' handles and memory go with it, and the captures
-    still open into the sub models of its cond tasks end; those sub models are returned (the
-    caller forgets them too)."""
+def release(graph: Graph, forget: Callable[[int], object], memory: OwnMemory) -> list[Graph]:
+    """`graph` is gone: its conditions' handles (`forget` removes one) and memory (the
+    client's `memory`) go with it, and the captures still open into the sub models of its
+    cond tasks end; those sub models are returned (the caller forgets them too)."""
     subs = []
     for cond in graph.conds:
-        session.handles.remove(cond.handle)
-        if cond.address in session.memory.allocations:  # (unless the client freed it)
-            session.memory.free(cond.address)
+        forget(cond.handle)
+        if cond.address in memory.allocations:  # (unless the client freed it)
+            memory.free(cond.address)
         for sub in cond.subs:
             if sub.capture is not None:
                 sub.capture.end(keep=False)

@@ -56,11 +56,11 @@ from simnpu.server.observation.timeline import (
 from simnpu.shm.addresses import split_device_address
 
 if TYPE_CHECKING:
-    from simnpu.server.control.daemon import Daemon
-    from simnpu.server.control.session import Session
     from simnpu.server.core.owner import Owner
     from simnpu.server.core.scheduler import Scheduler
     from simnpu.server.core.subscriber import Caller
+    from simnpu.server.memory.device_memory import DeviceWithMemory
+    from simnpu.server.memory.ipc_memory import IpcMemory
 
 log = logging.getLogger("simnpu.observe")
 
@@ -116,17 +116,22 @@ class Watch:
 
 
 class Observer:
+    """The timeline and the checkers of the daemon's `devices` (`ipc`: its IPC memory, whose
+    unclosed imports are leaks): the scheduler's subscriber once the control plane has made
+    it (server/control/daemon.py); `flags` are what every session gets."""
+
     def __init__(
         self,
-        daemon: Daemon,
         scheduler: Scheduler,
+        devices: Sequence[DeviceWithMemory],
+        ipc: IpcMemory,
         flags: int = 0,
         trace_path: str | None = None,
         report_path: str | None = None,
         capacity: int = DEFAULT_CAPACITY,
     ):
-        self.daemon = daemon
         self.scheduler = scheduler
+        self.devices, self.ipc = devices, ipc
         self.flags = flags  # what every session gets
         self.trace_path, self.report_path = trace_path, report_path
         self.started_ns = time.monotonic_ns()
@@ -137,16 +142,6 @@ class Observer:
         self.memory = MemoryMap()
         self.clocks = races.Clocks()
         self.findings = Findings()  # every session's, for the daemon's report
-
-    @classmethod
-    def ensure(cls, session: Session) -> Observer:
-        """The daemon's observer, made and subscribed to the scheduler on first use."""
-        daemon, scheduler = session.daemon, session.scheduler
-        with scheduler.lock:
-            if daemon.observer is None:
-                daemon.observer = cls(daemon, scheduler, capacity=daemon.config.trace_buffer)
-                scheduler.subscribe(daemon.observer)
-            return daemon.observer
 
     # ---- sessions (reader threads) ---------------------------------------------------------------
     def hello(self, session: Owner) -> int:
@@ -448,7 +443,7 @@ class Observer:
                 session,
                 getattr(task, "bounds", ()) or (),
                 probe.fault,
-                self.daemon.devices,
+                self.devices,
             )
             ref = self._ref(task, probe)
             text = f"{why}\n  in {task_line(ref, (probe.fault[3], probe.fault[3]))}"
@@ -610,7 +605,7 @@ class Observer:
                     watch.session,
                 )
             )
-        for export, opened, held in self.daemon.ipc.imports_of(watch.session):
+        for export, opened, held in self.ipc.imports_of(watch.session):
             site = watch.import_sites.get(export.key, "?")
             times = f" ({opened} imports)" if opened > 1 else ""
             text = (
@@ -668,38 +663,25 @@ def _what(task) -> str:
     return f"kernel {name}" if category == "kernel" else name
 
 
-def install(daemon: Daemon, scheduler: Scheduler) -> None:
-    """At daemon start: observe every client if `--trace` or `--check` asked for it."""
-    config = daemon.config
-    bits = config.checks | (TRACE if config.trace_path else 0)
-    if bits:
-        daemon.observer = Observer(
-            daemon, scheduler, bits, config.trace_path, config.check_report, config.trace_buffer
-        )
-        scheduler.subscribe(daemon.observer)
-        log.info("observing every client: %s", flags_.describe(bits))
-
-
-def daemon_stopping(daemon: Daemon) -> None:
+def write_files(observer: Observer | None) -> None:
     """The daemon stops: its observer, if it has one, writes its trace and report files."""
-    if daemon.observer is not None:
-        daemon.observer.stop()
+    if observer is not None:
+        observer.stop()
 
 
-def describe(daemon: Daemon) -> dict | None:
+def summary(observer: Observer | None) -> dict | None:
     """What the daemon observes, for its description (simnpu smi); None: nothing."""
-    return daemon.observer.describe() if daemon.observer is not None else None
+    return observer.describe() if observer is not None else None
 
 
-def hello_flags(session: Session) -> int:
-    """The observe flags a new session must honour (the daemon observes everyone)."""
-    observer = session.daemon.observer
-    return observer.hello(session.owner) if observer is not None else 0
+def hello_flags(observer: Observer | None, owner: Owner) -> int:
+    """The observe flags a new session (of `owner`) must honour: the daemon's observer
+    observes everyone."""
+    return observer.hello(owner) if observer is not None else 0
 
 
-def query(daemon, what: str) -> object:
+def query(observer: Observer | None, what: str) -> object:
     """The Query RPC's "trace" and "check_report" views."""
-    observer = daemon.observer
     if observer is None:
         return {
             "error": "this daemon records no timeline and checks nothing (start it with "

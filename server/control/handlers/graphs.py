@@ -284,7 +284,7 @@ def model_execute(session: Session, request: pb.ModelExecuteRequest, reply_to: i
 def _forget(session: Session, graph: Graph) -> None:
     """Remove the handles of `graph`, its streams and its listed tasks, and those of the
     sub models of its cond tasks."""
-    for sub in cond_handles.release(session, graph):
+    for sub in cond_handles.release(graph, session.handles.remove, session.memory):
         _forget(session, sub)
     session.handles.remove(graph.handle)
     for group in graph.groups:

@@ -31,7 +31,7 @@ def observe(session: Session, request: pb.ObserveRequest, reply_to: int) -> pb.O
         raise NpuError(
             codes.ACL_ERROR_RT_PARAM_INVALID, f"unknown observe flags {request.flags:#x}"
         )
-    observer = Observer.ensure(session)
+    observer = session.daemon.observe()
     return pb.ObserveReply(flags=observer.watch(session.owner, request.flags).flags)
 
 

@@ -14,7 +14,10 @@ re-checked as tasks complete, with deadlines. The scheduler knows units only thr
 `Executor` protocol (server/core/executor.py) and its owners only through `Owner` and the
 streams' completion signals (simnpu.shm.notify.StreamSignal): when a stream drains it
 publishes the signal, and when a unit gets the whole tail of a stream it may lend it the
-signal to write (`_lend`, the one place that decides who writes it).
+signal to write (`_lend`, the one place that decides who writes it). Features reach it
+through the core's interfaces only: a stream's recorder takes its tasks (recorder.py), the
+dispatcher's ready work goes out first (dispatcher.py), subscribers see the work
+(subscriber.py).
 """
 
 from __future__ import annotations

@@ -198,7 +198,7 @@ class Session:
                 for record in commands.decode(piece, ring=True):
                     kind = type(record)
                     if kind is commands.RingSite:  # this call's and the following calls'
-                        self._ring_site = record.site
+                        self._ring_site = record.site if subscribers else None
                         continue
                     if self._ring_site is not None:
                         for subscriber in subscribers:

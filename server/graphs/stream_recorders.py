@@ -4,9 +4,10 @@ The capture a stream is in holds it above the model it is bound to, which holds 
 the task group it updates (aclmdlRICaptureTaskUpdateBegin .. End): the stream holds the
 first of them it has (`Stream.recorder`), and a capture or a model keeps the one below it
 (`below`), which the stream gets back when they let it go. Binding, unbinding and updates
-are refused on a stream in capture, so only a task group ever goes in below another
-recorder. Under the scheduler lock (the finders also on a session's thread, reading what
-only the lock's holder changes, as they always have).
+are refused on a stream in capture, so a capture is the last recorder a stream gets and the
+first it loses; an update begun on a bound stream goes in below its model. Under the
+scheduler lock (the finders also on a session's thread, reading what only the lock's holder
+changes, as they always have).
 """
 
 from __future__ import annotations

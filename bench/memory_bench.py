@@ -315,13 +315,13 @@ def first_touch(address: str, rounds: int, size: int = 256 << 20) -> dict:
 
 
 def device_pairs(size: int, pairs: int) -> dict:
-    """p50 (µs) of Device.allocate + Device.free of `size` bytes in the daemon's own code
+    """p50 (µs) of DeviceWithMemory.allocate + free of `size` bytes in the daemon's own code
     (commit and, from 2 MiB free blocks, decommit included) on an otherwise empty 8 GiB
     device, one live 4 KiB block at its start."""
-    from simnpu.server.core.device import Device
+    from simnpu.server.memory.device_memory import DeviceWithMemory
     from simnpu.server.memory.host_memory import HostMemory
 
-    device = Device(0, 8 << 30, 1, 1, 0, HostMemory())
+    device = DeviceWithMemory(0, 8 << 30, 1, 1, 0, HostMemory())
     samples = []
     clock = time.perf_counter_ns
     try:

@@ -6,5 +6,7 @@ stand for: `handle_kinds.py`), the daemon's limits on clients (`client_limits.py
 AI-core limits clients set (`core_limits.py`), the session's fast path, configuration and the
 `simnpu serve` command, and who is at the other end of a session (credentials).
 
-May import: every other folder of simnpu.server, simnpu.proto and simnpu.shm.
+May import: every other folder of the daemon (simnpu.server.core, simnpu.server.units,
+simnpu.server.memory, simnpu.server.graphs, simnpu.server.hccl, simnpu.server.observation,
+simnpu.server.kernels), simnpu.proto and simnpu.shm.
 """

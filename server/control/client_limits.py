@@ -27,7 +27,7 @@ from simnpu.proto.errors import NpuError
 
 if TYPE_CHECKING:
     from simnpu.server.control.daemon_config import DaemonConfig
-    from simnpu.server.core.objects import Context
+    from simnpu.server.core.streams import Context
 
 
 class _Counted:

@@ -26,8 +26,9 @@ from simnpu.server.core.executor import UnitKind
 
 if TYPE_CHECKING:
     from simnpu.server.core.device import Device
-    from simnpu.server.core.objects import Owner, Stream
+    from simnpu.server.core.owner import Owner
     from simnpu.server.core.scheduler import Scheduler
+    from simnpu.server.core.streams import Stream
 
 LIMIT_TYPES = (codes.ACL_RT_DEV_RES_CUBE_CORE, codes.ACL_RT_DEV_RES_VECTOR_CORE)
 

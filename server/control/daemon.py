@@ -18,7 +18,7 @@ from importlib import resources
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
-from simnpu.proto import npu_pb2, service, socket_folder
+from simnpu.proto import npu_pb2, observe, service, socket_folder
 from simnpu.proto.kernel_abi import discover_kernels
 from simnpu.server.control.client_limits import ClientLimits
 from simnpu.server.control.credentials import Peer, Peers
@@ -26,17 +26,19 @@ from simnpu.server.control.daemon_config import DaemonConfig
 from simnpu.server.control.service import NpuServicer
 from simnpu.server.control.session import CLOSED, Session
 from simnpu.server.core.cnt_notifies import CntNotifies
-from simnpu.server.core.device import Device, WindowTable
 from simnpu.server.core.functions import Binary
 from simnpu.server.core.ipc_events import IpcEvents
 from simnpu.server.core.notifies import Notifies
 from simnpu.server.core.scheduler import Scheduler
+from simnpu.server.hccl.collectives import Collectives
 from simnpu.server.hccl.daemon_links import SERVER_KEEPALIVE
 from simnpu.server.hccl.job_rendezvous import Jobs
+from simnpu.server.memory.device_memory import DeviceWithMemory
 from simnpu.server.memory.host_memory import HostMemory
 from simnpu.server.memory.ipc_memory import IpcMemory
 from simnpu.server.memory.memory_views import memory_snapshot, memory_stats
 from simnpu.server.memory.shareable_memory import ShareableMemory
+from simnpu.server.memory.window_table import WindowTable
 from simnpu.server.observation import observer, smi_view  # noqa: F401 - handlers: registers every handler
 from simnpu.server.observation.observer import Observer
 from simnpu.server.units.kernel_processes import KernelProcesses
@@ -51,7 +53,7 @@ class Daemon:
         config.validate()
         self.config = config
         self.limits = ClientLimits(config)  # what one client may hold (client_limits.py)
-        self.devices: list[Device] = []
+        self.devices: list[DeviceWithMemory] = []
         self.ipc = IpcMemory(self.devices)  # exported device memory (aclrtIpcMem*)
         self.shareable = ShareableMemory()  # exported physical memory (aclrtMemExport...)
         self.notifies = Notifies()  # notifies, exported ones by key
@@ -74,6 +76,7 @@ class Daemon:
         self._socket_paths: list[str] = []  # socket files this daemon created (and removes)
         self.executor: ProcessExecutor | None = None
         self.scheduler: Scheduler | None = None
+        self.collectives: Collectives | None = None  # HCCL (server/hccl/collectives.py)
         self.observer: Observer | None = (
             None  # timeline and checkers (server/observation/observer.py), when asked for
         )
@@ -84,6 +87,26 @@ class Daemon:
         self.builtin_binary = Binary(
             1, source, "<simnpu builtin kernels>", discover_kernels(source)
         )
+
+    def observe(self, flags: int = 0) -> Observer:
+        """The daemon's observer (server/observation/observer.py), made and subscribed to the
+        scheduler on first use: at start when `simnpu serve --trace / --check` asked for it
+        (`flags` for every client), else when a client first asks (ObserveRequest)."""
+        assert self.scheduler is not None, "the daemon runs"
+        with self.scheduler.lock:
+            if self.observer is None:
+                config = self.config
+                self.observer = Observer(
+                    self.scheduler,
+                    self.devices,
+                    self.ipc,
+                    flags,
+                    config.trace_path,
+                    config.check_report,
+                    config.trace_buffer,
+                )
+                self.scheduler.subscribe(self.observer)
+            return self.observer
 
     @property
     def kernels(self) -> KernelProcesses:
@@ -101,7 +124,7 @@ class Daemon:
             units_per_device = self.config.ai_cores + self.config.copy_engines
             for index in range(self.config.devices):
                 self.devices.append(
-                    Device(
+                    DeviceWithMemory(
                         index,
                         self.config.memory_bytes,
                         self.config.ai_cores,
@@ -112,20 +135,25 @@ class Daemon:
                     )
                 )
             units = [unit for device in self.devices for unit in device.all_units()]
-            self.executor = ProcessExecutor(units, [device.region.name for device in self.devices])
+            self.executor = ProcessExecutor(
+                units, [device.region.name for device in self.devices], windows
+            )
             first = self.devices[0]
             first.started = True  # nearly every client uses it; the others start on first use
             self.executor.start(first.all_units())
             for device in self.devices:  # frees end the kernel processes that map the block
                 device.kernels = self.executor.kernels
-            self.scheduler = Scheduler(
-                self.devices, self.executor, self.config.op_timeout_s, windows
-            )
-            worlds = self.scheduler.collectives.worlds  # worlds across hosts (multihost.md)
+            self.scheduler = Scheduler(self.devices, self.executor, self.config.op_timeout_s)
+            self.collectives = Collectives(self.scheduler, self.devices)
+            self.scheduler.dispatcher = self.collectives  # matched collectives go out first
+            worlds = self.collectives.worlds  # worlds across hosts (multihost.md)
             worlds.advertise = self.config.advertise
             worlds.token = self.config.token or ""
-            observer.install(self, self.scheduler)  # --trace / --check
-            self.jobs = Jobs(self.scheduler)
+            bits = self.config.checks | (observe.TRACE if self.config.trace_path else 0)
+            if bits:  # --trace / --check: every client is observed from the start
+                self.observe(bits)
+                log.info("observing every client: %s", observe.describe(bits))
+            self.jobs = Jobs(self.scheduler, self.collectives)
             self.scheduler.start()
             self._start_grpc()
         except BaseException:
@@ -222,11 +250,11 @@ class Daemon:
             session.outbox.put(CLOSED)
         if self.server is not None:
             self.server.stop(grace=1).wait(5)
-        if self.observer is not None:
-            self.observer.stop()  # --trace / --check-report files
+        observer.write_files(self.observer)  # --trace / --check-report files
         if self.scheduler is not None:
-            with self.scheduler.lock:
-                self.scheduler.collectives.worlds.stop()  # engine processes, peer streams
+            if self.collectives is not None:
+                with self.scheduler.lock:
+                    self.collectives.worlds.stop()  # engine processes, peer streams
             self.scheduler.stop()
         if self.executor is not None:
             # under the scheduler lock: a session's post (its ring thread runs until the
@@ -256,7 +284,7 @@ class Daemon:
                 self.stop()
 
     # ---- sessions ------------------------------------------------------------------------------
-    def use_device(self, device: Device) -> None:
+    def use_device(self, device: DeviceWithMemory) -> None:
         """A session names `device`: launch its workers if they have not been (without
         waiting for them: its work waits in its streams until they are ready)."""
         with self._lock:
@@ -330,14 +358,14 @@ class Daemon:
             view = memory_stats if what == "memory_stats" else memory_snapshot
             return view(self, self.devices[device_index])
         if what in ("trace", "check_report"):
-            return observer.query(self, what)
+            return observer.query(self.observer, what)
         with self._lock:
             sessions = list(self.sessions.values())
         return {
             "pid": os.getpid(),
             "devices": [smi_view.device(self, d) for d in self.devices],  # (simnpu smi)
             "processes": [smi_view.process(s) for s in sessions],
-            "observe": self.observer.describe() if self.observer is not None else None,
+            "observe": observer.summary(self.observer),
         }
 
 

@@ -14,7 +14,7 @@ from simnpu.server.graphs.capture import Graph, Lane
 
 if TYPE_CHECKING:
     from simnpu.server.control.session import Session
-    from simnpu.server.core.objects import Context, Stream
+    from simnpu.server.core.streams import Context, Stream
     from simnpu.server.graphs.cond_handles import CondHandle
 
 

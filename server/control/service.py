@@ -143,7 +143,7 @@ class NpuServicer:
             context.abort(
                 grpc.StatusCode.INVALID_ARGUMENT, "simnpu: a Peer stream starts with a hello"
             )
-        worlds = self.daemon.scheduler.collectives.worlds
+        worlds = self.daemon.collectives.worlds
         jobs = self.daemon.jobs
         if worlds.advertise is None or jobs is None:
             context.abort(

@@ -38,9 +38,11 @@ from simnpu.server.core.cnt_notifies import CntNotify
 from simnpu.server.core.functions import Pinned
 from simnpu.server.core.ipc_events import OpenedEvent
 from simnpu.server.core.notifies import Notify
-from simnpu.server.core.objects import Context, Event, Failure, Owner, Stream, Waiter
+from simnpu.server.core.owner import Owner
+from simnpu.server.core.streams import Context, Event, Failure, Stream
 from simnpu.server.core.tasks import Task, TaskState
 from simnpu.server.core.untrusted import escaped
+from simnpu.server.core.waiters import Waiter
 from simnpu.server.graphs.capture import invalidate_capture
 from simnpu.server.memory.client_memory import ClientMemory
 from simnpu.shm.region import Region
@@ -48,8 +50,9 @@ from simnpu.shm.ring import RingCorrupt
 
 if TYPE_CHECKING:
     from simnpu.server.control.daemon import Daemon
-    from simnpu.server.core.device import Device
     from simnpu.server.core.scheduler import Scheduler
+    from simnpu.server.hccl.collectives import Collectives
+    from simnpu.server.memory.device_memory import DeviceWithMemory
 
 log = logging.getLogger("simnpu.session")
 
@@ -116,7 +119,9 @@ class Session:
     def __init__(self, daemon: Daemon, session_id: int, peer: str):
         self.daemon = daemon
         assert daemon.scheduler is not None, "sessions open once the daemon runs"
+        assert daemon.collectives is not None, "sessions open once the daemon runs"
         self.scheduler: Scheduler = daemon.scheduler
+        self.collectives: Collectives = daemon.collectives  # HCCL (server/hccl/collectives.py)
         self.id = session_id
         self.peer = peer
         self.owner = Owner(session_id, self._announce)
@@ -168,10 +173,9 @@ class Session:
         only requests too big for it, which the ring thread takes in its order."""
         if self.fast_path.takes_stream_items(message.items):
             return
-        if (
-            message.site_seqs and self.daemon.observer is not None
-        ):  # an observed client's call sites
-            self.daemon.observer.sites(self.owner, self.seq, message.site_seqs, message.sites)
+        if message.site_seqs:  # an observed client's call sites
+            for subscriber in self.scheduler.subscribers:
+                subscriber.sites(self.owner, self.seq, message.site_seqs, message.sites)
         self.bulk = bulk
         for item in message.items:
             self.handle_item(item)
@@ -239,18 +243,19 @@ class Session:
         server/control/session_fast_path.py); `next_stream_item()` is the next request that went by
         the gRPC stream instead (None: the session ended; RingCorrupt: it never came). A malformed
         record ends the session: nothing after it can be found any more (RingCorrupt)."""
-        observer = self.daemon.observer
-        if observer is not None:  # forget the call sites of what was submitted before
-            observer.sites(self.owner, self.seq, (), ())
+        subscribers = self.scheduler.subscribers
+        for subscriber in subscribers:  # forget the call sites of what was submitted before
+            subscriber.sites(self.owner, self.seq, (), ())
         for piece in pieces:
             try:
                 for record in commands.decode(piece, ring=True):
                     kind = type(record)
                     if kind is commands.RingSite:  # this call's and the following calls'
-                        self._ring_site = record.site if observer is not None else None
+                        self._ring_site = record.site if subscribers else None
                         continue
-                    if observer is not None and self._ring_site is not None:
-                        observer.site(self.owner, self.seq + 1, self._ring_site)
+                    if self._ring_site is not None:
+                        for subscriber in subscribers:
+                            subscriber.site(self.owner, self.seq + 1, self._ring_site)
                     if kind is commands.RingRequest:
                         self._ring_request(record.request)
                     elif kind is commands.RingStreamItem:
@@ -376,7 +381,7 @@ class Session:
             self.owner.rejected = Failure(error.code, f"{error.message} (task {seq})", seq)
         self._batch.append((self.scheduler.rejected, (self.owner, seq)))
 
-    def device(self, index: int) -> Device:
+    def device(self, index: int) -> DeviceWithMemory:
         if not 0 <= index < len(self.daemon.devices):
             raise NpuError(
                 codes.ACL_ERROR_RT_INVALID_DEVICEID,
@@ -493,7 +498,7 @@ class Session:
         scheduler = self.scheduler
 
         def begin() -> None:
-            scheduler.collectives.session_closed(self)  # its ranks are gone: peers must not wait
+            self.collectives.session_closed(self)  # its ranks are gone: peers must not wait
             if self.daemon.jobs is not None:  # its job arrivals at other hosts' seeds depart
                 self.daemon.jobs.session_closed(self)
             for stream in streams:
@@ -506,8 +511,8 @@ class Session:
 
         def finish() -> None:
             try:
-                if self.daemon.observer is not None:  # leaks, then forget its timeline/checks
-                    self.daemon.observer.session_closed(self.owner)
+                for subscriber in self.scheduler.subscribers:  # leaks, then forget its own
+                    subscriber.session_closed(self.owner)
                 self.release_all()
             finally:
                 on_closed(self)

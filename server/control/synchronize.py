@@ -13,12 +13,13 @@ from typing import TYPE_CHECKING
 from simnpu.proto import codes
 from simnpu.proto import npu_pb2 as pb
 from simnpu.proto.errors import invalid
-from simnpu.server.core.objects import Waiter
+from simnpu.server.core.waiters import Waiter
 
 if TYPE_CHECKING:
     from simnpu.server.control.session import Session
-    from simnpu.server.core.objects import Failure, Owner, Stream
+    from simnpu.server.core.owner import Owner
     from simnpu.server.core.scheduler import Scheduler
+    from simnpu.server.core.streams import Failure, Stream
     from simnpu.server.core.tasks import RecordTask
 
 
@@ -68,9 +69,8 @@ def wait_streams(
     scheduler), with the failure a synchronize reports (507046 at the deadline) and the
     client's device output."""
     targets = [(s, s.tasks[-1].seq) for s in streams if s.tasks]
-    observer = session.scheduler.observer
-    if observer is not None:  # the host will have seen these streams finish
-        observer.host_synced(session.owner, streams)
+    for subscriber in session.scheduler.subscribers:  # the host will have seen these finish
+        subscriber.host_synced(session.owner, streams)
 
     def finish(timed_out: bool) -> None:
         output = session.owner.output.take()  # what kernels printed (server/units/device_printf.py)
@@ -98,8 +98,9 @@ def when_drained(
     if drop:
         for stream in streams:
             scheduler.drop_pending(stream)
-    elif scheduler.observer is not None:  # the host waits for their tasks
-        scheduler.observer.host_synced(session.owner, streams)
+    else:
+        for subscriber in scheduler.subscribers:  # the host waits for their tasks
+            subscriber.host_synced(session.owner, streams)
     waiter = Waiter(lambda: all(not s.tasks for s in streams), lambda timed_out: then())
     scheduler.watch(waiter, streams=streams)
 

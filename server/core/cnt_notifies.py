@@ -18,7 +18,7 @@ from simnpu.proto import codes
 from simnpu.proto.errors import NpuError, invalid
 
 if TYPE_CHECKING:
-    from simnpu.server.core.objects import Stream
+    from simnpu.server.core.streams import Stream
 
 MAX_CNT_NOTIFIES_PER_DEVICE = 8192
 """Count notifies one device has for all its clients (as many as notifies)."""

@@ -12,7 +12,7 @@ from simnpu.proto.errors import NpuError
 from simnpu.server.core.tasks import TaskState
 
 if TYPE_CHECKING:
-    from simnpu.server.core.objects import Event
+    from simnpu.server.core.streams import Event
 
 
 def complete(event: Event) -> bool:

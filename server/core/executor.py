@@ -4,7 +4,8 @@ executor that carries batches to them and their reports back.
 The scheduler depends on the `Executor` protocol only. The daemon's executor runs each unit
 as a worker process (server/units/workers.py); unit tests use one that runs units in threads of
 the test process. A `Unit` is the scheduler's book of one unit: what it runs now and since
-when, which kernel modules it has loaded, what it must forget.
+when, which kernel modules it has loaded, and what the executor must have it unmap and map
+before its next batch (`Windows`).
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
-    from simnpu.server.core.objects import Owner
+    from simnpu.server.core.owner import Owner
     from simnpu.shm.notify import StreamSignal
 
 
@@ -59,8 +60,9 @@ class Unit:
         self.inflight: dict[int, Any] = {}  # token -> the work it belongs to, of the running batch
         self.deadline: float | None = None
         self.loaded: set[int] = set()  # binary ids whose module it has executed
-        self.forget: list[str] = []  # unlinked segments to unmap, sent with the next batch
-        self.windows = -1  # the version of the WindowTable it maps (server/core/device.py)
+        # what the executor sends a trusted unit before its next batch (Executor.send):
+        self.forget: list[str] = []  # unlinked segments to unmap
+        self.windows = -1  # the version of the window table it maps (Windows)
         self.lent: StreamSignal | None = None  # the signal it writes after its batch, if any
 
     @property
@@ -79,8 +81,11 @@ class Executor(Protocol):
 
     def send(self, unit: Unit, batch: list, tenant: Owner | None = None) -> None:
         """Hand `unit` a batch (server/core/unit_protocol.py); a batch of `tenant`'s own kernels
-        runs in a process of that client alone (server/units/kernel_processes.py). Raises OSError if
-        the unit (or the tenant's process) is gone."""
+        runs in a process of that client alone (server/units/kernel_processes.py). A trusted
+        unit (no tenant) gets first what it must map: the segments it must forget
+        (`Unit.forget`, ForgetSegment) and the window table if it changed since its last
+        batch (`Windows`, MapWindows), so an aclrtMapMem is visible to the next batch of every
+        unit. Raises OSError if the unit (or the tenant's process) is gone."""
 
     def cancel(self, unit: Unit, tokens: list[int]) -> None:
         """Ask `unit` to skip kernels of its running batch (best effort)."""
@@ -99,6 +104,18 @@ class Executor(Protocol):
 
     def stop(self) -> None:
         """Stop every unit."""
+
+
+class Windows(Protocol):
+    """What trusted units map at reserved addresses (server/memory/window_table.py): the
+    entries and a version that changes with them, which `Unit.windows` is compared with.
+    Read without a lock: both are replaced whole."""
+
+    @property
+    def version(self) -> int: ...
+
+    @property
+    def entries(self) -> tuple[tuple[int, int, int, int, str], ...]: ...
 
 
 LOST = object()  # the report of a unit whose process (or thread) is gone

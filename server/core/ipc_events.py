@@ -26,7 +26,7 @@ from simnpu.proto import codes
 from simnpu.proto.errors import NpuError, invalid
 
 if TYPE_CHECKING:
-    from simnpu.server.core.objects import Context, Event
+    from simnpu.server.core.streams import Context, Event
 
 HANDLE_SIZE = 64
 """ACL_IPC_EVENT_HANDLE_SIZE: the bytes of an aclrtIpcEventHandle."""

@@ -26,7 +26,8 @@ from simnpu.proto import codes
 from simnpu.proto.errors import NpuError, invalid
 
 if TYPE_CHECKING:
-    from simnpu.server.core.objects import Owner, Stream
+    from simnpu.server.core.owner import Owner
+    from simnpu.server.core.streams import Stream
 
 MAX_NOTIFIES_PER_DEVICE = 8192
 """Notifies one device has for all its clients (Atlas A2/A3 training parts)."""

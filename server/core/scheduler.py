@@ -14,7 +14,10 @@ re-checked as tasks complete, with deadlines. The scheduler knows units only thr
 `Executor` protocol (server/core/executor.py) and its owners only through `Owner` and the
 streams' completion signals (simnpu.shm.notify.StreamSignal): when a stream drains it
 publishes the signal, and when a unit gets the whole tail of a stream it may lend it the
-signal to write (`_lend`, the one place that decides who writes it).
+signal to write (`_lend`, the one place that decides who writes it). Features reach it
+through the core's interfaces only: a stream's recorder takes its tasks (recorder.py), the
+dispatcher's ready work goes out first (dispatcher.py), subscribers see the work
+(subscriber.py).
 """
 
 from __future__ import annotations
@@ -29,17 +32,17 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 from simnpu.proto import codes
-from simnpu.server.core.device import WindowTable
+from simnpu.server.core.dispatcher import IDLE, Dispatcher
 from simnpu.server.core.executor import LOST, Executor, Unit, UnitKind
-from simnpu.server.core.objects import Failure, Owner, Stream, Waiter
+from simnpu.server.core.owner import Owner
+from simnpu.server.core.streams import Failure, Stream
 from simnpu.server.core.tasks import DeviceWork, Task, TaskState
-from simnpu.server.core.unit_protocol import Accesses, ForgetSegment, MapWindows, Ready, WriteSignal
-from simnpu.server.hccl.collectives import Collectives
-from simnpu.server.observation import replays
+from simnpu.server.core.unit_protocol import Accesses, Ready, WriteSignal
+from simnpu.server.core.waiters import Waiter
 
 if TYPE_CHECKING:
     from simnpu.server.core.device import Device
-    from simnpu.server.observation.observer import Observer
+    from simnpu.server.core.subscriber import Subscriber
 
 log = logging.getLogger("simnpu.scheduler")
 
@@ -57,10 +60,8 @@ class Scheduler:
         devices: Sequence[Device],
         executor: Executor,
         op_timeout_s: float,
-        windows: WindowTable | None = None,
     ):
         self.devices = devices
-        self.windows = windows if windows is not None else WindowTable()
         self.executor = executor
         self.op_timeout_s = op_timeout_s
         self.lock = threading.RLock()  # held while any scheduler state is read or changed
@@ -73,10 +74,11 @@ class Scheduler:
         self._tokens = itertools.count(1)
         self._stopping = False
         self._thread = threading.Thread(target=self._run, name="simnpu-scheduler", daemon=True)
-        self.collectives = Collectives(self)  # HCCL collectives (server/hccl/collectives.py)
-        self.observer: Observer | None = (
-            None  # tracing and checking (server/observation/observer.py)
-        )
+        # work handed out before the streams' (server/core/dispatcher.py): the daemon's is
+        # HCCL's matched collectives (server/hccl/collectives.py)
+        self.dispatcher: Dispatcher = IDLE
+        # who sees the work (server/core/subscriber.py): empty, every hook costs nothing
+        self.subscribers: tuple[Subscriber, ...] = ()
         self._started_ns = time.monotonic_ns()
 
     # ---- any thread ---------------------------------------------------------------------
@@ -98,6 +100,10 @@ class Scheduler:
 
     def call(self, function: Callable, *args: Any) -> None:
         self.post([(function, args)])
+
+    def subscribe(self, subscriber: Subscriber) -> None:
+        """`subscriber` sees the work from now on (under the lock)."""
+        self.subscribers = (*self.subscribers, subscriber)
 
     def note_deadline(self, deadline: float) -> None:
         """Someone set a deadline (under the lock): wake the thread if it sleeps past it."""
@@ -148,36 +154,28 @@ class Scheduler:
 
     # ---- stream progress --------------------------------------------------------------------
     def submit(self, task: Task) -> None:
-        """Queue a task at the tail of its stream."""
+        """Queue a task at the tail of its stream, unless the stream's recorder takes it
+        (server/core/recorder.py)."""
         stream = task.stream
-        if stream.capture is not None:  # recorded, not run (server/graphs/capture.py)
-            self._captured(task)
-            stream.capture.record(task)
-            return
-        if stream.bound is not None:  # recorded into a model (server/graphs/model_build.py)
-            stream.bound.record(task)
-            return
-        if (
-            stream.updating is not None
-        ):  # a kernel updates a task group (server/graphs/task_groups.py)
-            task = stream.updating.update(task)
+        recorder = stream.recorder
+        if recorder is not None:
+            taken = recorder.take(task, self)
+            if taken is None:
+                return
+            task = taken
         task.submitted()
-        if stream.capture is not None:  # a wait on a captured record pulled its stream in
-            self._captured(task)
-            stream.capture.record(task, submitted=True)
+        pulled = stream.recorder
+        if pulled is not recorder and pulled is not None:  # a wait for a recorded task pulled
+            pulled.take(task, self, submitted=True)  # its stream in: that recorder takes it
             return
         self.queue(task)
-
-    def _captured(self, task: Task) -> None:
-        if self.observer is not None:  # a checked client's call site stays with the task
-            replays.captured(self.observer, task)
 
     def queue(self, task: Task) -> None:
         """Queue a task whose `submitted()` has run at the tail of its stream (`submit`'s
         second half; a replay's tasks, server/graphs/replay_task.py)."""
         stream = task.stream
-        if self.observer is not None:
-            self.observer.submitted(task)
+        for subscriber in self.subscribers:
+            subscriber.submitted(task)
         if stream.context.failure is not None:  # stopped on failure: nothing more runs
             self.discard(task)
             if not stream.tasks:
@@ -199,8 +197,9 @@ class Scheduler:
 
     def complete(self, task: Task) -> None:
         """`task` (its stream's head) is done: its stream goes on."""
-        if task.probe:  # observed (a traced-only device task has False: nothing to do here)
-            self.observer.completing(task)  # type: ignore[union-attr]
+        if task.probe:  # followed (a traced-only device task has False: nothing to do here)
+            for subscriber in self.subscribers:
+                subscriber.completing(task)
         task.state = TaskState.DONE
         stream = task.stream
         head = stream.tasks.popleft()
@@ -353,9 +352,9 @@ class Scheduler:
         return token
 
     def _dispatch(self) -> None:
-        if self.collectives.jobs:  # matched collectives first: every rank of one waits for them
-            self.collectives.dispatch()
-        observed = self.observer is not None
+        if self.dispatcher.jobs:  # (matched collectives first: every rank of one waits for them)
+            self.dispatcher.dispatch()
+        lending = not self.subscribers  # (a subscriber sees every report before the client)
         for device in self.devices:
             for kind, ready in device.ready.items():
                 if not ready:
@@ -372,7 +371,7 @@ class Scheduler:
                     if finished:
                         ready.pop(index)
                         stream.queued_ready = False
-                    if whole is not None and not observed:
+                    if whole is not None and lending:
                         self._lend(unit, stream, whole.seq, items)
                     self.send(unit, items)
 
@@ -395,24 +394,16 @@ class Scheduler:
 
     def send(self, unit: Unit, items: list) -> None:
         """Hand `unit` a batch, with its operator-timeout deadline. A batch of a client's
-        own kernels goes to that client's kernel process for the unit (its tenant)."""
+        own kernels goes to that client's kernel process for the unit (its tenant); the
+        executor brings a trusted unit's mappings up to date first (Executor.send)."""
         work = next(iter(unit.inflight.values()))
-        tenant = work.tenant
-        if tenant is None:
-            if unit.forget:
-                items = [ForgetSegment.pack(name) for name in unit.forget] + items
-                unit.forget = []
-            windows = self.windows
-            if unit.windows != windows.version:  # aclrtMapMem since: map before the work
-                unit.windows = windows.version
-                items = [MapWindows.pack(windows.entries), *items]
         timeout = (
             getattr(work, "timeout_s", None) or work.stream.owner.op_timeout_s or self.op_timeout_s
         )
         unit.deadline = time.monotonic() + timeout * len(unit.inflight)
         self.note_deadline(unit.deadline)
         try:
-            self.executor.send(unit, items, tenant)
+            self.executor.send(unit, items, work.tenant)
         except OSError:
             self._lost(unit, _lost_code(unit), None)
 
@@ -426,13 +417,15 @@ class Scheduler:
             self._results(unit, report)
         elif kind is Ready:
             unit.ready = True
-        elif kind is tuple and self.observer is not None:  # a checked kernel's Accesses
-            self.observer.accessed(unit, Accesses._make(report))
+        elif kind is tuple:  # a checked kernel's Accesses
+            accesses = Accesses._make(report)
+            for subscriber in self.subscribers:
+                subscriber.accessed(unit, accesses)
 
     def _results(self, unit: Unit, results: list) -> None:
         """A batch's results: Results, or the plain tuples of them a pipe carries."""
-        if self.observer is not None and self.observer.tracing:
-            self.observer.ran(unit, results)  # the timeline: what ran where, when
+        for subscriber in self.subscribers:
+            subscriber.ran(unit, results)  # the timeline: what ran where, when
         unit.deadline = None
         if unit.lent is not None:
             unit.lent.take_back()
@@ -536,8 +529,8 @@ class Scheduler:
         deadlines = [unit.deadline for unit in self.executor.units if unit.deadline is not None]
         if self._timers:
             deadlines.append(self._timers[0][0])
-        if self.collectives.deadline is not None:
-            deadlines.append(self.collectives.deadline)
+        if self.dispatcher.deadline is not None:
+            deadlines.append(self.dispatcher.deadline)
         if not deadlines:
             return NAP_S
         return min(max(0.0, min(deadlines) - time.monotonic()), NAP_S)
@@ -547,8 +540,9 @@ class Scheduler:
         while self._timers and self._timers[0][0] <= now:
             _, _, waiter = heapq.heappop(self._timers)
             waiter.settle(timed_out=True)
-        if self.collectives.deadline is not None and self.collectives.deadline <= now:
-            self.collectives.expire(now)
+        deadline = self.dispatcher.deadline
+        if deadline is not None and deadline <= now:
+            self.dispatcher.expire(now)
         for unit in self.executor.units:
             if unit.deadline is not None and unit.deadline <= now and unit.inflight:
                 self._lost(
@@ -609,7 +603,7 @@ def _failure_pending(stream: Stream) -> bool:
     output (server/units/device_printf.py) that its reply carries?"""
     return (
         stream.failure is not None
-        or stream.capture is not None  # a synchronize is refused (107027)
+        or (stream.recorder is not None and stream.recorder.refuses_synchronize)  # (107027)
         or stream.context.failure is not None
         or stream.owner.rejected is not None
         or stream.owner.output.pending
@@ -619,7 +613,7 @@ def _failure_pending(stream: Stream) -> bool:
 def drained(stream: Stream, seq: int) -> None:
     """`stream` ran (or dropped) everything up to `seq` and has nothing queued."""
     if stream.signal is not None:
-        stream.signal.publish(max(seq, stream.captured_upto), _failure_pending(stream))
+        stream.signal.publish(max(seq, stream.recorded_upto), _failure_pending(stream))
 
 
 def _lost_code(unit: Unit) -> int:

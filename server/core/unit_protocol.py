@@ -97,6 +97,16 @@ class WriteSignal(_WriteSignalFields, _Item):
     TAG = 2
 
 
+class CheckedBounds(tuple):
+    """The bounds of a launch whose accesses the unit must record (server/units/access_log.py;
+    a plain tuple otherwise)."""
+
+    __slots__ = ()
+
+    def __reduce__(self):
+        return (CheckedBounds, (tuple(self),))
+
+
 class _RunKernelFields(NamedTuple):
     token: int
     binary: int
@@ -320,6 +330,16 @@ def next_message(conn: Connection, incoming: select.poll) -> Any:
 
 
 # ---- unit -> scheduler --------------------------------------------------------------------------
+TASK_SPACE = 64 << 10
+"""Characters (DumpHead lines included) one piece of a launch may print into its Result's
+output (server/units/device_printf.py); the unit cuts the rest."""
+MAX_OUTPUT = TASK_SPACE + 1024
+"""The longest output a kernel process may report for one result (decode_report cuts it),
+and what the daemon keeps of all the pieces of one launch (server/core/owner.py)."""
+INCOMPLETE = "Remain block space is not enough, printing information may be incomplete!\n"
+"""The line that says a launch's output was cut, as the real dump parser prints it."""
+
+
 class Result(NamedTuple):
     """What a unit reports of an item with a token: a batch's results are a list of them."""
 

@@ -1,10 +1,13 @@
 """Graph capture and replay (aclmdlRI): the capture state of streams, the recorded graph of a
 model run instance, and what a replay of it submits (docs/graph-capture.md).
 
-A stream in capture has `stream.capture` set; `Scheduler.submit` hands its tasks to
-`Capture.record` instead of queueing them, so every task kind is recorded the same way. A
-wait on an event recorded in a capture pulls its stream into that capture (`Capture.join`,
-from `WaitTask.submitted`). Everything here runs under the scheduler lock.
+A capture is the recorder of the streams in it (`Stream.recorder`, server/core/recorder.py):
+`Scheduler.submit` hands their tasks to `Capture.take`, which records them instead of
+queueing them, so every task kind is recorded the same way. A wait on an event recorded in
+a capture pulls its stream into that capture (`Capture.followed`, from
+`WaitTask.submitted`). A capture holds its streams above the recorders they had (a model
+they are bound to, a task group they update), which they get back when it ends. Everything
+here runs under the scheduler lock.
 """
 
 from __future__ import annotations
@@ -15,13 +18,15 @@ from typing import TYPE_CHECKING
 
 from simnpu.proto import codes
 from simnpu.proto.errors import NpuError
-from simnpu.server.core.objects import Stream
 from simnpu.server.core.scheduler import drained
+from simnpu.server.core.streams import Stream
 from simnpu.server.core.tasks import RecordTask, Task, WaitTask
 from simnpu.server.graphs.task_groups import TaskGroup, UpdateStatus, admitted
 
 if TYPE_CHECKING:
-    from simnpu.server.core.objects import Context, Event
+    from simnpu.server.core.recorder import Recorder
+    from simnpu.server.core.scheduler import Scheduler
+    from simnpu.server.core.streams import Context, Event
     from simnpu.server.graphs.cond_handles import CondHandle
     from simnpu.server.graphs.model_build import Build
     from simnpu.server.graphs.replay_task import ReplayTask
@@ -72,7 +77,10 @@ class Graph:
 
 
 class Capture:
-    """A capture in progress into `graph`, begun on `origin` in `mode`."""
+    """A capture in progress into `graph`, begun on `origin` in `mode`: the recorder of the
+    streams in it (server/core/recorder.py)."""
+
+    refuses_synchronize = True  # a synchronize of a stream in capture is refused (107027)
 
     def __init__(self, graph: Graph, origin: Stream, mode: int, new_lane: Callable[[Stream], Lane]):
         self.graph = graph
@@ -85,22 +93,36 @@ class Capture:
         self.first = len(graph.order)  # where this capture's tasks begin (appending to a model)
         self.groups: dict[Stream, TaskGroup] = {}  # task groups open now, by stream
         self.group_error: tuple[int, str] | None = None  # what their ends report
+        self.below: dict[Stream, Recorder | None] = {}  # each stream's recorder before it
         graph.capture = self
         self.join(origin)
 
     def join(self, stream: Stream) -> None:
         """`stream` records into this capture from now on (the origin, or a fork)."""
-        stream.capture = self
         if stream not in self.lanes:
+            self.below[stream] = stream.recorder
             lane = self.new_lane(stream)
             self.lanes[stream] = lane
             self.graph.lanes.append(lane)
+        stream.recorder = self
+
+    def take(self, task: Task, scheduler: Scheduler, submitted: bool = False) -> None:
+        """A task submitted to a stream in this capture is recorded (`record`), not run."""
+        for subscriber in scheduler.subscribers:  # (a checked client's call site stays with it)
+            subscriber.captured(task)
+        self.record(task, submitted)
+
+    def followed(self, task: Task) -> None:
+        """A wait on an event recorded in this capture pulls its stream in (a fork), unless
+        the stream is in a capture already (this one, or another: `record` refuses it)."""
+        if not isinstance(task.stream.recorder, Capture):
+            self.join(task.stream)
 
     def record(self, task: Task, submitted: bool = False) -> None:
         """`task` of a stream in this capture is recorded, not run; a kind that cannot be
         replayed invalidates the capture."""
         stream = task.stream
-        stream.captured_upto = task.seq
+        stream.recorded_upto = task.seq
         if not stream.tasks and stream.signal is not None:  # a synchronize asks the daemon
             stream.signal.publish(task.seq, True)
         if not task.capturable:  # (not even submitted: it must leave no trace)
@@ -115,7 +137,7 @@ class Capture:
         if self.invalid is not None:
             return
         if type(task) is WaitTask and task.record is not None:
-            other = task.record.stream.capture
+            other = capture_of(task.record.stream)
             if other is not None and other is not self:
                 self.invalid = f"task {task.seq} waits for an event recorded in another capture"
                 return
@@ -154,9 +176,9 @@ class Capture:
         for event, record in self.restore.items():
             event.latest_record = record
         for stream in self.lanes:
-            stream.capture = None
+            stream.recorder = self.below[stream]
             if not stream.tasks:
-                drained(stream, stream.captured_upto)
+                drained(stream, stream.recorded_upto)
         graph = self.graph
         graph.capture = None
         if not keep:
@@ -167,15 +189,23 @@ class Capture:
             graph.lanes = [lane for lane in graph.lanes if lane not in lanes]
 
 
+def capture_of(stream: Stream) -> Capture | None:
+    """The capture `stream` is in, if any (a capture holds its streams above any other
+    recorder)."""
+    recorder = stream.recorder
+    return recorder if isinstance(recorder, Capture) else None
+
+
 def invalidate_capture(stream: Stream, why: str) -> None:
     """A call on `stream` was refused: the capture recording it, if any, is invalidated."""
-    if stream.capture is not None:
-        stream.capture.invalidate(why)
+    capture = capture_of(stream)
+    if capture is not None:
+        capture.invalidate(why)
 
 
 def not_in_capture(streams: list[Stream], call: str) -> None:
     """107027 if one of `streams` is being captured: `call` is refused in every mode."""
-    if any(stream.capture is not None for stream in streams):
+    if any(capture_of(stream) is not None for stream in streams):
         raise NpuError(
             codes.ACL_ERROR_RT_STREAM_CAPTURED,
             f"{call} is refused while a stream is being captured (aclmdlRICaptureEnd first)",

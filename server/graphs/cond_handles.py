@@ -22,15 +22,16 @@ from typing import TYPE_CHECKING
 from simnpu.proto import codes
 from simnpu.proto.errors import NpuError, invalid
 from simnpu.server.core.tasks import HostCallbackTask
+from simnpu.server.graphs.capture import capture_of
 from simnpu.server.graphs.cond_task import CondTask
 
 if TYPE_CHECKING:
-    from simnpu.server.core.device import Device
-    from simnpu.server.core.objects import Stream
     from simnpu.server.core.scheduler import Scheduler
+    from simnpu.server.core.streams import Stream
     from simnpu.server.core.unit_protocol import Span
     from simnpu.server.graphs.capture import Graph
     from simnpu.server.memory.client_memory import ClientMemory
+    from simnpu.server.memory.device_memory import DeviceWithMemory
 
 VALUE = struct.Struct("<Q")  # the condition: a uint64
 MAX_BRANCHES = 4096  # sub models of one cond task (the runtime has no limit of its own)
@@ -83,7 +84,7 @@ class CondHandle:
 
 
 def new_condition(
-    graph: Graph, flag: int, default: int, memory: ClientMemory, device: Device
+    graph: Graph, flag: int, default: int, memory: ClientMemory, device: DeviceWithMemory
 ) -> CondHandle:
     """aclmdlRICondHandleCreate: a condition of `graph`, 0 at first, a uint64 of the client's
     memory on `device` (the model's) that the model owns. 107000 for a flag other than 0 or
@@ -130,7 +131,7 @@ def add_cond_task(
     stream, and its `size` new sub models (`new_sub_model`), which are returned. 107000 for
     a condition used already, a stream captured into another model than the condition's,
     or a size its type does not take; 107029 for a stream not in capture."""
-    capture = stream.capture
+    capture = capture_of(stream)
     if cond.subs:
         raise invalid("the condition is used by a cond task already: create another one")
     if capture is None:

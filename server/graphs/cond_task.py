@@ -15,10 +15,10 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from simnpu.proto import codes
-from simnpu.server.core.objects import Stream, Waiter
+from simnpu.server.core.streams import Stream
 from simnpu.server.core.tasks.base import Task, TaskState
+from simnpu.server.core.waiters import Waiter
 from simnpu.server.graphs.flow_tasks import FlowTask
-from simnpu.server.observation import replays
 
 if TYPE_CHECKING:
     from simnpu.server.core.scheduler import Scheduler
@@ -114,8 +114,8 @@ class CondTask(FlowTask):
         """Its sub model's streams are gone (its stream comes after them)."""
         if not self.streams:
             return
-        if scheduler.observer is not None:
-            replays.joined(scheduler.observer, self.stream, self.streams)
+        for subscriber in scheduler.subscribers:
+            subscriber.joined(self.stream, self.streams)
         context = self.stream.context
         for stream in self.streams:
             if stream in context.streams:

@@ -16,8 +16,8 @@ from simnpu.proto import codes
 from simnpu.server.core.tasks.base import Task
 
 if TYPE_CHECKING:
-    from simnpu.server.core.objects import Stream
     from simnpu.server.core.scheduler import Scheduler
+    from simnpu.server.core.streams import Stream
     from simnpu.server.core.unit_protocol import Span
     from simnpu.server.graphs.capture import Lane
     from simnpu.server.graphs.model_build import Label

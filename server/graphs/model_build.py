@@ -2,9 +2,10 @@
 record their tasks into it, and the labels its control-flow tasks jump to
 (docs/model-build.md).
 
-A bound stream has `stream.bound` set; `Scheduler.submit` hands its tasks to `Build.record`,
-which appends them to the stream's lane of the model's `Graph` -- the same graph a capture
-makes, replayed by the same `ReplayTask`. Unlike a capture, a bound stream's tasks are not
+A model being built is the recorder of its bound streams (`Stream.recorder`,
+server/core/recorder.py): `Scheduler.submit` hands their tasks to `Build.take`, which appends
+them to the stream's lane of the model's `Graph` -- the same graph a capture makes, replayed
+by the same `ReplayTask`. Unlike a capture, a bound stream's tasks are not
 `submitted()` when recorded (only their replicas are, at each replay), so an event recorded
 on a bound stream is never waited for outside the model. The checks of the calls
 (aclmdlRIBindStream, aclmdlRIEndTask, aclmdlRIBuildEnd, aclrtActiveStream, aclrtSwitchStream,
@@ -23,10 +24,13 @@ from typing import TYPE_CHECKING
 from simnpu.proto import codes
 from simnpu.proto.errors import NpuError, invalid
 from simnpu.server.core.scheduler import drained
+from simnpu.server.graphs.capture import capture_of
 from simnpu.server.graphs.flow_tasks import LabelTask, SwitchLabelTask, value_size
 
 if TYPE_CHECKING:
-    from simnpu.server.core.objects import Stream
+    from simnpu.server.core.recorder import Recorder
+    from simnpu.server.core.scheduler import Scheduler
+    from simnpu.server.core.streams import Stream
     from simnpu.server.core.tasks import Task
     from simnpu.server.graphs.capture import Graph, Lane
 
@@ -54,16 +58,22 @@ class LabelList:
 @dataclass(eq=False)
 class Build:
     """The building state of a model made by aclmdlRIBuildBegin: its bound streams and which
-    of them start a replay (the heads); the others wait to be activated."""
+    of them start a replay (the heads); the others wait to be activated. The recorder of its
+    bound streams (server/core/recorder.py)."""
 
     graph: Graph
     lanes: dict[Stream, Lane] = field(default_factory=dict)
     heads: set[Lane] = field(default_factory=set)
     ended: bool = False  # aclmdlRIBuildEnd
     refused: str | None = None  # a task kind that cannot be replayed was submitted
+    # each bound stream's recorder below this one: a task group it updates (which takes
+    # none of its tasks while it is bound), None
+    below: dict[Stream, Recorder | None] = field(default_factory=dict)
+    refuses_synchronize = False  # a synchronize of a bound stream returns at once
 
     def bind(self, stream: Stream, lane: Lane, head: bool) -> None:
-        stream.bound = self
+        self.below[stream] = stream.recorder
+        stream.recorder = self
         self.lanes[stream] = lane
         self.graph.lanes.append(lane)
         if head:
@@ -71,13 +81,20 @@ class Build:
 
     def unbind(self, stream: Stream) -> None:
         """The stream runs its tasks again; what it recorded stays in the model."""
-        stream.bound = None
+        stream.recorder = self.below.pop(stream)
         del self.lanes[stream]
+
+    def take(self, task: Task, scheduler: Scheduler, submitted: bool = False) -> None:
+        """A task submitted to a bound stream is recorded (`record`), not run."""
+        self.record(task)
+
+    def followed(self, task: Task) -> None:
+        """A wait on an event recorded on a bound stream pulls nothing into the model."""
 
     def record(self, task: Task) -> None:
         """`task` of a bound stream is recorded into its lane, not run."""
         stream = task.stream
-        stream.captured_upto = task.seq
+        stream.recorded_upto = task.seq
         if not task.capturable:
             if self.refused is None:
                 self.refused = f"task {task.seq} ({task.kind}) cannot be part of a model"
@@ -100,21 +117,30 @@ def built(graph: Graph) -> Build:
     return graph.build
 
 
+def bound_to(stream: Stream) -> Build | None:
+    """The model `stream` is bound to (aclmdlRIBindStream), if any: its recorder, or the one
+    the capture it is in holds it above (server/graphs/stream_recorders.py)."""
+    capture = capture_of(stream)
+    recorder = stream.recorder if capture is None else capture.below.get(stream)
+    return recorder if isinstance(recorder, Build) else None
+
+
 def bound(stream: Stream, build: Build | None = None) -> Build:
     """The model `stream` is bound to (`build` when given); else 107005."""
-    if stream.bound is None or (build is not None and stream.bound is not build):
+    current = bound_to(stream)
+    if current is None or (build is not None and current is not build):
         raise NpuError(
             codes.ACL_ERROR_RT_STREAM_MODEL,
             "the stream is not bound to the model (aclmdlRIBindStream it first)"
             if build is not None
             else "the stream is not bound to a model (aclmdlRIBindStream it first)",
         )
-    return stream.bound
+    return current
 
 
 def not_capturing(stream: Stream) -> None:
     """107027 for a stream in capture."""
-    if stream.capture is not None:
+    if capture_of(stream) is not None:
         raise NpuError(
             codes.ACL_ERROR_RT_STREAM_CAPTURED,
             "the stream is being captured (aclmdlRICaptureEnd it first)",
@@ -143,10 +169,11 @@ def bind(build: Build, stream: Stream, flag: int, new_lane: Callable[[], Lane]) 
             "only a persistent stream (aclrtCreateStreamWithConfig with "
             "ACL_STREAM_PERSISTENT) can be bound to a model"
         )
-    if stream.bound is not None:
+    current = bound_to(stream)
+    if current is not None:
         raise NpuError(
             codes.ACL_ERROR_RT_STREAM_MODEL,
-            f"the stream is bound to model {stream.bound.graph.id} already",
+            f"the stream is bound to model {current.graph.id} already",
         )
     if stream.context is not build.graph.context:
         raise NpuError(

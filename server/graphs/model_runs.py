@@ -16,10 +16,11 @@ from typing import TYPE_CHECKING
 
 from simnpu.proto import codes
 from simnpu.proto.errors import NpuError, invalid
-from simnpu.server.core.objects import Stream, Waiter
+from simnpu.server.core.streams import Stream
 from simnpu.server.core.tasks import HostCallbackTask
+from simnpu.server.core.waiters import Waiter
 from simnpu.server.graphs import cond_handles
-from simnpu.server.graphs.capture import TASK_TYPES, Capture, Graph, Lane
+from simnpu.server.graphs.capture import TASK_TYPES, Capture, Graph, Lane, capture_of
 from simnpu.server.graphs.task_groups import UpdateStatus
 
 if TYPE_CHECKING:
@@ -60,7 +61,7 @@ def begin_capture(
             + ": aclmdlRICaptureToModelRIBegin takes a model never captured, a sub model "
             "of aclmdlRIAddCondTask",
         )
-    if stream.capture is not None:
+    if capture_of(stream) is not None:
         raise NpuError(
             codes.ACL_ERROR_RT_STREAM_CAPTURED,
             "the stream is already being captured (aclmdlRICaptureEnd it first)",
@@ -77,7 +78,7 @@ def end_capture(
     in capture), 107036 (begun on another stream). 107038 (`wrong_thread`), 507903
     (invalidated), 107025 (a forked stream not joined) and a cond task's refusal drop the
     capture, and the model with it when the capture made it (`drop(model)`)."""
-    capture = stream.capture
+    capture = capture_of(stream)
     if capture is None:
         raise NpuError(
             codes.ACL_ERROR_RT_STREAM_NOT_CAPTURED,
@@ -120,7 +121,7 @@ def end_capture(
 
 def capture_status(stream: Stream) -> tuple[int, Graph | None]:
     """aclmdlRICaptureGetInfo: NONE, ACTIVE or INVALIDATED, and the model being captured."""
-    capture = stream.capture
+    capture = capture_of(stream)
     if capture is None:
         return codes.ACL_MODEL_RI_CAPTURE_STATUS_NONE, None
     status = (

@@ -21,13 +21,13 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from simnpu.proto import codes
-from simnpu.server.core.objects import Failure, Stream, Waiter
+from simnpu.server.core.streams import Failure, Stream
 from simnpu.server.core.tasks.base import Task, TaskState
 from simnpu.server.core.tasks.kernel import KernelTask
 from simnpu.server.core.tasks.kernel_run import KernelRunTask, joins, runnable
+from simnpu.server.core.waiters import Waiter
 from simnpu.server.graphs.flow_tasks import FlowTask
 from simnpu.server.graphs.task_groups import updatable
-from simnpu.server.observation import replays
 
 if TYPE_CHECKING:
     from simnpu.server.core.scheduler import Scheduler
@@ -142,8 +142,9 @@ class ReplayTask(Task):
             self._finish(scheduler)
             return True
         self.state = TaskState.DISPATCHED
-        if scheduler.observer is not None:
-            replays.replaying(scheduler.observer, self)
+        for subscriber in scheduler.subscribers:
+            lanes = [(lane.handle, stream) for lane, stream in zip(self.graph.lanes, self.lanes)]
+            subscriber.replaying(self.stream, self.graph.id, lanes)
         replicas, self.replicas = self.replicas, []
         for replica in replicas:
             held = self.held.get(replica.stream)
@@ -164,8 +165,8 @@ class ReplayTask(Task):
         return all(not stream.tasks for stream in self.lanes)
 
     def _finish(self, scheduler: Scheduler) -> None:
-        if scheduler.observer is not None:
-            replays.replayed(scheduler.observer, self)
+        for subscriber in scheduler.subscribers:
+            subscriber.replayed(self.stream, self.lanes)
         context = self.stream.context
         for stream in self.lanes:
             if stream.failure is not None and (

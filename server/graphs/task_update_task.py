@@ -13,8 +13,8 @@ from simnpu.server.core.tasks.configured_kernel import ConfiguredKernelTask
 from simnpu.server.core.tasks.kernel import KernelTask
 
 if TYPE_CHECKING:
-    from simnpu.server.core.objects import Stream
     from simnpu.server.core.scheduler import Scheduler
+    from simnpu.server.core.streams import Stream
     from simnpu.server.graphs.capture import Graph
     from simnpu.server.graphs.task_groups import TaskGroup
 

@@ -13,22 +13,26 @@ from typing import TYPE_CHECKING
 from simnpu.proto import hccl_types as ht
 from simnpu.server.core.tasks.base import Task
 from simnpu.server.core.tasks.copy import span_access
+from simnpu.server.graphs.capture import capture_of
 
 if TYPE_CHECKING:
-    from simnpu.server.core.objects import Stream
     from simnpu.server.core.scheduler import Scheduler
-    from simnpu.server.hccl.collectives import Call
+    from simnpu.server.core.streams import Stream
+    from simnpu.server.hccl.collectives import Call, Collectives
     from simnpu.server.hccl.communicators import Member
 
 
 class CollectiveTask(Task):
-    __slots__ = ("call", "key", "member")
+    __slots__ = ("call", "collectives", "key", "member")
     kind = "collective"
     timed = True
 
-    def __init__(self, seq: int, stream: Stream, member: Member, call: Call):
+    def __init__(
+        self, seq: int, stream: Stream, member: Member, call: Call, collectives: Collectives
+    ):
         super().__init__(seq, stream)
         self.member = member  # the rank, in its communicator
+        self.collectives = collectives  # the daemon's, which match and run it
         # which collective of the communicator it is (server/hccl/collectives.py); None: none
         # taken (recorded in a graph, or its communicator was destroyed before a replay)
         self.key: tuple | None = None
@@ -36,15 +40,15 @@ class CollectiveTask(Task):
 
     def submitted(self) -> None:
         stream, member = self.stream, self.member
-        if stream.capture is None and member.state == "ready":
+        if capture_of(stream) is None and member.state == "ready":
             self.key = member.take_key(self.call)
 
     def start(self, scheduler: Scheduler) -> bool:
-        scheduler.collectives.arrive(self)  # completes it once every rank has come (or failed)
+        self.collectives.arrive(self)  # completes it once every rank has come (or failed)
         return False
 
     def discarded(self, scheduler: Scheduler) -> None:
-        scheduler.collectives.discarded(self)  # the other ranks must not wait for it
+        self.collectives.discarded(self)  # the other ranks must not wait for it
 
     def describe(self) -> tuple[str, str, dict]:
         return self.call.describe(), "collective", {"rank": self.member.rank}
@@ -63,9 +67,9 @@ class CollectiveTask(Task):
         return out
 
 
-def withdraw_head(scheduler: Scheduler, stream: Stream, why: str) -> None:
+def withdraw_head(stream: Stream, why: str) -> None:
     """The collective at the head of `stream`, if one is, no longer waits for its peers:
     they fail with 507904, naming `why`."""
     head = stream.tasks[0] if stream.tasks else None
     if isinstance(head, CollectiveTask):
-        scheduler.collectives.withdraw(head, why)
+        head.collectives.withdraw(head, why)

@@ -25,13 +25,13 @@ import heapq
 import itertools
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, NamedTuple
 
 from simnpu.proto import hccl_types as ht
 from simnpu.server.core.executor import UnitKind
-from simnpu.server.core.objects import Failure
+from simnpu.server.core.streams import Failure
 from simnpu.server.core.tasks import TaskState
 from simnpu.server.core.unit_protocol import ReducePiece, Span
 from simnpu.server.hccl import reduce_plan
@@ -43,6 +43,7 @@ from simnpu.server.hccl.world_membership import Worlds
 if TYPE_CHECKING:
     from simnpu.server.core.executor import Unit
     from simnpu.server.core.scheduler import Scheduler
+    from simnpu.server.memory.device_memory import DeviceWithMemory
 
 
 # ---- what a rank called --------------------------------------------------------------------------
@@ -122,6 +123,7 @@ class Job:
     """The data movement of one matched collective: what the scheduler hands AI cores, a
     piece per core; its ranks' tasks complete when the last piece has reported."""
 
+    collectives: Collectives  # whose job it is
     comm: Communicator
     op: Op
     tasks: list[CollectiveTask]
@@ -153,14 +155,17 @@ class Job:
         if code and self.failure is None:
             self.failure = Failure(code, message, self.seq)
         self.timestamp = max(self.timestamp, end_ns)
-        scheduler.collectives.work_done(self)
+        self.collectives.work_done(self)
 
 
 class Collectives:
-    """The collectives of every communicator of the daemon. Owned by the scheduler."""
+    """The collectives of every communicator of the daemon, on `devices`. The scheduler's
+    dispatcher (server/core/dispatcher.py): its matched collectives go out before the
+    streams' work."""
 
-    def __init__(self, scheduler: Scheduler):
+    def __init__(self, scheduler: Scheduler, devices: Sequence[DeviceWithMemory]):
         self.scheduler = scheduler
+        self.devices = devices
         self.worlds = Worlds(self)  # communicators whose ranks span hosts
         self.communicators = Communicators(scheduler, self.worlds)
         self.jobs: list[Job] = []
@@ -332,9 +337,7 @@ class Collectives:
         itemsize = ht.ITEM_SIZES.get(call.dtype, 1)
         snapshot = reduce_plan.needs_snapshot(groups, itemsize)
         devices = sorted({task.stream.device for task in tasks})
-        cores = [
-            core for d in devices for core in self.scheduler.devices[d].units[UnitKind.AI_CORE]
-        ]
+        cores = [core for d in devices for core in self.devices[d].units[UnitKind.AI_CORE]]
         parallel = min(len(cores), self._cpus)
         pieces = (
             1
@@ -342,6 +345,7 @@ class Collectives:
             else reduce_plan.piece_count(reduce_plan.bytes_written(groups, itemsize), parallel)
         )
         job = Job(
+            self,
             comm,
             op,
             tasks,

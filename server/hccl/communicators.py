@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 from simnpu.proto import hccl_types as ht
 from simnpu.proto import npu_pb2 as pb
 from simnpu.proto.errors import bad_handle
-from simnpu.server.core.objects import Waiter
+from simnpu.server.core.waiters import Waiter
 
 if TYPE_CHECKING:
     from simnpu.server.control.session import Session

@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING
 
 from simnpu.proto import hccl_types as ht
 from simnpu.proto import npu_pb2 as pb
-from simnpu.server.core.objects import Waiter
+from simnpu.server.core.waiters import Waiter
 from simnpu.server.hccl.daemon_links import Incoming, Link, Outgoing
 
 if TYPE_CHECKING:
@@ -106,8 +106,9 @@ class _Forwarded:
 class Jobs:
     """The jobs whose processes are waiting for their world (scheduler-owned)."""
 
-    def __init__(self, scheduler):
+    def __init__(self, scheduler, collectives):
         self.scheduler = scheduler
+        self.collectives = collectives  # the daemon's (server/hccl/collectives.py)
         self.waiting: dict[str, list[Arrival]] = {}
         # job -> how many communicators it has formed, the most recently formed last
         self.formed: OrderedDict[str, int] = OrderedDict()
@@ -165,7 +166,7 @@ class Jobs:
     def _form(self, job: str, ranks: list[Arrival]) -> None:
         root = ranks[0]
         issuer = root.session.link if isinstance(root.session, RemoteProcess) else root.session
-        info = self.scheduler.collectives.communicators.issue_root_info(
+        info = self.collectives.communicators.issue_root_info(
             issuer, root.session.pid, ROOT_DEVICE, root.exec_timeout_s
         )
         formation = self.formed.pop(job, 0) + 1
@@ -208,7 +209,7 @@ class Jobs:
     # ==== across hosts: at a member (scheduler) ==================================================
     def forward(self, seed: str, job: str, arrival: Arrival, timeout_s: float) -> None:
         """A local process of `job` waits at the seed daemon `seed` (SIMNPU_JOB_SEED)."""
-        worlds = self.scheduler.collectives.worlds
+        worlds = self.collectives.worlds
         if worlds.advertise is None:
             arrival.session.respond(
                 arrival.request_id,
@@ -309,7 +310,7 @@ class Jobs:
     def _member_ended(self, link: Link) -> None:
         for process in self._remote.pop(link, {}).values():
             process.closed = True
-        self.scheduler.collectives.communicators.forget_issuer(link)
+        self.collectives.communicators.forget_issuer(link)
 
 
 def job_problem(job: str, world_size: int) -> str | None:

@@ -33,8 +33,9 @@ from typing import TYPE_CHECKING
 
 from simnpu.proto import codes, service
 from simnpu.proto import hccl_types as ht
-from simnpu.server.core.objects import Failure, Waiter
+from simnpu.server.core.streams import Failure
 from simnpu.server.core.unit_protocol import Span
+from simnpu.server.core.waiters import Waiter
 from simnpu.server.hccl.daemon_links import Link
 from simnpu.server.hccl.failure_codes import MISMATCH, REMOTE, TIMEOUT
 from simnpu.server.hccl.gloo_exchange import (
@@ -120,7 +121,7 @@ class World:
         """Start this host's exchange process: the store's server at host 0 (port 0)."""
         if self.exchange is not None or self.broken is not None:
             return
-        device = self.worlds.collectives.scheduler.devices[self.device]
+        device = self.worlds.collectives.devices[self.device]
         setup = ExchangeSetup(
             self.host,
             len(self.hosts),
@@ -213,7 +214,7 @@ class World:
             op, tasks = self.queue.popleft()
             calls = {task.member.rank: task.call for task in tasks}
             block = Span(
-                self.worlds.collectives.scheduler.devices[self.device].region.name,
+                self.worlds.collectives.devices[self.device].region.name,
                 split_device_address(self.block_address)[1],
                 self.device,
             )
@@ -231,7 +232,7 @@ class World:
             self._before()
 
     def _grow_block(self, nbytes: int) -> None:
-        device = self.worlds.collectives.scheduler.devices[self.device]
+        device = self.worlds.collectives.devices[self.device]
         if self.block_address:
             device.free(self.block_address)
             self.block_address = self.block_bytes = 0
@@ -395,5 +396,5 @@ class World:
             self.block_address = self.block_bytes = 0
             return
         if self.block_address:
-            self.worlds.collectives.scheduler.devices[self.device].free(self.block_address)
+            self.worlds.collectives.devices[self.device].free(self.block_address)
             self.block_address = self.block_bytes = 0

@@ -25,8 +25,8 @@ from simnpu.shm.addresses import is_device_address, split_device_address
 from simnpu.shm.allocator import Allocation
 
 if TYPE_CHECKING:
-    from simnpu.server.core.device import Device
-    from simnpu.server.core.objects import Owner
+    from simnpu.server.core.owner import Owner
+    from simnpu.server.memory.device_memory import DeviceWithMemory
     from simnpu.server.memory.ipc_memory import IpcMemory
     from simnpu.server.memory.mem_pools import MemPool
 
@@ -35,7 +35,11 @@ log = logging.getLogger("simnpu.memory")
 
 class ClientMemory:
     def __init__(
-        self, owner: Owner, devices: list[Device], ipc: IpcMemory, default_limit: int | None
+        self,
+        owner: Owner,
+        devices: list[DeviceWithMemory],
+        ipc: IpcMemory,
+        default_limit: int | None,
     ):
         self.owner = owner
         self._devices = devices
@@ -52,7 +56,7 @@ class ClientMemory:
         self.arguments = LaunchArguments(self, devices)  # what its launches' pointers reach
 
     # ---- blocks ---------------------------------------------------------------------------------
-    def allocate(self, device: Device, size: int, policy: int) -> int:
+    def allocate(self, device: DeviceWithMemory, size: int, policy: int) -> int:
         """aclrtMalloc on `device` under this client's limit: the new block's address."""
         if size <= 0:
             raise NpuError(codes.ACL_ERROR_INVALID_PARAM, f"cannot allocate {size} bytes")
@@ -82,7 +86,7 @@ class ClientMemory:
             )
         self.release_block(address, device)
 
-    def mem_info(self, device: Device) -> tuple[int, int]:
+    def mem_info(self, device: DeviceWithMemory) -> tuple[int, int]:
         """aclrtGetMemInfo on `device`: (free, total) bytes as this client sees them, under
         its limit (quotas.mem_info)."""
         with device.lock:

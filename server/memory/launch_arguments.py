@@ -20,9 +20,9 @@ from simnpu.shm.addresses import split_device_address
 
 if TYPE_CHECKING:
     from simnpu.proto.kernel_abi import KernelSignature
-    from simnpu.server.core.device import Device
     from simnpu.server.core.functions import Function
     from simnpu.server.memory.client_memory import ClientMemory
+    from simnpu.server.memory.device_memory import DeviceWithMemory
 
 MAX_PLACE_HOLDER_BYTES = 64 * 1024  # a handle's whole buffer (MAX_ARGS_BUFF_SIZE)
 _ALIGN = 8
@@ -32,7 +32,7 @@ class LaunchArguments:
     """The launches' view of one client's memory (any thread: the session's at a launch, the
     scheduler's when a launch reads its arguments from device memory)."""
 
-    def __init__(self, memory: ClientMemory, devices: list[Device]):
+    def __init__(self, memory: ClientMemory, devices: list[DeviceWithMemory]):
         self._memory = memory
         self._devices = devices
 

@@ -23,8 +23,8 @@ from simnpu.proto import codes
 from simnpu.proto.errors import NpuError, NpuMemoryError, invalid
 
 if TYPE_CHECKING:
-    from simnpu.server.core.device import Device
     from simnpu.server.memory.client_memory import ClientMemory
+    from simnpu.server.memory.device_memory import DeviceWithMemory
 
 SETTABLE = {
     codes.ACL_RT_MEM_POOL_REUSE_FOLLOW_EVENT_DEPENDENCIES: "reuse_follow_event_dependencies",
@@ -95,14 +95,14 @@ def create(memory: ClientMemory, device: int, max_size: int) -> MemPool:
     return pool
 
 
-def destroy(memory: ClientMemory, pool: MemPool, device: Device) -> None:
+def destroy(memory: ClientMemory, pool: MemPool, device: DeviceWithMemory) -> None:
     """aclrtMemPoolDestroy: blocks still allocated from the pool are freed now."""
     memory.pools.discard(pool)
     for address in list(pool.blocks):
         release(memory, pool, device, address)
 
 
-def malloc_async(memory: ClientMemory, pool: MemPool, device: Device, size: int) -> int:
+def malloc_async(memory: ClientMemory, pool: MemPool, device: DeviceWithMemory, size: int) -> int:
     """aclrtMemPoolMallocAsync: a block carved at once (new memory has no pending users),
     counted against the client's limit and the pool's maxSize."""
     if size <= 0:
@@ -138,7 +138,7 @@ def free_async(memory: ClientMemory, address: int) -> MemPool:
     return pool
 
 
-def release(memory: ClientMemory, pool: MemPool, device: Device, address: int) -> None:
+def release(memory: ClientMemory, pool: MemPool, device: DeviceWithMemory, address: int) -> None:
     """A pool block goes back to the device (once; the pool or the session may have gone
     first)."""
     reserved = pool.blocks.pop(address, None)

@@ -2,7 +2,7 @@
 aliases of its pinned segments (docs/device-memory.md, "Host memory kernels can reach").
 
 A registration maps the pages of a pinned segment that hold `[offset, +size)` at a range of
-the device's reserved half, in every window (`Device.map_window` with the segment as the
+the device's reserved half, in every window (`DeviceWithMemory.map_window` with the segment as the
 source) and in the client's kernel processes (its grant). Unregistering retires the range:
 every window maps fresh private pages there, so work that outlives it touches nothing
 shared.
@@ -22,9 +22,9 @@ from simnpu.shm import window
 from simnpu.shm.addresses import device_address
 
 if TYPE_CHECKING:
-    from simnpu.server.core.device import Device
     from simnpu.server.core.functions import Pinned
-    from simnpu.server.core.objects import Owner
+    from simnpu.server.core.owner import Owner
+    from simnpu.server.memory.device_memory import DeviceWithMemory
 
 PAGE = mmap.PAGESIZE
 
@@ -53,7 +53,7 @@ class Registration:
 class RegisteredMemory:
     """The registered host ranges of one client, by device pointer."""
 
-    def __init__(self, owner: Owner, devices: list[Device]):
+    def __init__(self, owner: Owner, devices: list[DeviceWithMemory]):
         self.owner = owner
         self._devices = devices
         self.by_address: dict[int, Registration] = {}
@@ -62,7 +62,13 @@ class RegisteredMemory:
         self._managed_starts: list[int] = []
 
     def register(
-        self, device: Device, pinned: Pinned, offset: int, size: int, host: int, managed: bool
+        self,
+        device: DeviceWithMemory,
+        pinned: Pinned,
+        offset: int,
+        size: int,
+        host: int,
+        managed: bool,
     ) -> Registration:
         """Map `[offset, +size)` of `pinned` at a new device address range of `device`;
         507910 if part of it is registered already."""

@@ -4,7 +4,7 @@ its reserved ranges, its physical blocks and what is mapped where (docs/device-m
 Reserved ranges lie in the upper half of each device's address span, handed out by the
 device's `ReservedSpace`; physical blocks are blocks of the device's allocator; a mapping
 puts a whole physical block at a granularity-aligned address of a reserved range, in every
-process that maps the device (`Device.map_window`) and in the client's kernel processes
+process that maps the device (`DeviceWithMemory.map_window`) and in the client's kernel processes
 (its grant).
 """
 
@@ -21,8 +21,8 @@ from simnpu.shm import window
 from simnpu.shm.addresses import DEVICE_SPAN, MAX_MEMORY, device_address, split_device_address
 
 if TYPE_CHECKING:
-    from simnpu.server.core.device import Device
-    from simnpu.server.core.objects import Owner
+    from simnpu.server.core.owner import Owner
+    from simnpu.server.memory.device_memory import DeviceWithMemory
     from simnpu.server.memory.quotas import Limits
 
 GRANULARITY = 2 << 20
@@ -153,7 +153,7 @@ class Reservation:
 class VirtualMemory:
     """The reserved ranges, physical blocks and mappings of one client."""
 
-    def __init__(self, owner: Owner, devices: list[Device], limits: Limits):
+    def __init__(self, owner: Owner, devices: list[DeviceWithMemory], limits: Limits):
         self.owner = owner
         self._devices = devices
         self._limits = limits
@@ -164,7 +164,7 @@ class VirtualMemory:
         self._uses: dict[Physical, int] = {}  # its handle references and mappings of each
 
     # ---- reserved ranges -----------------------------------------------------------------------
-    def reserve(self, device: Device, size: int, alignment: int, expect: int) -> int:
+    def reserve(self, device: DeviceWithMemory, size: int, alignment: int, expect: int) -> int:
         """aclrtReserveMemAddress: the start of a new range of `size` bytes (rounded up to the
         granularity) on `device`, at `expect` if not 0."""
         if size <= 0:
@@ -214,7 +214,7 @@ class VirtualMemory:
         return None if start is None else reservation.run(start)
 
     # ---- physical blocks -----------------------------------------------------------------------
-    def malloc_physical(self, device: Device, size: int, mem_attr: int) -> Physical:
+    def malloc_physical(self, device: DeviceWithMemory, size: int, mem_attr: int) -> Physical:
         """aclrtMallocPhysical: a block of `size` bytes (rounded up to the granularity), its
         pages committed, under this client's limit."""
         size = _align_up(size, granularity(mem_attr))

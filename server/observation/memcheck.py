@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING
 from simnpu.shm.addresses import split_device_address
 
 if TYPE_CHECKING:
-    from simnpu.server.core.objects import Owner
+    from simnpu.server.core.owner import Owner
 
 TOMBSTONES = 4096
 

@@ -1,23 +1,26 @@
 """Observability in the daemon: the timeline and the checkers, and the hooks that feed them.
 
 Off by default and free when off: the daemon has no Observer until `simnpu serve --trace /
---check` or a client's ObserveRequest asks for one; until then every hook in the command
-path is one `is not None` test. With an Observer, a client (its Owner) is observed (has a
-`Watch`) when the daemon observes everyone or the client asked; its tasks carry a `Probe`
-(submit time, call site, vector clock, the accesses a checked kernel reported). Unobserved
-clients' tasks have no probe and cost one dict look-up at submit.
+--check` or a client's ObserveRequest asks for one; until then the scheduler has no
+subscriber and every hook costs nothing (server/core/subscriber.py). The Observer is the
+scheduler's subscriber: a client (its Owner) is observed (has a `Watch`) when the daemon
+observes everyone or the client asked; its tasks carry a `Probe` (submit time, call site,
+vector clock, the accesses a checked kernel reported). Unobserved clients' tasks have no
+probe and cost one dict look-up at submit.
 
-Hooks (all under the scheduler lock unless said otherwise):
+Hooks (server/core/subscriber.py; all under the scheduler lock unless said otherwise):
 
-  Scheduler.submit        -> submitted(task)        probe, vector clock, checked kernels
-  KernelTask hand-out                               block range of a traced chunk
+  Scheduler.queue         -> submitted(task)        probe, vector clock, checked kernels
+  KernelTask hand-out     -> handed()               block range of a traced chunk
   Scheduler reports       -> ran(), accessed()      chunk times, kernel accesses
   Scheduler.complete      -> completing(task)       timeline record, checks, failures
-  captures and replays    -> server/observation/replays.py  captured sites, a model's tracks
-  Session.handle_message  -> sites()                the client's call sites (reader thread)
+  captures and replays    -> captured(), replaying(), joined(), replayed()
+                             (server/observation/replays.py): captured sites, a model's tracks
+  Session.handle_message  -> sites(), site()        the client's call sites (reader thread)
   handlers: sync/query/free/malloc, Session.close   host ordering, tombstones, leaks
   handlers: IPC import/close                        import call sites (unclosed imports)
 
+The checks of a completed task and a session's leaks are server/observation/task_checks.py.
 Findings become task failures (507053, at the next synchronize, as ACL reports memory
 errors) when they are errors, and lines in the report; see docs/observability.md.
 """
@@ -26,49 +29,35 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from simnpu.proto import codes
 from simnpu.proto import observe as flags_
 from simnpu.proto.errors import NpuError
 from simnpu.proto.observe import render
-from simnpu.server.core.objects import Failure
 from simnpu.server.core.tasks import DeviceWork
 from simnpu.server.observation import races, replays
-from simnpu.server.observation.findings import Finding, Findings, log_finding, task_line
-from simnpu.server.observation.memcheck import (
-    MemoryMap,
-    Tombstone,
-    add_range,
-    classify_fault,
-    missing,
-)
+from simnpu.server.observation.findings import Findings, log_finding, task_line
+from simnpu.server.observation.memcheck import MemoryMap, Tombstone
+from simnpu.server.observation.task_checks import MEMORY_ERROR, TaskChecks
 from simnpu.server.observation.timeline import (
     DEFAULT_CAPACITY,
     Timeline,
     chrome_trace,
-    stream_label,
     write_json,
 )
 from simnpu.shm.addresses import split_device_address
 
 if TYPE_CHECKING:
-    from simnpu.server.control.daemon import Daemon
-    from simnpu.server.control.session import Session
-    from simnpu.server.core.objects import Owner
+    from simnpu.server.core.owner import Owner
     from simnpu.server.core.scheduler import Scheduler
+    from simnpu.server.core.subscriber import Caller
+    from simnpu.server.memory.device_memory import DeviceWithMemory
+    from simnpu.server.memory.ipc_memory import IpcMemory
 
 log = logging.getLogger("simnpu.observe")
 
-TRACE, MEMCHECK, INITCHECK, RACECHECK, STRICT, CHECKS = (
-    flags_.TRACE,
-    flags_.MEMCHECK,
-    flags_.INITCHECK,
-    flags_.RACECHECK,
-    flags_.STRICT,
-    flags_.CHECKS,
-)
-MEMORY_ERROR = codes.ACL_ERROR_RT_DEVICE_MEM_ERROR  # what checker errors fail tasks with
+TRACE, MEMCHECK, CHECKS = flags_.TRACE, flags_.MEMCHECK, flags_.CHECKS
 
 
 class Probe:
@@ -112,17 +101,22 @@ class Watch:
 
 
 class Observer:
+    """The timeline and the checkers of the daemon's `devices` (`ipc`: its IPC memory, whose
+    unclosed imports are leaks): the scheduler's subscriber once the control plane has made
+    it (server/control/daemon.py); `flags` are what every session gets."""
+
     def __init__(
         self,
-        daemon: Daemon,
         scheduler: Scheduler,
+        devices: Sequence[DeviceWithMemory],
+        ipc: IpcMemory,
         flags: int = 0,
         trace_path: str | None = None,
         report_path: str | None = None,
         capacity: int = DEFAULT_CAPACITY,
     ):
-        self.daemon = daemon
         self.scheduler = scheduler
+        self.devices, self.ipc = devices, ipc
         self.flags = flags  # what every session gets
         self.trace_path, self.report_path = trace_path, report_path
         self.started_ns = time.monotonic_ns()
@@ -133,16 +127,7 @@ class Observer:
         self.memory = MemoryMap()
         self.clocks = races.Clocks()
         self.findings = Findings()  # every session's, for the daemon's report
-
-    @classmethod
-    def ensure(cls, session: Session) -> Observer:
-        """The daemon's observer, made and installed in the scheduler on first use."""
-        daemon, scheduler = session.daemon, session.scheduler
-        with scheduler.lock:
-            if daemon.observer is None:
-                daemon.observer = cls(daemon, scheduler, capacity=daemon.config.trace_buffer)
-                scheduler.observer = daemon.observer
-            return daemon.observer
+        self.checks = TaskChecks(self.memory, self.findings, self.watches, devices, ipc)
 
     # ---- sessions (reader threads) ---------------------------------------------------------------
     def hello(self, session: Owner) -> int:
@@ -162,7 +147,7 @@ class Observer:
                 self.tracing = True
             return watch
 
-    def sites(self, session: Owner, done: int, seqs, names) -> None:
+    def sites(self, session: Owner, done: int, seqs: Sequence[int], names: Sequence[str]) -> None:
         """The call sites of an observed client's calls (its calls up to `done` have been
         handled: theirs go)."""
         watch = self.watches.get(session)
@@ -211,9 +196,16 @@ class Observer:
             self.clocks.stamp(task, probe, owner, task.blocks_host)
             task.record_accesses()
 
+    def handed(self, token: int, first: int, last: int) -> None:
+        """A chunk of a launch went out: the timeline names a traced one's blocks."""
+        if self.tracing:
+            self.blocks[token] = (first, last)
+
     def ran(self, unit, results) -> None:
         """A unit's results, before the scheduler takes them: one timeline record for those
         of traced tasks (an HCCL collective's data movement has no probe)."""
+        if not self.tracing:
+            return
         inflight, blocks = unit.inflight, self.blocks
         runs = []
         for token, code, start, end, *_ in results:
@@ -244,13 +236,26 @@ class Observer:
             self._done(task)
         if watch.flags & CHECKS:
             try:
-                self._check_task(task, probe, watch)
+                self.checks.check(task, probe, watch)
             except Exception:  # a checker bug must not stop the device
                 log.exception("checking task %d of %r failed", task.seq, watch.session)
 
     def _done(self, task) -> None:
         end = task.timestamp if task.timed and task.timestamp else time.monotonic_ns()
         self.timeline.done(task, end)
+
+    # ---- graphs (scheduler lock; server/observation/replays.py) --------------------------------
+    def captured(self, task) -> None:
+        replays.captured(self, task)
+
+    def replaying(self, stream, model: int, lanes) -> None:
+        replays.replaying(self, stream, model, lanes)
+
+    def joined(self, into, streams) -> None:
+        replays.joined(self, into, streams)
+
+    def replayed(self, into, streams) -> None:
+        replays.replayed(self, into, streams)
 
     # ---- host ordering (scheduler lock) ---------------------------------------------------------
     def host_synced(self, session, streams=(), record=None) -> None:
@@ -288,7 +293,7 @@ class Observer:
             with self.scheduler.lock:
                 watch.import_sites.pop(key, None)
 
-    def freeing(self, client: Session, address: int) -> None:
+    def freeing(self, client: Caller, address: int) -> None:
         """aclrtFree of a live block of `client` (before it goes back to the allocator, or
         is kept for IPC importers: either way its owner has freed it, and may not use it)."""
         session = client.owner
@@ -319,7 +324,7 @@ class Observer:
                         "(or an event recorded after it) before aclrtFree "
                         "(aclrtFree does not wait for the device)"
                     )
-                    _finding, new = self._report(
+                    _finding, new = self.checks.report(
                         watch,
                         "memcheck",
                         "use-after-free",
@@ -341,7 +346,7 @@ class Observer:
             if watch is None:
                 return
             if watch.flags & MEMCHECK:
-                for finding in self._leaks(watch):
+                for finding in self.checks.leaks(watch):
                     details = finding.details  # an import: its key tells it from another
                     key = (finding.kind, session.id, details["address"], details.get("key"))
                     self.findings.add(key, lambda f=finding: f)
@@ -380,7 +385,7 @@ class Observer:
             watch = self.watches.get(session)
             if watch is None:
                 return Findings().as_json("off")
-            extra = self._leaks(watch) if final and watch.flags & MEMCHECK else []
+            extra = self.checks.leaks(watch) if final and watch.flags & MEMCHECK else []
             return watch.findings.as_json(flags_.describe(watch.flags & ~TRACE), extra)
 
     def describe(self) -> dict:
@@ -415,256 +420,26 @@ class Observer:
 
         return os.getpid()
 
-    # ---- checking a completed task ---------------------------------------------------------------
-    def _check_task(self, task, probe, watch) -> None:
-        session = watch.session
-        if probe.fault is not None and watch.flags & MEMCHECK and task.failure is not None:
-            kind, why = classify_fault(
-                self.memory,
-                session,
-                getattr(task, "bounds", ()) or (),
-                probe.fault,
-                self.daemon.devices,
-            )
-            ref = self._ref(task, probe)
-            text = f"{why}\n  in {task_line(ref, (probe.fault[3], probe.fault[3]))}"
-            self._report(
-                watch,
-                "memcheck",
-                kind,
-                "error",
-                (kind, probe.site),
-                text,
-                {"tasks": [ref], "address": probe.fault[0], "bytes": probe.fault[1]},
-            )
-            task.failure.message = f"simnpu memcheck: {kind}: {why}\n{task.failure.message}"
-        raced: set = set()  # tasks this one was found racing with (one finding per pair)
-        for access in task.accesses():
-            self._check_access(task, probe, watch, raced, *access)
 
-    def _check_access(self, task, probe, watch, raced, space, key, lo, hi, mode, blocks) -> None:
-        if hi <= lo:
-            return
-        session, flags = watch.session, watch.flags
-        write = mode == 1
-        if space == "seg":
-            if not flags & RACECHECK:
-                return
-            segment = self.memory.segment(key, 1 << 62)
-            self._race(task, probe, watch, raced, segment, lo, hi, write, blocks)
-            return
-        if task.seq < watch.last_free_seq:
-            tomb = self.memory.tombstone_of(session, key, lo, hi, task.seq)
-            if tomb is not None:
-                if flags & MEMCHECK and not races.ordered_before(
-                    probe.agent, probe.epoch, tomb.free_clock
-                ):
-                    a, b = max(lo, tomb.start), min(hi, tomb.start + tomb.size)
-                    ref = self._ref(task, probe)
-                    text = (
-                        f"{'write' if write else 'read'} of bytes [{a:#x}, {b:#x}) of "
-                        f"{tomb.describe()}\n"
-                        f"  by {task_line(ref, blocks)}\n"
-                        f"  the free (task {tomb.free_seq}) came after this task was submitted but "
-                        "did not wait for it: synchronize before aclrtFree"
-                    )
-                    self._report(
-                        watch,
-                        "memcheck",
-                        "use-after-free",
-                        "error",
-                        ("use-after-free", probe.site, tomb.free_site),
-                        text,
-                        {"tasks": [ref], "range": [a, b], "free_site": tomb.free_site},
-                        task,
-                    )
-                return
-        at = lo
-        while at < hi:
-            block = self.memory.find(key, at)
-            if block is None:
-                return  # not memory a checked session allocated
-            top = min(hi, block.end)
-            if flags & INITCHECK and mode == 0:
-                gaps = missing(block.written, at, top)
-                if gaps:
-                    self._uninitialised(task, probe, watch, block, gaps, blocks)
-            if mode:  # written, or given to a kernel as "rw": initialised from now on (an
-                # "rw" store of the value already there is a write too)
-                add_range(block.written, at, top)
-            self._race(task, probe, watch, raced, block, at, top, write, blocks)
-            at = top
-
-    def _uninitialised(self, task, probe, watch, block, gaps, blocks) -> None:
-        ref = self._ref(task, probe)
-        count = sum(b - a for a, b in gaps)
-        first = gaps[0]
-        ranges = ", ".join(f"[{a:#x}, {b:#x})" for a, b in gaps[:3]) + (
-            " ..." if len(gaps) > 3 else ""
-        )
-        text = (
-            f"read of {count} byte(s) never written since the malloc: {ranges}, offset "
-            f"{first[0] - block.start} of {block.describe()}\n"
-            f"  by {task_line(ref, blocks)}"
-        )
-        self._report(
-            watch,
-            "initcheck",
-            "uninitialised read",
-            "error",
-            ("init", probe.site, block.site),
-            text,
-            {"tasks": [ref], "range": [first[0], gaps[-1][1]], "bytes": count},
-            task,
-        )
-
-    def _race(self, task, probe, watch, raced, block, lo, hi, write, blocks) -> None:
-        flags = watch.flags
-        if flags & RACECHECK and block.history:
-            for old in races.check(block.history, lo, hi, write, probe):
-                if id(old.ref) not in raced:
-                    raced.add(id(old.ref))
-                    self._report_race(task, probe, watch, block, old, lo, hi, write, blocks)
-        ref = self._ref(task, probe)
-        races.remember(
-            block.history,
-            races.Access(lo, hi, write, probe.agent, probe.epoch, ref, blocks, watch.session),
-            probe.clock,
-        )
-
-    def _report_race(self, task, probe, watch, block, old, lo, hi, write, blocks) -> None:
-        a, b = max(lo, old.lo), min(hi, old.hi)
-        ref = self._ref(task, probe)
-        pair = f"{'write' if old.write else 'read'}-{'write' if write else 'read'}"
-        where = block.describe() if block.space == "dev" else "pinned host memory (offsets)"
-        across = old.session is not watch.session
-        text = (
-            f"data race ({pair}) on {b - a} byte(s) [{a:#x}, {b:#x}) of {where}\n"
-            f"  {'write' if old.write else 'read '} by {task_line(old.ref, old.blocks)}\n"
-            f"  {'write' if write else 'read '} by {task_line(ref, blocks)}\n"
-            + (
-                "  the two tasks belong to different clients, and neither client's host "
-                "synchronized with its task before the other was submitted"
-                if across
-                else "  nothing orders them: record an event after the first task and make the "
-                "second's stream wait for it (aclrtRecordEvent + aclrtStreamWaitEvent), or "
-                "synchronize in between"
-            )
-        )
-        strict = bool(watch.flags & STRICT)
-        key = ("race", old.ref["site"], old.ref["what"], probe.site, ref["what"])
-        finding, new = self._report(
-            watch,
-            "racecheck",
-            "data race",
-            "error" if strict else "warning",
-            key,
-            text,
-            {"tasks": [old.ref, ref], "range": [a, b], "bytes": b - a, "cross_client": across},
-            task if strict else None,
-        )
-        other = self.watches.get(old.session) if across else None
-        if new and other is not None:  # the other client's report shows it too
-            other.findings.add(key, lambda: finding)
-
-    def _leaks(self, watch) -> list:
-        """What the session still holds: its allocations never freed, its IPC imports never
-        closed (an exporter's block freed while imported is the importers', not a leak)."""
-        out = []
-        for block in self.memory.live_of(watch.session):
-            text = (
-                f"{block.size} bytes at {block.start:#x} allocated at {block.site} (call "
-                f"{block.seq}) were never freed"
-            )
-            out.append(
-                Finding(
-                    "memcheck",
-                    "leak",
-                    "warning",
-                    text,
-                    {"address": block.start, "bytes": block.size, "malloc_site": block.site},
-                    watch.session,
-                )
-            )
-        for export, opened, held in self.daemon.ipc.imports_of(watch.session):
-            site = watch.import_sites.get(export.key, "?")
-            times = f" ({opened} imports)" if opened > 1 else ""
-            text = (
-                f"{watch.session!r} never closed its IPC import of {export.key}{times}: "
-                f"{export.size} bytes at {export.address:#x}, exported by {export.exporter!r}, "
-                f"imported at {site}; every aclrtIpcMemImportByKey needs an aclrtIpcMemClose"
-                + (
-                    " (the exporter has freed the block: it stays allocated until then)"
-                    if held
-                    else ""
-                )
-            )
-            out.append(
-                Finding(
-                    "memcheck",
-                    "unclosed IPC import",
-                    "warning",
-                    text,
-                    {"address": export.address, "bytes": export.size, "key": export.key},
-                    watch.session,
-                )
-            )
-        return out
-
-    def _report(self, watch, check, kind, severity, key, text, details, task=None) -> tuple:
-        session = watch.session
-        finding, new = watch.findings.add(
-            key, lambda: Finding(check, kind, severity, text, details, session)
-        )
-        if new:
-            self.findings.add((session.id,) + key, lambda: finding)
-            log_finding(finding)
-        if severity == "error" and task is not None and task.failure is None:
-            task.failure = Failure(MEMORY_ERROR, f"simnpu {check}: {kind}\n{text}", task.seq)
-        return finding, new
-
-    def _ref(self, task, probe) -> dict:
-        ref = probe.ref
-        if ref is None:
-            session = task.stream.owner
-            ref = probe.ref = {
-                "task": task.seq,
-                "what": _what(task),
-                "stream": stream_label(task.stream),
-                "pid": session.pid,
-                "process": session.process_name,
-                "site": probe.site,
-                "client": session.id,
-            }
-        return ref
+def write_files(observer: Observer | None) -> None:
+    """The daemon stops: its observer, if it has one, writes its trace and report files."""
+    if observer is not None:
+        observer.stop()
 
 
-def _what(task) -> str:
-    name, category, _ = task.describe()
-    return f"kernel {name}" if category == "kernel" else name
+def summary(observer: Observer | None) -> dict | None:
+    """What the daemon observes, for its description (simnpu smi); None: nothing."""
+    return observer.describe() if observer is not None else None
 
 
-def install(daemon: Daemon, scheduler: Scheduler) -> None:
-    """At daemon start: observe every client if `--trace` or `--check` asked for it."""
-    config = daemon.config
-    bits = config.checks | (TRACE if config.trace_path else 0)
-    if bits:
-        daemon.observer = Observer(
-            daemon, scheduler, bits, config.trace_path, config.check_report, config.trace_buffer
-        )
-        scheduler.observer = daemon.observer
-        log.info("observing every client: %s", flags_.describe(bits))
+def hello_flags(observer: Observer | None, owner: Owner) -> int:
+    """The observe flags a new session (of `owner`) must honour: the daemon's observer
+    observes everyone."""
+    return observer.hello(owner) if observer is not None else 0
 
 
-def hello_flags(session: Session) -> int:
-    """The observe flags a new session must honour (the daemon observes everyone)."""
-    observer = session.daemon.observer
-    return observer.hello(session.owner) if observer is not None else 0
-
-
-def query(daemon, what: str) -> object:
+def query(observer: Observer | None, what: str) -> object:
     """The Query RPC's "trace" and "check_report" views."""
-    observer = daemon.observer
     if observer is None:
         return {
             "error": "this daemon records no timeline and checks nothing (start it with "

@@ -37,7 +37,8 @@ import itertools
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from simnpu.server.core.objects import Owner, Stream
+    from simnpu.server.core.owner import Owner
+    from simnpu.server.core.streams import Stream
 
 HISTORY_CAP = 256  # accesses remembered per allocation (oldest dropped first)
 

@@ -11,15 +11,15 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from simnpu.proto.observe import CHECKS
 from simnpu.server.observation import races
 
 if TYPE_CHECKING:
-    from simnpu.server.core.objects import Stream
+    from simnpu.server.core.streams import Stream
     from simnpu.server.core.tasks import Task
-    from simnpu.server.graphs.replay_task import ReplayTask
     from simnpu.server.observation.observer import Observer
 
 
@@ -47,22 +47,25 @@ def captured(observer: Observer, task: Task) -> None:
             task.probe = CapturedSite(site)
 
 
-def replaying(observer: Observer, replay: ReplayTask) -> None:
-    """`replay` queues its tasks now: a traced client sees them on its model's tracks."""
-    owner = replay.stream.owner
+def replaying(
+    observer: Observer, replaying: Stream, model: int, lanes: Sequence[tuple[int, Stream]]
+) -> None:
+    """A replay of model `model` on `replaying` queues its tasks now (each lane's, by its
+    handle, on its private stream): a traced client sees them on its model's tracks."""
+    owner = replaying.owner
     watch = observer.watches.get(owner)
     if watch is None:
         return
-    graph, streams = replay.graph, observer.timeline.streams
-    for index, (lane, stream) in enumerate(zip(graph.lanes, replay.lanes)):
-        key = (owner.id, lane.handle, stream.device)
+    streams = observer.timeline.streams
+    for index, (lane, stream) in enumerate(lanes):
+        key = (owner.id, lane, stream.device)
         if key not in streams:
-            label = f"model {graph.id} stream {index} (replays) device {stream.device}"
+            label = f"model {model} stream {index} (replays) device {stream.device}"
             streams[key] = (owner.id, owner.pid, owner.process_name, label)
         watch.keys[stream] = key
 
 
-def joined(observer: Observer, into: Stream, streams: list[Stream]) -> None:
+def joined(observer: Observer, into: Stream, streams: Sequence[Stream]) -> None:
     """`into` goes on only once `streams` have drained (the private streams of a replay,
     or of a sub model a cond task ran): for the checkers, its latest task comes after
     theirs, so a host that synchronized `into` has seen them finish."""
@@ -81,10 +84,11 @@ def joined(observer: Observer, into: Stream, streams: list[Stream]) -> None:
     entry[1] = clock
 
 
-def replayed(observer: Observer, replay: ReplayTask) -> None:
-    """`replay` is over: its stream comes after its private streams, which are forgotten."""
-    joined(observer, replay.stream, replay.lanes)
-    watch = observer.watches.get(replay.stream.owner)
+def replayed(observer: Observer, into: Stream, streams: Sequence[Stream]) -> None:
+    """A replay on `into` is over: its stream comes after its private streams `streams`,
+    which are forgotten."""
+    joined(observer, into, streams)
+    watch = observer.watches.get(into.owner)
     if watch is not None:
-        for stream in replay.lanes:
+        for stream in streams:
             watch.keys.pop(stream, None)

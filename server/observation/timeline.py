@@ -38,6 +38,8 @@ from __future__ import annotations
 import os
 from collections import deque
 
+from simnpu.server.core.tasks.base import size_text
+
 DEFAULT_CAPACITY = 500_000
 DEVICE_PID_BASE = 1 << 22  # device "processes" sit above any real pid
 
@@ -348,14 +350,6 @@ def stream_label(stream) -> str:
         f"stream {stream.handle & 0xFFFFFFFF}{' (default)' if default else ''} device "
         f"{stream.device}"
     )
-
-
-def size_text(n: int) -> str:
-    """A byte count as people read it: 1.5 MiB."""
-    for unit, shift in (("GiB", 30), ("MiB", 20), ("KiB", 10)):
-        if n >= 1 << shift:
-            return f"{n / (1 << shift):.4g} {unit}"
-    return f"{n} B"
 
 
 def write_json(path: str, trace: dict) -> None:

@@ -6,6 +6,6 @@ report a kernel process sends and its checks, the executor the daemon hands batc
 daemon's book of kernel processes, the sandbox those processes enter, and what units
 compute besides kernels (reduces, random numbers, float overflow).
 
-May import: the core's unit protocol and executor interface, simnpu.server.kernels,
-simnpu.proto and simnpu.shm.
+May import: simnpu.server.core (its unit protocol and executor interface),
+simnpu.server.kernels, simnpu.proto and simnpu.shm.
 """

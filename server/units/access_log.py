@@ -1,8 +1,9 @@
 """What a checked kernel touched: the AI core's side of memory and race checking.
 
 When the daemon checks a session (server/observation/observer.py), the bounds of each of its
-launches travel as `CheckedBounds` instead of a plain tuple; the worker then runs the kernel with a
-`RecordingContext` whose `gm` notes every view it hands out. After each block:
+launches travel as `CheckedBounds` (server/core/unit_protocol.py) instead of a plain tuple;
+the worker then runs the kernel with a `RecordingContext` whose `gm` notes every view it
+hands out. After each block:
 
 - an access="r" view is a read of its bytes, an access="w" view a write of its bytes;
 - an access="rw" view is a read of its bytes, and a write of the elements whose bytes
@@ -28,15 +29,6 @@ READ, WRITE, READ_RW = 0, 1, 2  # entry modes; READ_RW: a read through an "rw" v
 MAX_RUNS_PER_VIEW = 256  # more changed runs than this in one view: the closest are merged
 
 _UINT = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}
-
-
-class CheckedBounds(tuple):
-    """The bounds of a launch whose accesses the worker must record (a plain tuple otherwise)."""
-
-    __slots__ = ()
-
-    def __reduce__(self):
-        return (CheckedBounds, (tuple(self),))
 
 
 def run_checked(runner, token, function, args, first, last, block_num, bounds, saturation):

@@ -4,8 +4,9 @@ client that launched them, as AscendC::printf output does (docs/acl.md, "Device 
 A unit collects a launch's output per block in a `KernelOutput` (bounded: TASK_SPACE
 characters per piece of a launch, BATCH_SPACE per batch), formatted as the real runtime's
 dump parser prints it: a DumpHead line per block that printed, then its text. It travels
-in the piece's Result; the daemon keeps a client's output in its `PendingOutput` (bounded
-by PENDING_SPACE) until a synchronize's reply takes it, in task order.
+in the piece's Result (TASK_SPACE and the other bounds of what a result carries are the unit
+protocol's, server/core/unit_protocol.py); the daemon keeps a client's output in its
+`PendingOutput` (server/core/owner.py) until a synchronize's reply takes it, in task order.
 """
 
 from __future__ import annotations
@@ -14,20 +15,13 @@ import functools
 import re
 from typing import Any
 
-TASK_SPACE = 64 << 10
-"""Characters (DumpHead lines included) one piece of a launch may print; the rest is cut.
-The daemon keeps MAX_OUTPUT of a launch's pieces together."""
+from simnpu.server.core.unit_protocol import INCOMPLETE, TASK_SPACE
+
 BATCH_SPACE = 128 << 10
 """Characters all the launches of one batch may print together."""
-PENDING_SPACE = 1 << 20
-"""Characters the daemon keeps for one client until a synchronize takes them."""
-MAX_OUTPUT = TASK_SPACE + 1024
-"""The longest output a kernel process may report for one result (decode_report cuts it),
-and what the daemon keeps of all the pieces of one launch."""
 
 MAGIC = 0x5AA5BCCD  # the real dump's magic number, printed in every DumpHead
 OFF_LIMIT_RSV = 7  # the real dump's rsv of a block whose space ran out
-INCOMPLETE = "Remain block space is not enough, printing information may be incomplete!\n"
 
 
 class KernelOutput:
@@ -192,53 +186,3 @@ def c_format(fmt: str, args: tuple) -> str:
             f"printf format {fmt!r} has fewer conversions than the {len(args)} arguments"
         )
     return "".join(out)
-
-
-class PendingOutput:
-    """A client's device output that no synchronize has taken yet (daemon side, under the
-    scheduler lock): pieces kept in task order, about MAX_OUTPUT characters per task and
-    PENDING_SPACE in all."""
-
-    __slots__ = ("_dropped", "_pieces", "_size", "_tasks")
-
-    def __init__(self) -> None:
-        self._pieces: list[tuple[int, int, str]] = []  # (task seq, token, text)
-        self._tasks: dict[int, int] = {}  # task seq -> characters kept of its pieces
-        self._size = 0
-        self._dropped = 0
-
-    @property
-    def pending(self) -> bool:
-        return bool(self._pieces or self._dropped)
-
-    def add(self, seq: int, token: int, text: str) -> None:
-        """A piece's output (`token`: pieces of one task are handed out in block order).
-        A task's pieces together keep MAX_OUTPUT characters: the piece that crosses it is cut
-        and says so. Text that is not valid Unicode (a lone surrogate) gets "?" instead."""
-        text = text.encode("utf-8", "replace").decode("utf-8")
-        used = self._tasks.get(seq, 0)
-        if used >= MAX_OUTPUT:
-            return
-        if used + len(text) > MAX_OUTPUT:
-            text = text[: MAX_OUTPUT - used] + "\n" + INCOMPLETE
-        self._tasks[seq] = used + len(text)
-        if self._size + len(text) > PENDING_SPACE:
-            self._dropped += len(text)
-            return
-        self._size += len(text)
-        self._pieces.append((seq, token, text))
-
-    def take(self) -> str:
-        """Everything kept, in task order (then block order), and what was dropped."""
-        if not self.pending:
-            return ""
-        self._pieces.sort()
-        text = "".join(piece for _, _, piece in self._pieces)
-        if self._dropped:
-            text += (
-                f"[simnpu] {self._dropped} characters of device output were dropped: more than "
-                f"{PENDING_SPACE} waited for a synchronize\n"
-            )
-        self._pieces, self._size, self._dropped = [], 0, 0
-        self._tasks.clear()
-        return text

@@ -1,10 +1,11 @@
-"""Float overflow: what a kernel raises and what aclrtGetOverflowStatus reads.
+"""Float overflow on the units: what a kernel raises, and saturation.
 
 A kernel raises its launch's overflow flag with `ctx.raise_overflow()`; in the daemon's
 workers and kernel processes any numpy floating-point overflow raises it too (`watch_numpy`),
 so the built-in kernels raise it on float overflow. The flag travels in the launch's Result;
 the scheduler sets the overflow status of the launch's context (`Context.overflow`), which
-the overflow status tasks read and clear (server/core/tasks/overflow.py).
+the overflow status tasks read and clear (server/core/tasks/overflow.py, which also writes
+what aclrtGetOverflowStatus reads).
 
 The float overflow mode (aclrtSetDeviceSatMode) is a stream's, taken when it is created, and
 travels with each task of it (RunKernel.saturation, ReduceBytes.saturation). In the Inf/NaN
@@ -16,9 +17,6 @@ kernels and reduces saturate theirs (`saturate`), and a kernel sees the mode as
 from __future__ import annotations
 
 import numpy as np
-
-OUTPUT_SIZE = 64
-"""The bytes aclrtGetOverflowStatus writes (the runtime's OVERFLOW_OUTPUT_SIZE)."""
 
 
 class OverflowFlag:
@@ -55,9 +53,3 @@ def saturate(values: np.ndarray) -> None:
         return
     np.clip(values, -largest, largest, out=values)
     np.copyto(values, 0, where=np.isnan(values))
-
-
-def status_bytes(overflow: bool) -> bytes:
-    """What aclrtGetOverflowStatus writes: a little-endian uint64, 1 after an overflow, else
-    0, then zeros up to OUTPUT_SIZE."""
-    return (1 if overflow else 0).to_bytes(8, "little") + bytes(OUTPUT_SIZE - 8)

@@ -42,9 +42,8 @@ from typing import TYPE_CHECKING, Any
 import posix_ipc
 
 from simnpu.proto import codes
-from simnpu.server.core.unit_protocol import DAEMON_GONE, Accesses, Cancel, next_message
+from simnpu.server.core.unit_protocol import DAEMON_GONE, MAX_OUTPUT, Accesses, Cancel, next_message
 from simnpu.server.units import sandbox
-from simnpu.server.units.device_printf import MAX_OUTPUT
 from simnpu.server.units.float_overflow import watch_numpy
 from simnpu.shm import window
 from simnpu.shm.addresses import DEVICE_SPAN

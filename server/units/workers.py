@@ -40,7 +40,7 @@ import posix_ipc
 
 from simnpu.proto import codes
 from simnpu.proto.kernel_abi import canonical_type
-from simnpu.server.core.executor import LOST, Unit
+from simnpu.server.core.executor import LOST, Unit, Windows
 from simnpu.server.core.unit_protocol import (
     DAEMON_GONE,
     ITEMS,
@@ -79,7 +79,7 @@ from simnpu.shm.pages import PageTable, populate
 from simnpu.shm.region import Region, unlink_daemon_segments
 
 if TYPE_CHECKING:
-    from simnpu.server.core.objects import Owner
+    from simnpu.server.core.owner import Owner
 
 log = logging.getLogger("simnpu.workers")
 
@@ -712,11 +712,13 @@ class _Process:
 
 
 class ProcessExecutor:
-    """Worker processes for `units`, each mapping the device segments `segments`."""
+    """Worker processes for `units`, each mapping the device segments `segments` and the
+    windows of `windows`."""
 
-    def __init__(self, units: Sequence[Unit], segments: list[str]):
+    def __init__(self, units: Sequence[Unit], segments: list[str], windows: Windows):
         self.units = units
         self._segments = segments
+        self._windows = windows
         self._processes: dict[Unit, _Process] = {}
         self._lock = threading.Lock()  # guards adding workers (launch) against stop
         self._stopped = False
@@ -761,6 +763,8 @@ class ProcessExecutor:
         process = self._processes.get(unit)
         if process is None:
             raise OSError("the daemon is stopping: its workers are gone")
+        if unit.forget or unit.windows != self._windows.version:
+            batch = self._mappings(unit) + batch
         try:
             process.conn.send(batch)
         except ValueError as error:  # a closed pipe
@@ -768,6 +772,17 @@ class ProcessExecutor:
         except OSError:  # the worker closed its end: it is exiting
             process.hung_up = True
             raise
+
+    def _mappings(self, unit: Unit) -> list:
+        """What `unit` unmaps and maps before its next batch: the window table if it
+        changed (an aclrtMapMem since), then the segments unlinked since."""
+        items = [ForgetSegment.pack(name) for name in unit.forget]
+        unit.forget = []
+        windows = self._windows
+        if unit.windows != windows.version:
+            unit.windows = windows.version
+            items.insert(0, MapWindows.pack(windows.entries))
+        return items
 
     def _send_to_kernel_process(self, unit: Unit, batch: list, tenant: Owner) -> None:
         """A batch of `tenant`'s own kernels goes to its kernel process for `unit`

@@ -8,7 +8,8 @@ import re
 
 from conftest import round_trip, run_client, runtime_of, start_client
 
-from simnpu.server.units.device_printf import INCOMPLETE, MAX_OUTPUT, PENDING_SPACE, TASK_SPACE
+from simnpu.server.core.owner import PENDING_SPACE
+from simnpu.server.core.unit_protocol import INCOMPLETE, MAX_OUTPUT, TASK_SPACE
 
 PROGRAM = '''
 import struct, sys

@@ -5,15 +5,15 @@ from __future__ import annotations
 
 import pytest
 
-from simnpu.server.core.unit_protocol import LoadModule, RunKernel
-from simnpu.server.units.device_printf import (
+from simnpu.server.core.owner import PENDING_SPACE, PendingOutput
+from simnpu.server.core.unit_protocol import (
     INCOMPLETE,
     MAX_OUTPUT,
-    PENDING_SPACE,
     TASK_SPACE,
-    PendingOutput,
-    c_format,
+    LoadModule,
+    RunKernel,
 )
+from simnpu.server.units.device_printf import c_format
 from simnpu.server.units.workers import WorkRunner
 
 

@@ -7,8 +7,8 @@ import pytest
 
 from simnpu.proto import codes
 from simnpu.proto.errors import NpuMemoryError
-from simnpu.server.core.device import DECOMMIT_MIN, Device
 from simnpu.server.memory import host_memory
+from simnpu.server.memory.device_memory import DECOMMIT_MIN, DeviceWithMemory
 from simnpu.server.memory.host_memory import HostMemory, read_meminfo, reserve_of
 
 MiB = 1 << 20
@@ -96,8 +96,8 @@ class AllowingHost(RefusingHost):
 def device():
     made = []
 
-    def make(host) -> Device:
-        made.append(Device(0, 64 * MiB, 1, 1, 0, host))
+    def make(host) -> DeviceWithMemory:
+        made.append(DeviceWithMemory(0, 64 * MiB, 1, 1, 0, host))
         return made[-1]
 
     yield make

@@ -10,7 +10,7 @@ import time
 import pytest
 
 from simnpu.proto import codes
-from simnpu.server.units.device_printf import MAX_OUTPUT
+from simnpu.server.core.unit_protocol import MAX_OUTPUT
 from simnpu.server.units.kernel_processes import (
     MAX_MESSAGE,
     PAGE,

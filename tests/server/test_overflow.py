@@ -5,14 +5,9 @@ from __future__ import annotations
 
 import numpy as np
 
+from simnpu.server.core.tasks.overflow import OUTPUT_SIZE, status_bytes
 from simnpu.server.core.unit_protocol import LoadModule, RunKernel
-from simnpu.server.units.float_overflow import (
-    OUTPUT_SIZE,
-    OverflowFlag,
-    saturate,
-    status_bytes,
-    watch_numpy,
-)
+from simnpu.server.units.float_overflow import OverflowFlag, saturate, watch_numpy
 from simnpu.server.units.workers import WorkRunner
 
 MODULE = """

@@ -16,8 +16,9 @@ from simnpu.proto import codes
 from simnpu.proto.kernel_abi import discover_kernels
 from simnpu.server.core.executor import UnitKind
 from simnpu.server.core.functions import Binary, Function
-from simnpu.server.core.objects import Context, Event, Owner, Stream, Waiter
+from simnpu.server.core.owner import Owner
 from simnpu.server.core.scheduler import Scheduler
+from simnpu.server.core.streams import Context, Event, Stream
 from simnpu.server.core.tasks import (
     CopyTask,
     KernelTask,
@@ -27,6 +28,7 @@ from simnpu.server.core.tasks import (
     WaitTask,
 )
 from simnpu.server.core.unit_protocol import RunKernel, Span
+from simnpu.server.core.waiters import Waiter
 from simnpu.shm.addresses import device_address
 
 KERNELS = '''

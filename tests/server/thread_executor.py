@@ -111,7 +111,8 @@ class ThreadExecutor:
 
     def send(self, unit: Unit, batch: list, tenant: object = None) -> None:
         """Every batch runs in the unit's thread, a client's own kernels too (the daemon
-        gives those processes of their own)."""
+        gives those processes of their own); units in threads map no window table, so
+        nothing goes before a batch."""
         self.batches.append((unit, batch))
         self._inboxes[unit].put(batch)
 

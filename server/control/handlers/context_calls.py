@@ -8,7 +8,7 @@ from simnpu.proto import npu_pb2 as pb
 from simnpu.server.control.handle_kinds import HandleKind
 from simnpu.server.control.handlers.registry import LATER, handles
 from simnpu.server.control.synchronize import deadline, wait_streams, when_drained
-from simnpu.server.core.objects import Context
+from simnpu.server.core.streams import Context
 from simnpu.server.graphs.capture import not_in_capture
 
 if TYPE_CHECKING:

@@ -26,9 +26,10 @@ from simnpu.proto import npu_pb2 as pb
 from simnpu.proto.errors import invalid
 from simnpu.server.control.handlers.registry import LATER, handles
 from simnpu.server.core.functions import Pinned
-from simnpu.server.core.objects import Stream
+from simnpu.server.core.streams import Stream
 from simnpu.server.core.tasks import CopyTask, MemsetD32Task, MemsetTask, Task
 from simnpu.server.core.unit_protocol import Span
+from simnpu.server.graphs.capture import capture_of
 
 if TYPE_CHECKING:
     from simnpu.server.control.session import Session
@@ -86,7 +87,7 @@ def _stream(
     stream in capture cannot take a copy the host waits for (107000, as the runtime's)."""
     if request.HasField("stream"):
         stream = session.stream(request.stream)
-        if stream.capture is not None:
+        if capture_of(stream) is not None:
             raise invalid(
                 "a copy or memset through pageable host memory cannot be captured "
                 "(use pinned memory: aclrtMallocHost)"
@@ -125,7 +126,7 @@ def _staged(
         if carried != count:
             raise invalid(f"inline copy carries {carried} bytes, not {count}")
     device = dst if to_device else src
-    if not request.HasField("stream") and device.device >= 0 and session.daemon.observer is None:
+    if not request.HasField("stream") and device.device >= 0 and not session.scheduler.subscribers:
         memory = session.daemon.devices[device.device].region.map
         if to_device:
             _copy(

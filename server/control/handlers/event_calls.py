@@ -15,8 +15,9 @@ from simnpu.server.control.handlers.registry import LATER, handles
 from simnpu.server.control.synchronize import deadline, unreported_failure
 from simnpu.server.core import event_queries
 from simnpu.server.core.ipc_events import OpenedEvent, not_for_ipc
-from simnpu.server.core.objects import Event, Waiter
+from simnpu.server.core.streams import Event
 from simnpu.server.core.tasks import RecordTask, ResetTask, TaskState, WaitTask
+from simnpu.server.core.waiters import Waiter
 
 if TYPE_CHECKING:
     from simnpu.server.control.session import Session
@@ -59,8 +60,9 @@ def query_event(session: Session, request: pb.QueryEventRequest, reply_to: int) 
             return
         record = event.latest_record
         done = event_queries.complete(event)
-        if done and record is not None and session.scheduler.observer is not None:
-            session.scheduler.observer.host_synced(session.owner, record=record)
+        if done and record is not None:
+            for subscriber in session.scheduler.subscribers:
+                subscriber.host_synced(session.owner, record=record)
         status = (
             codes.ACL_EVENT_RECORDED_STATUS_COMPLETE
             if done
@@ -86,8 +88,9 @@ def synchronize_event(
 
     def begin() -> None:
         record = event.latest_record
-        if record is not None and scheduler.observer is not None:
-            scheduler.observer.host_synced(session.owner, record=record)
+        if record is not None:
+            for subscriber in scheduler.subscribers:
+                subscriber.host_synced(session.owner, record=record)
 
         def finish(timed_out: bool) -> None:
             if timed_out:

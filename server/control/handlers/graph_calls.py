@@ -27,7 +27,7 @@ from simnpu.server.hccl.collective_task import withdraw_head
 
 if TYPE_CHECKING:
     from simnpu.server.control.session import Session
-    from simnpu.server.core.objects import Stream
+    from simnpu.server.core.streams import Stream
 
 
 # ---- capture ------------------------------------------------------------------------------------
@@ -91,7 +91,7 @@ def replay_model(session: Session, record: commands.ReplayModel) -> None:
             stream,
             graph,
             model_handles.replay_stream_handles(session),
-            fuse=session.scheduler.observer is None,
+            fuse=not session.scheduler.subscribers,
         )
     )
 
@@ -109,7 +109,7 @@ def model_execute(session: Session, request: pb.ModelExecuteRequest, reply_to: i
         model_runs.private_stream(graph, new_handle()),
         graph,
         new_handle,
-        fuse=session.scheduler.observer is None,
+        fuse=not session.scheduler.subscribers,
     )
 
     def finish(timed_out: bool) -> None:
@@ -156,7 +156,7 @@ def model_abort(session: Session, request: pb.ModelAbortRequest, reply_to: int) 
     scheduler = session.scheduler
 
     def end_head(stream: Stream) -> None:
-        withdraw_head(scheduler, stream, "aborted (aclmdlRIAbort)")
+        withdraw_head(stream, "aborted (aclmdlRIAbort)")
 
     return session.answer_in_order(reply_to, lambda: model_runs.abort(scheduler, graph, end_head))
 

@@ -49,7 +49,7 @@ def get_root_info(session: Session, request: pb.HcclGetRootInfoRequest, reply_to
     """HcclGetRootInfo: a new communicator id, with this process's HCCL_EXEC_TIMEOUT."""
     session.device(request.device)
     timeout_s = call_arguments.exec_timeout_s(request.exec_timeout_ms)
-    communicators = session.scheduler.collectives.communicators
+    communicators = session.collectives.communicators
 
     def issue() -> None:
         info = communicators.issue_root_info(session, session.pid, request.device, timeout_s)
@@ -62,7 +62,7 @@ def get_root_info(session: Session, request: pb.HcclGetRootInfoRequest, reply_to
 @_hccl
 def comm_init(session: Session, request: pb.HcclCommInitRequest, reply_to: int) -> None:
     """HcclCommInitRootInfo: answers once every rank has joined (or failed)."""
-    communicators = session.scheduler.collectives.communicators
+    communicators = session.collectives.communicators
     info = communicators.parse_root_info(request.root_info)
     session.device(request.device)
     call_arguments.check_ranks(request.n_ranks, request.rank)
@@ -84,7 +84,7 @@ def comm_init_cluster(
     communicator; answers once every rank of the table has joined (or failed)."""
     table = call_arguments.parse_rank_table(request.rank_table)
     session.device(request.device)
-    communicators = session.scheduler.collectives.communicators
+    communicators = session.collectives.communicators
     entry, addresses = call_arguments.cluster_place(
         table,
         request.rank,
@@ -120,7 +120,7 @@ def comm_destroy(session: Session, request: pb.HcclCommDestroyRequest, reply_to:
     will never join fail."""
     member = member_of(session, request.comm)
     session.handles.remove(member.handle)
-    collectives = session.scheduler.collectives
+    collectives = session.collectives
 
     def leave() -> None:
         member.state = "destroyed"
@@ -162,7 +162,7 @@ def rendezvous(session: Session, request: pb.HcclRendezvousRequest, reply_to: in
     arrival = Arrival(session, reply_to, world_size, exec_timeout_s)
     jobs = session.daemon.jobs
     assert jobs is not None, "jobs exist once the daemon runs"
-    if request.seed and request.seed != session.scheduler.collectives.worlds.advertise:
+    if request.seed and request.seed != session.collectives.worlds.advertise:
         session.post(jobs.forward, request.seed, job, arrival, timeout_s)
     else:
         session.post(jobs.arrive, job, arrival, timeout_s)
@@ -177,4 +177,4 @@ def collective(session: Session, record: commands.Collective) -> None:
     stream = session.stream(record.stream)
     device = session.daemon.devices[member.device]
     call = call_arguments.collective_call(record, member, stream.device, session.memory, device)
-    session.submit(CollectiveTask(session.seq, stream, member, call))
+    session.submit(CollectiveTask(session.seq, stream, member, call, session.collectives))

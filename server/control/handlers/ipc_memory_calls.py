@@ -37,8 +37,8 @@ def import_(
         session.owner, request.key, request.flags, session.daemon.peer_of(session).pid
     )
     session.memory.imported_now(export.key, export.address, export.size, export.device)
-    if session.daemon.observer is not None:  # checking: the import's call site
-        session.daemon.observer.imported(session.owner, session.seq, export.key)
+    for subscriber in session.scheduler.subscribers:  # checking: the import's call site
+        subscriber.imported(session.owner, session.seq, export.key)
     return pb.IpcMemImportReply(address=export.address, size=export.size, device=export.device)
 
 
@@ -47,5 +47,5 @@ def close(session: Session, request: pb.IpcMemCloseRequest, reply_to: int) -> No
     if session.daemon.ipc.close(session.owner, request.key) is not None:
         session.memory.import_closed(request.key)
         session.daemon.kernels.end_owner(session.id)  # they mapped what it closed
-        if session.daemon.observer is not None:
-            session.daemon.observer.import_closed(session.owner, request.key)
+        for subscriber in session.scheduler.subscribers:
+            subscriber.import_closed(session.owner, request.key)

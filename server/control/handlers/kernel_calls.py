@@ -20,7 +20,7 @@ from simnpu.proto.errors import NpuError, check_num_blocks, invalid
 from simnpu.server.control.handle_kinds import HandleKind
 from simnpu.server.control.handlers.registry import handles
 from simnpu.server.core.functions import Binary, Function
-from simnpu.server.core.objects import Stream
+from simnpu.server.core.streams import Stream
 from simnpu.server.core.tasks import ConfiguredKernelTask, KernelTask
 from simnpu.server.kernels.discovery import discover
 

@@ -26,10 +26,8 @@ if TYPE_CHECKING:
 def malloc(session: Session, request: pb.MallocRequest, reply_to: int) -> pb.MallocReply:
     device = session.device(request.device)
     address = session.memory.allocate(device, request.size, request.policy)
-    if session.daemon.observer is not None:  # checking: remember it and its call site
-        session.daemon.observer.allocated(
-            session.owner, session.seq, device.index, address, request.size
-        )
+    for subscriber in session.scheduler.subscribers:  # checking: it and its call site
+        subscriber.allocated(session.owner, session.seq, device.index, address, request.size)
     return pb.MallocReply(address=address)
 
 
@@ -37,12 +35,9 @@ def malloc(session: Session, request: pb.MallocRequest, reply_to: int) -> pb.Mal
 def free(session: Session, request: pb.FreeRequest, reply_to: int) -> None:
     """aclrtFree. The client checks the pointer first and does not wait for this reply."""
     memory, address = session.memory, request.address
-    if (
-        address in memory.allocations
-        and address not in memory.pool_blocks
-        and session.daemon.observer is not None
-    ):  # checking: tombstone, freed while in use
-        session.daemon.observer.freeing(session, address)
+    if address in memory.allocations and address not in memory.pool_blocks:
+        for subscriber in session.scheduler.subscribers:  # checking: tombstone, freed in use
+            subscriber.freeing(session, address)
     memory.free(address)
 
 

@@ -13,7 +13,7 @@ from simnpu.proto import npu_pb2 as pb
 from simnpu.proto import observe as bits
 from simnpu.proto.errors import NpuError
 from simnpu.server.control.handlers.registry import LATER, handles
-from simnpu.server.core.objects import Waiter
+from simnpu.server.core.waiters import Waiter
 from simnpu.server.observation.findings import Findings
 from simnpu.server.observation.observer import Observer
 
@@ -31,7 +31,7 @@ def observe(session: Session, request: pb.ObserveRequest, reply_to: int) -> pb.O
         raise NpuError(
             codes.ACL_ERROR_RT_PARAM_INVALID, f"unknown observe flags {request.flags:#x}"
         )
-    observer = Observer.ensure(session)
+    observer = session.daemon.observe()
     return pb.ObserveReply(flags=observer.watch(session.owner, request.flags).flags)
 
 

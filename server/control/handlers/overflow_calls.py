@@ -10,7 +10,7 @@ from simnpu.proto import npu_pb2 as pb
 from simnpu.proto.errors import invalid
 from simnpu.server.control.handlers.registry import handles
 from simnpu.server.core.tasks import OverflowResetTask, OverflowStatusTask
-from simnpu.server.units.float_overflow import OUTPUT_SIZE
+from simnpu.server.core.tasks.overflow import OUTPUT_SIZE
 
 if TYPE_CHECKING:
     from simnpu.server.control.session import Session

@@ -41,7 +41,7 @@ def hello(session: Session, request: pb.HelloRequest, reply_to: int) -> pb.Hello
         staging_bytes=config.staging_bytes,
         ai_cores=config.ai_cores,
         copy_engines=config.copy_engines,
-        observe_flags=observer.hello_flags(session),
+        observe_flags=observer.hello_flags(session.daemon.observer, session.owner),
         staging_segment=session.staging.name,
         notify_segment=notify,
         ring_segment=ring,

@@ -75,8 +75,9 @@ def query_stream(session: Session, request: pb.QueryStreamRequest, reply_to: int
             return
         signal = stream.signal
         done = not stream.tasks or (signal is not None and signal.covers(stream.tasks[-1].seq))
-        if done and session.scheduler.observer is not None:
-            session.scheduler.observer.host_synced(session.owner, [stream])
+        if done:
+            for subscriber in session.scheduler.subscribers:
+                subscriber.host_synced(session.owner, [stream])
         status = codes.ACL_STREAM_STATUS_COMPLETE if done else codes.ACL_STREAM_STATUS_NOT_READY
         session.respond(reply_to, pb.QueryStreamReply(status=status))
 

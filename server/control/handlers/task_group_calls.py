@@ -1,6 +1,6 @@
 """Task groups and changes of captured models (docs/graph-capture.md, "Updates"):
 aclmdlRICaptureTaskGrpBegin / End, aclmdlRICaptureTaskUpdateBegin / End
-(server/graphs/task_groups.py), aclmdlRITaskGetParams / SetParams, aclmdlRITaskDisable,
+(server/graphs/stream_recorders.py), aclmdlRITaskGetParams / SetParams, aclmdlRITaskDisable,
 aclmdlRIUpdate and aclmdlRIKernelTaskGetAttribute (server/graphs/task_changes.py).
 
 Each runs under the scheduler (`answer_in_order`), in order with the launches around it.
@@ -24,7 +24,7 @@ from simnpu.server.core.tasks import (
     ValueWriteTask,
     WaitTask,
 )
-from simnpu.server.graphs import task_changes, task_groups
+from simnpu.server.graphs import stream_recorders, task_changes
 from simnpu.server.graphs.capture import Graph
 from simnpu.server.graphs.task_groups import TaskGroup
 from simnpu.shm.addresses import device_address
@@ -41,9 +41,9 @@ def task_group(session: Session, request: pb.TaskGroupRequest, reply_to: int) ->
 
     def mark() -> pb.TaskGroupReply | None:
         if not request.end:
-            task_groups.begin_group(stream)
+            stream_recorders.begin_group(stream)
             return None
-        group = task_groups.end_group(stream)
+        group = stream_recorders.end_group(stream)
         group.handle = session.handles.add(group, HandleKind.TASK_GROUP)
         return pb.TaskGroupReply(group=group.handle)
 
@@ -58,9 +58,9 @@ def task_update(session: Session, request: pb.TaskUpdateRequest, reply_to: int) 
 
     def mark() -> None:
         if group is not None:
-            task_groups.begin_update(stream, group)
+            stream_recorders.begin_update(stream, group)
         else:
-            task_groups.end_update(stream)
+            stream_recorders.end_update(stream)
 
     return session.answer_in_order(reply_to, mark)
 

@@ -16,15 +16,18 @@ from __future__ import annotations
 
 import copyreg
 import enum
-from typing import TYPE_CHECKING, ClassVar
+from collections.abc import Container
+from typing import TYPE_CHECKING, ClassVar, Protocol
 
 from simnpu.server.core.executor import UnitKind
-from simnpu.server.core.objects import Failure
+from simnpu.server.core.streams import Failure
 
 if TYPE_CHECKING:
     from simnpu.server.core.executor import Unit
-    from simnpu.server.core.objects import Owner, Stream
+    from simnpu.server.core.owner import Owner
     from simnpu.server.core.scheduler import Scheduler
+    from simnpu.server.core.streams import Stream
+    from simnpu.server.core.unit_protocol import Span
 
 
 class TaskState(enum.IntEnum):
@@ -58,9 +61,9 @@ class Task:
         self.failure: Failure | None = None
         self.timestamp = 0  # when it ended (device clock); records: when the stream reached them
         self.waiters: list = []  # Waiters and streams to re-check when it completes
-        self.probe: object = (
-            None  # observed sessions: timeline and checking state (server/observation/observer.py)
-        )
+        # what a subscriber that follows it keeps on it (server/core/subscriber.py): the
+        # scheduler tells subscribers it completes only if it is true
+        self.probe: object = None
         # a launch of a thread using another stream's resource limits: that stream, whose
         # core limit bounds it instead of its own stream's (aclrtUseStreamResInCurrentThread)
         self.limits_from: Stream | None = None
@@ -190,6 +193,33 @@ class DeviceWork(Task):
     def what(self) -> str:
         """How a lost unit's message names it."""
         return self.kind
+
+
+class OwnMemory(Protocol):
+    """The device memory of the client a task belongs to, as tasks that hold some use it
+    (server/memory/client_memory.py)."""
+
+    @property
+    def allocations(self) -> Container[int]:
+        """The device addresses of the client's own live blocks."""
+
+    def free(self, address: int) -> None:
+        """aclrtFree of one of its own blocks (NpuError if it went since)."""
+
+    def own_allocation(self, address: int) -> tuple[int, int] | None:
+        """(start, requested size) of the allocation holding `address` that the client may
+        use, if any."""
+
+    def span(self, address: int) -> Span:
+        """Device memory at `address`, as units name it."""
+
+
+def size_text(n: int) -> str:
+    """A byte count as people read it (in what tasks say they are): 1.5 MiB."""
+    for unit, shift in (("GiB", 30), ("MiB", 20), ("KiB", 10)):
+        if n >= 1 << shift:
+            return f"{n / (1 << shift):.4g} {unit}"
+    return f"{n} B"
 
 
 _SLOTS: dict[type, list[str]] = {}

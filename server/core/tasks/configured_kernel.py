@@ -11,9 +11,9 @@ from .kernel import ArgumentResolver, KernelTask
 
 if TYPE_CHECKING:
     from simnpu.server.core.functions import Function
-    from simnpu.server.core.objects import Stream
     from simnpu.server.core.scheduler import Scheduler
-    from simnpu.server.memory.client_memory import ClientMemory
+    from simnpu.server.core.streams import Stream
+    from simnpu.server.core.tasks.base import OwnMemory
 
 
 class ConfiguredKernelTask(KernelTask):
@@ -28,7 +28,7 @@ class ConfiguredKernelTask(KernelTask):
         args: tuple,
         resolver: ArgumentResolver,
         timeout_s: float | None,
-        memory: ClientMemory,
+        memory: OwnMemory,
         scratch: int | None,
     ):
         super().__init__(seq, stream, function, num_blocks, args, resolver)

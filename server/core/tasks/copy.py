@@ -11,15 +11,14 @@ from typing import TYPE_CHECKING
 
 from simnpu.server.core.executor import UnitKind
 from simnpu.server.core.unit_protocol import CopyBytes, Span
-from simnpu.server.observation.timeline import size_text
 from simnpu.shm.addresses import device_address
 
-from .base import DeviceWork, Task, TaskState
+from .base import DeviceWork, Task, TaskState, size_text
 
 if TYPE_CHECKING:
     from simnpu.server.core.executor import Unit
-    from simnpu.server.core.objects import Stream
     from simnpu.server.core.scheduler import Scheduler
+    from simnpu.server.core.streams import Stream
 
 
 # ---- its policies: small pure functions (tests/server/test_policy.py) ------------------------

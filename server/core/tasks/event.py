@@ -13,17 +13,16 @@ ACL_ERROR_RT_WAIT_TIMEOUT, reported by the stream's next synchronize, and its st
 
 from __future__ import annotations
 
-import time
 from typing import TYPE_CHECKING
 
 from simnpu.proto import codes
-from simnpu.server.core.objects import Waiter
 
 from .base import Task, TaskState
+from .wait import TimedWait
 
 if TYPE_CHECKING:
-    from simnpu.server.core.objects import Event, Stream
     from simnpu.server.core.scheduler import Scheduler
+    from simnpu.server.core.streams import Event, Stream
 
 
 class RecordTask(Task):
@@ -49,21 +48,19 @@ class RecordTask(Task):
         return f"record event {self.event.handle & 0xFFFFFFFF}", "event", {}
 
 
-class WaitTask(Task):
-    __slots__ = ("event", "record", "timeout_s", "timer")
+class WaitTask(TimedWait):
+    __slots__ = ("event", "record")
     kind = "wait"
 
     def __init__(self, seq: int, stream: Stream, event: Event, timeout_s: int = 0):
-        super().__init__(seq, stream)
+        super().__init__(seq, stream, timeout_s)
         self.event = event
         self.record: RecordTask | None = None
-        self.timeout_s = timeout_s  # 0: forever
-        self.timer: Waiter | None = None
 
     def submitted(self) -> None:
         record = self.record = self.event.latest_record
-        if record is not None and record.stream.capture is not None and self.stream.capture is None:
-            record.stream.capture.join(self.stream)  # a wait on a captured record: a fork
+        if record is not None and record.stream.recorder is not None:
+            record.stream.recorder.followed(self)  # a wait on a captured record: a fork
 
     def start(self, scheduler: Scheduler) -> bool:
         stream, event = self.stream, self.event
@@ -79,27 +76,15 @@ class WaitTask(Task):
         if record.state != TaskState.DONE:
             if stream not in record.waiters:
                 record.waiters.append(stream)  # re-advanced when the record completes
-            if self.timeout_s and self.timer is None:
-                self.timer = Waiter(
-                    lambda: False,
-                    lambda timed_out: self._expired(scheduler),
-                    time.monotonic() + self.timeout_s,
-                )
-                scheduler.watch(self.timer)
-            return False
+            return self._hold(scheduler)
         stream.clock = max(stream.clock, record.timestamp)
         return True
 
-    def _expired(self, scheduler: Scheduler) -> None:
-        tasks = self.stream.tasks
-        if self.state != TaskState.PENDING or not tasks or tasks[0] is not self:
-            return  # its record completed in time, or it was dropped
-        self.fail(
-            codes.ACL_ERROR_RT_WAIT_TIMEOUT,
+    def timed_out(self) -> str:
+        return (
             f"aclrtStreamWaitEventWithTimeout: the event was not recorded-complete within "
-            f"{self.timeout_s} s",
+            f"{self.timeout_s} s"
         )
-        scheduler.complete(self)
 
     def follows(self) -> Task | None:
         return self.record

@@ -10,8 +10,8 @@ from typing import TYPE_CHECKING
 from .base import Task, TaskState
 
 if TYPE_CHECKING:
-    from simnpu.server.core.objects import Stream
     from simnpu.server.core.scheduler import Scheduler
+    from simnpu.server.core.streams import Stream
 
 
 class HostCallbackTask(Task):

@@ -18,8 +18,7 @@ from simnpu.proto import codes
 from simnpu.proto.commands import BUILTIN_BINARY
 from simnpu.proto.errors import NpuError
 from simnpu.server.core.executor import UnitKind
-from simnpu.server.core.unit_protocol import LoadModule, RunKernel
-from simnpu.server.units.access_log import CheckedBounds
+from simnpu.server.core.unit_protocol import CheckedBounds, LoadModule, RunKernel
 from simnpu.shm.addresses import split_device_address
 
 from .base import DeviceWork, Task, TaskState
@@ -27,8 +26,9 @@ from .base import DeviceWork, Task, TaskState
 if TYPE_CHECKING:
     from simnpu.server.core.executor import Unit
     from simnpu.server.core.functions import Function
-    from simnpu.server.core.objects import Owner, Stream
+    from simnpu.server.core.owner import Owner
     from simnpu.server.core.scheduler import Scheduler
+    from simnpu.server.core.streams import Stream
 
 
 class ArgumentResolver(Protocol):
@@ -100,7 +100,7 @@ class KernelTask(DeviceWork):
             args, bounds = resolver.resolve(function, args)
         self.args = args  # the parameter values; None until read from `args_at`
         self.bounds = bounds
-        self.checked = False  # an observer records what each block touches
+        self.checked = False  # its units record what each block touches (for a subscriber)
 
     @property
     def what(self) -> str:
@@ -152,9 +152,9 @@ class KernelTask(DeviceWork):
             items.append(LoadModule.pack(binary.id, binary.source, binary.filename))
             unit.loaded.add(binary.id)
         token = scheduler.hand(unit, self)
-        observer = scheduler.observer
-        if observer is not None and observer.tracing and last - first < self.num_blocks:
-            observer.blocks[token] = (first, last)  # the timeline names a partial launch's blocks
+        if last - first < self.num_blocks:  # the timeline names a partial launch's blocks
+            for subscriber in scheduler.subscribers:
+                subscriber.handed(token, first, last)
         self.state = TaskState.DISPATCHED
         self.handed = last
         self.out += 1

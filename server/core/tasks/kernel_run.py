@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 from simnpu.proto import codes
 from simnpu.proto.commands import BUILTIN_BINARY
-from simnpu.server.core.objects import Failure
+from simnpu.server.core.streams import Failure
 from simnpu.server.core.unit_protocol import LoadModule, RunKernels
 
 from .base import DeviceWork, Task, TaskState
@@ -22,8 +22,9 @@ from .kernel import KernelTask
 
 if TYPE_CHECKING:
     from simnpu.server.core.executor import Unit
-    from simnpu.server.core.objects import Owner, Stream
+    from simnpu.server.core.owner import Owner
     from simnpu.server.core.scheduler import Scheduler
+    from simnpu.server.core.streams import Stream
 
 MAX_RUN_KERNELS = 1024  # kernels in one run at most (the size of one message to a core)
 

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from simnpu.server.core.tasks.base import size_text
 from simnpu.server.core.tasks.copy import ByteRangeWork, span_access
 from simnpu.server.core.unit_protocol import FillBytes, Span
-from simnpu.server.observation.timeline import size_text
 
 if TYPE_CHECKING:
-    from simnpu.server.core.objects import Stream
+    from simnpu.server.core.streams import Stream
 
 
 class MemsetTask(ByteRangeWork):

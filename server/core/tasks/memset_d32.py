@@ -10,13 +10,12 @@ import numpy as np
 
 from simnpu.proto import codes
 from simnpu.server.core.tasks.copy import span_access
-from simnpu.server.observation.timeline import size_text
 
-from .base import Task
+from .base import Task, size_text
 
 if TYPE_CHECKING:
-    from simnpu.server.core.objects import Stream
     from simnpu.server.core.scheduler import Scheduler
+    from simnpu.server.core.streams import Stream
     from simnpu.server.core.unit_protocol import Span
     from simnpu.shm.region import Region
 

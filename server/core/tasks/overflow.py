@@ -8,19 +8,29 @@ runtime copies its context's overflow area there; resetting it clears it.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from simnpu.proto import codes
 from simnpu.server.core.tasks.copy import span_access
-from simnpu.server.units.float_overflow import OUTPUT_SIZE, status_bytes
 
 from .base import Task
 
 if TYPE_CHECKING:
     from simnpu.server.core.device import Device
-    from simnpu.server.core.objects import Stream
     from simnpu.server.core.scheduler import Scheduler
-    from simnpu.server.memory.client_memory import ClientMemory
+    from simnpu.server.core.streams import Stream
+    from simnpu.server.core.tasks.base import OwnMemory
+
+
+OUTPUT_SIZE = 64
+"""The bytes aclrtGetOverflowStatus writes (the runtime's OVERFLOW_OUTPUT_SIZE)."""
+
+
+def status_bytes(overflow: bool) -> bytes:
+    """What aclrtGetOverflowStatus writes: a little-endian uint64, 1 after an overflow, else
+    0, then zeros up to OUTPUT_SIZE."""
+    return (1 if overflow else 0).to_bytes(8, "little") + bytes(OUTPUT_SIZE - 8)
 
 
 class OverflowStatusTask(Task):
@@ -33,8 +43,8 @@ class OverflowStatusTask(Task):
         self,
         seq: int,
         stream: Stream,
-        memory: ClientMemory,
-        devices: list[Device],
+        memory: OwnMemory,
+        devices: Sequence[Device],
         address: int,
     ):
         super().__init__(seq, stream)

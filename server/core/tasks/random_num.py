@@ -14,8 +14,8 @@ from .base import DeviceWork, Task, TaskState
 
 if TYPE_CHECKING:
     from simnpu.server.core.executor import Unit
-    from simnpu.server.core.objects import Stream
     from simnpu.server.core.scheduler import Scheduler
+    from simnpu.server.core.streams import Stream
 
 
 class RandomNumTask(DeviceWork):

@@ -16,13 +16,13 @@ import time
 from typing import TYPE_CHECKING
 
 from simnpu.proto import codes
-from simnpu.server.core.objects import Waiter
+from simnpu.server.core.waiters import Waiter
 
 from .base import Task, TaskState
 
 if TYPE_CHECKING:
-    from simnpu.server.core.objects import Stream
     from simnpu.server.core.scheduler import Scheduler
+    from simnpu.server.core.streams import Stream
     from simnpu.server.core.unit_protocol import Span
 
 WORD = struct.Struct("<Q")

@@ -31,12 +31,8 @@ from simnpu.proto.bulk import BulkReply
 from simnpu.proto.errors import NpuError, invalid
 
 if TYPE_CHECKING:
-    from simnpu.client.capture_modes import CaptureModes
-    from simnpu.client.hostmem import HostMemory
-    from simnpu.client.runtime.allocation_index import AllocationIndex
-    from simnpu.client.runtime.contexts import Contexts
     from simnpu.client.runtime.devices import Devices
-    from simnpu.client.transport import Connection
+    from simnpu.client.runtime.shared import Shared
     from simnpu.shm.region import Region
 
 _KIND_SIDES = {  # kind -> (src is device, dst is device)
@@ -56,27 +52,16 @@ IN_STREAM_DEPTH = 4  # in flight at most: the default staging area's 32 MiB
 
 class CopyPaths:
     """The copies and fills of one session (the memory part's: client/runtime/memory.py),
-    with what deciding their path needs: the pinned blocks, the allocation index, the
-    contexts (a copy's device), peer access (client/runtime/devices.py) and the capture
-    modes. Every call is given the call site of the public call it serves."""
+    with what deciding their path needs: what the parts share (the pinned blocks, the
+    allocation index, the contexts, the capture modes) and peer access
+    (client/runtime/devices.py). Every call is given the call site of the public call it
+    serves."""
 
-    def __init__(
-        self,
-        connection: Connection,
-        staging: Region | None,
-        staging_bytes: int,
-        host: HostMemory,
-        allocations: AllocationIndex,
-        contexts: Contexts,
-        peers: Devices,
-        capture_modes: CaptureModes,
-    ):
-        self._connection = connection
-        self._host = host
-        self._allocations = allocations
-        self._contexts = contexts
+    def __init__(self, shared: Shared, staging: Region | None, staging_bytes: int, peers: Devices):
+        self._connection, self._contexts = shared.connection, shared.contexts
+        self._host, self._allocations = shared.host, shared.allocations
+        self._capture_modes = shared.capture_modes
         self._peers = peers
-        self._capture_modes = capture_modes
         self.staging = staging
         self.shared = staging is not None
         self.staging_address = staging.address() if staging is not None else 0
@@ -119,15 +104,15 @@ class CopyPaths:
     # ---- memcpy ---------------------------------------------------------------------------
     def copy(
         self,
+        stream: int | None,
+        site: str,
         dst: int,
         dest_max: int,
         src: int,
         count: int,
         kind: int,
-        stream: int | None,
-        site: str,
     ) -> None:
-        """aclrtMemcpy (stream None) or aclrtMemcpyAsync, for the public call at `site`."""
+        """On `stream`, aclrtMemcpyAsync (None: aclrtMemcpy), for the public call at `site`."""
         if not dst or not src:
             raise NpuError(codes.ACL_ERROR_INVALID_PARAM, "null pointer passed to memcpy")
         if count < 0 or dest_max < 0:

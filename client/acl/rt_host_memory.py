@@ -67,40 +67,18 @@ def mem_managed_advise(rt, ptr, size, advise, location):
     rt.managed.mem_managed_advise(ptr, size, advise, location)
 
 
-@api("KKOIk")
-def mem_managed_prefetch_async(rt, ptr, size, location, flags, stream, *, site):
+@api("KKOIk", delegate="managed.mem_managed_prefetch_async")
+def mem_managed_prefetch_async(rt, ptr, size, location, flags, stream):
     """aclrtMemManagedPrefetchAsync (async): a task of `stream` after which `location` is the
     range's last prefetch location (no bytes move); flags 0."""
-    rt.managed.mem_managed_prefetch_async(ptr, size, location, flags, stream, site=site)
 
 
-@api("OOKOOKKk")
+@api("OOKOOKKk", delegate="managed.mem_managed_prefetch_batch_async")
 def mem_managed_prefetch_batch_async(
-    rt,
-    ptrs,
-    sizes,
-    count,
-    prefetch_locs,
-    prefetch_loc_idxs,
-    num_prefetch_locs,
-    flags,
-    stream,
-    *,
-    site,
+    rt, ptrs, sizes, count, prefetch_locs, prefetch_loc_idxs, num_prefetch_locs, flags, stream
 ):
     """aclrtMemManagedPrefetchBatchAsync (async): lists as the C arrays; prefetch_locs[k]
     (a location dict) applies from ptrs[prefetch_loc_idxs[k]] to the next index."""
-    rt.managed.mem_managed_prefetch_batch_async(
-        ptrs,
-        sizes,
-        count,
-        prefetch_locs,
-        prefetch_loc_idxs,
-        num_prefetch_locs,
-        flags,
-        stream,
-        site=site,
-    )
 
 
 @api("IKKK", (0,))

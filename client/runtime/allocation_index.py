@@ -19,60 +19,79 @@ from simnpu.proto import codes
 from simnpu.proto.errors import NpuError, invalid
 
 
+class SortedRanges:
+    """Ranges looked up by any address inside them: their starts, sorted, and a value per
+    start whose first item is the range's size. Changes are the caller's to serialize."""
+
+    __slots__ = ("starts", "values")
+
+    def __init__(self) -> None:
+        self.starts: list[int] = []
+        self.values: dict[int, tuple] = {}  # start -> (size, ...)
+
+    def add(self, start: int, value: tuple) -> None:
+        if start not in self.values:
+            bisect.insort(self.starts, start)
+        self.values[start] = value
+
+    def remove(self, start: int) -> None:
+        """By bisection, not list.remove: with thousands of ranges, a free must not scan
+        them all."""
+        del self.values[start]
+        del self.starts[bisect.bisect_left(self.starts, start)]
+
+    def holding(self, address: int) -> int | None:
+        """The start of the range holding `address`, if any."""
+        index = bisect.bisect_right(self.starts, address) - 1
+        if index >= 0:
+            start = self.starts[index]
+            if address < start + self.values[start][0]:
+                return start
+        return None
+
+
 class AllocationIndex:
     """This process's device address ranges (see the module docstring)."""
 
     def __init__(self) -> None:
         self.lock = threading.Lock()
-        self._starts: list[int] = []  # allocation starts, sorted
-        self._allocations: dict[int, tuple[int, int]] = {}  # start -> (size, device)
-        self._reserved_starts: list[int] = []
-        self._reserved: dict[int, tuple[int, int]] = {}  # reserved range -> (size, device)
-        self._mapping_starts: list[int] = []
-        self._mappings: dict[int, tuple[int, int]] = {}  # mapped start -> (size, physical)
-        self._alias_starts: list[int] = []
-        self._aliases: dict[int, int] = {}  # device pointer of registered host memory -> size
+        self._allocations = SortedRanges()  # start -> (size, device)
+        self._reserved = SortedRanges()  # reserved range -> (size, device)
+        self._mappings = SortedRanges()  # mapped start -> (size, physical handle)
+        self._registered = SortedRanges()  # device pointer of registered host memory -> (size,)
 
     # ---- allocations ---------------------------------------------------------------------------
     def remember(self, address: int, size: int, device: int) -> None:
         """Add a block this process may use (its own, or imported) to the index."""
         with self.lock:
-            if address not in self._allocations:
-                bisect.insort(self._starts, address)
-            self._allocations[address] = (size, device)
+            self._allocations.add(address, (size, device))
 
     def forget(self, address: int) -> None:
-        """Drop a live allocation (the caller holds `lock`); by bisection, not list.remove:
-        with thousands of blocks live, a free must not scan them all."""
-        del self._allocations[address]
-        starts = self._starts
-        del starts[bisect.bisect_left(starts, address)]
+        """Drop a live allocation (the caller holds `lock`)."""
+        self._allocations.remove(address)
 
     def holds(self, address: int) -> bool:
         """Is `address` the start of a live allocation of this process?"""
-        return address in self._allocations
+        return address in self._allocations.values
 
     def size_of(self, address: int) -> int:
         """The size of the allocation that starts at `address`."""
-        return self._allocations[address][0]
+        return self._allocations.values[address][0]
 
     def allocation_at(self, address: int) -> tuple[int, int, int] | None:
         """(start, size, device) of the allocation holding `address`, if any."""
-        index = bisect.bisect_right(self._starts, address) - 1
-        if index >= 0:
-            start = self._starts[index]
-            size, device = self._allocations[start]
-            if address < start + size:
-                return start, size, device
-        return None
+        start = self._allocations.holding(address)
+        return None if start is None else (start, *self._allocations.values[start])
 
     def device_range(self, address: int, count: int) -> None:
         """Check [address, address+count) lies in one allocation of this process, or in its
         mapped memory (107000; 507053 where a reserved range has nothing mapped)."""
-        index = bisect.bisect_right(self._starts, address) - 1
+        allocations = self._allocations
+        starts = allocations.starts
+        index = bisect.bisect_right(starts, address) - 1
         if index >= 0:
-            start = self._starts[index]
-            size = self._allocations[start][0]
+            start = starts[index]
+            size = allocations.values[start][0]
             if address + count <= start + size:
                 return
             if address < start + size:
@@ -87,60 +106,43 @@ class AllocationIndex:
     # ---- reserved ranges and what is mapped in them ----------------------------------------------
     def reserve(self, start: int, size: int, device: int) -> None:
         with self.lock:
-            self._reserved[start] = (size, device)
-            bisect.insort(self._reserved_starts, start)
+            self._reserved.add(start, (size, device))
 
     def release(self, start: int) -> None:
         with self.lock:
-            del self._reserved[start]
-            self._reserved_starts.remove(start)
+            self._reserved.remove(start)
 
     def is_reserved(self, start: int) -> bool:
         """Is `start` the start of a range this process reserved?"""
-        return start in self._reserved
+        return start in self._reserved.values
 
     def map(self, start: int, size: int, handle: int) -> None:
         """Physical memory `handle` is mapped at [start, +size)."""
         with self.lock:
-            self._mappings[start] = (size, handle)
-            bisect.insort(self._mapping_starts, start)
+            self._mappings.add(start, (size, handle))
 
     def unmap(self, start: int) -> None:
         with self.lock:
-            del self._mappings[start]
-            self._mapping_starts.remove(start)
+            self._mappings.remove(start)
 
     def is_mapped(self, start: int) -> bool:
         """Is `start` the start of a mapping of this process?"""
-        return start in self._mappings
+        return start in self._mappings.values
 
     def mapping_at(self, address: int) -> tuple[int, int, int] | None:
         """(start, size, physical handle) of the mapping holding `address`, if any."""
-        starts = self._mapping_starts
-        if not starts:
+        if not self._mappings.starts:
             return None
-        index = bisect.bisect_right(starts, address) - 1
-        if index >= 0:
-            start = starts[index]
-            size, handle = self._mappings[start]
-            if address < start + size:
-                return start, size, handle
-        return None
-
-    def _reservation_at(self, address: int) -> int | None:
-        index = bisect.bisect_right(self._reserved_starts, address) - 1
-        if index >= 0:
-            start = self._reserved_starts[index]
-            if address < start + self._reserved[start][0]:
-                return start
-        return None
+        start = self._mappings.holding(address)
+        return None if start is None else (start, *self._mappings.values[start])
 
     def mapped_range(self, address: int, count: int) -> bool:
         """Does [address, +count) lie in mapped memory of this process (mappings side by
         side count as one buffer)? False outside reserved ranges; 507053 naming the range
         for an address of a reserved range where nothing is mapped; 107000 for a range that
         runs past the mapped part."""
-        reservation = self._reservation_at(address) if self._reserved_starts else None
+        reserved = self._reserved
+        reservation = reserved.holding(address) if reserved.starts else None
         if reservation is None:
             return False
         mapping = self.mapping_at(address)
@@ -148,11 +150,12 @@ class AllocationIndex:
             raise NpuError(
                 codes.ACL_ERROR_RT_DEVICE_MEM_ERROR,
                 f"memory fault: {address:#x} lies in the reserved range "
-                f"[{reservation:#x}, +{self._reserved[reservation][0]}) where nothing is mapped",
+                f"[{reservation:#x}, +{reserved.values[reservation][0]}) where nothing is mapped",
             )
+        mappings = self._mappings.values
         end = mapping[0] + mapping[1]
-        while end < address + count and end in self._mappings:
-            end += self._mappings[end][0]
+        while end < address + count and end in mappings:
+            end += mappings[end][0]
         if address + count > end:
             raise invalid(
                 f"{count} bytes at {address:#x} run past the end of the mapped memory "
@@ -163,23 +166,21 @@ class AllocationIndex:
     # ---- device pointers of registered host memory -----------------------------------------------
     def add_registered(self, address: int, size: int) -> None:
         with self.lock:
-            self._aliases[address] = size
-            bisect.insort(self._alias_starts, address)
+            self._registered.add(address, (size,))
 
     def remove_registered(self, address: int) -> None:
         with self.lock:
-            del self._aliases[address]
-            del self._alias_starts[bisect.bisect_left(self._alias_starts, address)]
+            self._registered.remove(address)
 
     def registered_range(self, address: int, count: int) -> bool:
         """Does device range [address, +count) lie in one registered host range?"""
-        starts = self._alias_starts
-        if not starts:
+        registered = self._registered
+        if not registered.starts:
             return False
-        index = bisect.bisect_right(starts, address) - 1
-        if index < 0 or address >= starts[index] + self._aliases[starts[index]]:
+        start = registered.holding(address)
+        if start is None:
             return False
-        end = starts[index] + self._aliases[starts[index]]
+        end = start + registered.values[start][0]
         if address + count > end:
             raise invalid(
                 f"{count} bytes at {address:#x} run past the end of registered host memory "

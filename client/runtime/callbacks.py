@@ -24,16 +24,15 @@ from simnpu.proto import codes, commands
 from simnpu.proto.errors import NpuError, invalid
 
 if TYPE_CHECKING:
-    from simnpu.client.runtime.contexts import Contexts
-    from simnpu.client.transport import Connection
+    from simnpu.client.runtime.shared import Shared
 
 
 class HostCallbacks:
     """Host callbacks and host functions of one session (see the module docstring)."""
 
-    def __init__(self, connection: Connection, contexts: Contexts):
-        self.connection = connection
-        self._contexts = contexts
+    def __init__(self, shared: Shared):
+        self.connection = shared.connection
+        self._contexts = shared.contexts
         self._ids = itertools.count(1)
         self._lock = threading.Lock()
         self._pending: dict[int, tuple] = {}  # id -> (function, data, stream, blocking, queue)
@@ -44,57 +43,58 @@ class HostCallbacks:
         self._host_subscriptions: dict[int, int] = {}  # stream -> thread id (host functions)
         self._host_reports: dict[int, queue.SimpleQueue] = {}  # thread id -> host functions
 
-    # ---- aclrtSubscribeReport / aclrtUnSubscribeReport --------------------------------------
+    # ---- subscriptions: aclrtSubscribeReport, aclrtSubscribeHostFunc and their ends --------
     @records_errors
     def subscribe_report(self, thread_id: int, stream: int) -> None:
         """aclrtSubscribeReport: thread `thread_id` runs the stream's callbacks
         (process_report)."""
-        stream = self._contexts.stream(stream)
-        with self._lock:
-            if stream in self._subscriptions:
-                raise NpuError(
-                    codes.ACL_ERROR_REPEAT_SUBSCRIBE, f"stream {stream:#x} is already subscribed"
-                )
-            self._subscriptions[stream] = thread_id
-            self._reports.setdefault(thread_id, queue.SimpleQueue())
+        taken = "is already subscribed"
+        self._subscribe(self._subscriptions, self._reports, thread_id, stream, taken)
 
     @records_errors
     def unsubscribe_report(self, thread_id: int, stream: int) -> None:
         """aclrtUnSubscribeReport."""
-        stream = self._contexts.stream(stream)
-        with self._lock:
-            if self._subscriptions.get(stream) != thread_id:
-                raise NpuError(
-                    codes.ACL_ERROR_STREAM_NOT_SUBSCRIBE,
-                    f"stream {stream:#x} is not subscribed to thread {thread_id}",
-                )
-            del self._subscriptions[stream]
+        self._unsubscribe(self._subscriptions, thread_id, stream, "thread")
 
-    # ---- aclrtSubscribeHostFunc / aclrtUnSubscribeHostFunc ----------------------------------
     @records_errors
     def subscribe_host_func(self, thread_id: int, stream: int) -> None:
         """aclrtSubscribeHostFunc: thread `thread_id` runs the stream's host functions."""
-        stream = self._contexts.stream(stream)
-        with self._lock:
-            if stream in self._host_subscriptions:
-                raise NpuError(
-                    codes.ACL_ERROR_REPEAT_SUBSCRIBE,
-                    f"stream {stream:#x} already has a host function thread",
-                )
-            self._host_subscriptions[stream] = thread_id
-            self._host_reports.setdefault(thread_id, queue.SimpleQueue())
+        taken = "already has a host function thread"
+        self._subscribe(self._host_subscriptions, self._host_reports, thread_id, stream, taken)
 
     @records_errors
     def unsubscribe_host_func(self, thread_id: int, stream: int) -> None:
         """aclrtUnSubscribeHostFunc: the runtime's own thread runs them again."""
+        self._unsubscribe(self._host_subscriptions, thread_id, stream, "host function thread")
+
+    def _subscribe(
+        self,
+        subscriptions: dict[int, int],
+        reports: dict[int, queue.SimpleQueue],
+        thread_id: int,
+        stream: int,
+        taken: str,
+    ) -> None:
+        """Thread `thread_id` runs what `subscriptions` hands it from `stream` (100033 if
+        another already does: the stream `taken`)."""
         stream = self._contexts.stream(stream)
         with self._lock:
-            if self._host_subscriptions.get(stream) != thread_id:
+            if stream in subscriptions:
+                raise NpuError(codes.ACL_ERROR_REPEAT_SUBSCRIBE, f"stream {stream:#x} {taken}")
+            subscriptions[stream] = thread_id
+            reports.setdefault(thread_id, queue.SimpleQueue())
+
+    def _unsubscribe(
+        self, subscriptions: dict[int, int], thread_id: int, stream: int, runner: str
+    ) -> None:
+        stream = self._contexts.stream(stream)
+        with self._lock:
+            if subscriptions.get(stream) != thread_id:
                 raise NpuError(
                     codes.ACL_ERROR_STREAM_NOT_SUBSCRIBE,
-                    f"stream {stream:#x} is not subscribed to host function thread {thread_id}",
+                    f"stream {stream:#x} is not subscribed to {runner} {thread_id}",
                 )
-            del self._host_subscriptions[stream]
+            del subscriptions[stream]
 
     # ---- queueing ---------------------------------------------------------------------------
     @records_errors

@@ -34,9 +34,7 @@ from simnpu.proto.errors import NotSupportedError, NpuError, invalid
 from simnpu.shm.addresses import split_device_address
 
 if TYPE_CHECKING:
-    from simnpu.client.runtime.allocation_index import AllocationIndex
-    from simnpu.client.runtime.calls import Calls
-    from simnpu.client.runtime.contexts import Contexts
+    from simnpu.client.runtime.shared import Shared
     from simnpu.client.runtime.streams import Streams
 
 OVERFLOW_OUTPUT_SIZE = 64
@@ -70,13 +68,10 @@ _CAPABILITIES = {
 class Devices:
     """Device queries, limits, peer access, overflow and errors (see the module docstring)."""
 
-    def __init__(
-        self, calls: Calls, contexts: Contexts, streams: Streams, allocations: AllocationIndex
-    ):
-        self._calls = calls
-        self._contexts = contexts
-        self._streams = streams
-        self._allocations = allocations
+    def __init__(self, shared: Shared, streams: Streams):
+        self._calls, self._contexts = shared.calls, shared.contexts
+        self._allocations = shared.allocations
+        self._streams = streams  # the stream calls (a thread's limits)
         self._peer_access: set[tuple[int, int]] = set()  # (device, peer): device may reach peer's
         self._sat_mode = codes.ACL_RT_OVERFLOW_MODE_INFNAN  # aclrtSetDeviceSatMode
 

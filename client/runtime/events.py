@@ -22,10 +22,7 @@ from simnpu.proto import npu_pb2 as pb
 from simnpu.proto.errors import NpuError, bad_handle, invalid
 
 if TYPE_CHECKING:
-    from simnpu.client.capture_modes import CaptureModes
-    from simnpu.client.runtime.calls import Calls
-    from simnpu.client.runtime.contexts import Contexts
-    from simnpu.client.transport import Connection
+    from simnpu.client.runtime.shared import Shared
 
 IPC_EVENT_HANDLE_SIZE = 64
 """ACL_IPC_EVENT_HANDLE_SIZE: the bytes of an aclrtIpcEventHandle."""
@@ -36,20 +33,11 @@ _SIGNALED_EVENT_FLAGS = codes.ACL_EVENT_SYNC | codes.ACL_EVENT_TIME_LINE
 class Events:
     """Event calls (see the module docstring)."""
 
-    def __init__(
-        self,
-        calls: Calls,
-        connection: Connection,
-        contexts: Contexts,
-        capture_modes: CaptureModes,
-        signals: bool,
-    ):
-        self._calls = calls
-        self._connection = connection
-        self._contexts = contexts
-        self._streams = contexts.streams
-        self._events = contexts.events
-        self._capture_modes = capture_modes
+    def __init__(self, shared: Shared, signals: bool):
+        self._calls, self._connection = shared.calls, shared.connection
+        self._contexts = contexts = shared.contexts
+        self._streams, self._events = contexts.streams, contexts.events
+        self._capture_modes = shared.capture_modes
         self._signals = signals  # streams have completion signals (the fast path is mapped)
 
     def _record(self, handle: int) -> EventRecord:
@@ -126,14 +114,20 @@ class Events:
             self.record_event(event, stream, site)
             return
         if flag != codes.ACL_EVENT_RECORD_EXTERNAL:
-            raise NpuError(
-                codes.ACL_ERROR_INVALID_PARAM,
-                f"flag {flag}: use ACL_EVENT_RECORD_DEFAULT or ACL_EVENT_RECORD_EXTERNAL",
-            )
+            raise _flag(flag, "ACL_EVENT_RECORD_DEFAULT or ACL_EVENT_RECORD_EXTERNAL")
+        self._external(event, stream, "record")
+        self.record_event(event, stream, site)  # a graph's records are seen outside it anyway
+
+    def _external(self, event: int, stream: int, what: str) -> None:
+        """An external event `what` (record, wait) needs an event of this process and a
+        stream this process is capturing (107029)."""
         self._record(event)
         if not self._capture_modes.capturing(self._contexts.stream(stream)):
-            raise _not_captured("record")
-        self.record_event(event, stream, site)  # a graph's records are seen outside it anyway
+            raise NpuError(
+                codes.ACL_ERROR_RT_STREAM_NOT_CAPTURED,
+                f"an external event {what} belongs in a stream being captured into a model "
+                "(aclmdlRICaptureBegin), and this stream is not",
+            )
 
     @records_errors
     def stream_wait_event_with_flag(
@@ -149,18 +143,13 @@ class Events:
             self.stream_wait_event_with_timeout(stream, event, _as_int32(timeout), site)
             return
         if flag != codes.ACL_EVENT_WAIT_EXTERNAL:
-            raise NpuError(
-                codes.ACL_ERROR_INVALID_PARAM,
-                f"flag {flag}: use ACL_EVENT_WAIT_DEFAULT or ACL_EVENT_WAIT_EXTERNAL",
-            )
+            raise _flag(flag, "ACL_EVENT_WAIT_DEFAULT or ACL_EVENT_WAIT_EXTERNAL")
         if timeout:
             raise NpuError(
                 codes.ACL_ERROR_INVALID_PARAM,
                 f"timeout {timeout}: ACL_EVENT_WAIT_EXTERNAL takes timeout 0 only",
             )
-        self._record(event)
-        if not self._capture_modes.capturing(self._contexts.stream(stream)):
-            raise _not_captured("wait")
+        self._external(event, stream, "wait")
         self.stream_wait_event(stream, event, site)  # a replay binds it to the latest record then
 
     @records_errors
@@ -242,9 +231,5 @@ def _as_int32(value: int) -> int:
     return value - (1 << 32) if value >= 1 << 31 else value
 
 
-def _not_captured(what: str) -> NpuError:
-    return NpuError(
-        codes.ACL_ERROR_RT_STREAM_NOT_CAPTURED,
-        f"an external event {what} belongs in a stream being captured into a model "
-        "(aclmdlRICaptureBegin), and this stream is not",
-    )
+def _flag(flag: int, choices: str) -> NpuError:
+    return NpuError(codes.ACL_ERROR_INVALID_PARAM, f"flag {flag}: use {choices}")

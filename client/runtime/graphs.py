@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import ctypes
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from simnpu.client.capture_modes import MODES
 from simnpu.client.last_error import records_errors
@@ -29,13 +29,9 @@ from simnpu.proto.errors import NpuError, bad_handle, invalid
 from simnpu.shm.addresses import split_device_address
 
 if TYPE_CHECKING:
-    from simnpu.client.capture_modes import CaptureModes
-    from simnpu.client.runtime.allocation_index import AllocationIndex
     from simnpu.client.runtime.callbacks import HostCallbacks
-    from simnpu.client.runtime.calls import Calls
-    from simnpu.client.runtime.contexts import Contexts
+    from simnpu.client.runtime.shared import Shared
     from simnpu.client.runtime.synchronization import Synchronization
-    from simnpu.client.transport import Connection
 
 _TYPES = (
     codes.ACL_MODEL_RI_COND_TYPE_IF,
@@ -43,6 +39,7 @@ _TYPES = (
     codes.ACL_MODEL_RI_COND_TYPE_SWITCH,
 )
 _UINT32 = 1 << 32
+T = TypeVar("T")
 
 
 @dataclass
@@ -57,23 +54,11 @@ class Model:
 class Graphs:
     """Model run instance calls (see the module docstring)."""
 
-    def __init__(
-        self,
-        calls: Calls,
-        connection: Connection,
-        contexts: Contexts,
-        callbacks: HostCallbacks,
-        allocations: AllocationIndex,
-        capture_modes: CaptureModes,
-        sync: Synchronization,
-    ):
-        self._calls = calls
-        self._connection = connection
-        self._contexts = contexts
-        self._callbacks = callbacks
-        self._allocations = allocations
-        self._capture_modes = capture_modes
-        self._sync = sync
+    def __init__(self, shared: Shared, callbacks: HostCallbacks, sync: Synchronization):
+        self._calls, self._connection = shared.calls, shared.connection
+        self._contexts, self._allocations = shared.contexts, shared.allocations
+        self._capture_modes = shared.capture_modes
+        self._callbacks, self._sync = callbacks, sync
         self._models: dict[int, Model] = {}  # model run instances (aclmdlRI) of this process
         self._models_made = False  # ever: replays run tasks the call log does not show
         self._capturing: dict[int, tuple[int, bool]] = {}  # stream -> (model, made by capture)
@@ -92,12 +77,7 @@ class Graphs:
     def model(self, handle: int) -> Model:
         """What this process keeps of model `handle` (100000 for null, 107017 for a handle
         that is not a model of this process)."""
-        if not handle:
-            raise NpuError(codes.ACL_ERROR_INVALID_PARAM, "modelRI is null")
-        model = self._models.get(handle)
-        if model is None:
-            raise bad_handle("model run instance", handle)
-        return model
+        return _held(self._models, handle, "modelRI", "model run instance")
 
     def _replayable(self, handle: int) -> Model:
         """The model, not being captured (107026) and not left unready by changes of its
@@ -349,12 +329,7 @@ class Graphs:
         return [task.handle for task in reply.tasks]
 
     def _task(self, task: int) -> tuple[int, int]:
-        if not task:
-            raise NpuError(codes.ACL_ERROR_INVALID_PARAM, "task is null")
-        found = self._model_tasks.get(task)
-        if found is None:
-            raise bad_handle("model task", task)
-        return found
+        return _held(self._model_tasks, task, "task", "model task")
 
     @records_errors
     def model_task_get_type(self, task: int) -> int:
@@ -500,3 +475,14 @@ class Graphs:
 def _null(name: str) -> NpuError:
     """ACL's own null check (100000)."""
     return NpuError(codes.ACL_ERROR_INVALID_PARAM, f"{name} is null")
+
+
+def _held(table: dict[int, T], handle: int, name: str, kind: str) -> T:
+    """table[handle]: 100000 for a null `name`, 107017 for a handle of no `kind` of this
+    process."""
+    if not handle:
+        raise _null(name)
+    found = table.get(handle)
+    if found is None:
+        raise bad_handle(kind, handle)
+    return found

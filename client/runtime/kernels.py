@@ -27,11 +27,8 @@ from simnpu.proto.errors import NotSupportedError, NpuError, bad_handle, check_n
 from simnpu.shm.addresses import DEVICE_BASE
 
 if TYPE_CHECKING:  # imported by get_function: a session without kernels never needs it
-    from simnpu.client.runtime.allocation_index import AllocationIndex
-    from simnpu.client.runtime.calls import Calls
-    from simnpu.client.runtime.contexts import Contexts
+    from simnpu.client.runtime.shared import Shared
     from simnpu.client.runtime.streams import ThreadLimits
-    from simnpu.client.transport import Connection
     from simnpu.proto.kernel_abi import KernelSignature
 
 _UNION = {
@@ -45,19 +42,10 @@ _UNION = {
 class Kernels:
     """Kernel and built-in task calls (see the module docstring)."""
 
-    def __init__(
-        self,
-        calls: Calls,
-        connection: Connection,
-        contexts: Contexts,
-        allocations: AllocationIndex,
-        limits: ThreadLimits,
-    ):
-        self._calls = calls
-        self._connection = connection
-        self._contexts = contexts
-        self._streams = contexts.streams
-        self._allocations = allocations
+    def __init__(self, shared: Shared, limits: ThreadLimits):
+        self._calls, self._connection = shared.calls, shared.connection
+        self._contexts = contexts = shared.contexts
+        self._streams, self._allocations = contexts.streams, shared.allocations
         self._limits = limits
         self._functions: dict[int, KernelSignature] = {}
         self._function_binary: dict[int, int] = {}  # function handle -> its binary

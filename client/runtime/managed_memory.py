@@ -25,8 +25,8 @@ from simnpu.proto.errors import NotSupportedError, invalid
 
 if TYPE_CHECKING:
     from simnpu.client.runtime.callbacks import HostCallbacks
-    from simnpu.client.runtime.contexts import Contexts
     from simnpu.client.runtime.pinned_memory import PinnedMemory
+    from simnpu.client.runtime.shared import Shared
 
 _ADVICE = range(codes.ACL_MEM_ADVISE_SET_READ_MOSTLY, codes.ACL_MEM_ADVISE_UNSET_ACCESSED_BY + 1)
 _ATTRIBUTES = range(
@@ -54,8 +54,8 @@ def _location(value: Any) -> tuple[int, int]:
 class ManagedMemory:
     """Managed memory calls (see the module docstring)."""
 
-    def __init__(self, contexts: Contexts, pinned: PinnedMemory, callbacks: HostCallbacks):
-        self._contexts = contexts
+    def __init__(self, shared: Shared, pinned: PinnedMemory, callbacks: HostCallbacks):
+        self._contexts = shared.contexts
         self._pinned = pinned
         self._callbacks = callbacks
         self._lock = threading.Lock()
@@ -96,15 +96,7 @@ class ManagedMemory:
     def _ranges(self, ptr: int, size: int) -> tuple[ManagedRanges, int]:
         """The records of the managed block `[ptr, +size)` lies in, and ptr's offset there;
         107000 when it is not all managed memory of this process (the driver's check)."""
-        found = self._pinned.managed_block(ptr)
-        if found is None:
-            raise invalid(f"{ptr:#x} is not managed memory of this process (aclrtMemAllocManaged)")
-        start, block = found
-        if ptr + size > start + block:
-            raise invalid(
-                f"{size} bytes at {ptr:#x} run past the end of managed memory "
-                f"[{start:#x}, +{block})"
-            )
+        start, block = self._pinned.managed_block(ptr, size)
         with self._lock:
             ranges = self._advice.get(start)
             if ranges is None:

@@ -26,14 +26,10 @@ from simnpu.proto.errors import NpuError, invalid
 from simnpu.shm.sizes import parse_size
 
 if TYPE_CHECKING:
-    from simnpu.client.capture_modes import CaptureModes
     from simnpu.client.copies import CopyPaths
-    from simnpu.client.hostmem import HostMemory
-    from simnpu.client.runtime.allocation_index import AllocationIndex
-    from simnpu.client.runtime.calls import Calls
-    from simnpu.client.runtime.contexts import Contexts
     from simnpu.client.runtime.managed_memory import ManagedMemory
     from simnpu.client.runtime.pinned_memory import PinnedMemory
+    from simnpu.client.runtime.shared import Shared
     from simnpu.client.runtime.synchronization import Synchronization
 
 _MEM_ATTRS = range(codes.ACL_DDR_MEM, codes.ACL_MEM_P2P_HUGE1G + 1)
@@ -59,28 +55,20 @@ class DeviceMemory:
 
     def __init__(
         self,
-        calls: Calls,
-        contexts: Contexts,
-        allocations: AllocationIndex,
-        host: HostMemory,
+        shared: Shared,
         copies: CopyPaths,
         pinned: PinnedMemory,
         managed: ManagedMemory,
         sync: Synchronization,
-        capture_modes: CaptureModes,
-        verified_pid: int,
     ):
-        self._calls = calls
-        self._contexts = contexts
-        self._streams = contexts.streams
-        self._allocations = allocations
-        self._host = host
+        self._calls, self._contexts = shared.calls, shared.contexts
+        self._streams = shared.contexts.streams
+        self._allocations, self._host = shared.allocations, shared.host
+        self._capture_modes = shared.capture_modes
         self.copies = copies  # how each copy and fill travels (client/copies.py)
-        self._pinned = pinned
-        self._managed = managed
-        self._sync = sync
-        self._capture_modes = capture_modes
-        self._verified_pid = verified_pid  # this process as the daemon sees it (0: unverified)
+        self._pinned, self._managed, self._sync = pinned, managed, sync
+        # this process as the daemon sees it (0: unverified)
+        self._verified_pid = shared.connection.verified_pid
         self._imported: dict[str, int] = {}  # IPC key -> address (also in the index)
         self._imported_counts: dict[str, int] = {}  # IPC key -> imports not yet closed
         self._pools: dict[int, int] = {}  # memory pool -> device
@@ -155,7 +143,7 @@ class DeviceMemory:
         """aclrtMemcpy: synchronous, not ordered with any stream; 107030 where a stream
         capture's mode refuses it. Blocks."""
         self._capture_modes.check("aclrtMemcpy")
-        self.copies.copy(dst, dest_max, src, count, kind, None, site or call_site())
+        self.copies.copy(None, site or call_site(), dst, dest_max, src, count, kind)
 
     @records_errors
     def memcpy_async(
@@ -171,7 +159,7 @@ class DeviceMemory:
         """aclrtMemcpyAsync: stream-ordered; async from pinned memory, blocking from pageable."""
         if stream not in self._streams:
             stream = self._contexts.stream(stream)
-        self.copies.copy(dst, dest_max, src, count, kind, stream, site or call_site())
+        self.copies.copy(stream, site or call_site(), dst, dest_max, src, count, kind)
 
     @records_errors
     def memset(
@@ -234,15 +222,8 @@ class DeviceMemory:
             return
         pattern = ctypes.create_string_buffer(_WORD.pack(value) * count, 4 * count)
         self._allocations.device_range(address, 4 * count)
-        self.copies.copy(
-            address,
-            mem_size,
-            ctypes.addressof(pattern),
-            4 * count,
-            codes.ACL_MEMCPY_HOST_TO_DEVICE,
-            stream,
-            site,
-        )
+        pattern_at, to_device = ctypes.addressof(pattern), codes.ACL_MEMCPY_HOST_TO_DEVICE
+        self.copies.copy(stream, site, address, mem_size, pattern_at, 4 * count, to_device)
 
     def _fill_pinned(
         self, address: int, value: int, count: int, stream: int | None, site: str

@@ -14,9 +14,8 @@ from simnpu.proto import npu_pb2 as pb
 from simnpu.proto.errors import NpuError
 
 if TYPE_CHECKING:
-    from simnpu.client.runtime.calls import Calls
-    from simnpu.client.runtime.contexts import Contexts
     from simnpu.client.runtime.graphs import Graphs
+    from simnpu.client.runtime.shared import Shared
 
 
 def _nonnull(value: int, name: str) -> None:
@@ -27,10 +26,9 @@ def _nonnull(value: int, name: str) -> None:
 class ModelBuild:
     """Built-model, stream-control and label calls (see the module docstring)."""
 
-    def __init__(self, calls: Calls, contexts: Contexts, graphs: Graphs):
-        self._calls = calls
-        self._contexts = contexts
-        self._graphs = graphs
+    def __init__(self, shared: Shared, graphs: Graphs):
+        self._calls, self._contexts = shared.calls, shared.contexts
+        self._graphs = graphs  # the models (rt.graphs)
 
     # ---- building ------------------------------------------------------------------------------
     @records_errors

@@ -21,9 +21,7 @@ from simnpu.proto import npu_pb2 as pb
 from simnpu.proto.errors import bad_handle, invalid
 
 if TYPE_CHECKING:
-    from simnpu.client.runtime.allocation_index import AllocationIndex
-    from simnpu.client.runtime.calls import Calls
-    from simnpu.client.runtime.contexts import Contexts
+    from simnpu.client.runtime.shared import Shared
 
 NOTIFY_KEY_LENGTH = 65
 """The key buffer aclrtNotifyGetExportKey fills (at least 65 bytes)."""
@@ -33,10 +31,9 @@ WORD_BYTES = 8
 class Notifies:
     """Notify, count notify and value calls (see the module docstring)."""
 
-    def __init__(self, calls: Calls, contexts: Contexts, allocations: AllocationIndex):
-        self._calls = calls
-        self._contexts = contexts
-        self._allocations = allocations
+    def __init__(self, shared: Shared):
+        self._calls, self._contexts = shared.calls, shared.contexts
+        self._allocations = shared.allocations
         self._notifies: dict[int, int] = {}  # notify handle -> its device (created or imported)
         self._cnt_notifies: dict[int, int] = {}  # count notify handle -> its id
 

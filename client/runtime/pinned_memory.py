@@ -18,16 +18,15 @@ import threading
 from typing import TYPE_CHECKING
 
 from simnpu.client.last_error import records_errors
+from simnpu.client.runtime.allocation_index import SortedRanges
 from simnpu.client.runtime.arguments import acl_param, check_allocatable, wire_int
 from simnpu.proto import codes
 from simnpu.proto import npu_pb2 as pb
 from simnpu.proto.errors import NotSupportedError, NpuError, invalid
 
 if TYPE_CHECKING:
-    from simnpu.client.hostmem import HostMemory, PinnedBlock
-    from simnpu.client.runtime.allocation_index import AllocationIndex
-    from simnpu.client.runtime.calls import Calls
-    from simnpu.client.runtime.contexts import Contexts
+    from simnpu.client.hostmem import PinnedBlock
+    from simnpu.client.runtime.shared import Shared
     from simnpu.client.runtime.synchronization import Synchronization
 
 _V1_TYPES = codes.ACL_HOST_REGISTER_IOMEMORY | codes.ACL_HOST_REGISTER_READONLY
@@ -43,24 +42,13 @@ _V2_MAPPED = codes.ACL_HOST_REG_MAPPED | codes.ACL_HOST_REG_IOMEMORY | codes.ACL
 class PinnedMemory:
     """Pinned and registered host memory calls (see the module docstring)."""
 
-    def __init__(
-        self,
-        calls: Calls,
-        contexts: Contexts,
-        host: HostMemory,
-        allocations: AllocationIndex,
-        sync: Synchronization,
-        shared: bool,
-    ):
-        self._calls = calls
-        self._contexts = contexts
-        self._host = host
-        self._allocations = allocations
+    def __init__(self, shared: Shared, sync: Synchronization, in_shared_memory: bool):
+        self._calls, self._contexts = shared.calls, shared.contexts
+        self._host, self._allocations = shared.host, shared.allocations
         self._sync = sync
-        self.shared = shared  # pinned memory is shared with the daemon (else private)
+        self.shared = in_shared_memory  # pinned memory is shared with the daemon (else private)
         self._lock = threading.Lock()
-        self._registered: dict[int, tuple[int, int]] = {}  # host start -> (size, device ptr or 0)
-        self._registered_starts: list[int] = []  # host starts, sorted
+        self._registered = SortedRanges()  # host start -> (size, device pointer or 0)
         self._managed: set[int] = set()  # host starts of managed memory
 
     # ---- pinned memory -------------------------------------------------------------------------
@@ -153,17 +141,17 @@ class PinnedMemory:
                 "daemon (pinned memory is private here), so no device can reach its memory"
             )
         with self._lock:
-            index = bisect.bisect_right(self._registered_starts, ptr + size - 1) - 1
+            starts, registered = self._registered.starts, self._registered.values
+            index = bisect.bisect_right(starts, ptr + size - 1) - 1
             if index >= 0:
-                start = self._registered_starts[index]
-                if ptr < start + self._registered[start][0]:
+                start = starts[index]
+                if ptr < start + registered[start][0]:
                     raise NpuError(
                         codes.ACL_ERROR_RT_HOST_MEMORY_ALREADY_REGISTERED,
                         f"[{ptr:#x}, +{size}) overlaps host memory registered already "
-                        f"([{start:#x}, +{self._registered[start][0]}))",
+                        f"([{start:#x}, +{registered[start][0]}))",
                     )
-            self._registered[ptr] = (size, 0)
-            bisect.insort(self._registered_starts, ptr)
+            self._registered.add(ptr, (size, 0))
         address = 0
         if mapped:
             try:
@@ -183,7 +171,7 @@ class PinnedMemory:
                 raise
             address = reply.address
             with self._lock:
-                self._registered[ptr] = (size, address)
+                self._registered.add(ptr, (size, address))
                 self._allocations.add_registered(address, size)
         return address
 
@@ -196,16 +184,16 @@ class PinnedMemory:
         if flag != 0:
             raise acl_param(f"flag {flag}: must be 0")
         start = self._registered_at(ptr)
-        if start is None or not self._registered[start][1]:
+        if start is None or not self._registered.values[start][1]:
             raise invalid(f"{ptr:#x} has not been registered for device address mapping")
-        return self._registered[start][1] + ptr - start
+        return self._registered.values[start][1] + ptr - start
 
     @records_errors
     def host_unregister(self, ptr: int, site: str | None = None) -> None:
         """aclrtHostUnregister of the start of a registered range. Blocks."""
         if not ptr:
             raise acl_param("null pointer passed to host_unregister")
-        if ptr not in self._registered or ptr in self._managed:
+        if ptr not in self._registered.values or ptr in self._managed:
             raise NpuError(
                 codes.ACL_ERROR_RT_HOST_MEMORY_NOT_REGISTERED,
                 f"{ptr:#x} is not the start of host memory this process registered",
@@ -219,26 +207,21 @@ class PinnedMemory:
 
     def _forget_registration(self, ptr: int) -> int:
         with self._lock:
-            _, address = self._registered.pop(ptr)
-            del self._registered_starts[bisect.bisect_left(self._registered_starts, ptr)]
+            address = self._registered.values[ptr][1]
+            self._registered.remove(ptr)
             if address:
                 self._allocations.remove_registered(address)
         return address
 
     def _registered_at(self, ptr: int) -> int | None:
-        index = bisect.bisect_right(self._registered_starts, ptr) - 1
-        if index >= 0:
-            start = self._registered_starts[index]
-            if ptr < start + self._registered[start][0]:
-                return start
-        return None
+        return self._registered.holding(ptr)
 
     def _unregister_block(self, address: int, size: int) -> None:
         """Pinned memory `[address, +size)` is being freed: its registrations go with it
         (the daemon retires them too)."""
-        if not self._registered:
+        if not self._registered.starts:
             return
-        for start in [s for s in self._registered_starts if address <= s < address + size]:
+        for start in [s for s in self._registered.starts if address <= s < address + size]:
             self._forget_registration(start)
             self._managed.discard(start)
 
@@ -253,12 +236,19 @@ class PinnedMemory:
         """Is `ptr` the start of managed memory of this process?"""
         return ptr in self._managed
 
-    def managed_block(self, ptr: int) -> tuple[int, int] | None:
-        """(start, size) of the managed memory holding `ptr`, if any."""
+    def managed_block(self, ptr: int, size: int) -> tuple[int, int]:
+        """(start, size) of the managed block `[ptr, +size)` lies in; 107000 when it is not
+        all managed memory of this process (the driver's check)."""
         start = self._registered_at(ptr)
         if start is None or start not in self._managed:
-            return None
-        return start, self._registered[start][0]
+            raise invalid(f"{ptr:#x} is not managed memory of this process (aclrtMemAllocManaged)")
+        block = self._registered.values[start][0]
+        if ptr + size > start + block:
+            raise invalid(
+                f"{size} bytes at {ptr:#x} run past the end of managed memory "
+                f"[{start:#x}, +{block})"
+            )
+        return start, block
 
     def release_managed(self, ptr: int, site: str | None) -> None:
         """Managed memory at `ptr` goes: unregister it and free its pinned memory. Blocks."""

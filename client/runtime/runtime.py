@@ -21,10 +21,12 @@ constructed with what it needs and holding its own state:
     devices       device queries, limits, peers, overflow, errors (devices.py)
     callbacks     host callbacks and host functions              (callbacks.py)
 
-They share the allocation index (`allocations`: the device ranges this process may use),
-the pinned blocks (client/hostmem.py), the capture modes and the stream and event records;
-none reads another's private state. Failures raise NpuError (and are kept as the thread's
-last error). The Pythonic API and the `acl` facade both stand on the parts.
+They share (client/runtime/shared.py) the calls to the daemon, the contexts with the
+stream and event records, the allocation index (`allocations`: the device ranges this
+process may use), the pinned blocks (client/hostmem.py) and the capture modes; a part that
+needs another is handed it at construction, and none reads another's private state.
+Failures raise NpuError (and are kept as the thread's last error). The Pythonic API and the
+`acl` facade both stand on the parts.
 
 The flat names of the Runtime that was one object (`runtime().malloc(...)`) still work for
 programs that used them: `__getattr__` finds the one part that has the name, and warns once
@@ -56,6 +58,7 @@ from simnpu.client.runtime.memory import DeviceMemory, env_memory_limit
 from simnpu.client.runtime.model_build import ModelBuild
 from simnpu.client.runtime.notifies import Notifies
 from simnpu.client.runtime.pinned_memory import PinnedMemory
+from simnpu.client.runtime.shared import Shared
 from simnpu.client.runtime.streams import Streams, ThreadLimits
 from simnpu.client.runtime.synchronization import Synchronization
 from simnpu.client.runtime.task_groups import TaskGroups
@@ -156,53 +159,27 @@ class Runtime:
         self.observer = ClientObserver(connection, hello.observe_flags)
 
         self.allocations = allocations = AllocationIndex()
-        capture_modes = CaptureModes()  # which calls stream captures refuse
-        limits = ThreadLimits()
         streams: dict[int, StreamRecord] = {}  # the stream records (kept by the contexts)
         calls = Calls(connection, self.session_id, streams)
-        log = connection.log
-        self.contexts = contexts = Contexts(
-            calls, streams, self.device_count, log, area is not None
-        )
-        self.callbacks = HostCallbacks(connection, contexts)
-        self.sync = Synchronization(calls, connection, contexts, self.observer, area)
-        self.streams = Streams(calls, contexts, log, limits)
-        self.events = Events(calls, connection, contexts, capture_modes, area is not None)
-        self.devices = Devices(calls, contexts, self.streams, allocations)
-        self._copies = CopyPaths(
-            connection,
-            staging,
-            hello.staging_bytes,
-            blocks,
-            allocations,
-            contexts,
-            self.devices,
-            capture_modes,
-        )
-        self.host = PinnedMemory(
-            calls, contexts, blocks, allocations, self.sync, staging is not None
-        )
-        self.managed = ManagedMemory(contexts, self.host, self.callbacks)
-        self.memory = DeviceMemory(
-            calls,
-            contexts,
-            allocations,
-            blocks,
-            self._copies,
-            self.host,
-            self.managed,
-            self.sync,
-            capture_modes,
-            connection.verified_pid,
-        )
-        self.vmm = VirtualMemory(calls, contexts, allocations, blocks)
-        self.kernels = Kernels(calls, connection, contexts, allocations, limits)
-        self.graphs = Graphs(
-            calls, connection, contexts, self.callbacks, allocations, capture_modes, self.sync
-        )
-        self.model_build = ModelBuild(calls, contexts, self.graphs)
-        self.task_groups = TaskGroups(calls, contexts, self.graphs)
-        self.notifies = Notifies(calls, contexts, allocations)
+        signals = area is not None
+        self.contexts = Contexts(calls, streams, self.device_count, connection.log, signals)
+        shared = Shared(calls, connection, self.contexts, allocations, blocks, CaptureModes())
+        limits = ThreadLimits()
+        self.callbacks = HostCallbacks(shared)
+        self.sync = Synchronization(shared, self.observer, area)
+        self.streams = Streams(shared, limits)
+        self.events = Events(shared, signals)
+        self.devices = Devices(shared, self.streams)
+        self._copies = CopyPaths(shared, staging, hello.staging_bytes, self.devices)
+        self.host = PinnedMemory(shared, self.sync, staging is not None)
+        self.managed = ManagedMemory(shared, self.host, self.callbacks)
+        self.memory = DeviceMemory(shared, self._copies, self.host, self.managed, self.sync)
+        self.vmm = VirtualMemory(shared)
+        self.kernels = Kernels(shared, limits)
+        self.graphs = Graphs(shared, self.callbacks, self.sync)
+        self.model_build = ModelBuild(shared, self.graphs)
+        self.task_groups = TaskGroups(shared, self.graphs)
+        self.notifies = Notifies(shared)
 
     def _callback_arrived(self, callback: int) -> None:
         """The daemon reached host callback `callback` (the receiver thread)."""

@@ -21,9 +21,7 @@ from simnpu.proto import npu_pb2 as pb
 from simnpu.proto.errors import NpuError, bad_handle, invalid
 
 if TYPE_CHECKING:
-    from simnpu.client.runtime.calls import Calls
-    from simnpu.client.runtime.contexts import Contexts
-    from simnpu.client.transport import CallLog
+    from simnpu.client.runtime.shared import Shared
 
 _ID_MASK = 0xFFFFFFFF
 _STREAM_FLAGS = (
@@ -123,10 +121,9 @@ class ThreadLimits:
 class Streams:
     """Stream calls (see the module docstring)."""
 
-    def __init__(self, calls: Calls, contexts: Contexts, log: CallLog, limits: ThreadLimits):
-        self._calls = calls
-        self._contexts = contexts
-        self._log = log
+    def __init__(self, shared: Shared, limits: ThreadLimits):
+        self._calls, self._contexts = shared.calls, shared.contexts
+        self._log = shared.connection.log
         self._limits = limits
 
     # ---- creating and destroying --------------------------------------------------------------

@@ -38,8 +38,8 @@ from simnpu.shm.notify import DIRTY, SEQ_MASK
 
 if TYPE_CHECKING:
     from simnpu.client.observe import ClientObserver
-    from simnpu.client.runtime.calls import Calls
-    from simnpu.client.runtime.contexts import ContextRecord, Contexts, StreamRecord
+    from simnpu.client.runtime.contexts import ContextRecord, StreamRecord
+    from simnpu.client.runtime.shared import Shared
     from simnpu.client.transport import Connection
     from simnpu.shm.notify import NotifyArea
 
@@ -204,22 +204,13 @@ def _deadline(timeout_ms: int) -> float | None:
 class Synchronization:
     """Synchronize and query calls (see the module docstring)."""
 
-    def __init__(
-        self,
-        calls: Calls,
-        connection: Connection,
-        contexts: Contexts,
-        observer: ClientObserver,
-        area: NotifyArea | None,
-    ):
-        self._calls = calls
-        self._log = connection.log
-        self._contexts = contexts
-        self._streams = contexts.streams
-        self._events = contexts.events
+    def __init__(self, shared: Shared, observer: ClientObserver, area: NotifyArea | None):
+        self._calls, self._log = shared.calls, shared.connection.log
+        self._contexts = contexts = shared.contexts
+        self._streams, self._events = contexts.streams, contexts.events
         self._observer = observer
         self._signals = (
-            StreamSignals(connection, area, contexts.streams) if area is not None else None
+            None if area is None else StreamSignals(shared.connection, area, contexts.streams)
         )
         self._capturing = False  # a stream of this process is being captured
         self._models_made = False  # this process made a model run instance
@@ -244,9 +235,11 @@ class Synchronization:
             or (self._models_made and not one_stream)
             or self._capturing
             or self._observer.flags
-            or any(context.stops_on_failure for context in contexts)
         ):
             return None
+        for context in contexts:  # (a loop: a generator would cost every synchronize ~0.3 µs)
+            if context.stops_on_failure:
+                return None
         return signals
 
     # ---- streams -------------------------------------------------------------------------------

@@ -23,9 +23,8 @@ from simnpu.shm.addresses import DEVICE_BASE
 if TYPE_CHECKING:
     from google.protobuf.message import Message
 
-    from simnpu.client.runtime.calls import Calls
-    from simnpu.client.runtime.contexts import Contexts
     from simnpu.client.runtime.graphs import Graphs
+    from simnpu.client.runtime.shared import Shared
 
 _EVENT_PARAMS = {  # aclmdlRITaskType -> (the union member, its flag field)
     codes.ACL_MODEL_RI_TASK_EVENT_RECORD: ("event_record_task_params", "record_flag"),
@@ -57,10 +56,9 @@ def _runtime_null(name: str) -> NpuError:
 class TaskGroups:
     """Task group and task change calls (see the module docstring)."""
 
-    def __init__(self, calls: Calls, contexts: Contexts, graphs: Graphs):
-        self._calls = calls
-        self._contexts = contexts
-        self._graphs = graphs
+    def __init__(self, shared: Shared, graphs: Graphs):
+        self._calls, self._contexts = shared.calls, shared.contexts
+        self._graphs = graphs  # the models and their listed tasks (rt.graphs)
 
     # ---- task groups ---------------------------------------------------------------------------
     @records_errors

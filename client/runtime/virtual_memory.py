@@ -25,10 +25,7 @@ from simnpu.proto.errors import NpuError, invalid
 from simnpu.shm.addresses import is_device_address, split_device_address
 
 if TYPE_CHECKING:
-    from simnpu.client.hostmem import HostMemory
-    from simnpu.client.runtime.allocation_index import AllocationIndex
-    from simnpu.client.runtime.calls import Calls
-    from simnpu.client.runtime.contexts import Contexts
+    from simnpu.client.runtime.shared import Shared
 
 GRANULARITY = 2 << 20  # every attribute's but the 1 GiB huge pages' (server/virtual_memory.py)
 GRANULARITY_1G = 1 << 30
@@ -83,13 +80,9 @@ def _share_type(share_type: int) -> None:
 class VirtualMemory:
     """Virtual memory calls (see the module docstring)."""
 
-    def __init__(
-        self, calls: Calls, contexts: Contexts, allocations: AllocationIndex, host: HostMemory
-    ):
-        self._calls = calls
-        self._contexts = contexts
-        self._allocations = allocations
-        self._host = host
+    def __init__(self, shared: Shared):
+        self._calls, self._contexts = shared.calls, shared.contexts
+        self._allocations, self._host = shared.allocations, shared.host
         self._lock = threading.Lock()
         self._physical: dict[int, list[int]] = {}  # handle -> [size, device, attr, references]
 

@@ -60,7 +60,7 @@ class Buffers:
 def buffers(npu, rt):
     made = Buffers(npu)
     yield made
-    made.memory.free()
+    made.free()
 
 
 def close(actual, expected, dtype):

@@ -192,7 +192,7 @@ with npu.Device(0):
     shared = npu.DeviceBuffer.ipc_import(sys.stdin.readline().strip())  # line 6
     print("imported", flush=True)
     if sys.stdin.readline().strip() == "close":
-        shared.memory.free()  # aclrtIpcMemClose
+        shared.free()  # aclrtIpcMemClose
 npu.shutdown()
 """
 

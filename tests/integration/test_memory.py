@@ -272,7 +272,7 @@ IMPORTER = """
     shared.copy_from_host(np.full(shared.nbytes // 4, 7, np.float32))
     say("written")
     wait()
-    shared.memory.free()  # aclrtIpcMemClose
+    shared.free()  # aclrtIpcMemClose
     say("closed")
     wait()
 """
@@ -360,7 +360,7 @@ def _holding_importer(address):
         say("imported")
         wait()
         say(int((shared.to_numpy(np.uint8) == 5).all()))
-        shared.memory.free()
+        shared.free()
         say("closed")
         wait()
     """,

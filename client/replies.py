@@ -5,7 +5,8 @@ A request waits as a `Pending`. Its reply comes either through the session strea
 one thread at a time reads (`ReaderRole`: a waiting thread reads it itself, so the reply
 wakes that very thread), or, with shared memory (docs/fast-path.md), through a mailbox slot
 of the session's notify area (`Mailbox`), polled for a while, then slept on with the
-doorbell's futex.
+doorbell's futex. A session stream that fails becomes the NpuError every waiter gets
+(`describe_rpc_error`).
 """
 
 from __future__ import annotations
@@ -15,13 +16,17 @@ import sys
 import threading
 import time
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from google.protobuf.message import DecodeError
 
 from simnpu.client import fast_path
-from simnpu.proto import npu_pb2
+from simnpu.proto import codes, npu_pb2
 from simnpu.proto.errors import NpuError
 from simnpu.shm import notify as notify_layout
+
+if TYPE_CHECKING:
+    import grpc
 
 _MAILBOX_SLICE_S = 0.1  # a mailbox waiter re-checks for a broken session this often
 
@@ -140,6 +145,22 @@ class ReaderRole:
         """Everyone waiting looks at the session again (it broke, closes, or changed)."""
         with self._changed:
             self._changed.notify_all()
+
+
+def describe_rpc_error(address: str, error: grpc.RpcError) -> tuple[int, str]:
+    """The ACL code and message a failed session stream becomes."""
+    import grpc  # (imported by the transport first: client/config.py's prefer_fast_grpc)
+
+    status = error.code() if hasattr(error, "code") else None
+    details = error.details() if hasattr(error, "details") else str(error)
+    if status == grpc.StatusCode.UNAUTHENTICATED:
+        return (
+            codes.ACL_ERROR_RT_NO_PERMISSION,
+            f"the simnpu daemon at {address} refused this client: {details}",
+        )
+    if status == grpc.StatusCode.RESOURCE_EXHAUSTED:
+        return codes.ACL_ERROR_RT_RESOURCE_ALLOC_FAIL, f"the simnpu daemon at {address}: {details}"
+    return codes.ACL_ERROR_RT_DRV_INTERNAL_ERROR, f"lost the simnpu daemon at {address}: {details}"
 
 
 def write_device_output(text: str) -> None:

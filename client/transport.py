@@ -33,7 +33,13 @@ import grpc  # noqa: E402
 from google.protobuf.message import Message  # noqa: E402
 
 from simnpu.client import autostart, peer_credentials  # noqa: E402
-from simnpu.client.replies import Mailbox, Pending, ReaderRole, write_device_output  # noqa: E402
+from simnpu.client.replies import (  # noqa: E402
+    Mailbox,
+    Pending,
+    ReaderRole,
+    describe_rpc_error,
+    write_device_output,
+)
 from simnpu.proto import bulk as wire  # noqa: E402
 from simnpu.proto.errors import NpuError, error_for  # noqa: E402
 from simnpu.shm import notify as notify_layout  # noqa: E402
@@ -524,7 +530,7 @@ class Connection:
             )
             return
         except grpc.RpcError as error:
-            self._fail_all(*_describe_rpc_error(self.address, error))
+            self._fail_all(*describe_rpc_error(self.address, error))
             return
         for reply in message.replies:
             pending = self._replies.pop(reply.id, None)
@@ -585,17 +591,3 @@ class Connection:
         finally:
             self._call.cancel()
             self._channel.close()
-
-
-def _describe_rpc_error(address: str, error: grpc.RpcError) -> tuple[int, str]:
-    """The ACL code and message a failed session stream becomes."""
-    status = error.code() if hasattr(error, "code") else None
-    details = error.details() if hasattr(error, "details") else str(error)
-    if status == grpc.StatusCode.UNAUTHENTICATED:
-        return (
-            codes.ACL_ERROR_RT_NO_PERMISSION,
-            f"the simnpu daemon at {address} refused this client: {details}",
-        )
-    if status == grpc.StatusCode.RESOURCE_EXHAUSTED:
-        return codes.ACL_ERROR_RT_RESOURCE_ALLOC_FAIL, f"the simnpu daemon at {address}: {details}"
-    return codes.ACL_ERROR_RT_DRV_INTERNAL_ERROR, f"lost the simnpu daemon at {address}: {details}"

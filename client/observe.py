@@ -77,8 +77,7 @@ class ClientObserver:
         reply = self.connection.call(pb.ObserveRequest(flags=flags))
         self.asked |= flags
         self.flags = reply.flags
-        if not self.connection.log.observed:
-            self.connection.start_sending_sites()
+        self.connection.start_sending_sites()
         return self.flags
 
     def trace(self) -> dict:

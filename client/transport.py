@@ -491,9 +491,11 @@ class Connection:
             yield message if bulk is None else wire.client_message(message, bulk)
 
     def start_sending_sites(self) -> None:
-        """From the next call on, send each call's site with it (tracing or checking is on)."""
+        """From the next call on, send each call's site with it (tracing or checking is on);
+        nothing more once they are sent."""
         with self._lock:
-            self.log.observe()
+            if not self.log.observed:
+                self.log.observe()
 
     # ---- receiving ----------------------------------------------------------------------------
     def keep_sites(self, seqs: list[int]) -> None:

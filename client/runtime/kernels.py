@@ -26,9 +26,11 @@ from simnpu.proto.builtin_tasks import COUNTER_BYTES, WORD_BYTES, RandomParamete
 from simnpu.proto.errors import NotSupportedError, NpuError, bad_handle, check_num_blocks, invalid
 from simnpu.shm.addresses import DEVICE_BASE
 
-if TYPE_CHECKING:  # imported by get_function: a session without kernels never needs it
+if TYPE_CHECKING:
     from simnpu.client.runtime.shared import Shared
     from simnpu.client.runtime.streams import ThreadLimits
+
+    # imported by get_function: a session without kernels never needs it
     from simnpu.proto.kernel_abi import KernelSignature
 
 _UNION = {

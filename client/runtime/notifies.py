@@ -12,7 +12,7 @@ this process; the daemon checks it again.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from simnpu.client.last_error import records_errors
 from simnpu.client.runtime.arguments import wire_int
@@ -21,6 +21,7 @@ from simnpu.proto import npu_pb2 as pb
 from simnpu.proto.errors import bad_handle, invalid
 
 if TYPE_CHECKING:
+    from simnpu.client.runtime.contexts import ContextRecord
     from simnpu.client.runtime.shared import Shared
 
 NOTIFY_KEY_LENGTH = 65
@@ -37,19 +38,21 @@ class Notifies:
         self._notifies: dict[int, int] = {}  # notify handle -> its device (created or imported)
         self._cnt_notifies: dict[int, int] = {}  # count notify handle -> its id
 
+    def _create(self, request: type, flags: int, site: str | None) -> tuple[Any, ContextRecord]:
+        """The reply to a request for a (count) notify of the current context, and that
+        context."""
+        context = self._contexts.current()
+        wire_int(flags, "flag")
+        return self._calls.request(request(context=context.handle, flags=flags), site), context
+
     # ---- notifies ------------------------------------------------------------------------------
     def _notify(self, handle: int) -> int:
-        if handle not in self._notifies:
-            raise bad_handle("notify", handle)
-        return handle
+        return _known(self._notifies, handle, "notify")
 
     @records_errors
     def create_notify(self, flags: int, site: str | None = None) -> int:
         """aclrtCreateNotify on the current device. Blocks."""
-        context = self._contexts.current()
-        wire_int(flags, "flag")
-        request = pb.CreateNotifyRequest(context=context.handle, flags=flags)
-        reply = self._calls.request(request, site)
+        reply, context = self._create(pb.CreateNotifyRequest, flags, site)
         self._notifies[reply.notify] = context.device
         return reply.notify
 
@@ -100,17 +103,12 @@ class Notifies:
 
     # ---- count notifies ------------------------------------------------------------------------
     def _cnt_notify(self, handle: int) -> int:
-        if handle not in self._cnt_notifies:
-            raise bad_handle("count notify", handle)
-        return handle
+        return _known(self._cnt_notifies, handle, "count notify")
 
     @records_errors
     def cnt_notify_create(self, flags: int, site: str | None = None) -> int:
         """aclrtCntNotifyCreate on the current device (flag reserved: 0). Blocks."""
-        context = self._contexts.current()
-        wire_int(flags, "flag")
-        request = pb.CntNotifyCreateRequest(context=context.handle, flags=flags)
-        reply = self._calls.request(request, site)
+        reply, _ = self._create(pb.CntNotifyCreateRequest, flags, site)
         self._cnt_notifies[reply.cnt_notify] = reply.id
         return reply.cnt_notify
 
@@ -187,3 +185,10 @@ class Notifies:
         commands.check_value_flag(commands.ValueWait, flag)
         self._word(address)
         self._calls.command(commands.ValueWait.pack(address, value, flag, stream), stream, site)
+
+
+def _known(table: dict[int, int], handle: int, kind: str) -> int:
+    """`handle`, if `table` holds it (107017 for a handle of no `kind` of this process)."""
+    if handle not in table:
+        raise bad_handle(kind, handle)
+    return handle

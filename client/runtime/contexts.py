@@ -53,7 +53,7 @@ class StreamRecord:
     )
 
     def __init__(
-        self, handle: int, context: ContextRecord, priority: int = 0, flags: int = 0, slot=-1
+        self, handle: int, context: ContextRecord, priority: int = 0, flags: int = 0, slot: int = -1
     ):
         self.handle = handle
         self.context = context

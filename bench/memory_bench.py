@@ -151,23 +151,25 @@ def end_to_end(address: str, rounds: int, live_blocks: int = 4096) -> dict:
 
     rt = Runtime(address)
     try:
-        rt.set_device(0)
+        rt.contexts.set_device(0)
         rng = random.Random(3)
-        kept = [rt.malloc(rng.randrange(512, 64 << 10), NORMAL_ONLY) for _ in range(live_blocks)]
+        kept = [
+            rt.memory.malloc(rng.randrange(512, 64 << 10), NORMAL_ONLY) for _ in range(live_blocks)
+        ]
         for _ in range(200):
-            rt.free(rt.malloc(4096, NORMAL_ONLY))
+            rt.memory.free(rt.memory.malloc(4096, NORMAL_ONLY))
         mallocs, frees = [], []
         clock = time.perf_counter
         for _ in range(rounds):
             start = clock()
-            ptr = rt.malloc(4096, NORMAL_ONLY)
+            ptr = rt.memory.malloc(4096, NORMAL_ONLY)
             middle = clock()
-            rt.free(ptr)
+            rt.memory.free(ptr)
             mallocs.append(middle - start)
             frees.append(clock() - middle)
-        rt.synchronize_device()  # every free was accepted
+        rt.sync.synchronize_device()  # every free was accepted
         for ptr in kept:
-            rt.free(ptr)
+            rt.memory.free(ptr)
         mallocs.sort()
         frees.sort()
         return {
@@ -236,17 +238,17 @@ def daemon_start(devices: int, memory: str) -> dict:
                 time.sleep(0.005)
             rt = Runtime(address)
             try:
-                rt.set_device(0)
-                rt.free(rt.malloc(4096))
-                rt.synchronize_device()
+                rt.contexts.set_device(0)
+                rt.memory.free(rt.memory.malloc(4096))
+                rt.sync.synchronize_device()
                 served = time.monotonic() - start
                 figures = {"first_client_s": served, **_footprint(process.pid, "idle")}
-                rt.set_device(devices - 1)  # 1 GiB held on the last device, written
-                held = rt.malloc(1 << 30)
-                rt.memset(held, 1 << 30, 1, 1 << 30)
+                rt.contexts.set_device(devices - 1)  # 1 GiB held on the last device, written
+                held = rt.memory.malloc(1 << 30)
+                rt.memory.memset(held, 1 << 30, 1, 1 << 30)
                 figures.update(_footprint(process.pid, "holding_1GiB"))
-                rt.free(held)
-                rt.synchronize_device()
+                rt.memory.free(held)
+                rt.sync.synchronize_device()
                 figures.update(_footprint(process.pid, "freed"))
             finally:
                 rt.close()
@@ -281,34 +283,34 @@ def first_touch(address: str, rounds: int, size: int = 256 << 20) -> dict:
     clock = time.perf_counter
     h2d = codes.ACL_MEMCPY_HOST_TO_DEVICE
     try:
-        rt.set_device(0)
-        pinned = rt.malloc_host(size)
+        rt.contexts.set_device(0)
+        pinned = rt.host.malloc_host(size)
         ctypes.memset(pinned, 1, size)
-        stream = rt.create_stream()
+        stream = rt.streams.create_stream()
 
         def pageable(ptr: int) -> None:
-            rt.memcpy(ptr, size, data.ctypes.data, size, h2d)
+            rt.memory.memcpy(ptr, size, data.ctypes.data, size, h2d)
 
         def from_pinned(ptr: int) -> None:
-            rt.memcpy_async(ptr, size, pinned, size, h2d, stream)
-            rt.synchronize_stream(stream)
+            rt.memory.memcpy_async(ptr, size, pinned, size, h2d, stream)
+            rt.sync.synchronize_stream(stream)
 
-        first = rt.malloc(size)  # the engines map the pinned segment on its first use
+        first = rt.memory.malloc(size)  # the engines map the pinned segment on its first use
         from_pinned(first)
-        rt.free(first)
+        rt.memory.free(first)
         for _ in range(rounds):
             for name, copy in (("pageable", pageable), ("pinned", from_pinned)):
                 start = clock()
-                ptr = rt.malloc(size)
+                ptr = rt.memory.malloc(size)
                 times.setdefault("malloc", []).append(clock() - start)
                 for when in ("fresh", "warm"):
                     start = clock()
                     copy(ptr)
                     times.setdefault(f"{name}_{when}", []).append(clock() - start)
-                rt.free(ptr)
-                rt.synchronize_device()
-        rt.destroy_stream(stream)
-        rt.free_host(pinned)
+                rt.memory.free(ptr)
+                rt.sync.synchronize_device()
+        rt.streams.destroy_stream(stream)
+        rt.host.free_host(pinned)
     finally:
         rt.close()
     return {f"{key}_s": min(values) for key, values in times.items()}

@@ -207,7 +207,7 @@ def signal_calls(rounds: str = "1000", batch: str = "100"):
 
     def measure(before, timed, count, by_request):
         if by_request:  # every call asks the daemon, as before the signals decided them
-            rt._deciding = lambda *contexts, **options: None
+            rt.sync._deciding = lambda *contexts, **options: None
         samples = []
         try:
             for _ in range(count):
@@ -217,7 +217,7 @@ def signal_calls(rounds: str = "1000", batch: str = "100"):
                 timed()
                 samples.append(time.perf_counter() - start)
         finally:
-            rt.__dict__.pop("_deciding", None)
+            rt.sync.__dict__.pop("_deciding", None)
         return samples
 
     rounds, batch = int(rounds), int(batch)
@@ -348,7 +348,7 @@ def copy_bandwidth(nbytes: str, memory: str):
 def _uses_shared_memory():
     from simnpu.client.device import runtime
 
-    return runtime().uses_shared_memory
+    return runtime().memory.uses_shared_memory
 
 
 def _ufunc_call(kind: str, views: list):

@@ -30,6 +30,7 @@ from simnpu.client.device import runtime
 from simnpu.client.hcclrt import HcclError
 from simnpu.client.memory import DeviceBuffer
 from simnpu.client.stream import Stream, current_stream
+from simnpu.client.transport import call_site
 from simnpu.proto import hccl_types as ht
 
 __all__ = ["Communicator", "HcclError", "get_root_info", "hccl_dtype"]
@@ -65,7 +66,7 @@ def numpy_dtype(dtype) -> np.dtype:
 def get_root_info() -> bytes:
     """HcclGetRootInfo for the current device: the bytes every rank passes to Communicator.
     This process's HCCL_EXEC_TIMEOUT (seconds, default 1836) becomes the communicator's."""
-    return _layer().get_root_info()
+    return _layer().get_root_info(site=call_site())
 
 
 def _layer() -> hcclrt.Hccl:
@@ -86,7 +87,7 @@ class Communicator:
 
     def __init__(self, n_ranks: int, root_info: bytes, rank: int):
         layer = _layer()
-        self._adopt(layer, layer.comm_init_root_info(n_ranks, root_info, rank))
+        self._adopt(layer, layer.comm_init_root_info(n_ranks, root_info, rank, site=call_site()))
 
     @classmethod
     def from_rank_table(cls, path: str | os.PathLike, rank: int) -> Communicator:
@@ -95,7 +96,7 @@ class Communicator:
         the table has joined."""
         comm = cls.__new__(cls)
         layer = _layer()
-        comm._adopt(layer, layer.comm_init_cluster_info(path, rank))
+        comm._adopt(layer, layer.comm_init_cluster_info(path, rank, site=call_site()))
         return comm
 
     def _adopt(self, layer, handle: int) -> None:
@@ -123,11 +124,11 @@ class Communicator:
         """HcclCommDestroy. Idempotent."""
         if self.handle:
             handle, self.handle = self.handle, 0
-            self._layer.comm_destroy(handle)
+            self._layer.comm_destroy(handle, site=call_site())
 
     def async_error(self) -> HcclError | None:
         """HcclGetCommAsyncError: the first failure of this rank's collectives, or None."""
-        code, message = self._layer.async_error(self.handle)
+        code, message = self._layer.async_error(self.handle, site=call_site())
         return HcclError(code, message) if code else None
 
     # ---- asynchronous collectives on device buffers ---------------------------------------------
@@ -153,6 +154,7 @@ class Communicator:
             dtype=code,
             op=op_code,
             root=root,
+            site=call_site(),
         )
 
     def all_reduce(

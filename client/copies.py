@@ -22,12 +22,18 @@ from __future__ import annotations
 import collections
 import ctypes
 import threading
+from typing import TYPE_CHECKING
 
 from simnpu.client.hostmem import DEVICE, PAGEABLE, PINNED, check_pageable
-from simnpu.client.transport import caller_site
 from simnpu.proto import codes, commands
 from simnpu.proto import npu_pb2 as pb
+from simnpu.proto.bulk import BulkReply
 from simnpu.proto.errors import NpuError, invalid
+
+if TYPE_CHECKING:
+    from simnpu.client.runtime.devices import Devices
+    from simnpu.client.runtime.shared import Shared
+    from simnpu.shm.region import Region
 
 _KIND_SIDES = {  # kind -> (src is device, dst is device)
     codes.ACL_MEMCPY_HOST_TO_HOST: (False, False),
@@ -45,8 +51,17 @@ IN_STREAM_DEPTH = 4  # in flight at most: the default staging area's 32 MiB
 
 
 class CopyPaths:
-    def __init__(self, runtime, staging, staging_bytes: int):
-        self.runtime = runtime
+    """The copies and fills of one session (the memory part's: client/runtime/memory.py),
+    with what deciding their path needs: what the parts share (the pinned blocks, the
+    allocation index, the contexts, the capture modes) and peer access
+    (client/runtime/devices.py). Every call is given the call site of the public call it
+    serves."""
+
+    def __init__(self, shared: Shared, staging: Region | None, staging_bytes: int, peers: Devices):
+        self._connection, self._contexts = shared.connection, shared.contexts
+        self._host, self._allocations = shared.host, shared.allocations
+        self._capture_modes = shared.capture_modes
+        self._peers = peers
         self.staging = staging
         self.shared = staging is not None
         self.staging_address = staging.address() if staging is not None else 0
@@ -64,11 +79,12 @@ class CopyPaths:
 
     # ---- checks ---------------------------------------------------------------------------
     def _side(self, address: int, count: int) -> str:
-        side = self.runtime.host.classify(address)
+        side = self._host.classify(address)
         if side == DEVICE:
-            self.runtime.device_range(address, count)
+            self._allocations.device_range(address, count)
         elif side == PINNED:
-            block = self.runtime.host.find(address)
+            block = self._host.find(address)
+            assert block is not None  # classified as pinned
             if address + count > block.address + block.size:
                 raise invalid(
                     f"{count} bytes at {address:#x} run past the end of pinned memory "
@@ -81,14 +97,22 @@ class CopyPaths:
     def _location(self, address: int, side: str) -> commands.Location:
         if side == DEVICE:
             return commands.Location(commands.SPACE_DEVICE, 0, address)
-        block = self.runtime.host.find(address)
+        block = self._host.find(address)
+        assert block is not None  # classified as pinned
         return commands.Location(commands.SPACE_PINNED, block.handle, address - block.address)
 
     # ---- memcpy ---------------------------------------------------------------------------
     def copy(
-        self, dst: int, dest_max: int, src: int, count: int, kind: int, stream: int | None
+        self,
+        stream: int | None,
+        site: str,
+        dst: int,
+        dest_max: int,
+        src: int,
+        count: int,
+        kind: int,
     ) -> None:
-        """aclrtMemcpy (stream None) or aclrtMemcpyAsync."""
+        """On `stream`, aclrtMemcpyAsync (None: aclrtMemcpy), for the public call at `site`."""
         if not dst or not src:
             raise NpuError(codes.ACL_ERROR_INVALID_PARAM, "null pointer passed to memcpy")
         if count < 0 or dest_max < 0:
@@ -109,7 +133,7 @@ class CopyPaths:
                     f"{src_side} memory, destination is {dst_side} memory"
                 )
         if src_side == DEVICE and dst_side == DEVICE:
-            self.runtime.check_peer_copy(src, dst, self._running_device(dst, stream))
+            self._peers.check_peer_copy(src, dst, self._running_device(dst, stream))
         if src_side == PAGEABLE:
             check_pageable(src, count, False, "src")
         if dst_side == PAGEABLE:
@@ -124,46 +148,46 @@ class CopyPaths:
             return
         if PAGEABLE in (src_side, dst_side):
             if stream is not None:  # the runtime makes it synchronous: capture modes apply
-                if stream in self.runtime.bound_streams:
+                if self._contexts.streams[stream].bound_model:
                     raise NpuError(
                         codes.ACL_ERROR_RT_FEATURE_NOT_SUPPORT,
                         "a copy through pageable host memory cannot be recorded into a model "
                         "in simnpu: copy from pinned host memory (acl.rt.malloc_host)",
                     )
-                if self.runtime.capture_modes.capturing(stream):
+                if self._capture_modes.capturing(stream):
                     raise invalid("a copy through pageable host memory cannot be captured")
-                self.runtime.capture_modes.check(
+                self._capture_modes.check(
                     "an asynchronous copy through pageable host memory",
                     codes.ACL_ERROR_RT_CAPTURE_MODE_BLOCK_ASYNC,
                 )
-            self._staged(dst, dst_side, src, src_side, count, stream)
+            self._staged(dst, dst_side, src, count, stream, site)
             return
         dst_loc, src_loc = self._location(dst, dst_side), self._location(src, src_side)
         if stream is None:
-            self._call(pb.MemcpyRequest(dst=_message(dst_loc), src=_message(src_loc), count=count))
+            request = pb.MemcpyRequest(dst=_message(dst_loc), src=_message(src_loc), count=count)
+            self._connection.call(request, site)
         else:
-            self.runtime.connection.send_command(
-                commands.Copy.pack(stream, dst_loc, src_loc, count), caller_site(), stream
+            self._connection.send_command(
+                commands.Copy.pack(stream, dst_loc, src_loc, count), site, stream
             )
 
     def _running_device(self, dst: int, stream: int | None) -> int:
         """The device a device-to-device copy runs on: its stream's; for aclrtMemcpy the
         current context's (the destination's when the thread has none)."""
         if stream is not None:
-            return self.runtime.stream_context[stream].device
-        context = getattr(self.runtime._local, "context", None)
-        return self.runtime.device_of(dst) if context is None else context.device
+            return self._contexts.streams[stream].context.device
+        context = self._contexts.current_or_none()
+        return self._peers.device_of(dst) if context is None else context.device
 
-    def _staged(self, dst, dst_side, src, src_side, count, stream) -> None:
+    def _staged(self, dst, dst_side, src, count, stream, site: str) -> None:
         """Chunks through the staging area, `depth` in flight (one per slot of it). Blocks."""
         with self._staging_lock:
-            self._staged_locked(dst, dst_side, src, count, stream)
+            self._staged_locked(dst, dst_side, src, count, stream, site)
 
-    def _staged_locked(self, dst, dst_side, src, count, stream) -> None:
+    def _staged_locked(self, dst, dst_side, src, count, stream, site: str) -> None:
         inline = not self.shared
         to_device = dst_side == DEVICE
         in_flight: collections.deque = collections.deque()
-        site = caller_site()
         for index, offset in enumerate(range(0, count, self.slot)):
             size = min(self.slot, count - offset)
             slot = (index % self.depth) * self.slot
@@ -183,7 +207,7 @@ class CopyPaths:
                     stream=stream,
                     inline=inline,
                 )
-                pending = self.runtime.connection.request_async(request, site, bulk=chunk)
+                pending = self._connection.request_async(request, site, bulk=chunk)
                 in_flight.append((pending, None, 0, 0))
             else:
                 request = pb.MemcpyRequest(
@@ -193,20 +217,21 @@ class CopyPaths:
                     stream=stream,
                     inline=inline,
                 )
-                pending = self.runtime.connection.request_async(request, site)
+                pending = self._connection.request_async(request, site)
                 in_flight.append((pending, dst + offset, slot, size))
         while in_flight:
             self._land(in_flight.popleft())
 
     def _land(self, entry) -> None:
         pending, destination, slot, size = entry
-        reply = self.runtime.connection.wait(pending)
+        reply = self._connection.wait(pending)
         if destination is not None:
             if self.shared:
                 ctypes.memmove(destination, self.staging_address + slot, size)
             else:  # the reply's bulk bytes, a view into the received message
                 import numpy as np  # only in-stream copies need it: not on a first call's path
 
+                assert isinstance(reply, BulkReply)  # an in-stream chunk's reply carries it
                 data = np.frombuffer(reply.bulk, np.uint8)
                 if data.nbytes != size:
                     raise NpuError(
@@ -215,12 +240,12 @@ class CopyPaths:
                     )
                 ctypes.memmove(destination, data.ctypes.data, size)
 
-    def _call(self, body) -> None:
-        self.runtime.connection.call(body, caller_site())
-
     # ---- memset ---------------------------------------------------------------------------
-    def fill(self, dst: int, dest_max: int, value: int, count: int, stream: int | None) -> None:
-        """aclrtMemset (stream None) or aclrtMemsetAsync: host or device decided by address."""
+    def fill(
+        self, dst: int, dest_max: int, value: int, count: int, stream: int | None, site: str
+    ) -> None:
+        """aclrtMemset (stream None) or aclrtMemsetAsync: host or device decided by address,
+        for the public call at `site`."""
         if not dst:
             raise NpuError(codes.ACL_ERROR_INVALID_PARAM, "null pointer passed to memset")
         if count < 0 or dest_max < 0:
@@ -241,10 +266,11 @@ class CopyPaths:
             dst, side
         )  # device memory, or pinned memory filled in stream order
         if stream is None:
-            self._call(pb.MemsetRequest(dst=_message(location), value=value & 0xFF, count=count))
+            request = pb.MemsetRequest(dst=_message(location), value=value & 0xFF, count=count)
+            self._connection.call(request, site)
         else:
-            self.runtime.connection.send_command(
-                commands.Memset.pack(stream, location, value & 0xFF, count), caller_site(), stream
+            self._connection.send_command(
+                commands.Memset.pack(stream, location, value & 0xFF, count), site, stream
             )
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import threading
 
 from simnpu.client.runtime import Runtime
+from simnpu.client.transport import call_site
 from simnpu.proto import codes
 
 _runtime: Runtime | None = None
@@ -12,8 +13,9 @@ _runtime_lock = threading.Lock()
 
 
 def runtime() -> Runtime:
-    """This process's session with the daemon: the raw layer (client/runtime.py) that every
-    other call stands on, one method per ACL call. No ACL call. Blocks on first use, which
+    """This process's session with the daemon: the raw layer (client/runtime/) that every
+    other call stands on, one method per ACL call on its parts (`runtime().memory.malloc`,
+    `runtime().sync.synchronize_stream`, ...). No ACL call. Blocks on first use, which
     connects as connect() does; Local afterwards."""
     global _runtime
     if _runtime is None:
@@ -52,7 +54,7 @@ def shutdown() -> None:
 def device_count() -> int:
     """aclrtGetDeviceCount: the number of simulated devices (ids 0 .. count-1). Local once
     connected (the count comes with the session); connects first if needed."""
-    return runtime().get_device_count()
+    return runtime().contexts.get_device_count()
 
 
 class Device:
@@ -66,7 +68,7 @@ class Device:
 
     def __init__(self, index: int = 0):
         self.index = index
-        runtime().set_device(index)
+        runtime().contexts.set_device(index, site=call_site())
         self._released = False
 
     def __repr__(self) -> str:
@@ -85,7 +87,7 @@ class Device:
         instead of waiting for them (tasks already running finish)."""
         if not self._released:
             self._released = True
-            runtime().reset_device(self.index, drop_queued)
+            runtime().contexts.reset_device(self.index, drop_queued, site=call_site())
 
     @property
     def default_stream(self):
@@ -99,31 +101,31 @@ class Device:
         """aclrtSynchronizeDevice(WithTimeout): wait for all of this process's work on the
         device of this thread's current context (the one set last) and raise its first
         failure. Blocks; `timeout_ms` -1 waits forever."""
-        runtime().synchronize_device(timeout_ms)
+        runtime().sync.synchronize_device(timeout_ms)
 
     def mem_info(self) -> tuple[int, int]:
         """aclrtGetMemInfo(ACL_HBM_MEM): (free, total) bytes of the current context's device;
         under a memory limit, total is the limit and free what is left of it. Blocks."""
-        return runtime().get_mem_info(codes.ACL_HBM_MEM)
+        return runtime().memory.get_mem_info(codes.ACL_HBM_MEM, site=call_site())
 
     def memory_stats(self) -> dict:
         """The device pool's statistics under torch.cuda.memory_stats key names
         (docs/memory.md). No ACL call. Blocks."""
-        return runtime().memory_stats(self.index)
+        return runtime().memory.memory_stats(self.index, site=call_site())
 
     def memory_snapshot(self) -> list[dict]:
         """The device's live blocks in address order: address, size, reserved, huge, owner
         ("session N (pid P name)"), session, pid, and IPC sharing. No ACL call. Blocks."""
-        return runtime().memory_snapshot(self.index)
+        return runtime().memory.memory_snapshot(self.index, site=call_site())
 
     def set_memory_limit(self, nbytes: int) -> None:
         """Lower this process's memory limit on the device to `nbytes` (0: back to the
         daemon's default; above that default: NpuError 107000). SIMNPU_MEMORY_LIMIT sets it
         at connection. No ACL call. Blocks."""
-        runtime().set_memory_limit(nbytes, self.index)
+        runtime().memory.set_memory_limit(nbytes, self.index, site=call_site())
 
     @property
     def memory_limit(self) -> int | None:
         """This process's memory limit on the device in bytes (None: the whole device).
         No ACL call. Blocks."""
-        return runtime().memory_limit(self.index)[0]
+        return runtime().memory.memory_limit(self.index, site=call_site())[0]

@@ -24,7 +24,8 @@ from typing import TYPE_CHECKING
 from simnpu.proto import commands
 
 if TYPE_CHECKING:
-    from simnpu.client.runtime import Runtime
+    from simnpu.client.runtime.contexts import StreamRecord
+    from simnpu.client.transport import CallLog
     from simnpu.proto.errors import NpuError
 
 U32 = 0xFFFFFFFF  # a getter's value for a null or unknown info (ACL_ERROR_INVALID_EXCEPTION_INFO)
@@ -77,16 +78,19 @@ class ExceptionCallbacks:
     def info(self, handle: int) -> ExceptionInfo | None:
         return self._infos.get(handle)
 
-    def report(self, runtime: Runtime, error: NpuError) -> None:
-        """A call of `runtime` reports task `error.task_seq`'s failure: run the callbacks
-        (once per failure) and wait for them."""
+    def report(
+        self, session: int, log: CallLog, streams: dict[int, StreamRecord], error: NpuError
+    ) -> None:
+        """A call of session `session` (whose call log is `log` and stream records `streams`)
+        reports task `error.task_seq`'s failure: run the callbacks (once per failure) and
+        wait for them."""
         seq = error.task_seq
-        info = _describe(runtime, seq, error.code)
+        info = _describe(log, streams, seq, error.code)
         with self._lock:
             if info.function and info.device_id != U32:
                 self.kernel_failed.add(info.device_id)
             callbacks = [*self._callbacks, *([self._legacy] if self._legacy else [])]
-            key = (runtime.session_id, seq)
+            key = (session, seq)
             if not callbacks or key in self._reported:
                 return
             self._reported.append(key)
@@ -112,11 +116,12 @@ def _run(callbacks: list[Callable[[int], object]], handle: int) -> None:
             traceback.print_exc()
 
 
-def _describe(runtime: Runtime, seq: int, code: int) -> ExceptionInfo:
+def _describe(log: CallLog, streams: dict[int, StreamRecord], seq: int, code: int) -> ExceptionInfo:
     """The failed task `seq` as the client's call log knows it."""
-    known = runtime.connection.log.command(seq)
+    known = log.command(seq)
     stream, thread, record = known if known is not None else (0, 0, b"")
-    context = runtime.stream_context.get(stream)
+    found = streams.get(stream)
+    context = found.context if found is not None else None
     function, args = 0, None
     for command in commands.decode(record) if record else ():
         if isinstance(command, commands.ThreadLimited):  # a launch bounded by a thread's limits

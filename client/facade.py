@@ -7,9 +7,11 @@ it
 
 - checks argument types as pyACL's PyArg_ParseTuple format does, raising TypeError,
 - finds the session (connecting on first use when acl.init() was not called),
-- calls the body, and turns an NpuError into its return code, kept with its message as the
-  thread's last error (client/last_error.py: acl.rt.get_last_error, acl.get_recent_err_msg,
-  hccl.get_recent_err_msg),
+- takes the call site (transport.call_site: the caller's file:line) when the call sends
+  anything, and passes it down (`site=`),
+- calls the body, or the part's method it delegates to, and turns an NpuError into its
+  return code, kept with its message as the thread's last error (client/last_error.py:
+  acl.rt.get_last_error, acl.get_recent_err_msg, hccl.get_recent_err_msg),
 - returns the C call's shape: `ret`, `(value, ret)` or `(v1, v2, ret)`.
 
 Generating the function (as namedtuple and dataclasses do) keeps the hot paths -- launch,
@@ -26,6 +28,7 @@ os.PathLike), C a callable, O anything.
 
 from __future__ import annotations
 
+import inspect
 import operator
 import os
 import struct
@@ -46,8 +49,8 @@ class _State:
 
 state = _State()
 
-# Globals of the generated functions; "_rt" is the session's Runtime (None before the first call).
-# Named as a module of this package so that transport.caller_site() skips their frames.
+# Globals of the generated functions (this module's code); "_rt" is the session's Runtime (None
+# before the first call), "_call_site" transport.call_site (set when the first is generated).
 _NS: dict = {"__builtins__": __builtins__, "__name__": __name__, "_rt": None}
 
 
@@ -93,13 +96,24 @@ def _out_of_range(error: Exception, name: str) -> int:
     )
 
 
-def raw(name: str) -> Callable:
-    """The raw layer's call `name` without its own error keeping (the facade keeps them):
-    Runtime.name(rt, ...), one call less on the hot paths."""
-    from simnpu.client.runtime import Runtime
+def raw(delegate: str) -> Callable:
+    """The raw layer's call `delegate` ("part.method") without its own error keeping (the
+    facade keeps them): the part's method to call as `method(rt.part, ...)`, one call less
+    on the hot paths."""
+    from simnpu.client.runtime import PARTS
 
-    method = getattr(Runtime, name)
-    return getattr(method, "__wrapped__", method)
+    part, _, name = delegate.partition(".")
+    return last_error.unrecorded(getattr(PARTS[part], name))
+
+
+def _site_argument(function: Callable, given: int) -> str | None:
+    """How a generated call passes the call site to `function` (a part's method, `self`
+    first) given `given` arguments: positionally when they fill every parameter before
+    `site`, else by name; None when it takes no site (it sends nothing)."""
+    names = list(inspect.signature(function).parameters)[1:]
+    if "site" not in names:
+        return None
+    return "_call_site()" if names.index("site") == given else "site=_call_site()"
 
 
 # ---- argument checks (the slow paths; the generated code tests `x.__class__ is int` first) ------
@@ -207,10 +221,12 @@ def api(
 
     `spec` has one format letter per parameter after `rt`. `outputs` is None when the call
     returns only `ret`; else the values it returns on failure, one per output (the body
-    returns the value, or a tuple of them when there are several). `delegate="name"` says
-    the call is exactly the raw layer's `rt.name(*params)` (its other parameters keep their
-    defaults; the body is then only its docstring): it is called inline, saving calls on the
-    hot paths. `nonnull` names pointer
+    returns the value, or a tuple of them when there are several). `delegate="part.name"`
+    says the call is exactly the raw layer's `rt.part.name(*params)` (its other parameters
+    keep their defaults; the body is then only its docstring): it is called inline, saving
+    calls on the hot paths. A body that sends takes the call site as a keyword-only `site`
+    parameter and passes it on; a delegate is given it when it has one. `nonnull` names
+    pointer
     parameters that ACL's own layer rejects when null (ACL_ERROR_INVALID_PARAM, 100000)
     before the runtime sees them. `failure(error, name)` keeps a failure and returns the
     code the call returns (hccl's: an HcclResult); `range_checked`: an argument too big
@@ -227,6 +243,10 @@ def api(
         return _Deferred(lambda: make(body, params))
 
     def make(body, params):
+        if "_call_site" not in _NS:
+            from simnpu.client.transport import call_site
+
+            _NS["_call_site"] = call_site
         module = body.__module__
         name = f"{module}.{body.__name__}"
         target = f"_body_{module.replace('.', '_')}_{body.__name__}"
@@ -238,10 +258,18 @@ def api(
         for position, (letter, param) in enumerate(zip(spec, params), 1):
             lines.append(_CHECKS[letter].format(p=param, n=position, name=name))
         if delegate is not None:
-            _NS.setdefault(f"_raw_{delegate}", raw(delegate))
-            call = f"_raw_{delegate}({', '.join(['rt', *params])})"
+            part = delegate.partition(".")[0]
+            method = f"_raw_{delegate.replace('.', '_')}"
+            function = _NS.setdefault(method, raw(delegate))
+            passed = _site_argument(function, len(params))
+            call = f"{method}({', '.join([f'rt.{part}', *params, *([passed] if passed else [])])})"
         else:
-            call = f"{target}({', '.join(['rt', *params])})"
+            code = body.__code__
+            keywords = code.co_varnames[
+                code.co_argcount : code.co_argcount + code.co_kwonlyargcount
+            ]
+            sited = ["site=_call_site()"] if "site" in keywords else []
+            call = f"{target}({', '.join(['rt', *params, *sited])})"
         if outputs is None:
             result, failed_call, success = call, f"{report}(error, {name!r})", "0"
         else:

@@ -23,6 +23,7 @@ from contextlib import contextmanager
 
 from simnpu.client.device import runtime
 from simnpu.client.stream import Stream, current_stream
+from simnpu.client.transport import call_site
 from simnpu.proto import codes
 from simnpu.proto.errors import NpuError
 
@@ -87,7 +88,7 @@ class Graph:
         if mode not in MODES:
             raise ValueError(f"mode {mode!r}: use one of {', '.join(MODES)}")
         capturing = current_stream() if stream is None else stream
-        runtime().capture_begin(capturing.handle, MODES[mode], self.handle)
+        runtime().graphs.capture_begin(capturing.handle, MODES[mode], self.handle, site=call_site())
         self._stream = capturing
 
     def capture_end(self) -> None:
@@ -95,7 +96,8 @@ class Graph:
         507903 if a call refused during it invalidated it, 107025 if a stream it pulled in
         was not joined back). Blocks."""
         stream, self._stream = self._stream, None
-        self.handle = runtime().capture_end(0 if stream is None else stream.handle)
+        handle = 0 if stream is None else stream.handle
+        self.handle = runtime().graphs.capture_end(handle, site=call_site())
 
     def replay(self, stream: Stream | None = None) -> None:
         """aclmdlRIExecuteAsync: run the whole graph on `stream` (default:
@@ -103,31 +105,31 @@ class Graph:
         tasks is raised by the stream's next synchronize, naming where it was captured.
         Asynchronous."""
         handle = current_stream().handle if stream is None else stream.handle
-        runtime().model_execute_async(self.handle, handle)
+        runtime().graphs.model_execute_async(self.handle, handle, site=call_site())
 
     def execute(self, timeout_ms: int = -1) -> None:
         """aclmdlRIExecute: run the whole graph and wait for it (`timeout_ms` -1 forever;
         NpuError 507046 when it passed). Blocks."""
-        runtime().model_execute(self.handle, timeout_ms)
+        runtime().graphs.model_execute(self.handle, timeout_ms, site=call_site())
 
     def abort(self) -> None:
         """aclmdlRIAbort: its running replays end; their streams' next synchronize raises
         507023. Blocks."""
-        runtime().model_abort(self.handle)
+        runtime().graphs.model_abort(self.handle, site=call_site())
 
     @property
     def id(self) -> int:
         """aclmdlRIGetId: the graph's id, unique in the daemon. Blocks."""
-        return runtime().model_get_id(self.handle)
+        return runtime().graphs.model_get_id(self.handle, site=call_site())
 
     @property
     def name(self) -> str:
         """aclmdlRIGetName / aclmdlRISetName (assign it): the graph's name. Blocks."""
-        return runtime().model_get_name(self.handle, 1 << 16)
+        return runtime().graphs.model_get_name(self.handle, 1 << 16, site=call_site())
 
     @name.setter
     def name(self, value: str) -> None:
-        runtime().model_set_name(self.handle, value)
+        runtime().graphs.model_set_name(self.handle, value, site=call_site())
 
     def tasks(self) -> list[dict]:
         """aclmdlRIDebugJsonPrint's content: every task, stream by stream (the capture's
@@ -136,11 +138,13 @@ class Graph:
         for, else None), "group" (the handle of the task group of a kernel, else 0), "handle"
         (the task's, aclmdlRIGetStreams / aclmdlRIGetTasksByStream: for disable())}.
         Blocks."""
-        rt = runtime()
-        dump = json.loads(
-            rt.model_debug_json(self.handle, codes.ACL_MDLRI_DEBUG_JSON_PRINT_VERBOSE)
-        )
-        lanes = [rt.model_get_tasks_by_stream(lane) for lane in rt.model_get_streams(self.handle)]
+        graphs, site = runtime().graphs, call_site()
+        verbose = codes.ACL_MDLRI_DEBUG_JSON_PRINT_VERBOSE
+        dump = json.loads(graphs.model_debug_json(self.handle, verbose, site=site))
+        lanes = [
+            graphs.model_get_tasks_by_stream(lane, site=site)
+            for lane in graphs.model_get_streams(self.handle, site=site)
+        ]
         return [
             {"stream": entry["stream"], **task, "handle": lanes[entry["stream"]][task["seq_id"]]}
             for entry in dump["streams"]
@@ -159,17 +163,18 @@ class Graph:
         launches inside are recorded as usual)."""
         grouping = stream if stream is not None else self._stream or current_stream()
         group = TaskGroup(self)
-        runtime().task_grp_begin(grouping.handle)
+        task_groups, site = runtime().task_groups, call_site()
+        task_groups.task_grp_begin(grouping.handle, site=site)
         try:
             with grouping:
                 yield group
         except BaseException:
             try:
-                runtime().task_grp_end(grouping.handle)
+                task_groups.task_grp_end(grouping.handle, site=site)
             except NpuError:  # the block's own error is the one to raise
                 pass
             raise
-        group.handle = runtime().task_grp_end(grouping.handle)
+        group.handle = task_groups.task_grp_end(grouping.handle, site=site)
 
     @contextmanager
     def update(self, group: TaskGroup, stream: Stream | None = None) -> Iterator[TaskGroup]:
@@ -187,17 +192,18 @@ class Graph:
         if group.graph is not self:
             raise NpuError(codes.ACL_ERROR_INVALID_PARAM, "the task group is another graph's")
         updating = current_stream() if stream is None else stream
-        runtime().task_update_begin(updating.handle, group.handle)
+        task_groups, site = runtime().task_groups, call_site()
+        task_groups.task_update_begin(updating.handle, group.handle, site=site)
         try:
             with updating:
                 yield group
         except BaseException:
             try:
-                runtime().task_update_end(updating.handle)
+                task_groups.task_update_end(updating.handle, site=site)
             except NpuError:  # the block's own error is the one to raise
                 pass
             raise
-        runtime().task_update_end(updating.handle)
+        task_groups.task_update_end(updating.handle, site=site)
 
     def disable(self, task: dict | int) -> None:
         """aclmdlRITaskDisable, then aclmdlRIUpdate: the task (an entry of tasks(), or its
@@ -205,19 +211,19 @@ class Graph:
         for a task of another graph, 107040 while the graph is captured or a replay of it is
         queued or runs, 107000 for a task that cannot be disabled (not a kernel, event or
         value task; the graph no longer replays then: destroy it). Blocks."""
-        rt = runtime()
+        rt, site = runtime(), call_site()
         handle = task["handle"] if isinstance(task, dict) else task
-        if not handle or rt.task_models.get(handle) != self.handle:
+        if not handle or rt.graphs.task_model(handle) != self.handle:
             raise NpuError(codes.ACL_ERROR_INVALID_PARAM, f"task {handle:#x} is not this graph's")
-        rt.task_disable(handle)
-        rt.model_update(self.handle)
+        rt.task_groups.task_disable(handle, site=site)
+        rt.task_groups.model_update(self.handle, site=site)
 
     def destroy(self) -> None:
         """aclmdlRIDestroy (torch's reset()): waits for its running replays (up to 10 s, then
         NpuError 107037), then releases it; the Graph can be captured again. Blocks.
         Idempotent."""
         if self.handle:
-            runtime().model_destroy(self.handle)
+            runtime().graphs.model_destroy(self.handle, site=call_site())
             self.handle = 0
 
 

@@ -13,16 +13,22 @@ import os
 import threading
 import time
 import weakref
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from google.protobuf.message import Message
 
-from simnpu.client.transport import caller_site
+from simnpu.client.transport import call_site
 from simnpu.proto import commands, rank_table
 from simnpu.proto import hccl_types as ht
 from simnpu.proto import npu_pb2 as pb
 from simnpu.proto.errors import NpuError
 from simnpu.shm.addresses import is_device_address, split_device_address
+
+if TYPE_CHECKING:
+    from simnpu.client.runtime import Runtime
+    from simnpu.client.runtime.allocation_index import AllocationIndex
+    from simnpu.client.runtime.contexts import Contexts
+    from simnpu.client.transport import Connection
 
 RANK_TABLE_WAIT_S = 1800.0  # how long HCCL waits for a rank table to be "completed"
 _instances: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
@@ -41,12 +47,13 @@ class HcclError(NpuError):
         return (type(self), (self.code, self.message))
 
 
-def of(runtime) -> Hccl:
-    """The Hccl layer of `runtime` (created on first use)."""
+def of(runtime: Runtime) -> Hccl:
+    """The Hccl layer of `runtime` (created on first use, with the parts it needs)."""
     with _instances_lock:
         layer = _instances.get(runtime)
         if layer is None:
-            layer = _instances[runtime] = Hccl(runtime)
+            layer = Hccl(runtime.connection, runtime.contexts, runtime.allocations)
+            _instances[runtime] = layer
         return layer
 
 
@@ -79,15 +86,21 @@ def seconds_from_env(name: str, default: float) -> float:
 
 
 class Hccl:
-    def __init__(self, runtime):
-        self.runtime = runtime
+    """The HCCL calls of one session: its connection, the contexts (the current device, the
+    streams) and the allocation index (the buffers). Every call that sends is given the call
+    site of the public call it serves (`site`; taken here when None)."""
+
+    def __init__(self, connection: Connection, contexts: Contexts, allocations: AllocationIndex):
+        self.connection = connection
+        self._contexts = contexts
+        self._allocations = allocations
         self.comms: dict[int, CommInfo] = {}
         self._lock = threading.Lock()
 
-    def call(self, body: Message) -> Any:
+    def call(self, body: Message, site: str | None = None) -> Any:
         """A request's reply body; its failure as an HcclError (a non-HCCL code: HCCL_E_RUNTIME)."""
         try:
-            return self.runtime.connection.call(body, caller_site())
+            return self.connection.call(body, site or call_site())
         except NpuError as error:
             if ht.is_result(error.code):
                 raise HcclError(error.code, error.message) from None
@@ -95,25 +108,28 @@ class Hccl:
 
     def _device(self) -> int:
         try:
-            return self.runtime.get_device()
+            return self._contexts.get_device()
         except NpuError as error:
             raise HcclError(
                 ht.HCCL_E_RUNTIME, f"no current device: call set_device first ({error.message})"
             ) from None
 
     # ---- communicators -----------------------------------------------------------------------
-    def get_root_info(self) -> bytes:
+    def get_root_info(self, site: str | None = None) -> bytes:
         """HcclGetRootInfo: a new communicator id for the current device, as 4108 bytes to
         hand every rank. Records this process's HCCL_EXEC_TIMEOUT for the communicator."""
         timeout_s = seconds_from_env(ht.EXEC_TIMEOUT_ENV, ht.DEFAULT_EXEC_TIMEOUT_S)
         reply = self.call(
             pb.HcclGetRootInfoRequest(
                 device=self._device(), exec_timeout_ms=round(timeout_s * 1000)
-            )
+            ),
+            site,
         )
         return bytes(reply.root_info)
 
-    def comm_init_root_info(self, n_ranks: int, root_info, rank: int) -> int:
+    def comm_init_root_info(
+        self, n_ranks: int, root_info, rank: int, site: str | None = None
+    ) -> int:
         """HcclCommInitRootInfo: join as `rank` on the current device. Blocks until every rank
         has joined, or HCCL_CONNECT_TIMEOUT (this process's) has passed (HCCL_E_TIMEOUT)."""
         try:
@@ -138,11 +154,12 @@ class Hccl:
                 device=device,
                 root_info=data,
                 connect_timeout_ms=round(timeout_s * 1000),
-            )
+            ),
+            site,
         )
         return self._joined(reply, n_ranks, rank, device)
 
-    def comm_init_cluster_info(self, cluster_info, rank: int) -> int:
+    def comm_init_cluster_info(self, cluster_info, rank: int, site: str | None = None) -> int:
         """HcclCommInitClusterInfo: join as `rank` of the rank table file `cluster_info`
         (proto/rank_table.py) on the current device, which must be the rank's device_id.
         Blocks while the table's status is not "completed" (re-read every second, up to 30
@@ -183,7 +200,8 @@ class Hccl:
                 connect_timeout_ms=round(connect_s * 1000),
                 exec_timeout_ms=round(exec_s * 1000),
                 server_addresses=os.environ.get("SIMNPU_SERVER_ADDRESSES", ""),
-            )
+            ),
+            site,
         )
         return self._joined(reply, len(table.ranks), rank, device)
 
@@ -217,19 +235,19 @@ class Hccl:
             )
         return info
 
-    def comm_destroy(self, handle: int) -> None:
+    def comm_destroy(self, handle: int, site: str | None = None) -> None:
         """HcclCommDestroy: what this rank already queued still runs; the other ranks'
         collectives that it will never join fail (HCCL_E_REMOTE)."""
         self.comm(handle)
-        self.call(pb.HcclCommDestroyRequest(comm=handle))
+        self.call(pb.HcclCommDestroyRequest(comm=handle), site)
         with self._lock:
             self.comms.pop(handle, None)
 
-    def async_error(self, handle: int) -> tuple[int, str]:
+    def async_error(self, handle: int, site: str | None = None) -> tuple[int, str]:
         """HcclGetCommAsyncError: (HcclResult, message) of the first collective of this rank
         on the communicator that failed; (HCCL_SUCCESS, "") if none."""
         self.comm(handle)
-        reply = self.call(pb.HcclCommAsyncErrorRequest(comm=handle))
+        reply = self.call(pb.HcclCommAsyncErrorRequest(comm=handle), site)
         return reply.result, reply.message
 
     # ---- collectives -----------------------------------------------------------------------------
@@ -246,6 +264,7 @@ class Hccl:
         root: int = 0,
         recv_count: int | None = None,
         recv_dtype: int | None = None,
+        site: str | None = None,
     ) -> None:
         """Queue one collective of this rank on `stream` (async). Raises HcclError for what
         the host can see is wrong; the rest fails the task (at synchronize)."""
@@ -277,10 +296,10 @@ class Hccl:
                 ht.HCCL_E_PARA, "alltoall needs recv_count == send_count and recv_type == send_type"
             )
         try:
-            stream = self.runtime.stream(stream)
+            record = self._contexts.stream_record(stream)
         except NpuError as error:
             raise HcclError(ht.HCCL_E_PARA, error.message) from None
-        stream_device = self.runtime.stream_context[stream].device
+        stream, stream_device = record.handle, record.context.device
         if stream_device != info.device:
             raise HcclError(
                 ht.HCCL_E_PARA,
@@ -303,7 +322,7 @@ class Hccl:
         }[kind]
         self._check_buffer(info, send, send_bytes, itemsize, "send")
         self._check_buffer(info, recv, recv_bytes, itemsize, "recv")
-        record = commands.Collective.pack(
+        command = commands.Collective.pack(
             stream,
             comm,
             kind,
@@ -316,7 +335,7 @@ class Hccl:
             op,
             root,
         )
-        self.runtime.connection.send_command(record, caller_site(), stream)
+        self.connection.send_command(command, site or call_site(), stream)
 
     def _check_buffer(
         self, info: CommInfo, address: int, nbytes: int, itemsize: int, what: str
@@ -341,6 +360,6 @@ class Hccl:
                 f"element size ({itemsize} bytes)",
             )
         try:
-            self.runtime.device_range(address, nbytes)
+            self._allocations.device_range(address, nbytes)
         except NpuError as error:
             raise HcclError(ht.HCCL_E_PARA, f"the {what} buffer: {error.message}") from None

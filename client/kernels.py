@@ -6,6 +6,7 @@ import os
 
 from simnpu.client.device import runtime
 from simnpu.client.stream import Stream, current_stream
+from simnpu.client.transport import call_site
 from simnpu.proto import commands
 from simnpu.proto.kernel_abi import KernelSignature
 
@@ -18,7 +19,7 @@ class Kernel:
     def __init__(self, handle: int, name: str):
         self.handle = handle
         self.name = name
-        self.signature = runtime().signature(handle)
+        self.signature = runtime().kernels.signature(handle)
 
     def __repr__(self) -> str:
         return f"<simnpu Kernel {self.name}({self.signature.to_wire()})>"
@@ -34,7 +35,9 @@ class Kernel:
             packed = self.signature.pack(*[int(a) if hasattr(a, "ptr") else a for a in args])
         except TypeError:  # raised by the value itself (a numpy array has no single int)
             raise self._refused(list(args)) from None
-        runtime().launch_kernel(self.handle, num_blocks, packed, stream.handle)
+        runtime().kernels.launch_kernel(
+            self.handle, num_blocks, packed, stream.handle, site=call_site()
+        )
 
     def _refused(self, values: list) -> ValueError:
         """The error for the first of `values` that its parameter's type cannot hold."""
@@ -71,25 +74,29 @@ class Module:
         the daemon: NpuError 100003 if it does not parse). Blocks."""
         with open(path, encoding="utf-8") as handle:
             source = handle.read()
-        return cls(runtime().binary_load(source, os.fspath(path)), os.fspath(path))
+        return cls(
+            runtime().kernels.binary_load(source, os.fspath(path), site=call_site()),
+            os.fspath(path),
+        )
 
     @classmethod
     def from_source(cls, source: str, name: str = "<kernel module>") -> Module:
         """aclrtBinaryLoadFromData: load a kernel module from its source text; `name` is
         what tracebacks and reports call it. Blocks."""
-        return cls(runtime().binary_load(source, name), name)
+        return cls(runtime().kernels.binary_load(source, name, site=call_site()), name)
 
     def function(self, name: str) -> Kernel:
         """aclrtBinaryGetFunction: the module's kernel `name` (unknown name: NpuError
         507027). Blocks."""
-        return Kernel(runtime().get_function(self.handle, name), name)
+        return Kernel(runtime().kernels.get_function(self.handle, name, site=call_site()), name)
 
     def unload(self) -> None:
         """aclrtBinaryUnLoad: its kernels become invalid handles (107017). Blocks."""
-        runtime().binary_unload(self.handle)
+        runtime().kernels.binary_unload(self.handle, site=call_site())
 
 
 def builtin(name: str) -> Kernel:
     """aclrtBinaryGetFunction on the built-in library, loaded in every session (add_f32,
     matmul_f32, softmax_f16, ...): the kernel `name`. Blocks."""
-    return Kernel(runtime().get_function(commands.BUILTIN_BINARY, name), name)
+    handle = runtime().kernels.get_function(commands.BUILTIN_BINARY, name, site=call_site())
+    return Kernel(handle, name)

@@ -44,9 +44,12 @@ def message() -> str | None:
     return value
 
 
+_unrecorded: dict[Callable[..., Any], Callable[..., Any]] = {}  # wrapper -> the method it wraps
+
+
 def records_errors(method: F) -> F:
-    """A raw-layer method whose NpuError is also kept as the thread's last error (the raw
-    call stays reachable as `__wrapped__`, for callers that keep it themselves)."""
+    """A raw-layer method whose NpuError is also kept as the thread's last error.
+    `unrecorded` gives the method without it, for callers that keep errors themselves."""
 
     @functools.wraps(method)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
@@ -56,4 +59,15 @@ def records_errors(method: F) -> F:
             keep(error.code, str(error))
             raise
 
+    _unrecorded[wrapper] = method
     return wrapper  # type: ignore[return-value]
+
+
+def unrecorded(method: Callable[..., Any]) -> Callable[..., Any]:
+    """The method `records_errors` made `method` from, which does not keep its errors (the
+    facade keeps them itself, one call less on the hot paths). TypeError for a method
+    records_errors did not wrap."""
+    try:
+        return _unrecorded[method]
+    except KeyError:
+        raise TypeError(f"{method!r} does not record its errors (records_errors)") from None

@@ -5,7 +5,7 @@ answer (aclrtMemManagedGetAttr(s)).
 Managed memory here is host pages that the device maps and never moves (a coherent
 system), so advice changes nothing and a prefetch moves no bytes: both are recorded, and
 the attributes report what was recorded, as the runtime documents them. Pure logic: the
-raw layer (client/runtime_managed.py) checks the arguments and keeps one `ManagedRanges`
+raw layer (client/runtime/managed_memory.py) checks the arguments and keeps one `ManagedRanges`
 per block.
 """
 

@@ -8,6 +8,7 @@ import numpy as np
 
 from simnpu.client.device import runtime
 from simnpu.client.stream import Stream, current_stream
+from simnpu.client.transport import call_site
 from simnpu.proto import codes
 
 
@@ -18,7 +19,7 @@ class DeviceBuffer:
     out of memory raises NpuMemoryError (also a MemoryError)."""
 
     def __init__(self, nbytes: int, policy: int = codes.ACL_MEM_MALLOC_HUGE_FIRST):
-        self.ptr = runtime().malloc(nbytes, policy)
+        self.ptr = runtime().memory.malloc(nbytes, policy, site=call_site())
         self.nbytes = nbytes
         self._ipc_key: str | None = None  # set on a buffer imported from another process
         self._exported: list[str] = []
@@ -29,8 +30,8 @@ class DeviceBuffer:
         closes the import (aclrtIpcMemClose). Blocks."""
         buffer = cls.__new__(cls)
         rt = runtime()
-        buffer.ptr = rt.ipc_mem_import_by_key(key)
-        buffer.nbytes = rt.allocations[buffer.ptr][0]
+        buffer.ptr = rt.memory.ipc_mem_import_by_key(key, site=call_site())
+        buffer.nbytes = rt.allocations.size_of(buffer.ptr)
         buffer._ipc_key, buffer._exported = key, []
         return buffer
 
@@ -40,9 +41,10 @@ class DeviceBuffer:
         any process if `pids` is None. free() closes the key before freeing. Blocks."""
         rt = runtime()
         flags = codes.ACL_RT_IPC_MEM_EXPORT_FLAG_DISABLE_PID_VALIDATION if pids is None else 0
-        key = rt.ipc_mem_get_export_key(self.ptr, self.nbytes, flags)
+        site = call_site()
+        key = rt.memory.ipc_mem_get_export_key(self.ptr, self.nbytes, flags, site=site)
         if pids is not None:
-            rt.ipc_mem_set_import_pid(key, list(pids))
+            rt.memory.ipc_mem_set_import_pid(key, list(pids), site=site)
         self._exported.append(key)
         return key
 
@@ -76,14 +78,14 @@ class DeviceBuffer:
         that Blocks. Idempotent."""
         if self.ptr:
             ptr, self.ptr = self.ptr, 0
-            rt = runtime()
+            memory, site = runtime().memory, call_site()
             if self._ipc_key is not None:
-                rt.ipc_mem_close(self._ipc_key)
+                memory.ipc_mem_close(self._ipc_key, site=site)
                 return
             for key in self._exported:
-                rt.ipc_mem_close(key)
+                memory.ipc_mem_close(key, site=site)
             self._exported = []
-            rt.free(ptr)
+            memory.free(ptr, site=site)
 
     def copy_from_host(self, array, stream: Stream | None = None, offset: int = 0) -> None:
         """Host -> device from the C-contiguous `array` into the buffer at `offset`.
@@ -144,17 +146,19 @@ class DeviceBuffer:
         """Set the first `nbytes` bytes (default: all) to `value` (its low byte). Without
         `stream`: aclrtMemset, Blocks. On `stream`: aclrtMemsetAsync, Asynchronous."""
         nbytes = self.nbytes if nbytes is None else nbytes
+        memory, site = runtime().memory, call_site()
         if stream is None:
-            runtime().memset(self.ptr, self.nbytes, value, nbytes)
+            memory.memset(self.ptr, self.nbytes, value, nbytes, site=site)
         else:
-            runtime().memset_async(self.ptr, self.nbytes, value, nbytes, stream.handle)
+            memory.memset_async(self.ptr, self.nbytes, value, nbytes, stream.handle, site=site)
 
     @staticmethod
     def _copy(dst, dest_max, src, count, kind, stream) -> None:
+        memory, site = runtime().memory, call_site()
         if stream is None:
-            runtime().memcpy(dst, dest_max, src, count, kind)
+            memory.memcpy(dst, dest_max, src, count, kind, site=site)
         else:
-            runtime().memcpy_async(dst, dest_max, src, count, kind, stream.handle)
+            memory.memcpy_async(dst, dest_max, src, count, kind, stream.handle, site=site)
 
 
 class PinnedBuffer:
@@ -163,7 +167,7 @@ class PinnedBuffer:
     free() or the end of `with` releases it. Blocks."""
 
     def __init__(self, nbytes: int):
-        self.ptr = runtime().malloc_host(nbytes)
+        self.ptr = runtime().host.malloc_host(nbytes, site=call_site())
         self.nbytes = nbytes
 
     def __repr__(self) -> str:
@@ -189,7 +193,7 @@ class PinnedBuffer:
         """aclrtFreeHost. Blocks. Idempotent."""
         if self.ptr:
             ptr, self.ptr = self.ptr, 0
-            runtime().free_host(ptr)
+            runtime().host.free_host(ptr, site=call_site())
 
 
 def _contiguous(array) -> np.ndarray:

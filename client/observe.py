@@ -28,12 +28,16 @@ import json
 import os
 import sys
 import threading
+from typing import TYPE_CHECKING
 
 from simnpu.proto import codes
 from simnpu.proto import npu_pb2 as pb
 from simnpu.proto import observe as bits_
 from simnpu.proto.errors import NpuError
 from simnpu.proto.observe import render
+
+if TYPE_CHECKING:
+    from simnpu.client.transport import Connection
 
 DEFAULT_REPORT = "simnpu-check-%p.txt"
 
@@ -43,10 +47,12 @@ def _path(template: str) -> str:
 
 
 class ClientObserver:
-    """The observing side of one Runtime."""
+    """The observing side of one session (a Runtime's `observer`). Its `flags` are the
+    observation in force: while any is, the streams' signals decide no synchronize
+    (client/runtime/synchronization.py reads them at each call)."""
 
-    def __init__(self, runtime, daemon_flags: int):
-        self.runtime = runtime
+    def __init__(self, connection: Connection, daemon_flags: int):
+        self.connection = connection
         self.flags = daemon_flags  # in force for this session
         self.asked = 0  # what this process asked for (its files are written for these)
         self._finished = False
@@ -54,7 +60,7 @@ class ClientObserver:
         try:
             checks = bits_.parse_checks(os.environ.get("SIMNPU_CHECK"))
         except ValueError as error:
-            runtime.connection.close()
+            connection.close()
             raise NpuError(codes.ACL_ERROR_INVALID_PARAM, f"SIMNPU_CHECK: {error}") from None
         self.trace_path = os.environ.get("SIMNPU_TRACE") or None
         self.report_path = os.environ.get("SIMNPU_CHECK_REPORT") or None  # named: always written
@@ -64,20 +70,19 @@ class ClientObserver:
             self.enable(wanted)
             atexit.register(self.finish)
         elif daemon_flags & bits_.SITES:
-            runtime.connection.start_sending_sites()
+            connection.start_sending_sites()
 
     def enable(self, flags: int) -> int:
         """Ask the daemon to observe this session (more flags add to those in force). Blocks."""
-        reply = self.runtime.connection.call(pb.ObserveRequest(flags=flags))
+        reply = self.connection.call(pb.ObserveRequest(flags=flags))
         self.asked |= flags
         self.flags = reply.flags
-        if not self.runtime.connection.log.observed:
-            self.runtime.connection.start_sending_sites()
+        self.connection.start_sending_sites()
         return self.flags
 
     def trace(self) -> dict:
         """This session's timeline as a Chrome trace (after its queued work has run). Blocks."""
-        connection = self.runtime.connection
+        connection = self.connection
         trace = json.loads(connection.call(pb.ObserveTraceRequest()).json)
         for event in trace.get("traceEvents", ()):  # traced-only sessions send no sites: add ours
             args = event.get("args")
@@ -90,7 +95,7 @@ class ClientObserver:
     def report(self, final: bool = False) -> dict:
         """This session's findings so far; `final` also lists its live allocations as leaks.
         Blocks."""
-        return json.loads(self.runtime.connection.call(pb.ObserveReportRequest(final=final)).json)
+        return json.loads(self.connection.call(pb.ObserveReportRequest(final=final)).json)
 
     def finish(self) -> None:
         """Write the files this process asked for (once): the trace; the check report (to
@@ -99,7 +104,7 @@ class ClientObserver:
             if self._finished:
                 return
             self._finished = True
-        if not self.asked or self.runtime.connection.broken is not None:
+        if not self.asked or self.connection.broken is not None:
             return
         try:
             if self.trace_path and self.asked & bits_.TRACE:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import threading
 
 from simnpu.client.device import runtime
+from simnpu.client.transport import call_site
 from simnpu.proto import codes
 
 _local = threading.local()
@@ -29,7 +30,7 @@ class Stream:
     releases it. Blocks."""
 
     def __init__(self, priority: int = 0, flags: int = 0):
-        self.handle = runtime().create_stream(priority, flags)
+        self.handle = runtime().streams.create_stream(priority, flags, site=call_site())
         self.priority = priority
         self._owned = True
 
@@ -58,17 +59,18 @@ class Stream:
         """aclrtSynchronizeStream(WithTimeout): wait until every task submitted to the stream
         so far has run, and raise the first failure among them (NpuError with the failing
         call's site). Blocks; `timeout_ms` -1 waits forever, a timeout raises 507046."""
-        runtime().synchronize_stream(self.handle, timeout_ms)
+        runtime().sync.synchronize_stream(self.handle, timeout_ms)
 
     def query(self) -> bool:
         """aclrtStreamQuery: True when every task submitted so far has finished. Blocks (asks
         the daemon; never waits for the tasks)."""
-        return runtime().stream_query(self.handle) == codes.ACL_STREAM_STATUS_COMPLETE
+        status = runtime().sync.stream_query(self.handle)
+        return status == codes.ACL_STREAM_STATUS_COMPLETE
 
     def wait_event(self, event: Event) -> None:
         """aclrtStreamWaitEvent: tasks submitted to this stream later wait for the event's
         latest record (on the device; the host does not wait). Asynchronous."""
-        runtime().stream_wait_event(self.handle, event.handle)
+        runtime().events.stream_wait_event(self.handle, event.handle, site=call_site())
 
     def record(self, event: Event | None = None) -> Event:
         """aclrtRecordEvent of `event` on this stream; returns the event (a new Event, made
@@ -81,7 +83,7 @@ class Stream:
         """aclrtSetStreamFailureMode: ACL_CONTINUE_ON_FAILURE (the default) or
         ACL_STOP_ON_FAILURE, which stops every stream of the context at the first failure
         (and cannot be turned back: 207000). Blocks."""
-        runtime().set_stream_failure_mode(self.handle, mode)
+        runtime().streams.set_stream_failure_mode(self.handle, mode, site=call_site())
 
     def destroy(self, force: bool = False) -> None:
         """aclrtDestroyStream: waits for its tasks, then releases it; with `force`,
@@ -89,7 +91,7 @@ class Stream:
         stream is left alone."""
         if self._owned:
             self._owned = False
-            runtime().destroy_stream(self.handle, force)
+            runtime().streams.destroy_stream(self.handle, force, site=call_site())
 
 
 class Event:
@@ -98,7 +100,7 @@ class Event:
     record and wait for. Blocks."""
 
     def __init__(self, flags: int = 0):
-        self.handle = runtime().create_event(flags)
+        self.handle = runtime().events.create_event(flags, site=call_site())
         self._alive = True
 
     def __repr__(self) -> str:
@@ -107,11 +109,11 @@ class Event:
     def record(self, stream: Stream | None = None) -> None:
         """aclrtRecordEvent on `stream` (default: current_stream()): the event completes when
         the stream reaches this point. Asynchronous."""
-        runtime().record_event(self.handle, _handle(stream))
+        runtime().events.record_event(self.handle, _handle(stream), site=call_site())
 
     def reset(self, stream: Stream | None = None) -> None:
         """aclrtResetEvent on `stream` (default: current_stream()). Asynchronous."""
-        runtime().reset_event(self.handle, _handle(stream))
+        runtime().events.reset_event(self.handle, _handle(stream), site=call_site())
 
     def synchronize(self, timeout_ms: int = -1) -> None:
         """aclrtSynchronizeEvent(WithTimeout): wait until the event's latest record has
@@ -119,20 +121,21 @@ class Event:
         task's failure only in ACL_STOP_ON_FAILURE; otherwise an earlier failed task of the
         record's stream is reported by that stream's synchronize, and this call warns about
         it on stderr (docs/errors.md)."""
-        runtime().synchronize_event(self.handle, timeout_ms)
+        runtime().sync.synchronize_event(self.handle, timeout_ms)
 
     def query(self) -> bool:
         """aclrtQueryEventStatus: True once the latest record has completed. Blocks (asks the
         daemon; never waits for the record). Task failures: as synchronize()."""
-        return runtime().query_event_status(self.handle) == codes.ACL_EVENT_RECORDED_STATUS_COMPLETE
+        status = runtime().sync.query_event_status(self.handle)
+        return status == codes.ACL_EVENT_RECORDED_STATUS_COMPLETE
 
     def elapsed_time(self, end: Event) -> float:
         """aclrtEventElapsedTime: milliseconds of device time from this event's record to
         `end`'s, once both records have completed (507006 while one is pending). Blocks."""
-        return runtime().event_elapsed_time(self.handle, end.handle)
+        return runtime().events.event_elapsed_time(self.handle, end.handle, site=call_site())
 
     def destroy(self) -> None:
         """aclrtDestroyEvent. Blocks. Idempotent."""
         if self._alive:
             self._alive = False
-            runtime().destroy_event(self.handle)
+            runtime().events.destroy_event(self.handle, site=call_site())

@@ -1,11 +1,13 @@
-"""The client end of a session: one gRPC bidirectional stream to the daemon.
+"""The client end of a session: one gRPC bidirectional stream to the daemon, the calls sent
+on it, and where each was made.
 
 Asynchronous commands are packed records (simnpu.proto.commands) appended to a queue; one
 sender (the request iterator gRPC drains) coalesces whatever is queued into a single
 ClientMessage, so a burst of launches costs one message. Requests (npu.proto's typed
-bodies) wait for their Reply. Every command and request takes the next sequence number, as
-on the daemon (`CallLog`), and the call site of each is kept so that a task failing later
-is reported with where it was submitted.
+bodies) wait for their Reply (client/replies.py). Every command and request takes the next
+sequence number, as on the daemon (`CallLog`), and the call site of each (`call_site`,
+taken where the public call entered) is kept so that a task failing later is reported with
+where it was submitted.
 
 With shared memory (docs/fast-path.md) the session has a fast path both ways: calls are
 written into its submission ring by the calling thread itself (no sender thread, no
@@ -17,10 +19,8 @@ notices and replies too big for a slot, read by the background receiver all the 
 from __future__ import annotations
 
 import collections
-import os
 import sys
 import threading
-import time
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
@@ -30,9 +30,16 @@ from simnpu.proto import codes, commands, messages, npu_pb2, service
 config.prefer_fast_grpc()
 
 import grpc  # noqa: E402
-from google.protobuf.message import DecodeError, Message  # noqa: E402
+from google.protobuf.message import Message  # noqa: E402
 
-from simnpu.client import autostart, fast_path, peer_credentials  # noqa: E402
+from simnpu.client import autostart, peer_credentials  # noqa: E402
+from simnpu.client.replies import (  # noqa: E402
+    Mailbox,
+    Pending,
+    ReaderRole,
+    describe_rpc_error,
+    write_device_output,
+)
 from simnpu.proto import bulk as wire  # noqa: E402
 from simnpu.proto.errors import NpuError, error_for  # noqa: E402
 from simnpu.shm import notify as notify_layout  # noqa: E402
@@ -44,28 +51,30 @@ if TYPE_CHECKING:
 _SITE_RING = 1 << 16
 _SITE_MASK = _SITE_RING - 1
 _MAX_RECORD = ring_layout.MAX_RECORD
-_MAILBOX_SLICE_S = 0.1  # a mailbox waiter re-checks for a broken session this often
 _thread_id = threading.get_ident
 _OWN_MODULES = ("simnpu.", "acl", "hccl")
 _Item = npu_pb2.Item
 _ClientMessage = npu_pb2.ClientMessage
 
 
-_codes: dict = {}  # id -> every code object caller_site has met, kept so that its id stays its own
+_codes: dict = {}  # id -> every code object call_site has met, kept so that its id stays its own
 _own_ids: set = set()  # ids of those that belong to simnpu's client packages
 _site_names: dict = {}  # (id of a code object, instruction offset) -> "file:line"
 
 
-def caller_site(depth: int = 2) -> str:
-    """file:line of the first frame outside simnpu's client packages (the user's call),
-    looked for from `depth` frames up (2: the caller's caller).
+def call_site() -> str:
+    """file:line of the first frame outside simnpu's client packages above the function
+    that asks (as warnings' stacklevel, counted from the asker's caller on): where a public
+    call entered. The facade's generated functions, the Pythonic API and hccl take it once
+    and pass it down (`site=`) to what sends the call; a part of the runtime called directly
+    by a program takes it itself.
 
     On every asynchronous call, so the answers are cached: which code objects are ours,
     and the text of each call site seen, keyed by instruction offset (f_lineno decodes
     the line table each time: ~10 µs in a long module-level script). The caches go by
     the code object's id: hashing a code object hashes its bytecode and constants each
     time (~0.25 µs a frame)."""
-    frame: FrameType | None = sys._getframe(depth)
+    frame: FrameType | None = sys._getframe(2)
     while frame is not None:
         code = frame.f_code
         ident = id(code)
@@ -101,19 +110,19 @@ class CallLog:
     collection of the program's heap, ~0.15 µs a launch)."""
 
     __slots__ = (
+        "_deferred_seq",
         "_records",
         "_seqs",
         "_sites",
+        "_stream_seq",
         "_streams",
+        "_thread_seq",
         "_threads",
-        "deferred_seq",
         "kept",
         "observed",
         "ring_site",
         "seq",
         "sites_sent",
-        "stream_seq",
-        "thread_seq",
     )
 
     def __init__(self) -> None:
@@ -123,9 +132,9 @@ class CallLog:
         self._records: list[bytes | None] = [None] * _SITE_RING  # None: not a command
         self._streams: list[int] = [0] * _SITE_RING
         self._threads: list[int] = [0] * _SITE_RING
-        self.stream_seq: dict[int, int] = {}  # stream -> sequence number of its last command
-        self.thread_seq: dict[int, int] = {}  # thread ident -> sequence number of its last command
-        self.deferred_seq = 0  # the last call whose failure is reported later (a command, a free)
+        self._stream_seq: dict[int, int] = {}  # stream -> sequence number of its last command
+        self._thread_seq: dict[int, int] = {}  # thread ident -> number of its last command
+        self._deferred_seq = 0  # the last call whose failure is reported later (a command, a free)
         self.observed = False  # tracing or checking: call sites travel with the calls
         self.sites_sent = 0  # sequence numbers up to here have had their sites sent (no ring)
         self.ring_site: str | None = None  # the call site last sent through the ring
@@ -145,7 +154,7 @@ class CallLog:
         self._sites[slot] = site
         self._records[slot] = None
         if deferred:
-            self.deferred_seq = seq
+            self._deferred_seq = seq
         return seq
 
     def take_command(self, site: str, stream: int, record: bytes) -> int:
@@ -159,11 +168,36 @@ class CallLog:
         self._records[slot] = record
         self._streams[slot] = stream
         self._threads[slot] = thread
-        self.thread_seq[thread] = seq
-        self.deferred_seq = seq
+        self._thread_seq[thread] = seq
+        self._deferred_seq = seq
         if stream:
-            self.stream_seq[stream] = seq
+            self._stream_seq[stream] = seq
         return seq
+
+    # ---- what a synchronize on the streams' signals reads (client/runtime/synchronization.py)
+    def last_command(self, stream: int) -> int:
+        """The sequence number of `stream`'s last command (0: none known)."""
+        return self._stream_seq.get(stream, 0)
+
+    def last_deferred(self) -> int:
+        """The sequence number of the session's latest call whose failure is reported later
+        (a command, a free; 0: none yet)."""
+        return self._deferred_seq
+
+    def covering_command(self, stream: int) -> int:
+        """The sequence number of `stream`'s last command if that command is also the
+        session's latest call whose failure is reported later (a clean signal at or past
+        it then proves every earlier call ran or was reported); else 0."""
+        seq = self._stream_seq.get(stream, 0)
+        return seq if seq == self._deferred_seq else 0
+
+    def forget_stream(self, stream: int) -> None:
+        """`stream` is gone: its last command is not looked for any more."""
+        self._stream_seq.pop(stream, None)
+
+    def last_command_of_thread(self, thread: int) -> int:
+        """The sequence number of the last command thread `thread` sent (0: none)."""
+        return self._thread_seq.get(thread, 0)
 
     def site_of(self, seq: int) -> str | None:
         slot = seq & _SITE_MASK
@@ -222,83 +256,6 @@ class _BulkRequest:
         self.bulk = bulk
 
 
-class _Pending:
-    __slots__ = ("event", "reply", "seq", "slot")
-
-    def __init__(self, seq: int = 0, slot: int = -1):
-        self.event = threading.Event()  # set when the reply came by the stream (or never will)
-        self.reply: npu_pb2.Reply | NpuError | None = None
-        self.seq = seq
-        self.slot = slot  # its mailbox slot in the notify area, or -1
-
-
-class _Mailbox:
-    """The session's mailbox slots in its notify area (docs/fast-path.md): the reply to a
-    request sent with a slot comes there while its caller sleeps on the doorbell."""
-
-    __slots__ = ("area", "free", "long_wait", "replies")
-
-    def __init__(self, area: notify_layout.NotifyArea):
-        self.area = area
-        self.free = list(range(notify_layout.MAILBOX_SLOTS))  # slots no request holds
-        self.replies = 0  # how many replies came through the mailbox (a statistic)
-        self.long_wait = False  # the last wait for a reply outlasted fast_path.POLL_S
-
-
-class _ReaderRole:
-    """Who reads the session stream. A thread waiting for a reply reads it itself (the reply
-    wakes that very thread, no hand-off); others wait for the reader to pass their reply on.
-    The background receiver reads only when notices must arrive with nobody waiting (host
-    callbacks), when replies come through the mailbox, or while the session closes."""
-
-    __slots__ = ("_changed", "busy", "notices_due")
-
-    def __init__(self) -> None:
-        self._changed = threading.Condition()
-        self.busy = False  # a thread is reading the stream
-        self.notices_due = 0  # host callbacks queued and not yet announced by the daemon
-
-    def claim_for(self, pending: _Pending) -> bool:
-        """Wait until the role is free or `pending` is answered; True: the caller reads now."""
-        with self._changed:
-            while self.busy and not pending.event.is_set():
-                self._changed.wait()
-            if pending.event.is_set():
-                return False
-            self.busy = True
-            return True
-
-    def claim_in_background(self, over: Callable[[], bool], always: Callable[[], bool]) -> bool:
-        """Wait until the background receiver must read (True: it reads now) or the session
-        is `over` (False). `always`: the stream is read even with no notice due."""
-        with self._changed:
-            while not over() and (self.busy or not (self.notices_due > 0 or always())):
-                self._changed.wait()
-            if over():
-                return False
-            self.busy = True
-            return True
-
-    def release(self) -> None:
-        with self._changed:
-            self.busy = False
-            self._changed.notify_all()
-
-    def expect_notice(self, count: int = 1) -> None:
-        with self._changed:
-            self.notices_due += count
-            self._changed.notify_all()
-
-    def notice_arrived(self) -> None:
-        with self._changed:
-            self.notices_due -= 1
-
-    def wake(self) -> None:
-        """Everyone waiting looks at the session again (it broke, closes, or changed)."""
-        with self._changed:
-            self._changed.notify_all()
-
-
 class Connection:
     """A live session with the daemon at `address`."""
 
@@ -320,11 +277,11 @@ class Connection:
         self._lock = threading.Lock()  # the log, the queue, the ring: calls are numbered in order
         self._pending_items: collections.deque = collections.deque()
         self._wake = threading.Event()
-        self._replies: dict[int, _Pending] = {}
+        self._replies: dict[int, Pending] = {}
         self._broken: NpuError | None = None
         self._closing = False
-        self._reader = _ReaderRole()
-        self.mailbox: _Mailbox | None = None  # use_notify()
+        self._reader = ReaderRole()
+        self.mailbox: Mailbox | None = None  # use_notify()
         self.ring: ring_layout.SubmissionRing | None = None  # use_ring()
         self._open()
 
@@ -350,7 +307,7 @@ class Connection:
         """From now on replies come through `area`'s mailbox (the session's notify area);
         the background receiver reads the stream all the time."""
         with self._lock:
-            self.mailbox = _Mailbox(area)
+            self.mailbox = Mailbox(area)
         self._reader.wake()
 
     def use_ring(self, ring: ring_layout.SubmissionRing) -> None:
@@ -401,7 +358,7 @@ class Connection:
         when the call returns no values). Raises NpuError with the reply's code."""
         return messages.reply_body(self.wait(self.request_async(body, site)), body)
 
-    def request_async(self, body: Message, site: str = "", bulk=None) -> _Pending:
+    def request_async(self, body: Message, site: str = "", bulk=None) -> Pending:
         """Queue a request; the returned handle is passed to wait(). `bulk` (a buffer, read
         when the message is sent) goes as the message's bulk bytes (proto/bulk.py); only
         in-stream copies have it, and they never have a ring."""
@@ -413,7 +370,7 @@ class Connection:
                 raise self._broken
             seq = self.log.take(site)
             mailbox = self.mailbox
-            pending = self._replies[seq] = _Pending(
+            pending = self._replies[seq] = Pending(
                 seq, mailbox.free.pop() if mailbox is not None and mailbox.free else -1
             )
             request.id, request.mailbox = seq, pending.slot + 1
@@ -473,10 +430,11 @@ class Connection:
             self.ring.wake_reader()
 
     # ---- waiting ------------------------------------------------------------------------------
-    def wait(self, pending: _Pending) -> npu_pb2.Reply:
+    def wait(self, pending: Pending) -> npu_pb2.Reply:
         """Block until the reply arrives; raise NpuError if it carries an error code."""
         if pending.slot >= 0:
-            self._wait_mailbox(pending)
+            assert self.mailbox is not None  # slots are handed out once use_notify made it
+            self.mailbox.wait(pending, self._lock, self._replies)
         while not pending.event.is_set():
             if self._reader.claim_for(pending):
                 self._read_turn()
@@ -491,44 +449,6 @@ class Connection:
             error.task_seq = reply.task_seq
             raise error
         return reply
-
-    def _wait_mailbox(self, pending: _Pending) -> None:
-        """Wait until the reply is in the pending request's mailbox slot (then it is
-        pending.reply), or it went by the stream, or the session broke: polling the slot
-        for fast_path.POLL_S (not after a wait that outlasted it), yielding the CPU between
-        looks, as a synchronize polls its signal, then sleeping on the doorbell."""
-        mailbox, slot = self.mailbox, pending.slot
-        assert mailbox is not None  # slots are handed out once use_notify made the mailbox
-        area = mailbox.area
-        started = time.monotonic()
-        polled_until = started if mailbox.long_wait else started + fast_path.POLL_S
-        try:
-            while not pending.event.is_set():
-                seen = area.doorbell()
-                payload = area.take_reply(slot, pending.seq)
-                if payload is notify_layout.OVERFLOW:
-                    return  # the reply comes by the stream: wait() reads it there
-                if payload is not None:
-                    try:
-                        reply = npu_pb2.Reply.FromString(payload)
-                    except DecodeError:  # seen half-written: the doorbell moves once it is whole
-                        reply = None
-                    if reply is not None and reply.id == pending.seq:
-                        with self._lock:
-                            self._replies.pop(pending.seq, None)
-                            mailbox.replies += 1
-                        pending.reply = reply
-                        pending.event.set()
-                        return
-                if time.monotonic() < polled_until:
-                    os.sched_yield()
-                else:
-                    area.wait_doorbell(seen, _MAILBOX_SLICE_S)
-        finally:
-            with self._lock:
-                mailbox.free.append(slot)
-            pending.slot = -1
-            mailbox.long_wait = time.monotonic() - started > fast_path.POLL_S
 
     def site_of(self, seq: int) -> str | None:
         """The call site of sequence number `seq`, if it is still known (the last 65,536)."""
@@ -571,9 +491,11 @@ class Connection:
             yield message if bulk is None else wire.client_message(message, bulk)
 
     def start_sending_sites(self) -> None:
-        """From the next call on, send each call's site with it (tracing or checking is on)."""
+        """From the next call on, send each call's site with it (tracing or checking is on);
+        nothing more once they are sent."""
         with self._lock:
-            self.log.observe()
+            if not self.log.observed:
+                self.log.observe()
 
     # ---- receiving ----------------------------------------------------------------------------
     def keep_sites(self, seqs: list[int]) -> None:
@@ -610,7 +532,7 @@ class Connection:
             )
             return
         except grpc.RpcError as error:
-            self._fail_all(*_describe_rpc_error(self.address, error))
+            self._fail_all(*describe_rpc_error(self.address, error))
             return
         for reply in message.replies:
             pending = self._replies.pop(reply.id, None)
@@ -671,24 +593,3 @@ class Connection:
         finally:
             self._call.cancel()
             self._channel.close()
-
-
-def _describe_rpc_error(address: str, error: grpc.RpcError) -> tuple[int, str]:
-    """The ACL code and message a failed session stream becomes."""
-    status = error.code() if hasattr(error, "code") else None
-    details = error.details() if hasattr(error, "details") else str(error)
-    if status == grpc.StatusCode.UNAUTHENTICATED:
-        return (
-            codes.ACL_ERROR_RT_NO_PERMISSION,
-            f"the simnpu daemon at {address} refused this client: {details}",
-        )
-    if status == grpc.StatusCode.RESOURCE_EXHAUSTED:
-        return codes.ACL_ERROR_RT_RESOURCE_ALLOC_FAIL, f"the simnpu daemon at {address}: {details}"
-    return codes.ACL_ERROR_RT_DRV_INTERNAL_ERROR, f"lost the simnpu daemon at {address}: {details}"
-
-
-def write_device_output(text: str) -> None:
-    """Device printf output (ctx.printf, print in a kernel module) to this process's stdout,
-    as the runtime prints it when a synchronize flushes the device's printf buffers."""
-    sys.stdout.write(text)
-    sys.stdout.flush()

@@ -37,7 +37,7 @@ def shares_memory_with_the_daemon():
     container, SIMNPU_NO_SHM=1): its pinned memory is private and copies from it are staged."""
     from simnpu.client import device
 
-    return device.runtime().uses_shared_memory
+    return device.runtime().memory.uses_shared_memory
 
 
 def held_copy(stream, dst, src):

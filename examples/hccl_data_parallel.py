@@ -137,7 +137,7 @@ def job_main():
     npu.Device(device)
     print(
         f"rank {me.rank}/{me.world_size} of job {me.job!r} on device {device}, pid {os.getpid()}: "
-        f"uses_shared_memory={npu.runtime().uses_shared_memory}",
+        f"uses_shared_memory={npu.runtime().memory.uses_shared_memory}",
         flush=True,
     )
     with Communicator(me.world_size, me.root_info, me.rank) as comm:

@@ -30,7 +30,7 @@ def main() -> int:
         return 3
     print(
         f"connected to {runtime.connection.address}: "
-        f"uses_shared_memory={runtime.uses_shared_memory}",
+        f"uses_shared_memory={runtime.memory.uses_shared_memory}",
         flush=True,
     )
     rng = np.random.default_rng(0)

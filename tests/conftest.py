@@ -288,7 +288,7 @@ def runtime_of(address: str):
 
     rt = Runtime(address)
     try:
-        rt.set_device(0)
+        rt.contexts.set_device(0)
         yield rt
     finally:
         rt.close()
@@ -303,21 +303,27 @@ def round_trip(rt, value: float = 1.0, blocks: int = 2, n: int = 4096) -> None:
 
     a = np.arange(n, dtype=np.float32)
     b = np.full(n, value, np.float32)
-    ptrs = [rt.malloc(a.nbytes) for _ in range(3)]
-    stream = rt.create_stream()
+    ptrs = [rt.memory.malloc(a.nbytes) for _ in range(3)]
+    stream = rt.streams.create_stream()
     try:
-        rt.memcpy(ptrs[0], a.nbytes, a.ctypes.data, a.nbytes, codes.ACL_MEMCPY_HOST_TO_DEVICE)
-        rt.memcpy(ptrs[1], b.nbytes, b.ctypes.data, b.nbytes, codes.ACL_MEMCPY_HOST_TO_DEVICE)
-        add = rt.get_function(commands.BUILTIN_BINARY, "add_f32")
-        rt.launch_kernel(add, blocks, rt.signature(add).pack(*ptrs, n), stream)
-        rt.synchronize_stream(stream)
+        rt.memory.memcpy(
+            ptrs[0], a.nbytes, a.ctypes.data, a.nbytes, codes.ACL_MEMCPY_HOST_TO_DEVICE
+        )
+        rt.memory.memcpy(
+            ptrs[1], b.nbytes, b.ctypes.data, b.nbytes, codes.ACL_MEMCPY_HOST_TO_DEVICE
+        )
+        add = rt.kernels.get_function(commands.BUILTIN_BINARY, "add_f32")
+        rt.kernels.launch_kernel(add, blocks, rt.kernels.signature(add).pack(*ptrs, n), stream)
+        rt.sync.synchronize_stream(stream)
         out = np.zeros(n, np.float32)
-        rt.memcpy(out.ctypes.data, out.nbytes, ptrs[2], out.nbytes, codes.ACL_MEMCPY_DEVICE_TO_HOST)
+        rt.memory.memcpy(
+            out.ctypes.data, out.nbytes, ptrs[2], out.nbytes, codes.ACL_MEMCPY_DEVICE_TO_HOST
+        )
         assert np.array_equal(out, a + value)
     finally:
-        rt.destroy_stream(stream)
+        rt.streams.destroy_stream(stream)
         for ptr in ptrs:
-            rt.free(ptr)
+            rt.memory.free(ptr)
 
 
 def run_client(

@@ -1,5 +1,5 @@
 """acl.mdl conditional tasks of captured models: conditions and the cond tasks that choose
-among sub models by them (client/runtime_cond_tasks.py, server/cond_tasks.py;
+among sub models by them (client/runtime/graphs.py, server/cond_tasks.py;
 docs/graph-capture.md, "Conditional tasks").
 
 Written like the rest of acl.mdl (client/acl/mdl.py offers the calls this module lists in
@@ -21,24 +21,24 @@ __all__ = [
 
 
 @api("kIi", (0,))
-def ri_cond_handle_create(rt, model_ri, default_launch_value, flag):
+def ri_cond_handle_create(rt, model_ri, default_launch_value, flag, *, site):
     """aclmdlRICondHandleCreate: `handle, ret`, a condition of `model_ri` (being captured): a
     uint64 in device memory, 0 at first, freed with the model. With
     ACL_MODEL_RI_COND_HANDLE_ASSIGN_DEFAULT each replay of the model sets it to
     default_launch_value when it is submitted. 107000 for another flag or a model not in the
     capture stage; 207000 for a built model. Blocks."""
-    return rt.cond_handle_create(model_ri, default_launch_value, flag)
+    return rt.graphs.cond_handle_create(model_ri, default_launch_value, flag, site=site)
 
 
 @api("k", (0,))
 def ri_cond_handle_get_cond_ptr(rt, handle):
     """aclmdlRICondHandleGetCondPtr: `ptr, ret`, the device address of the condition's
     uint64 (write it with memcpy, copies or kernels). Host only."""
-    return rt.cond_handle_get_cond_ptr(handle)
+    return rt.graphs.cond_handle_get_cond_ptr(handle)
 
 
 @api("OkI", ([],))
-def ri_add_cond_task(rt, params, stream, flags):
+def ri_add_cond_task(rt, params, stream, flags, *, site):
     """aclmdlRIAddCondTask: `sub_models, ret`. Records on the capturing `stream` a task that,
     in each replay, runs sub_models[0] if the condition is not 0, else sub_models[1] if given
     (ACL_MODEL_RI_COND_TYPE_IF, size 1 or 2); sub_models[0] as long as it is not 0 (_WHILE,
@@ -47,7 +47,7 @@ def ri_add_cond_task(rt, params, stream, flags):
     (else 107045 there). 100000 null stream or params; 107000 bad type, size or flags, a null
     or used handle, a stream captured into another model; 107029 stream not in capture.
     Blocks."""
-    return rt.add_cond_task(params, stream, flags)
+    return rt.graphs.add_cond_task(params, stream, flags, site=site)
 
 
 __getattr__, __dir__ = _on_demand(globals())

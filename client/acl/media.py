@@ -8,15 +8,15 @@ from simnpu.proto import codes
 
 
 @api("k", (0,))
-def dvpp_malloc(rt, size):
+def dvpp_malloc(rt, size, *, site):
     """acldvppMalloc: `device_pointer, ret` -- device memory, usable by every rt call."""
-    return rt.malloc(size, codes.ACL_MEM_MALLOC_HUGE_FIRST)
+    return rt.memory.malloc(size, codes.ACL_MEM_MALLOC_HUGE_FIRST, site=site)
 
 
 @api("k")
-def dvpp_free(rt, dev_ptr):
+def dvpp_free(rt, dev_ptr, *, site):
     """acldvppFree."""
-    rt.free(dev_ptr)
+    rt.memory.free(dev_ptr, site=site)
 
 
 def _not_provided(name: str):

@@ -5,8 +5,8 @@ handles and pointers are ints; stream 0 is the current context's default stream.
 Python argument types raise TypeError (as pyACL's argument parsing does); nothing raises
 for an ACL-level error. Calls marked "async" return at once; the rest block.
 
-The pyACL calls simnpu does not simulate are at the end of this module and in
-rt_unsupported.py: each returns ACL_ERROR_RT_FEATURE_NOT_SUPPORT (207000) and says why in
+The pyACL calls simnpu does not simulate are listed in rt_unsupported.py and made at the
+end of this module: each returns ACL_ERROR_RT_FEATURE_NOT_SUPPORT (207000) and says why in
 acl.get_recent_err_msg().
 """
 
@@ -56,34 +56,33 @@ _DEVICE_KINDS = frozenset(
 
 # ---- devices and contexts --------------------------------------------------------------------
 @api("i")
-def set_device(rt, device_id):
+def set_device(rt, device_id, *, site):
     """aclrtSetDevice: bind the device to this thread; its default context becomes current."""
-    rt.set_device(device_id)
+    rt.contexts.set_device(device_id, site=site)
 
 
 @api("i")
-def reset_device(rt, device_id):
+def reset_device(rt, device_id, *, site):
     """aclrtResetDevice: drop one reference; the last waits for the device's work. Blocks."""
-    rt.reset_device(device_id)
+    rt.contexts.reset_device(device_id, site=site)
 
 
 @api("i")
-def reset_device_force(rt, device_id):
+def reset_device_force(rt, device_id, *, site):
     """aclrtResetDeviceForce: release the device whatever its reference count. Blocks."""
-    for _ in range(max(rt.device_refs.get(device_id, 0), 1)):
-        rt.reset_device(device_id)
+    rt.contexts.reset_device_force(device_id, site=site)
 
 
 @api("", (0,))
 def get_device(rt):
     """aclrtGetDevice: `device_id, ret` of the current context."""
-    return rt.get_device()
+    return rt.contexts.get_device()
 
 
 @api("", (0,))
 def get_device_count(rt):
     """aclrtGetDeviceCount: `count, ret`."""
-    return rt.get_device_count()
+    return rt.contexts.get_device_count()
 
 
 @api("", (codes.ACL_DEVICE,), needs_session=False)
@@ -92,78 +91,80 @@ def get_run_mode(rt):
     return codes.ACL_HOST
 
 
-@api("", delegate="synchronize_device")
+@api("", delegate="sync.synchronize_device")
 def synchronize_device(rt):
     """aclrtSynchronizeDevice: wait for all this process's work on the current device. Blocks."""
 
 
-@api("i", delegate="synchronize_device")
+@api("i", delegate="sync.synchronize_device")
 def synchronize_device_with_timeout(rt, timeout):
     """aclrtSynchronizeDeviceWithTimeout (ms; -1 forever): 507046 on timeout. Blocks."""
 
 
 @api("i", (0,))
-def create_context(rt, device_id):
+def create_context(rt, device_id, *, site):
     """aclrtCreateContext: `context, ret`; the new context becomes current for this thread."""
-    return rt.create_context(device_id)
+    return rt.contexts.create_context(device_id, site=site)
 
 
 @api("k")
-def destroy_context(rt, context):
+def destroy_context(rt, context, *, site):
     """aclrtDestroyContext: waits for its streams, then frees them. Blocks."""
-    rt.destroy_context(context)
+    rt.contexts.destroy_context(context, site=site)
 
 
 @api("k")
 def set_context(rt, context):
     """aclrtSetCurrentContext (per thread)."""
-    rt.set_context(context)
+    rt.contexts.set_context(context)
 
 
 @api("", (0,))
 def get_context(rt):
     """aclrtGetCurrentContext: `context, ret`."""
-    return rt.get_context()
+    return rt.contexts.get_context()
 
 
 @api("", (0,))
 def ctx_get_current_default_stream(rt):
     """aclrtCtxGetCurrentDefaultStream: `stream, ret` (the handle stream 0 stands for)."""
-    return rt.contexts[rt.get_context()].default_stream
+    return rt.contexts.default_stream()
 
 
 # ---- streams -------------------------------------------------------------------------------------
 @api("", (0,))
-def create_stream(rt):
+def create_stream(rt, *, site):
     """aclrtCreateStream: `stream, ret`, highest priority."""
-    return rt.create_stream(0, 0)
+    return rt.streams.create_stream(0, 0, site=site)
 
 
 @api("ii", (0,))
-def create_stream_with_config(rt, priority, flag):
+def create_stream_with_config(rt, priority, flag, *, site):
     """aclrtCreateStreamWithConfig: `stream, ret`; priority 0 (highest) .. 7, clamped (as a
     uint32, so -1 is the lowest)."""
-    return rt.create_stream(min(priority & _U32, codes.STREAM_PRIORITY_LEAST), flag & _U32)
+    return rt.streams.create_stream(
+        min(priority & _U32, codes.STREAM_PRIORITY_LEAST), flag & _U32, site=site
+    )
 
 
 @api("k")
-def destroy_stream(rt, stream):
+def destroy_stream(rt, stream, *, site):
     """aclrtDestroyStream: waits for the stream's tasks, then frees it. Blocks."""
-    rt.destroy_stream(stream, False)
+    rt.streams.destroy_stream(stream, False, site=site)
 
 
 @api("k")
-def destroy_stream_force(rt, stream):
+def destroy_stream_force(rt, stream, *, site):
     """aclrtDestroyStreamForce: drops the stream's queued tasks, then frees it. Blocks."""
-    rt.destroy_stream(stream, True)
+    rt.streams.destroy_stream(stream, True, site=site)
 
 
-@api("k", delegate="synchronize_stream")
+@api("k", delegate="sync.synchronize_stream")
 def synchronize_stream(rt, stream):
     """aclrtSynchronizeStream: wait for the stream's tasks; returns their first failure. Blocks."""
 
 
-@api("ki", delegate="synchronize_stream")
+@api("ki", delegate="sync.synchronize_stream")
 def synchronize_stream_with_timeout(rt, stream, timeout):
     """aclrtSynchronizeStreamWithTimeout (ms; -1 forever, 0 just checks): 507046 on timeout."""
 
@@ -171,18 +172,18 @@ def synchronize_stream_with_timeout(rt, stream, timeout):
 @api("k", (codes.ACL_STREAM_STATUS_RESERVED,))
 def stream_query(rt, stream):
     """aclrtStreamQuery: `ACL_STREAM_STATUS_COMPLETE (0) or _NOT_READY (1), ret`."""
-    return rt.stream_query(stream)
+    return rt.sync.stream_query(stream)
 
 
-@api("kk", delegate="stream_wait_event")
+@api("kk", delegate="events.stream_wait_event")
 def stream_wait_event(rt, stream, event):
     """aclrtStreamWaitEvent (async): the stream's later tasks wait for the event's latest record."""
 
 
 @api("kI")
-def set_stream_failure_mode(rt, stream, mode):
+def set_stream_failure_mode(rt, stream, mode, *, site):
     """aclrtSetStreamFailureMode: ACL_STOP_ON_FAILURE stops every stream of the context."""
-    rt.set_stream_failure_mode(stream, mode)
+    rt.streams.set_stream_failure_mode(stream, mode, site=site)
 
 
 @api("", (0, 0), needs_session=False)
@@ -193,35 +194,35 @@ def device_get_stream_priority_range(rt):
 
 # ---- events --------------------------------------------------------------------------------------
 @api("", (0,))
-def create_event(rt):
+def create_event(rt, *, site):
     """aclrtCreateEvent: `event, ret`."""
-    return rt.create_event(0)
+    return rt.events.create_event(0, site=site)
 
 
 @api("I", (0,))
-def create_event_with_flag(rt, flag):
+def create_event_with_flag(rt, flag, *, site):
     """aclrtCreateEventWithFlag: `event, ret` (ACL_EVENT_SYNC, ACL_EVENT_TIME_LINE, ...)."""
-    return rt.create_event(flag)
+    return rt.events.create_event(flag, site=site)
 
 
 @api("I", (0,))
-def create_event_ex_with_flag(rt, flag):
+def create_event_ex_with_flag(rt, flag, *, site):
     """aclrtCreateEventExWithFlag: `event, ret`; simnpu events are always reusable."""
-    return rt.create_event(flag)
+    return rt.events.create_event(flag, site=site)
 
 
 @api("k")
-def destroy_event(rt, event):
+def destroy_event(rt, event, *, site):
     """aclrtDestroyEvent."""
-    rt.destroy_event(event)
+    rt.events.destroy_event(event, site=site)
 
 
-@api("kk", delegate="record_event")
+@api("kk", delegate="events.record_event")
 def record_event(rt, event, stream):
     """aclrtRecordEvent (async)."""
 
 
-@api("kk", delegate="reset_event")
+@api("kk", delegate="events.reset_event")
 def reset_event(rt, event, stream):
     """aclrtResetEvent (async)."""
 
@@ -229,15 +230,15 @@ def reset_event(rt, event, stream):
 @api("k", (codes.ACL_EVENT_RECORDED_STATUS_NOT_READY,))
 def query_event_status(rt, event):
     """aclrtQueryEventStatus: `ACL_EVENT_RECORDED_STATUS_COMPLETE (1) or _NOT_READY (0), ret`."""
-    return rt.query_event_status(event)
+    return rt.sync.query_event_status(event)
 
 
 @api("k", (codes.ACL_EVENT_STATUS_COMPLETE,))
 def query_event(rt, event):
     """aclrtQueryEvent (deprecated): `ACL_EVENT_STATUS_COMPLETE (0) or _NOT_READY (1), ret`;
     207000 for an IPC event (query_event_status takes one)."""
-    rt.not_for_ipc(event, "aclrtQueryEvent")
-    recorded = rt.query_event_status(event)
+    rt.events.not_for_ipc(event, "aclrtQueryEvent")
+    recorded = rt.sync.query_event_status(event)
     return (
         codes.ACL_EVENT_STATUS_COMPLETE
         if recorded == codes.ACL_EVENT_RECORDED_STATUS_COMPLETE
@@ -248,61 +249,61 @@ def query_event(rt, event):
 @api("k")
 def synchronize_event(rt, event):
     """aclrtSynchronizeEvent: wait for the event's latest record. Blocks."""
-    rt.synchronize_event(event, -1)
+    rt.sync.synchronize_event(event, -1)
 
 
 @api("ki")
 def synchronize_event_with_timeout(rt, event, timeout):
     """aclrtSynchronizeEventWithTimeout (ms; -1 forever): 507047 on timeout. Blocks."""
-    rt.synchronize_event(event, timeout)
+    rt.sync.synchronize_event(event, timeout)
 
 
 @api("kk", (0.0,))
-def event_elapsed_time(rt, start, end):
+def event_elapsed_time(rt, start, end, *, site):
     """aclrtEventElapsedTime: `milliseconds (a C float), ret` between two completed records."""
-    return _FLOAT.unpack(_FLOAT.pack(rt.event_elapsed_time(start, end)))[0]
+    return _FLOAT.unpack(_FLOAT.pack(rt.events.event_elapsed_time(start, end, site=site)))[0]
 
 
 # ---- memory --------------------------------------------------------------------------------------
 @api("ki", (0,))
-def malloc(rt, size, policy):
+def malloc(rt, size, policy, *, site):
     """aclrtMalloc: `device_pointer, ret` on the current device (not dereferenceable here)."""
-    return rt.malloc(size, policy)
+    return rt.memory.malloc(size, policy, site=site)
 
 
 @api("ki", (0,))
-def malloc_align32(rt, size, policy):
+def malloc_align32(rt, size, policy, *, site):
     """aclrtMallocAlign32: `device_pointer, ret`; allocated as malloc is (64-byte aligned)."""
-    return rt.malloc(size, policy)
+    return rt.memory.malloc(size, policy, site=site)
 
 
 @api("k")
-def free(rt, dev_ptr):
+def free(rt, dev_ptr, *, site):
     """aclrtFree: returns the block to the pool at once (does not wait for tasks)."""
-    rt.free(dev_ptr)
+    rt.memory.free(dev_ptr, site=site)
 
 
 @api("k", (0,))
-def malloc_host(rt, size):
+def malloc_host(rt, size, *, site):
     """aclrtMallocHost: `host_pointer, ret` to page-locked memory, a real address here."""
-    return rt.malloc_host(size)
+    return rt.host.malloc_host(size, site=site)
 
 
 @api("k")
-def free_host(rt, host_ptr):
+def free_host(rt, host_ptr, *, site):
     """aclrtFreeHost."""
-    rt.free_host(host_ptr)
+    rt.host.free_host(host_ptr, site=site)
 
 
 @api("i", (0, 0))
-def get_mem_info(rt, attr):
+def get_mem_info(rt, attr, *, site):
     """aclrtGetMemInfo: `free, total, ret` of the current device's memory. Every attribute
     (DDR, HBM, their _HUGE/_NORMAL variants, ...) reports the one simulated memory."""
-    return rt.get_mem_info(attr)
+    return rt.memory.get_mem_info(attr, site=site)
 
 
 @api("kkkki")
-def memcpy(rt, dst, dest_max, src, count, kind):
+def memcpy(rt, dst, dest_max, src, count, kind, *, site):
     """aclrtMemcpy: synchronous copy. Blocks.
 
     Between two host pointers the copy is made whatever `kind` says (the CANN runtime
@@ -310,22 +311,22 @@ def memcpy(rt, dst, dest_max, src, count, kind):
     pinned -> pageable copy). A kind that contradicts a device pointer is 107000."""
     if kind in _DEVICE_KINDS and dst < DEVICE_BASE and src < DEVICE_BASE:
         kind = codes.ACL_MEMCPY_HOST_TO_HOST
-    rt.memcpy(dst, dest_max, src, count, kind)
+    rt.memory.memcpy(dst, dest_max, src, count, kind, site=site)
 
 
-@api("kkkkik", delegate="memcpy_async")
+@api("kkkkik", delegate="memory.memcpy_async")
 def memcpy_async(rt, dst, dest_max, src, count, kind, stream):
     """aclrtMemcpyAsync (async from pinned memory; from pageable memory it returns once the
     bytes have left it, as CUDA does)."""
 
 
 @api("kkik")
-def memset(rt, dev_ptr, max_count, value, count):
+def memset(rt, dev_ptr, max_count, value, count, *, site):
     """aclrtMemset: byte fill of device or host memory (decided by the address). Blocks."""
-    rt.memset(dev_ptr, max_count, value, count)
+    rt.memory.memset(dev_ptr, max_count, value, count, site=site)
 
 
-@api("kkikk", delegate="memset_async")
+@api("kkikk", delegate="memory.memset_async")
 def memset_async(rt, dev_ptr, max_count, value, count, stream):
     """aclrtMemsetAsync (async for device memory; host memory is filled at once)."""
 
@@ -342,7 +343,7 @@ def _check_options(options, name: str) -> None:
 
 
 @api("pO", (0,))
-def binary_load_from_file(rt, path, options=None):
+def binary_load_from_file(rt, path, options=None, *, site):
     """aclrtBinaryLoadFromFile: `binary, ret` -- the file is a simnpu kernel module (Python
     source with @kernel functions). Load options (lazy load, magic) change nothing here."""
     _check_options(options, "acl.rt.binary_load_from_file")
@@ -353,21 +354,21 @@ def binary_load_from_file(rt, path, options=None):
         raise _NpuError(
             codes.ACL_ERROR_RT_FILE_OPEN, f"cannot read kernel module {path}: {error}"
         ) from None
-    return rt.binary_load(_source(data, path), os.fspath(path))
+    return rt.kernels.binary_load(_source(data, path), os.fspath(path), site=site)
 
 
 @api("OO", (0,))
-def binary_load_from_data(rt, data, options=None):
+def binary_load_from_data(rt, data, options=None, *, site):
     """aclrtBinaryLoadFromData: `binary, ret` from the kernel module's source (bytes or str)."""
     _check_options(options, "acl.rt.binary_load_from_data")
     if isinstance(data, str):
-        return rt.binary_load(data, "<binary_load_from_data>")
+        return rt.kernels.binary_load(data, "<binary_load_from_data>", site=site)
     if not isinstance(data, (bytes, bytearray, memoryview)):
         raise TypeError(
             f"acl.rt.binary_load_from_data: data must be bytes or str, not {type(data).__name__}"
         )
-    return rt.binary_load(
-        _source(bytes(data), "<binary_load_from_data>"), "<binary_load_from_data>"
+    return rt.kernels.binary_load(
+        _source(bytes(data), "<binary_load_from_data>"), "<binary_load_from_data>", site=site
     )
 
 
@@ -383,24 +384,24 @@ def _source(data: bytes, where) -> str:
 
 
 @api("k")
-def binary_unload(rt, binary):
+def binary_unload(rt, binary, *, site):
     """aclrtBinaryUnLoad: its functions become invalid handles."""
-    rt.binary_unload(binary)
+    rt.kernels.binary_unload(binary, site=site)
 
 
 @api("ks", (0,))
-def binary_get_function(rt, binary, kernel_name):
+def binary_get_function(rt, binary, kernel_name, *, site):
     """aclrtBinaryGetFunction: `function, ret`. acl.SIMNPU_BUILTIN_BINARY holds the built-in
     kernels (add_f32, matmul_f32, softmax_f32, ...)."""
-    return rt.get_function(binary, kernel_name)
+    return rt.kernels.get_function(binary, kernel_name, site=site)
 
 
-@api("kIkkk", delegate="launch_kernel_devargs", nonnull=("args_ptr",))
+@api("kIkkk", delegate="kernels.launch_kernel_devargs", nonnull=("args_ptr",))
 def launch_kernel(rt, func, num_blocks, args_ptr, args_size, stream):
     """aclrtLaunchKernel (async): the packed argument struct lies in device memory at args_ptr."""
 
 
-@api("kIkOkkOk", delegate="launch_kernel_with_host_args", nonnull=("host_args_ptr",))
+@api("kIkOkkOk", delegate="kernels.launch_kernel_with_host_args", nonnull=("host_args_ptr",))
 def launch_kernel_with_host_args(
     rt,
     func,
@@ -417,26 +418,26 @@ def launch_kernel_with_host_args(
 
 
 @api("I")
-def set_op_execute_time_out(rt, timeout):
+def set_op_execute_time_out(rt, timeout, *, site):
     """aclrtSetOpExecuteTimeOut (seconds; 0 restores the daemon's default)."""
-    rt.set_op_execute_timeout(timeout * 1000)
+    rt.kernels.set_op_execute_timeout(timeout * 1000, site=site)
 
 
 # ---- host callbacks and host functions -----------------------------------------------------------
 @api("Kk")
 def subscribe_report(rt, thread_id, stream):
     """aclrtSubscribeReport: thread `thread_id` runs the stream's callbacks in process_report."""
-    rt.subscribe_report(thread_id, stream)
+    rt.callbacks.subscribe_report(thread_id, stream)
 
 
 @api("Kk")
 def unsubscribe_report(rt, thread_id, stream):
     """aclrtUnSubscribeReport."""
-    rt.unsubscribe_report(thread_id, stream)
+    rt.callbacks.unsubscribe_report(thread_id, stream)
 
 
 @api("COik")
-def launch_callback(rt, fn, user_data, block_type, stream):
+def launch_callback(rt, fn, user_data, block_type, stream, *, site):
     """aclrtLaunchCallback (async): fn(user_data) runs on the subscribed thread when the
     stream reaches it; ACL_CALLBACK_BLOCK holds the stream until it returns."""
     if block_type not in (codes.ACL_CALLBACK_NO_BLOCK, codes.ACL_CALLBACK_BLOCK):
@@ -444,7 +445,7 @@ def launch_callback(rt, fn, user_data, block_type, stream):
             codes.ACL_ERROR_INVALID_PARAM,
             f"block_type {block_type}: use ACL_CALLBACK_BLOCK or ACL_CALLBACK_NO_BLOCK",
         )
-    rt.launch_callback(fn, user_data, block_type, stream)
+    rt.callbacks.launch_callback(fn, user_data, block_type, stream, site=site)
 
 
 @api("i")
@@ -457,14 +458,14 @@ def process_report(rt, timeout):
             codes.ACL_ERROR_INVALID_PARAM,
             f"timeout {timeout}: -1 waits forever, a positive value waits that many milliseconds",
         )
-    rt.process_report(timeout)
+    rt.callbacks.process_report(timeout)
 
 
 @api("kCO")
-def launch_host_func(rt, stream, fn, args):
+def launch_host_func(rt, stream, fn, args, *, site):
     """aclrtLaunchHostFunc (async): fn(args) runs on a runtime thread in stream order; the
     stream waits for it."""
-    rt.launch_host_func(stream, fn, args)
+    rt.callbacks.launch_host_func(stream, fn, args, site=site)
 
 
 # ---- errors --------------------------------------------------------------------------------------
@@ -487,178 +488,10 @@ def peek_at_last_error(level=codes.ACL_RT_THREAD_LEVEL):
 
 
 # ---- what simnpu does not simulate ---------------------------------------------------------------
-# name: (C call, values returned before ret (None: ret only), why)
-_NOTIFY = "notify ids and batch resets are not simulated"
-_ALLOC = "user allocators for streams are not simulated"
-_CAPS = "the simulated device has no such attribute or capability to report"
-_BINARY = (
-    "aclrtCreateBinary objects are not simulated: use binary_load_from_file or "
-    "binary_load_from_data"
-)
-_UNSUPPORTED = {
-    "get_function_addr": ("aclrtGetFunctionAddr", (0, 0), "kernels have no device code address"),
-    "get_function_name": ("aclrtGetFunctionName", ("",), "function names are not kept"),
-    "register_cpu_func": ("aclrtRegisterCpuFunc", (0,), "AI CPU kernels are not simulated"),
-    "binary_load": ("aclrtBinaryLoad", (0,), _BINARY),
-    "destroy_binary": ("aclrtDestroyBinary", None, "aclrtCreateBinary objects are not simulated"),
-    "set_ts_device": ("aclrtSetTsDevice", None, "task schedulers cannot be chosen"),
-    "malloc_cached": ("aclrtMallocCached", (0,), "cacheable device memory is not simulated"),
-    "mem_flush": ("aclrtMemFlush", None, "cacheable device memory is not simulated"),
-    "mem_invalidate": ("aclrtMemInvalidate", None, "cacheable device memory is not simulated"),
-    "malloc_with_cfg": ("aclrtMallocWithCfg", (0,), "allocation attributes are not simulated"),
-    "malloc_for_task_scheduler": (
-        "aclrtMallocForTaskScheduler",
-        (0,),
-        "allocation attributes are not simulated",
-    ),
-    "malloc_host_with_cfg": (
-        "aclrtMallocHostWithCfg",
-        (0,),
-        "allocation attributes are not simulated",
-    ),
-    "memcpy2d": ("aclrtMemcpy2d", None, "pitched copies are not simulated"),
-    "memcpy2d_async": ("aclrtMemcpy2dAsync", None, "pitched copies are not simulated"),
-    "memcpy_async_with_condition": (
-        "aclrtMemcpyAsyncWithCondition",
-        None,
-        "conditional copies are not simulated",
-    ),
-    "get_memcpy_desc_size": ("aclrtGetMemcpyDescSize", (0,), "copy descriptors are not simulated"),
-    "set_memcpy_desc": ("aclrtSetMemcpyDesc", (0,), "copy descriptors are not simulated"),
-    "memcpy_async_with_desc": (
-        "aclrtMemcpyAsyncWithDesc",
-        None,
-        "copy descriptors are not simulated",
-    ),
-    "cmo_async": ("aclrtCmoAsync", None, "cache maintenance operations are not simulated"),
-    "device_task_abort": (
-        "aclrtDeviceTaskAbort",
-        None,
-        "aborting every task of a device is not simulated (stream_abort ends one stream's)",
-    ),
-    "get_stream_available_num": (
-        "aclrtGetStreamAvailableNum",
-        (0,),
-        "the stream limit is device-wide and the daemon does not report what is left",
-    ),
-    "set_stream_attribute": (
-        "aclrtSetStreamAttribute",
-        None,
-        "stream attributes are not simulated (use set_stream_failure_mode)",
-    ),
-    "get_stream_attribute": (
-        "aclrtGetStreamAttribute",
-        ({},),
-        "stream attributes are not simulated",
-    ),
-    "query_event_wait_status": (
-        "aclrtQueryEventWaitStatus",
-        (codes.ACL_EVENT_WAIT_STATUS_RESERVED,),
-        "the daemon does not report whether an event's waiters have passed",
-    ),
-    "get_event_id": ("aclrtGetEventId", (0,), "events have no hardware id"),
-    "get_event_avail_num": (
-        "aclrtGetEventAvailNum",
-        (0,),
-        "the event limit is device-wide and the daemon does not report what is left",
-    ),
-    "set_op_wait_timeout": (
-        "aclrtSetOpWaitTimeout",
-        None,
-        "wait tasks have no device-side timeout",
-    ),
-    "set_op_execute_timeout_v2": (
-        "aclrtSetOpExecuteTimeOutV2",
-        (0,),
-        "use set_op_execute_time_out (seconds)",
-    ),
-    "get_op_timeout_interval": (
-        "aclrtGetOpTimeOutInterval",
-        (0,),
-        "the timeout interval is not reported",
-    ),
-    "get_op_execute_timeout": (
-        "aclrtGetOpExecuteTimeout",
-        (0,),
-        "the operator timeout is not reported",
-    ),
-    "device_get_uuid": ("aclrtDeviceGetUuid", ({},), _CAPS),
-    "get_devices_topo": ("aclrtGetDevicesTopo", (0,), _CAPS),
-    "device_set_limit": ("aclrtDeviceSetLimit", None, "device limits are not simulated"),
-    "device_get_limit": ("aclrtDeviceGetLimit", (0,), "device limits are not simulated"),
-    "ctx_set_sys_param_opt": (
-        "aclrtCtxSetSysParamOpt",
-        None,
-        "system parameter options are not simulated",
-    ),
-    "ctx_get_sys_param_opt": (
-        "aclrtCtxGetSysParamOpt",
-        (0,),
-        "system parameter options are not simulated",
-    ),
-    "set_sys_param_opt": (
-        "aclrtSetSysParamOpt",
-        None,
-        "system parameter options are not simulated",
-    ),
-    "get_sys_param_opt": (
-        "aclrtGetSysParamOpt",
-        (0,),
-        "system parameter options are not simulated",
-    ),
-    "get_primary_ctx_state": (
-        "aclrtGetPrimaryCtxState",
-        (0, 0),
-        "primary context state is not reported",
-    ),
-    "get_logic_dev_id_by_user_dev_id": (
-        "aclrtGetLogicDevIdByUserDevId",
-        (0,),
-        "device id mapping is not simulated",
-    ),
-    "get_user_dev_id_by_logic_dev_id": (
-        "aclrtGetUserDevIdByLogicDevId",
-        (0,),
-        "device id mapping is not simulated",
-    ),
-    "get_logic_dev_id_by_phy_dev_id": (
-        "aclrtGetLogicDevIdByPhyDevId",
-        (0,),
-        "device id mapping is not simulated",
-    ),
-    "get_phy_dev_id_by_logic_dev_id": (
-        "aclrtGetPhyDevIdByLogicDevId",
-        (0,),
-        "device id mapping is not simulated",
-    ),
-    "get_notify_id": ("aclrtGetNotifyId", (0,), _NOTIFY),
-    "notify_batch_reset": ("aclrtNotifyBatchReset", None, _NOTIFY),
-    "allocator_destroy_desc": ("aclrtAllocatorDestroyDesc", None, _ALLOC),
-    "allocator_set_obj_to_desc": ("aclrtAllocatorSetObjToDesc", None, _ALLOC),
-    "allocator_set_alloc_func_to_desc": ("aclrtAllocatorSetAllocFuncToDesc", None, _ALLOC),
-    "allocator_set_free_func_to_desc": ("aclrtAllocatorSetFreeFuncToDesc", None, _ALLOC),
-    "allocator_set_alloc_advise_func_to_desc": (
-        "aclrtAllocatorSetAllocAdviseFuncToDesc",
-        None,
-        _ALLOC,
-    ),
-    "allocator_set_get_addr_from_block_func_to_desc": (
-        "aclrtAllocatorSetGetAddrFromBlockFuncToDesc",
-        None,
-        _ALLOC,
-    ),
-    "allocator_register": ("aclrtAllocatorRegister", None, _ALLOC),
-    "allocator_unregister": ("aclrtAllocatorUnregister", None, _ALLOC),
-}
-# C calls that return a value and no aclError: pyACL returns just that value.
-_UNSUPPORTED_VALUES = {
-    "create_binary": ("aclrtCreateBinary", 0, _BINARY),
-    "allocator_create_desc": ("aclrtAllocatorCreateDesc", 0, _ALLOC),
-}
-UNSUPPORTED = sorted([*_UNSUPPORTED, *_UNSUPPORTED_VALUES, *_more.CALLS, *_more.VALUES])
-for _name, (_call, _outputs, _why) in [*_UNSUPPORTED.items(), *_more.CALLS.items()]:
+UNSUPPORTED = sorted([*_more.CALLS, *_more.VALUES])
+for _name, (_call, _outputs, _why) in _more.CALLS.items():
     globals()[_name] = not_supported(f"acl.rt.{_name}", _call, _why, _outputs)
-for _name, (_call, _value, _why) in [*_UNSUPPORTED_VALUES.items(), *_more.VALUES.items()]:
+for _name, (_call, _value, _why) in _more.VALUES.items():
     globals()[_name] = not_supported(f"acl.rt.{_name}", _call, _why, (_value,), returns_code=False)
 del _name, _call, _outputs, _why, _value, _more, api, not_supported
 

@@ -52,82 +52,82 @@ def check_arch_compatibility(rt, soc_version):
 
 
 @api("Ii", (0,))
-def get_device_info(rt, device_id, attr):
+def get_device_info(rt, device_id, attr, *, site):
     """aclrtGetDeviceInfo: `value, ret` (AI cores, memory size, ...); 207000 for attributes
     the simulated device has no figure for. Blocks."""
-    return rt.get_device_info(device_id, attr)
+    return rt.devices.get_device_info(device_id, attr, site=site)
 
 
 @api("ii", (0,))
 def get_device_capability(rt, device_id, dev_feature_type):
     """aclrtGetDeviceCapability: `value, ret` -- 0: the feature is not available."""
-    return rt.get_device_capability(device_id, dev_feature_type)
+    return rt.devices.get_device_capability(device_id, dev_feature_type)
 
 
 @api("i", (codes.ACL_RT_DEVICE_STATUS_END,))
-def query_device_status(rt, device_id):
+def query_device_status(rt, device_id, *, site):
     """aclrtQueryDeviceStatus: `status, ret` (ACL_RT_DEVICE_STATUS_NORMAL). Blocks."""
-    return rt.query_device_status(device_id)
+    return rt.devices.query_device_status(device_id, site=site)
 
 
 @api("i", ({},))
-def get_device_utilization_rate(rt, device_id):
+def get_device_utilization_rate(rt, device_id, *, site):
     """aclrtGetDeviceUtilizationRate: `{"cube_utilization", "vector_utilization",
     "aicpu_utilization", "memory_utilization"}, ret` in percent (-1: not measured). Blocks."""
-    return rt.get_device_utilization_rate(device_id)
+    return rt.devices.get_device_utilization_rate(device_id, site=site)
 
 
 # ---- resource limits ---------------------------------------------------------------------------
 @api("iI", (0,))
-def get_device_res_limit(rt, device_id, type):  # noqa: A002 - pyACL's parameter name
+def get_device_res_limit(rt, device_id, type, *, site):  # noqa: A002 - pyACL's parameter name
     """aclrtGetDeviceResLimit: `value, ret`, cores of the type this process may use. Blocks."""
-    return rt.get_device_res_limit(device_id, type)
+    return rt.devices.get_device_res_limit(device_id, type, site=site)
 
 
 @api("iII")
-def set_device_res_limit(rt, device_id, type, value):  # noqa: A002 - pyACL's parameter name
+def set_device_res_limit(rt, device_id, type, value, *, site):  # noqa: A002 - pyACL's parameter name
     """aclrtSetDeviceResLimit: this process's kernels run on at most `value` AI cores of the
     device (enforced by the daemon's scheduler). Blocks."""
-    rt.set_device_res_limit(device_id, type, value)
+    rt.devices.set_device_res_limit(device_id, type, value, site=site)
 
 
 @api("i")
-def reset_device_res_limit(rt, device_id):
+def reset_device_res_limit(rt, device_id, *, site):
     """aclrtResetDeviceResLimit: every AI core again. Blocks."""
-    rt.reset_device_res_limit(device_id)
+    rt.devices.reset_device_res_limit(device_id, site=site)
 
 
 @api("I", (0,))
-def get_res_in_current_thread(rt, type):  # noqa: A002 - pyACL's parameter name
+def get_res_in_current_thread(rt, type, *, site):  # noqa: A002 - pyACL's parameter name
     """aclrtGetResInCurrentThread: `value, ret`, the limit in force for this thread: the
     limits of the stream it uses (use_stream_res_in_current_thread), else its process's on
     its current device, else every AI core. Blocks."""
-    return rt.get_res_in_current_thread(type)
+    return rt.devices.get_res_in_current_thread(type, site=site)
 
 
 # ---- memory helpers ----------------------------------------------------------------------------
 @api("kkIk")
-def memset_d32(rt, dev_ptr, mem_size, value, count):
+def memset_d32(rt, dev_ptr, mem_size, value, count, *, site):
     """aclrtMemsetD32: `count` 32-bit words of `value` (host or device memory). Blocks."""
-    rt.memset_d32(dev_ptr, mem_size, value, count, None)
+    rt.memory.memset_d32(dev_ptr, mem_size, value, count, None, site=site)
 
 
 @api("kkIkk")
-def memset_d32_async(rt, dev_ptr, mem_size, value, count, stream):
+def memset_d32_async(rt, dev_ptr, mem_size, value, count, stream, *, site):
     """aclrtMemsetD32Async: stream-ordered for device memory; host memory is filled at once."""
-    rt.memset_d32(dev_ptr, mem_size, value, count, stream)
+    rt.memory.memset_d32(dev_ptr, mem_size, value, count, stream, site=site)
 
 
 @api("k")
-def free_with_dev_sync(rt, dev_ptr):
+def free_with_dev_sync(rt, dev_ptr, *, site):
     """aclrtFreeWithDevSync: waits for the current device's work, then frees. Blocks."""
-    rt.free_with_dev_sync(dev_ptr)
+    rt.memory.free_with_dev_sync(dev_ptr, site=site)
 
 
 @api("k")
-def free_host_with_dev_sync(rt, host_ptr):
+def free_host_with_dev_sync(rt, host_ptr, *, site):
     """aclrtFreeHostWithDevSync: waits for the current device's work, then frees. Blocks."""
-    rt.free_host_with_dev_sync(host_ptr)
+    rt.host.free_host_with_dev_sync(host_ptr, site=site)
 
 
 @api("OII", (0,))
@@ -138,7 +138,7 @@ def check_mem_type(rt, addr_list, mem_type, reserve):
         isinstance(address, int) for address in addr_list
     ):
         raise TypeError("acl.rt.check_mem_type: addr_list must be a list of ints")
-    return rt.check_mem_type(list(addr_list), mem_type, reserve)
+    return rt.memory.check_mem_type(list(addr_list), mem_type, reserve)
 
 
 # ---- host-function threads ---------------------------------------------------------------------
@@ -146,7 +146,7 @@ def check_mem_type(rt, addr_list, mem_type, reserve):
 def subscribe_host_func(rt, host_func_thread_id, exe_stream):
     """aclrtSubscribeHostFunc: that thread runs the stream's launch_host_func functions in
     process_host_func; 100033 if the stream already has one."""
-    rt.subscribe_host_func(host_func_thread_id, exe_stream)
+    rt.callbacks.subscribe_host_func(host_func_thread_id, exe_stream)
 
 
 @api("i")
@@ -159,13 +159,13 @@ def process_host_func(rt, timeout):
             codes.ACL_ERROR_INVALID_PARAM,
             f"timeout {timeout}: -1 waits forever, a positive value waits that many milliseconds",
         )
-    rt.process_host_func(timeout)
+    rt.callbacks.process_host_func(timeout)
 
 
 @api("Kk")
 def unsubscribe_host_func(rt, host_func_thread_id, exe_stream):
     """aclrtUnSubscribeHostFunc: 100034 if not subscribed."""
-    rt.unsubscribe_host_func(host_func_thread_id, exe_stream)
+    rt.callbacks.unsubscribe_host_func(host_func_thread_id, exe_stream)
 
 
 __getattr__, __dir__ = _on_demand(globals())

@@ -138,7 +138,7 @@ def get_func_handle_from_exception_info(rt, info):
 def get_thread_last_task_id(rt):
     """aclrtGetThreadLastTaskId: `task_id, ret`, the number of this thread's last
     asynchronous call (0 before the first)."""
-    return rt.get_thread_last_task_id()
+    return rt.streams.get_thread_last_task_id()
 
 
 @api("i", ({},))
@@ -146,7 +146,7 @@ def get_error_verbose(rt, device_id):
     """aclrtGetErrorVerbose: `error_info, ret`, aclrtErrorInfo as a dict (try_repair,
     has_detail, reserved, error_type, detail: {uce_info, aicore_err_type}). 107001 for a
     device that does not exist."""
-    return rt.get_error_verbose(device_id)
+    return rt.devices.get_error_verbose(device_id)
 
 
 __getattr__, __dir__ = _on_demand(globals())

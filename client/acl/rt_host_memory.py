@@ -27,75 +27,71 @@ __all__ = [
 
 
 @api("kKi", (0,))
-def host_register(rt, ptr, size, type):
+def host_register(rt, ptr, size, type, *, site):
     """aclrtHostRegister: `dev_ptr, ret`, the device pointer of `size` bytes of pinned memory
     at `ptr` (private memory: 207000). type: ACL_HOST_REGISTER_MAPPED (0) or an OR of
     ACL_HOST_REGISTER_IOMEMORY and _READONLY. Blocks."""
-    return rt.host_register(ptr, size, type)
+    return rt.host.host_register(ptr, size, type, site=site)
 
 
 @api("kKI")
-def host_register_v2(rt, ptr, size, flag):
+def host_register_v2(rt, ptr, size, flag, *, site):
     """aclrtHostRegisterV2: register `size` bytes of pinned memory at `ptr`; flag: an OR of
     ACL_HOST_REG_MAPPED, _IOMEMORY, _READONLY, _PINNED. Blocks."""
-    rt.host_register_v2(ptr, size, flag)
+    rt.host.host_register_v2(ptr, size, flag, site=site)
 
 
 @api("kI", (0,))
 def host_get_device_pointer(rt, host_ptr, flag):
     """aclrtHostGetDevicePointer: `dev_ptr, ret` of registered host memory (flag 0)."""
-    return rt.host_get_device_pointer(host_ptr, flag)
+    return rt.host.host_get_device_pointer(host_ptr, flag)
 
 
 @api("k")
-def host_unregister(rt, ptr):
+def host_unregister(rt, ptr, *, site):
     """aclrtHostUnregister of the start of a registered range. Blocks."""
-    rt.host_unregister(ptr)
+    rt.host.host_unregister(ptr, site=site)
 
 
 @api("KI", (0,))
-def mem_alloc_managed(rt, size, flag):
+def mem_alloc_managed(rt, size, flag, *, site):
     """aclrtMemAllocManaged: `ptr, ret`, memory usable at `ptr` here and by kernels; flag
     ACL_RT_MEM_ATTACH_GLOBAL; free it with free. Blocks."""
-    return rt.mem_alloc_managed(size, flag)
+    return rt.managed.mem_alloc_managed(size, flag, site=site)
 
 
 @api("KKIO")
 def mem_managed_advise(rt, ptr, size, advise, location):
     """aclrtMemManagedAdvise: record `advise` (ACL_MEM_ADVISE_*) for `size` bytes of managed
     memory at `ptr`; location a dict {"type": ACL_MEM_LOCATIONTYPE_*, "id": ...}."""
-    rt.mem_managed_advise(ptr, size, advise, location)
+    rt.managed.mem_managed_advise(ptr, size, advise, location)
 
 
-@api("KKOIk")
+@api("KKOIk", delegate="managed.mem_managed_prefetch_async")
 def mem_managed_prefetch_async(rt, ptr, size, location, flags, stream):
     """aclrtMemManagedPrefetchAsync (async): a task of `stream` after which `location` is the
     range's last prefetch location (no bytes move); flags 0."""
-    rt.mem_managed_prefetch_async(ptr, size, location, flags, stream)
 
 
-@api("OOKOOKKk")
+@api("OOKOOKKk", delegate="managed.mem_managed_prefetch_batch_async")
 def mem_managed_prefetch_batch_async(
     rt, ptrs, sizes, count, prefetch_locs, prefetch_loc_idxs, num_prefetch_locs, flags, stream
 ):
     """aclrtMemManagedPrefetchBatchAsync (async): lists as the C arrays; prefetch_locs[k]
     (a location dict) applies from ptrs[prefetch_loc_idxs[k]] to the next index."""
-    rt.mem_managed_prefetch_batch_async(
-        ptrs, sizes, count, prefetch_locs, prefetch_loc_idxs, num_prefetch_locs, flags, stream
-    )
 
 
 @api("IKKK", (0,))
 def mem_managed_get_attr(rt, attribute, ptr, size, data_size):
     """aclrtMemManagedGetAttr: `value, ret`, an int (a list of data_size // 4 ids for
     ACL_MEM_RANGE_ATTRIBUTE_ACCESSED_BY) of `size` bytes of managed memory at `ptr`."""
-    return rt.mem_managed_get_attr(attribute, ptr, size, data_size)
+    return rt.managed.mem_managed_get_attr(attribute, ptr, size, data_size)
 
 
 @api("OKKO", ([],))
 def mem_managed_get_attrs(rt, attributes, ptr, size, data_sizes):
     """aclrtMemManagedGetAttrs: `values, ret`, one value per attribute as get_attr."""
-    return rt.mem_managed_get_attrs(attributes, ptr, size, data_sizes)
+    return rt.managed.mem_managed_get_attrs(attributes, ptr, size, data_sizes)
 
 
 __getattr__, __dir__ = _on_demand(globals())

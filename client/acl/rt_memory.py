@@ -31,39 +31,39 @@ __all__ = [
 @api("", (0,))
 def device_get_bare_tgid(rt):
     """aclrtDeviceGetBareTgid: `pid, ret`, the id an exporter whitelists for this process."""
-    return rt.device_get_bare_tgid()
+    return rt.memory.device_get_bare_tgid()
 
 
 @api("kkK", ("",), nonnull=("dev_ptr",))
-def ipc_mem_get_export_key(rt, dev_ptr, size, flags):
+def ipc_mem_get_export_key(rt, dev_ptr, size, flags, *, site):
     """aclrtIpcMemGetExportKey: `key, ret` sharing [dev_ptr, dev_ptr + size) of one of this
     process's allocations. flags: ACL_RT_IPC_MEM_EXPORT_FLAG_DEFAULT (0, only pids set with
     ipc_mem_set_import_pid may import) or _DISABLE_PID_VALIDATION (1). Blocks."""
-    return rt.ipc_mem_get_export_key(dev_ptr, size, flags)
+    return rt.memory.ipc_mem_get_export_key(dev_ptr, size, flags, site=site)
 
 
 @api("sO")
-def ipc_mem_set_import_pid(rt, key, pids):
+def ipc_mem_set_import_pid(rt, key, pids, *, site):
     """aclrtIpcMemSetImportPid: whitelist the processes (a list of device_get_bare_tgid
     values) that may import `key`. Blocks."""
     try:
         pids = [int(pid) for pid in pids]
     except (TypeError, ValueError):
         raise TypeError("acl.rt.ipc_mem_set_import_pid: pids must be a list of ints") from None
-    rt.ipc_mem_set_import_pid(key, pids)
+    rt.memory.ipc_mem_set_import_pid(key, pids, site=site)
 
 
 @api("sK", (0,))
-def ipc_mem_import_by_key(rt, key, flags):
+def ipc_mem_import_by_key(rt, key, flags, *, site):
     """aclrtIpcMemImportByKey: `dev_ptr, ret` of the memory exported under `key`, usable
     here until ipc_mem_close(key). Blocks."""
-    return rt.ipc_mem_import_by_key(key, flags)
+    return rt.memory.ipc_mem_import_by_key(key, flags, site=site)
 
 
 @api("s")
-def ipc_mem_close(rt, key):
+def ipc_mem_close(rt, key, *, site):
     """aclrtIpcMemClose: importers close first, then the exporter (then acl.rt.free). Blocks."""
-    rt.ipc_mem_close(key)
+    rt.memory.ipc_mem_close(key, site=site)
 
 
 # ---- stream-ordered pools -----------------------------------------------------------------------
@@ -82,48 +82,48 @@ def _props(props) -> tuple[int, int | None]:
 
 
 @api("O", (0,))
-def mem_pool_create(rt, props):
+def mem_pool_create(rt, props, *, site):
     """aclrtMemPoolCreate: `pool, ret`. props: {"max_size": bytes (0 = no cap),
     "location": {"id": device}} (other aclrtMemPoolProps fields are accepted and ignored).
     Blocks."""
     max_size, device = _props(props)
-    return rt.mem_pool_create(max_size, device)
+    return rt.memory.mem_pool_create(max_size, device, site=site)
 
 
 @api("k")
-def mem_pool_destroy(rt, pool):
+def mem_pool_destroy(rt, pool, *, site):
     """aclrtMemPoolDestroy: blocks still allocated from the pool are freed. Blocks."""
-    rt.mem_pool_destroy(pool)
+    rt.memory.mem_pool_destroy(pool, site=site)
 
 
 @api("kkk", (0,))
-def mem_pool_malloc_async(rt, size, pool, stream):
+def mem_pool_malloc_async(rt, size, pool, stream, *, site):
     """aclrtMemPoolMallocAsync: `dev_ptr, ret`, usable by work queued after this call."""
-    return rt.mem_pool_malloc_async(size, pool, stream)
+    return rt.memory.mem_pool_malloc_async(size, pool, stream, site=site)
 
 
 @api("kk", nonnull=("dev_ptr",))
-def mem_pool_free_async(rt, dev_ptr, stream):
+def mem_pool_free_async(rt, dev_ptr, stream, *, site):
     """aclrtMemPoolFreeAsync (async): the block returns when `stream` reaches the free."""
-    rt.mem_pool_free_async(dev_ptr, stream)
+    rt.memory.mem_pool_free_async(dev_ptr, stream, site=site)
 
 
 @api("kIK")
-def mem_pool_set_attr(rt, pool, attr, value):
+def mem_pool_set_attr(rt, pool, attr, value, *, site):
     """aclrtMemPoolSetAttr (ACL_RT_MEM_POOL_* attributes; high-water marks reset to 0). Blocks."""
-    rt.mem_pool_set_attr(pool, attr, value)
+    rt.memory.mem_pool_set_attr(pool, attr, value, site=site)
 
 
 @api("kI", (0,))
-def mem_pool_get_attr(rt, pool, attr):
+def mem_pool_get_attr(rt, pool, attr, *, site):
     """aclrtMemPoolGetAttr: `value, ret`. Blocks."""
-    return rt.mem_pool_get_attr(pool, attr)
+    return rt.memory.mem_pool_get_attr(pool, attr, site=site)
 
 
 @api("kK")
-def mem_pool_trim_to(rt, pool, min_bytes_to_keep):
+def mem_pool_trim_to(rt, pool, min_bytes_to_keep, *, site):
     """aclrtMemPoolTrimTo: reserved and not supported in ACL itself: 207000."""
-    rt.mem_pool_trim_to(pool, min_bytes_to_keep)
+    rt.memory.mem_pool_trim_to(pool, min_bytes_to_keep, site=site)
 
 
 __getattr__, __dir__ = _on_demand(globals())

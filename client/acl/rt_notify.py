@@ -1,5 +1,5 @@
 """acl.rt notify calls: a flag one stream sets and another waits for, in one process or
-shared between processes by key (client/runtime_notify.py, server/notifies.py).
+shared between processes by key (client/runtime/notifies.py, server/notifies.py).
 
 Written like the rest of acl.rt (client/acl/rt.py offers the calls this module lists in
 `__all__` as its own): pyACL's argument checks and return shapes, the ACL code last.
@@ -22,24 +22,24 @@ __all__ = [
 
 
 @api("K", (0,))
-def create_notify(rt, flag):
+def create_notify(rt, flag, *, site):
     """aclrtCreateNotify: `notify, ret` on the current device (flag ACL_NOTIFY_DEFAULT or
     ACL_NOTIFY_DEVICE_USE_ONLY); 207009 past the device's 8192 notifies. Blocks."""
-    return rt.create_notify(flag)
+    return rt.notifies.create_notify(flag, site=site)
 
 
 @api("k")
-def destroy_notify(rt, notify):
+def destroy_notify(rt, notify, *, site):
     """aclrtDestroyNotify: a shared notify goes when every process holding it destroyed it."""
-    rt.destroy_notify(notify)
+    rt.notifies.destroy_notify(notify, site=site)
 
 
-@api("kk", delegate="record_notify")
+@api("kk", delegate="notifies.record_notify")
 def record_notify(rt, notify, stream):
     """aclrtRecordNotify (async): sets the notify when the stream gets there."""
 
 
-@api("kkI", delegate="wait_and_reset_notify")
+@api("kkI", delegate="notifies.wait_and_reset_notify")
 def wait_and_reset_notify(rt, notify, stream, timeout):
     """aclrtWaitAndResetNotify (async): the stream waits until the notify is set, then clears
     it; timeout in seconds (0 waits forever), past it the stream's next synchronize reports
@@ -47,29 +47,29 @@ def wait_and_reset_notify(rt, notify, stream, timeout):
 
 
 @api("kK", ("",))
-def notify_get_export_key(rt, notify, flags):
+def notify_get_export_key(rt, notify, flags, *, site):
     """aclrtNotifyGetExportKey: `key, ret` for another process's notify_import_by_key.
     flags: ACL_RT_NOTIFY_EXPORT_FLAG_DEFAULT (0, only pids set with notify_set_import_pid
     may import) or _DISABLE_PID_VALIDATION (2). Blocks."""
-    return rt.notify_get_export_key(notify, flags)
+    return rt.notifies.notify_get_export_key(notify, flags, site=site)
 
 
 @api("kO")
-def notify_set_import_pid(rt, notify, pids):
+def notify_set_import_pid(rt, notify, pids, *, site):
     """aclrtNotifySetImportPid: whitelist the processes (a list of device_get_bare_tgid
     values) that may import the exported notify. Blocks."""
     try:
         pids = [int(pid) for pid in pids]
     except (TypeError, ValueError):
         raise TypeError("acl.rt.notify_set_import_pid: pids must be a list of ints") from None
-    rt.notify_set_import_pid(notify, pids)
+    rt.notifies.notify_set_import_pid(notify, pids, site=site)
 
 
 @api("sK", (0,))
-def notify_import_by_key(rt, key, flags):
+def notify_import_by_key(rt, key, flags, *, site):
     """aclrtNotifyImportByKey: `notify, ret` in this process (flags
     ACL_RT_NOTIFY_IMPORT_FLAG_DEFAULT or _ENABLE_PEER_ACCESS). Blocks."""
-    return rt.notify_import_by_key(key, flags)
+    return rt.notifies.notify_import_by_key(key, flags, site=site)
 
 
 __getattr__, __dir__ = _on_demand(globals())

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from simnpu.client.facade import api
 from simnpu.client.facade import on_demand as _on_demand
-from simnpu.client.runtime_streams import STREAM_CONFIGS as _CONFIGS
+from simnpu.client.runtime.streams import STREAM_CONFIGS as _CONFIGS
 from simnpu.client.stream_states import STREAM_STATES as _STATES
 from simnpu.proto import codes
 from simnpu.proto.errors import NpuError as _NpuError
@@ -60,29 +60,29 @@ def destroy_stream_config_handle(rt, handle):
 
 
 @api("k", (0,))
-def create_stream_v2(rt, handle):
+def create_stream_v2(rt, handle, *, site):
     """aclrtCreateStreamV2: `stream, ret` with the config handle's priority (clamped to
     0..7) and flags; the work memory fields change nothing. 100000 for a null handle."""
-    return rt.create_stream_v2(handle)
+    return rt.streams.create_stream_v2(handle, site=site)
 
 
 # ---- stream introspection and state callbacks ------------------------------------------------
 @api("k", (0,))
 def stream_get_id(rt, stream):
     """aclrtStreamGetId: `stream_id, ret`, the number the timeline and exception infos use."""
-    return rt.stream_get_id(stream)
+    return rt.streams.stream_get_id(stream)
 
 
 @api("k", (0,))
 def stream_get_priority(rt, stream):
     """aclrtStreamGetPriority: `priority, ret` (0 highest .. 7)."""
-    return rt.stream_get_priority(stream)
+    return rt.streams.stream_get_priority(stream)
 
 
 @api("k", (0,))
 def stream_get_flags(rt, stream):
     """aclrtStreamGetFlags: `flags, ret` (the ACL_STREAM_* flags it was created with)."""
-    return rt.stream_get_flags(stream)
+    return rt.streams.stream_get_flags(stream)
 
 
 @api("OOO", needs_session=False)
@@ -102,89 +102,89 @@ def reg_stream_state_callback(rt, reg_name, callback, args):
 
 # ---- ending a stream's work --------------------------------------------------------------------
 @api("k")
-def stream_abort(rt, stream):
+def stream_abort(rt, stream, *, site):
     """aclrtStreamAbort: the stream's running kernel or copy is ended and its queued tasks
     are discarded (their event records still fire); its next synchronize returns 107023
     once, then it works as before. 0: the default stream. Blocks until done."""
-    rt.stream_abort(stream)
+    rt.streams.stream_abort(stream, site=site)
 
 
 @api("k")
-def stream_stop(rt, stream):
+def stream_stop(rt, stream, *, site):
     """aclrtStreamStop: the stream's running kernel or copy is ended; its queued tasks run
     next, and its next synchronize returns 107023 once. 107000 for the default stream
     (0). Blocks until done."""
-    rt.stream_stop(stream)
+    rt.streams.stream_stop(stream, site=site)
 
 
 # ---- stream resource limits --------------------------------------------------------------------
 @api("kI", (0,))
-def get_stream_res_limit(rt, stream, type):  # noqa: A002 - pyACL's parameter name
+def get_stream_res_limit(rt, stream, type, *, site):  # noqa: A002 - pyACL's parameter name
     """aclrtGetStreamResLimit: `value, ret`, the stream's own limit of the type, else its
     process's on the device (set_device_res_limit), else every AI core. 0: the
     default stream. 107000 for another type. Blocks."""
-    return rt.get_stream_res_limit(stream, type)
+    return rt.streams.get_stream_res_limit(stream, type, site=site)
 
 
 @api("kII")
-def set_stream_res_limit(rt, stream, type, value):  # noqa: A002 - pyACL's parameter name
+def set_stream_res_limit(rt, stream, type, value, *, site):  # noqa: A002 - pyACL's parameter name
     """aclrtSetStreamResLimit: the stream's kernels run on at most `value` AI cores (the
     smaller of its cube and vector limits in force; the stream's limit wins over its
     process's, even when larger). 107000 for another type or a value outside 1 .. the
     device's AI cores. Blocks."""
-    rt.set_stream_res_limit(stream, type, value)
+    rt.streams.set_stream_res_limit(stream, type, value, site=site)
 
 
 @api("k")
-def reset_stream_res_limit(rt, stream):
+def reset_stream_res_limit(rt, stream, *, site):
     """aclrtResetStreamResLimit: the stream follows its process's limits again. Blocks."""
-    rt.reset_stream_res_limit(stream)
+    rt.streams.reset_stream_res_limit(stream, site=site)
 
 
 @api("k")
 def use_stream_res_in_current_thread(rt, stream):
     """aclrtUseStreamResInCurrentThread: get_res_in_current_thread on this thread reads the
     stream's limits (the last stream given wins). Host only."""
-    rt.use_stream_res_in_current_thread(stream)
+    rt.streams.use_stream_res_in_current_thread(stream)
 
 
 @api("k")
 def unuse_stream_res_in_current_thread(rt, stream):
     """aclrtUnuseStreamResInCurrentThread: this thread reads its process's limits again."""
-    rt.unuse_stream_res_in_current_thread(stream)
+    rt.streams.unuse_stream_res_in_current_thread(stream)
 
 
 # ---- events ----------------------------------------------------------------------------------
 @api("kkI")
-def record_event_with_flag(rt, event, stream, flag):
+def record_event_with_flag(rt, event, stream, flag, *, site):
     """aclrtRecordEventWithFlag (async): ACL_EVENT_RECORD_DEFAULT records as record_event;
     ACL_EVENT_RECORD_EXTERNAL needs a stream being captured (107029). 100000 for a null
     event or another flag."""
-    rt.record_event_with_flag(event, stream, flag)
+    rt.events.record_event_with_flag(event, stream, flag, site=site)
 
 
 @api("kkII")
-def stream_wait_event_with_flag(rt, stream, event, timeout, flag):
+def stream_wait_event_with_flag(rt, stream, event, timeout, flag, *, site):
     """aclrtStreamWaitEventWithFlag (async): ACL_EVENT_WAIT_DEFAULT waits as
     stream_wait_event_with_timeout; ACL_EVENT_WAIT_EXTERNAL (timeout 0 only, else 100000)
     needs a stream being captured (107029). 100000 for a null event or another flag."""
-    rt.stream_wait_event_with_flag(stream, event, timeout, flag)
+    rt.events.stream_wait_event_with_flag(stream, event, timeout, flag, site=site)
 
 
 @api("kki")
-def stream_wait_event_with_timeout(rt, stream, event, timeout):
+def stream_wait_event_with_timeout(rt, stream, event, timeout, *, site):
     """aclrtStreamWaitEventWithTimeout (async; timeout in seconds): 0 waits as
     stream_wait_event; below 0 is 107000; a wait whose event has not completed within the
     timeout fails: the stream's next synchronize returns 107019 and the stream goes on."""
-    rt.stream_wait_event_with_timeout(stream, event, timeout)
+    rt.events.stream_wait_event_with_timeout(stream, event, timeout, site=site)
 
 
 @api("k", (0,))
-def event_get_timestamp(rt, event):
+def event_get_timestamp(rt, event, *, site):
     """aclrtEventGetTimestamp: `microseconds, ret` -- when the event's latest record ran,
     on the device clock (time since the host system started). Blocks. 100000 for a null
     event, 507000 if it was never recorded, 107006 if that record has not run yet."""
-    return rt.event_get_timestamp(event)
+    return rt.events.event_get_timestamp(event, site=site)
 
 
 __getattr__, __dir__ = _on_demand(globals())

@@ -1,6 +1,8 @@
-"""acl.rt calls of the CANN runtime headers that simnpu does not simulate, beyond the ones
-client/acl/rt.py lists itself: host memory mapping, virtual memory links, device symbols,
-mbufs, groups, snapshots, fault repair and other launch forms.
+"""acl.rt calls of the CANN runtime headers that simnpu does not simulate: binaries made
+by aclrtCreateBinary, cacheable memory and allocation attributes, pitched, conditional and
+described copies, stream and event attributes, timeouts, device limits and id mapping,
+system parameters, notify ids, user allocators, host memory mapping, virtual memory links,
+device symbols, mbufs, groups, snapshots, fault repair and other launch forms.
 
 client/acl/rt.py turns every entry into a call that returns ACL_ERROR_RT_FEATURE_NOT_SUPPORT
 (207000) in pyACL's shape and lists it in acl.rt.UNSUPPORTED; docs/acl.md's table of every
@@ -8,6 +10,175 @@ runtime function (docs/cann_functions.py) shows the reasons.
 """
 
 from __future__ import annotations
+
+from simnpu.proto import codes
+
+_NOTIFY = "notify ids and batch resets are not simulated"
+_ALLOC = "user allocators for streams are not simulated"
+_CAPS = "the simulated device has no such attribute or capability to report"
+_BINARY = (
+    "aclrtCreateBinary objects are not simulated: use binary_load_from_file or "
+    "binary_load_from_data"
+)
+_BASIC_CALLS: dict[str, tuple[str, tuple | None, str]] = {
+    "get_function_addr": ("aclrtGetFunctionAddr", (0, 0), "kernels have no device code address"),
+    "get_function_name": ("aclrtGetFunctionName", ("",), "function names are not kept"),
+    "register_cpu_func": ("aclrtRegisterCpuFunc", (0,), "AI CPU kernels are not simulated"),
+    "binary_load": ("aclrtBinaryLoad", (0,), _BINARY),
+    "destroy_binary": ("aclrtDestroyBinary", None, "aclrtCreateBinary objects are not simulated"),
+    "set_ts_device": ("aclrtSetTsDevice", None, "task schedulers cannot be chosen"),
+    "malloc_cached": ("aclrtMallocCached", (0,), "cacheable device memory is not simulated"),
+    "mem_flush": ("aclrtMemFlush", None, "cacheable device memory is not simulated"),
+    "mem_invalidate": ("aclrtMemInvalidate", None, "cacheable device memory is not simulated"),
+    "malloc_with_cfg": ("aclrtMallocWithCfg", (0,), "allocation attributes are not simulated"),
+    "malloc_for_task_scheduler": (
+        "aclrtMallocForTaskScheduler",
+        (0,),
+        "allocation attributes are not simulated",
+    ),
+    "malloc_host_with_cfg": (
+        "aclrtMallocHostWithCfg",
+        (0,),
+        "allocation attributes are not simulated",
+    ),
+    "memcpy2d": ("aclrtMemcpy2d", None, "pitched copies are not simulated"),
+    "memcpy2d_async": ("aclrtMemcpy2dAsync", None, "pitched copies are not simulated"),
+    "memcpy_async_with_condition": (
+        "aclrtMemcpyAsyncWithCondition",
+        None,
+        "conditional copies are not simulated",
+    ),
+    "get_memcpy_desc_size": ("aclrtGetMemcpyDescSize", (0,), "copy descriptors are not simulated"),
+    "set_memcpy_desc": ("aclrtSetMemcpyDesc", (0,), "copy descriptors are not simulated"),
+    "memcpy_async_with_desc": (
+        "aclrtMemcpyAsyncWithDesc",
+        None,
+        "copy descriptors are not simulated",
+    ),
+    "cmo_async": ("aclrtCmoAsync", None, "cache maintenance operations are not simulated"),
+    "device_task_abort": (
+        "aclrtDeviceTaskAbort",
+        None,
+        "aborting every task of a device is not simulated (stream_abort ends one stream's)",
+    ),
+    "get_stream_available_num": (
+        "aclrtGetStreamAvailableNum",
+        (0,),
+        "the stream limit is device-wide and the daemon does not report what is left",
+    ),
+    "set_stream_attribute": (
+        "aclrtSetStreamAttribute",
+        None,
+        "stream attributes are not simulated (use set_stream_failure_mode)",
+    ),
+    "get_stream_attribute": (
+        "aclrtGetStreamAttribute",
+        ({},),
+        "stream attributes are not simulated",
+    ),
+    "query_event_wait_status": (
+        "aclrtQueryEventWaitStatus",
+        (codes.ACL_EVENT_WAIT_STATUS_RESERVED,),
+        "the daemon does not report whether an event's waiters have passed",
+    ),
+    "get_event_id": ("aclrtGetEventId", (0,), "events have no hardware id"),
+    "get_event_avail_num": (
+        "aclrtGetEventAvailNum",
+        (0,),
+        "the event limit is device-wide and the daemon does not report what is left",
+    ),
+    "set_op_wait_timeout": (
+        "aclrtSetOpWaitTimeout",
+        None,
+        "wait tasks have no device-side timeout",
+    ),
+    "set_op_execute_timeout_v2": (
+        "aclrtSetOpExecuteTimeOutV2",
+        (0,),
+        "use set_op_execute_time_out (seconds)",
+    ),
+    "get_op_timeout_interval": (
+        "aclrtGetOpTimeOutInterval",
+        (0,),
+        "the timeout interval is not reported",
+    ),
+    "get_op_execute_timeout": (
+        "aclrtGetOpExecuteTimeout",
+        (0,),
+        "the operator timeout is not reported",
+    ),
+    "device_get_uuid": ("aclrtDeviceGetUuid", ({},), _CAPS),
+    "get_devices_topo": ("aclrtGetDevicesTopo", (0,), _CAPS),
+    "device_set_limit": ("aclrtDeviceSetLimit", None, "device limits are not simulated"),
+    "device_get_limit": ("aclrtDeviceGetLimit", (0,), "device limits are not simulated"),
+    "ctx_set_sys_param_opt": (
+        "aclrtCtxSetSysParamOpt",
+        None,
+        "system parameter options are not simulated",
+    ),
+    "ctx_get_sys_param_opt": (
+        "aclrtCtxGetSysParamOpt",
+        (0,),
+        "system parameter options are not simulated",
+    ),
+    "set_sys_param_opt": (
+        "aclrtSetSysParamOpt",
+        None,
+        "system parameter options are not simulated",
+    ),
+    "get_sys_param_opt": (
+        "aclrtGetSysParamOpt",
+        (0,),
+        "system parameter options are not simulated",
+    ),
+    "get_primary_ctx_state": (
+        "aclrtGetPrimaryCtxState",
+        (0, 0),
+        "primary context state is not reported",
+    ),
+    "get_logic_dev_id_by_user_dev_id": (
+        "aclrtGetLogicDevIdByUserDevId",
+        (0,),
+        "device id mapping is not simulated",
+    ),
+    "get_user_dev_id_by_logic_dev_id": (
+        "aclrtGetUserDevIdByLogicDevId",
+        (0,),
+        "device id mapping is not simulated",
+    ),
+    "get_logic_dev_id_by_phy_dev_id": (
+        "aclrtGetLogicDevIdByPhyDevId",
+        (0,),
+        "device id mapping is not simulated",
+    ),
+    "get_phy_dev_id_by_logic_dev_id": (
+        "aclrtGetPhyDevIdByLogicDevId",
+        (0,),
+        "device id mapping is not simulated",
+    ),
+    "get_notify_id": ("aclrtGetNotifyId", (0,), _NOTIFY),
+    "notify_batch_reset": ("aclrtNotifyBatchReset", None, _NOTIFY),
+    "allocator_destroy_desc": ("aclrtAllocatorDestroyDesc", None, _ALLOC),
+    "allocator_set_obj_to_desc": ("aclrtAllocatorSetObjToDesc", None, _ALLOC),
+    "allocator_set_alloc_func_to_desc": ("aclrtAllocatorSetAllocFuncToDesc", None, _ALLOC),
+    "allocator_set_free_func_to_desc": ("aclrtAllocatorSetFreeFuncToDesc", None, _ALLOC),
+    "allocator_set_alloc_advise_func_to_desc": (
+        "aclrtAllocatorSetAllocAdviseFuncToDesc",
+        None,
+        _ALLOC,
+    ),
+    "allocator_set_get_addr_from_block_func_to_desc": (
+        "aclrtAllocatorSetGetAddrFromBlockFuncToDesc",
+        None,
+        _ALLOC,
+    ),
+    "allocator_register": ("aclrtAllocatorRegister", None, _ALLOC),
+    "allocator_unregister": ("aclrtAllocatorUnregister", None, _ALLOC),
+}
+_BASIC_VALUES: dict[str, tuple[str, object, str]] = {
+    "create_binary": ("aclrtCreateBinary", 0, _BINARY),
+    "allocator_create_desc": ("aclrtAllocatorCreateDesc", 0, _ALLOC),
+}
 
 # name: (C call, values returned before ret (None: ret only), why)
 _VMM = "mapping without access, over chosen links or between devices is not simulated: use map_mem"
@@ -31,9 +202,9 @@ _OVERFLOW = "overflow detection is not simulated"
 _UCE = "the simulated device has no memory (UCE) faults to report or repair"
 _SNAPSHOT = "process snapshots (backup and restore) are not simulated"
 _TASK_INFO = "operator information of tasks is not kept"
-_CAPS = "the simulated device has no such attribute or capability to report"
 
 CALLS: dict[str, tuple[str, tuple | None, str]] = {
+    **_BASIC_CALLS,
     "binary_set_exception_callback": (
         "aclrtBinarySetExceptionCallback",
         None,
@@ -195,6 +366,8 @@ CALLS: dict[str, tuple[str, tuple | None, str]] = {
     ),
 }
 # C calls that return a value and no aclError: pyACL returns just that value.
+# C calls that return a value and no aclError: pyACL returns just that value.
 VALUES: dict[str, tuple[str, object, str]] = {
+    **_BASIC_VALUES,
     "create_group_info": ("aclrtCreateGroupInfo", 0, _GROUPS),
 }

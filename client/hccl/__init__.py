@@ -58,25 +58,25 @@ def _hccl(spec: str, outputs: tuple | None = None):
 
 # ---- communicators ------------------------------------------------------------------------------
 @_hccl("", (b"",))
-def get_root_info(rt):
+def get_root_info(rt, *, site):
     """HcclGetRootInfo -> (root_info: bytes of HCCL_ROOT_INFO_BYTES, ret). For the current
     device; this process's HCCL_EXEC_TIMEOUT becomes the communicator's."""
-    return _layer().get_root_info()
+    return _layer().get_root_info(site=site)
 
 
 @_hccl("OOO", (0,))
-def comm_init_root_info(rt, n_ranks, root_info, rank):
+def comm_init_root_info(rt, n_ranks, root_info, rank, *, site):
     """HcclCommInitRootInfo -> (comm, ret). Blocks until all n_ranks ranks have joined;
     HCCL_E_TIMEOUT after HCCL_CONNECT_TIMEOUT seconds (default 120), naming the missing."""
-    return _layer().comm_init_root_info(n_ranks, root_info, rank)
+    return _layer().comm_init_root_info(n_ranks, root_info, rank, site=site)
 
 
 @_hccl("OO", (0,))
-def comm_init_cluster_info(rt, cluster_info, rank):
+def comm_init_cluster_info(rt, cluster_info, rank, *, site):
     """HcclCommInitClusterInfo -> (comm, ret): `rank` of the rank table file `cluster_info`
     (version 1.0 JSON, one server), on the current device, which must be the rank's
     device_id. Blocks until every rank of the table has joined (as comm_init_root_info)."""
-    return _layer().comm_init_cluster_info(cluster_info, rank)
+    return _layer().comm_init_cluster_info(cluster_info, rank, site=site)
 
 
 @_hccl("O", (0,))
@@ -98,16 +98,16 @@ def get_comm_name(rt, comm):
 
 
 @_hccl("O")
-def comm_destroy(rt, comm):
+def comm_destroy(rt, comm, *, site):
     """HcclCommDestroy -> ret."""
-    _layer().comm_destroy(comm)
+    _layer().comm_destroy(comm, site=site)
 
 
 @_hccl("O", (_ht.HCCL_SUCCESS,))
-def get_comm_async_error(rt, comm):
+def get_comm_async_error(rt, comm, *, site):
     """HcclGetCommAsyncError -> (error, ret): the HcclResult of this rank's first failed
     collective on the communicator (HCCL_E_TIMEOUT, HCCL_E_PARA, HCCL_E_REMOTE, ...)."""
-    error, message = _layer().async_error(comm)
+    error, message = _layer().async_error(comm, site=site)
     if error:
         _last_error.explain(message)
     return error
@@ -136,7 +136,7 @@ def rendezvous(rt, job, world_size):
 
 # ---- collectives (asynchronous: ret says whether it was queued) ---------------------------------
 @_hccl("OOOOOOO")
-def all_reduce(rt, send, recv, count, data_type, op, comm, stream):
+def all_reduce(rt, send, recv, count, data_type, op, comm, stream, *, site):
     """HcclAllReduce."""
     _layer().collective(
         _ht.HCCL_CMD_ALLREDUCE,
@@ -147,19 +147,27 @@ def all_reduce(rt, send, recv, count, data_type, op, comm, stream):
         count=count,
         dtype=data_type,
         op=op,
+        site=site,
     )
 
 
 @_hccl("OOOOOO")
-def broadcast(rt, buf, count, data_type, root, comm, stream):
+def broadcast(rt, buf, count, data_type, root, comm, stream, *, site):
     """HcclBroadcast (in place: the root's buf to every rank's buf)."""
     _layer().collective(
-        _ht.HCCL_CMD_BROADCAST, comm, stream, send=buf, count=count, dtype=data_type, root=root
+        _ht.HCCL_CMD_BROADCAST,
+        comm,
+        stream,
+        send=buf,
+        count=count,
+        dtype=data_type,
+        root=root,
+        site=site,
     )
 
 
 @_hccl("OOOOOO")
-def all_gather(rt, send, recv, send_count, data_type, comm, stream):
+def all_gather(rt, send, recv, send_count, data_type, comm, stream, *, site):
     """HcclAllGather: recv holds send_count x n_ranks elements, rank order."""
     _layer().collective(
         _ht.HCCL_CMD_ALLGATHER,
@@ -169,11 +177,12 @@ def all_gather(rt, send, recv, send_count, data_type, comm, stream):
         recv=recv,
         count=send_count,
         dtype=data_type,
+        site=site,
     )
 
 
 @_hccl("OOOOOOO")
-def reduce_scatter(rt, send, recv, recv_count, data_type, op, comm, stream):
+def reduce_scatter(rt, send, recv, recv_count, data_type, op, comm, stream, *, site):
     """HcclReduceScatter: send holds recv_count x n_ranks elements."""
     _layer().collective(
         _ht.HCCL_CMD_REDUCE_SCATTER,
@@ -184,11 +193,12 @@ def reduce_scatter(rt, send, recv, recv_count, data_type, op, comm, stream):
         count=recv_count,
         dtype=data_type,
         op=op,
+        site=site,
     )
 
 
 @_hccl("OOOOOOOO")
-def reduce(rt, send, recv, count, data_type, op, root, comm, stream):
+def reduce(rt, send, recv, count, data_type, op, root, comm, stream, *, site):
     """HcclReduce: the result lands in the root's recv."""
     _layer().collective(
         _ht.HCCL_CMD_REDUCE,
@@ -200,11 +210,12 @@ def reduce(rt, send, recv, count, data_type, op, root, comm, stream):
         dtype=data_type,
         op=op,
         root=root,
+        site=site,
     )
 
 
 @_hccl("OOOOOOO")
-def scatter(rt, send, recv, recv_count, data_type, root, comm, stream):
+def scatter(rt, send, recv, recv_count, data_type, root, comm, stream, *, site):
     """HcclScatter: block r of the root's send to rank r's recv."""
     _layer().collective(
         _ht.HCCL_CMD_SCATTER,
@@ -215,11 +226,12 @@ def scatter(rt, send, recv, recv_count, data_type, root, comm, stream):
         count=recv_count,
         dtype=data_type,
         root=root,
+        site=site,
     )
 
 
 @_hccl("OOOOOOOO")
-def alltoall(rt, send, send_count, send_type, recv, recv_count, recv_type, comm, stream):
+def alltoall(rt, send, send_count, send_type, recv, recv_count, recv_type, comm, stream, *, site):
     """HcclAlltoAll: block j of rank i's send lands in block i of rank j's recv."""
     _layer().collective(
         _ht.HCCL_CMD_ALLTOALL,
@@ -231,29 +243,44 @@ def alltoall(rt, send, send_count, send_type, recv, recv_count, recv_type, comm,
         dtype=send_type,
         recv_count=recv_count,
         recv_dtype=recv_type,
+        site=site,
     )
 
 
 @_hccl("OOOOOO")
-def send(rt, buf, count, data_type, dest_rank, comm, stream):
+def send(rt, buf, count, data_type, dest_rank, comm, stream, *, site):
     """HcclSend: pairs with dest_rank's recv (the j-th send to it with its j-th recv)."""
     _layer().collective(
-        _ht.HCCL_CMD_SEND, comm, stream, send=buf, count=count, dtype=data_type, root=dest_rank
+        _ht.HCCL_CMD_SEND,
+        comm,
+        stream,
+        send=buf,
+        count=count,
+        dtype=data_type,
+        root=dest_rank,
+        site=site,
     )
 
 
 @_hccl("OOOOOO")
-def recv(rt, buf, count, data_type, src_rank, comm, stream):
+def recv(rt, buf, count, data_type, src_rank, comm, stream, *, site):
     """HcclRecv."""
     _layer().collective(
-        _ht.HCCL_CMD_RECEIVE, comm, stream, recv=buf, count=count, dtype=data_type, root=src_rank
+        _ht.HCCL_CMD_RECEIVE,
+        comm,
+        stream,
+        recv=buf,
+        count=count,
+        dtype=data_type,
+        root=src_rank,
+        site=site,
     )
 
 
 @_hccl("OO")
-def barrier(rt, comm, stream):
+def barrier(rt, comm, stream, *, site):
     """HcclBarrier: every rank's stream waits here until all ranks' streams have reached it."""
-    _layer().collective(_ht.HCCL_CMD_BARRIER, comm, stream)
+    _layer().collective(_ht.HCCL_CMD_BARRIER, comm, stream, site=site)
 
 
 __getattr__, __dir__ = _facade.on_demand(globals())

@@ -134,7 +134,7 @@ def test_a_client_ending_with_a_waiting_stream_and_a_strangers_handle(daemon, ac
         from simnpu.proto import commands
         assert acl.rt.set_device(0) == 0
         rt = facade.session()
-        stream = rt.stream(0)
+        stream = rt.contexts.stream(0)
         record = commands.CntNotifyRecord.pack({notify}, stream, 0, 1)
         rt.connection.send_command(record, "x", stream)
         print(acl.rt.synchronize_stream(0))

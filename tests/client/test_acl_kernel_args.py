@@ -330,7 +330,7 @@ def test_daemon_checks_forged_place_holders(acl, setup):
     """A record the builder would not make (a place holder on a scalar, or too much data)
     is refused by the daemon with 107000; the session and the daemon go on."""
     from simnpu.client import facade
-    from simnpu.client.transport import caller_site
+    from simnpu.client.transport import call_site
     from simnpu.proto import commands
 
     binary, stream, pointers, _ = setup
@@ -339,8 +339,10 @@ def test_daemon_checks_forged_place_holders(acl, setup):
     args = struct.pack("<QIf", pointers[2], 4, 1.0)
     free_before = acl.rt.get_mem_info(0)[0]
     for place_holders in ([(8, b"\x01\x00\x00\x00")], [(0, bytes(65 * 1024))], [(0, b"")]):
-        record = commands.LaunchWithConfig.pack(1, rt.stream(stream), func, 0, args, place_holders)
-        rt.connection.send_command(record, caller_site(), rt.stream(stream))
+        record = commands.LaunchWithConfig.pack(
+            1, rt.contexts.stream(stream), func, 0, args, place_holders
+        )
+        rt.connection.send_command(record, call_site(), rt.contexts.stream(stream))
         assert acl.rt.synchronize_stream(stream) == acl.ACL_ERROR_RT_PARAM_INVALID
         acl.get_recent_err_msg()
     assert acl.rt.get_mem_info(0)[0] == free_before

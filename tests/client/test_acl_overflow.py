@@ -88,9 +88,9 @@ def test_the_mode_is_the_process_s_and_outlives_reset_device(acl, daemon):
     assert acl.rt.set_device(0) == 0
     assert acl.rt.get_device_sat_mode() == (SAT, 0)
     with runtime_of(daemon.address) as rt:
-        assert rt.get_device_sat_mode() == INFNAN
+        assert rt.devices.get_device_sat_mode() == INFNAN
         with pytest.raises(NpuError) as refused:  # the daemon checks the mode too
-            rt._call(pb.SetDeviceSatModeRequest(mode=2))
+            rt.connection.call(pb.SetDeviceSatModeRequest(mode=2))
         assert refused.value.code == codes.ACL_ERROR_RT_PARAM_INVALID
         round_trip(rt)  # the daemon and this client are unharmed
     assert acl.rt.set_device_sat_mode(INFNAN) == 0
@@ -248,13 +248,13 @@ def test_kernels_raise_the_status_that_streams_read_and_reset(acl, daemon):
     assert acl.rt.synchronize_stream(stream) == 0
     assert status(acl, buffer, 0) == 1  # the status is the context's, read from any stream
     with runtime_of(daemon.address) as rt:  # another client: its context knows nothing of it
-        other = rt.malloc(64)
-        rt.get_overflow_status(other, 64, 0)
-        rt.synchronize_stream(0)
+        other = rt.memory.malloc(64)
+        rt.devices.get_overflow_status(other, 64, 0)
+        rt.sync.synchronize_stream(0)
         seen = np.zeros(64, np.uint8)
-        rt.memcpy(seen.ctypes.data, 64, other, 64, codes.ACL_MEMCPY_DEVICE_TO_HOST)
+        rt.memory.memcpy(seen.ctypes.data, 64, other, 64, codes.ACL_MEMCPY_DEVICE_TO_HOST)
         assert not seen.any()
-        rt.free(other)
+        rt.memory.free(other)
     assert acl.rt.reset_overflow_status(stream) == 0
     assert status(acl, buffer, stream) == 0
     small = struct.pack("<QQQI", out, out, out, 0)  # no element: nothing overflows

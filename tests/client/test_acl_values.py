@@ -151,7 +151,7 @@ def test_another_clients_memory_is_refused(daemon, acl):
         from simnpu.proto import commands
         assert acl.rt.set_device(0) == 0
         rt = facade.session()
-        stream = rt.stream(0)
+        stream = rt.contexts.stream(0)
         rt.connection.send_command(commands.ValueWrite.pack({ptr}, 1, 0, stream), "x", stream)
         print(acl.rt.synchronize_stream(0))
         rt.connection.send_command(commands.ValueWait.pack({ptr}, 1, 1, stream), "x", stream)

@@ -309,19 +309,19 @@ def test_physical_memory_counts_and_goes_with_the_client(daemon, acl):
     free_again(acl, before)  # the session's end freed it
     rt = Runtime(daemon.address)
     try:
-        rt.set_device(0)
-        base = rt.reserve_mem_address(4 * MiB)
-        handle = rt.malloc_physical(2 * MiB, PROP)
-        rt.map_mem(base + 2 * MiB, 2 * MiB, 0, handle)
-        stats = rt.memory_stats()
+        rt.contexts.set_device(0)
+        base = rt.vmm.reserve_mem_address(4 * MiB)
+        handle = rt.vmm.malloc_physical(2 * MiB, PROP)
+        rt.vmm.map_mem(base + 2 * MiB, 2 * MiB, 0, handle)
+        stats = rt.memory.memory_stats()
         assert stats["allocated_bytes.all.current"] >= 2 * MiB
-        snapshot = rt.memory_snapshot()
+        snapshot = rt.memory.memory_snapshot()
         [block] = [b for b in snapshot if "physical" in b]
         assert block["physical"] == {"handle_references": 1, "mapped_at": [base + 2 * MiB]}
         assert f"physical, mapped at {base + 2 * MiB:#x}" in format_snapshot(snapshot)
-        rt.set_memory_limit(4 * MiB)  # its quota counts physical memory
+        rt.memory.set_memory_limit(4 * MiB)  # its quota counts physical memory
         with pytest.raises(NpuError) as refused:
-            rt.malloc_physical(2 * MiB, PROP)
+            rt.vmm.malloc_physical(2 * MiB, PROP)
         assert refused.value.code == codes.ACL_ERROR_RT_MEMORY_ALLOCATION
     finally:
         rt.close()

@@ -1,5 +1,6 @@
-"""caller_site: the user's file:line that each asynchronous call carries (its cache is keyed
-by code object ids, so it must still tell lines and code objects apart)."""
+"""call_site: the user's file:line that each call carries, taken where the public call
+entered (its cache is keyed by code object ids, so it must still tell lines and code objects
+apart)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from simnpu.client import transport
 
 
 def _site() -> str:
-    return transport.caller_site()  # the caller's caller: the test's line
+    return transport.call_site()  # above the function that asks: the test's line
 
 
 def test_each_line_of_a_function_is_its_own_site():
@@ -40,9 +41,9 @@ def test_code_made_and_dropped_at_run_time_names_its_own_lines():
 def test_frames_of_simnpu_are_skipped():
     """A call that goes through several of the client's own functions names the first
     frame outside them."""
-    own: dict = {"__name__": "simnpu.client.made_up", "caller_site": transport.caller_site}
+    own: dict = {"__name__": "simnpu.client.made_up", "call_site": transport.call_site}
     source = "def outer():\n    return middle()\ndef middle():\n    return inner()\n"
-    source += "def inner():\n    return caller_site()\n"
+    source += "def inner():\n    return call_site()\n"
     exec(compile(source, "<own>", "exec"), own)  # noqa: S102
     line = inspect.currentframe().f_lineno
     assert own["outer"]() == f"{__file__}:{line + 1}"
@@ -66,7 +67,7 @@ def test_the_call_log_answers_for_its_last_65536_calls():
     assert log.command(last - 1) == ((last - 1) % 7, threading.get_ident(), b"r%d" % (last - 1))
     assert log.command(last) is None  # a request
     assert log.site_of(10) is None and log.command(9) is None  # overwritten by 65,546 and 65,545
-    assert log.deferred_seq == last - 1 and log.stream_seq[(last - 1) % 7] == last - 1
+    assert log.last_deferred() == last - 1 and log.last_command((last - 1) % 7) == last - 1
     log.sites_sent = last - 3
     assert log.unsent_sites() == (
         [last - 2, last - 1, last],

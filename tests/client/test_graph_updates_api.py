@@ -15,6 +15,7 @@ import pytest
 from conftest import round_trip, runtime_of
 
 from simnpu.proto import codes
+from simnpu.proto.errors import NpuError
 
 N = 512
 
@@ -123,7 +124,11 @@ def test_a_group_between_other_tasks_is_updated_bit_for_bit(npu, dev):
     assert listed[1]["name"] == "mul_f32"
     g.destroy()
     rt = npu.runtime()  # the client forgets the tasks it listed with their graph
-    assert not {t["handle"] for t in listed} & {*rt.task_models, *rt.model_tasks}
+    for handle in {t["handle"] for t in listed}:
+        assert rt.graphs.task_model(handle) == 0
+        with pytest.raises(NpuError) as forgotten:
+            rt.graphs.model_task_get_type(handle)
+        assert forgotten.value.code == codes.ACL_ERROR_RT_INVALID_HANDLE
     for s in (stream, updater):
         s.destroy()
 

@@ -88,4 +88,4 @@ def test_the_example_runs(npu):
     example = re.search(r"```python\n(.*?)```", page, re.DOTALL)
     assert example is not None
     exec(compile(example.group(1), "python-api.md", "exec"), {})  # it asserts its result
-    assert npu.runtime().memory_limit(0)[1] == 0  # it freed what it allocated
+    assert npu.runtime().memory.memory_limit(0)[1] == 0  # it freed what it allocated

@@ -59,18 +59,20 @@ class Work:
 
     def __init__(self, rt: Runtime):
         self.rt = rt
-        binary = rt.binary_load(KERNELS, "signal_kernels.py")
-        self.gate_kernel = rt.get_function(binary, "gate")
-        self.fail_kernel = rt.get_function(binary, "fail")
-        self.talk_kernel = rt.get_function(binary, "talk")
-        self.empty = rt.get_function(commands.BUILTIN_BINARY, "empty")
+        binary = rt.kernels.binary_load(KERNELS, "signal_kernels.py")
+        self.gate_kernel = rt.kernels.get_function(binary, "gate")
+        self.fail_kernel = rt.kernels.get_function(binary, "fail")
+        self.talk_kernel = rt.kernels.get_function(binary, "talk")
+        self.empty = rt.kernels.get_function(commands.BUILTIN_BINARY, "empty")
 
     def launch(self, function: int, stream: int, *args) -> None:
-        self.rt.launch_kernel(function, 1, self.rt.signature(function).pack(*args), stream)
+        self.rt.kernels.launch_kernel(
+            function, 1, self.rt.kernels.signature(function).pack(*args), stream
+        )
 
     def gate(self, stream: int) -> int:
         """Hold `stream` until open(flag) (the gate fails after 30 s); returns the flag."""
-        flag = self.rt.malloc(4)
+        flag = self.rt.memory.malloc(4)
         write_flag(self.rt, flag, 0)
         self.launch(self.gate_kernel, stream, flag, 30.0)
         return flag
@@ -81,7 +83,7 @@ class Work:
 
 def write_flag(rt: Runtime, address: int, value: int) -> None:
     cell = np.array([value], np.int32)
-    rt.memcpy(address, 4, cell.ctypes.data, 4, codes.ACL_MEMCPY_HOST_TO_DEVICE)
+    rt.memory.memcpy(address, 4, cell.ctypes.data, 4, codes.ACL_MEMCPY_HOST_TO_DEVICE)
 
 
 @pytest.fixture
@@ -93,19 +95,19 @@ def work(rt):
 def no_request(rt: Runtime, decided: int = 1):
     """The block sends nothing to the daemon (no call takes a sequence number) and
     `decided` calls are answered on the signals."""
-    seq, before = rt.connection.log.seq, rt.signals.decided
+    seq, before = rt.connection.log.seq, rt.sync.decided
     yield
     assert rt.connection.log.seq == seq
-    assert rt.signals.decided == before + decided
+    assert rt.sync.decided == before + decided
 
 
 @contextlib.contextmanager
 def requests(rt: Runtime, count: int = 1):
     """The block asks the daemon `count` times and decides nothing on the signals."""
-    seq, before = rt.connection.log.seq, rt.signals.decided
+    seq, before = rt.connection.log.seq, rt.sync.decided
     yield
     assert rt.connection.log.seq == seq + count
-    assert rt.signals.decided == before
+    assert rt.sync.decided == before
 
 
 def outcome(call, *args) -> tuple[int, str] | int | None:
@@ -118,25 +120,25 @@ def outcome(call, *args) -> tuple[int, str] | int | None:
 
 # ---- completed work: no request ------------------------------------------------------------
 def test_completed_work_is_answered_without_a_request(rt, work):
-    stream = rt.create_stream()
-    event = rt.create_event()
+    stream = rt.streams.create_stream()
+    event = rt.events.create_event()
     work.launch(work.empty, stream)
-    rt.record_event(event, stream)
+    rt.events.record_event(event, stream)
     with no_request(rt):
-        rt.synchronize_event(event)
+        rt.sync.synchronize_event(event)
     with no_request(rt):
-        assert rt.query_event_status(event) == COMPLETE
+        assert rt.sync.query_event_status(event) == COMPLETE
     with no_request(rt):
-        assert rt.stream_query(stream) == STREAM_COMPLETE
+        assert rt.sync.stream_query(stream) == STREAM_COMPLETE
     with no_request(rt):
-        rt.synchronize_device()
+        rt.sync.synchronize_device()
     work.launch(work.empty, stream)
     with no_request(rt):
-        rt.synchronize_device()
+        rt.sync.synchronize_device()
     with no_request(rt):
-        assert rt.stream_query(stream) == STREAM_COMPLETE
-    rt.destroy_event(event)
-    rt.destroy_stream(stream)
+        assert rt.sync.stream_query(stream) == STREAM_COMPLETE
+    rt.events.destroy_event(event)
+    rt.streams.destroy_stream(stream)
 
 
 def test_the_acl_calls_take_the_signal_path(daemon, acl):
@@ -145,8 +147,8 @@ def test_the_acl_calls_take_the_signal_path(daemon, acl):
     rt = runtime()
     stream, _ = acl.rt.create_stream()
     event, _ = acl.rt.create_event_with_flag(acl.ACL_EVENT_SYNC)
-    empty = rt.get_function(commands.BUILTIN_BINARY, "empty")
-    rt.launch_kernel(empty, 1, b"", stream)
+    empty = rt.kernels.get_function(commands.BUILTIN_BINARY, "empty")
+    rt.kernels.launch_kernel(empty, 1, b"", stream)
     assert acl.rt.record_event(event, stream) == 0
     with no_request(rt, decided=4):
         assert acl.rt.synchronize_event_with_timeout(event, 5000) == 0
@@ -159,203 +161,203 @@ def test_the_acl_calls_take_the_signal_path(daemon, acl):
 
 # ---- pending work --------------------------------------------------------------------------
 def test_pending_work_asks_and_a_synchronize_sleeps_on_the_signal(rt, work):
-    stream = rt.create_stream()
-    event = rt.create_event()
+    stream = rt.streams.create_stream()
+    event = rt.events.create_event()
     flag = work.gate(stream)
-    rt.record_event(event, stream)
+    rt.events.record_event(event, stream)
     with requests(rt):
-        assert rt.query_event_status(event) == NOT_READY  # the signal cannot say "not yet"
+        assert rt.sync.query_event_status(event) == NOT_READY  # the signal cannot say "not yet"
     with requests(rt):
-        assert rt.stream_query(stream) == STREAM_NOT_READY
+        assert rt.sync.stream_query(stream) == STREAM_NOT_READY
     opened = threading.Event()
     threading.Timer(0.3, lambda: (opened.set(), work.open(flag))).start()
-    before = rt.signals.decided
-    rt.synchronize_event(event)  # woken by the signal, not asking
+    before = rt.sync.decided
+    rt.sync.synchronize_event(event)  # woken by the signal, not asking
     assert opened.is_set()
-    assert rt.signals.decided == before + 1
+    assert rt.sync.decided == before + 1
     with no_request(rt):
-        assert rt.query_event_status(event) == COMPLETE
-    rt.free(flag)
-    rt.destroy_event(event)
-    rt.destroy_stream(stream)
+        assert rt.sync.query_event_status(event) == COMPLETE
+    rt.memory.free(flag)
+    rt.events.destroy_event(event)
+    rt.streams.destroy_stream(stream)
 
 
 def test_an_event_whose_record_is_not_its_streams_last_call_asks(rt, work):
-    stream = rt.create_stream()
-    event = rt.create_event()
+    stream = rt.streams.create_stream()
+    event = rt.events.create_event()
     first = work.gate(stream)
-    rt.record_event(event, stream)
+    rt.events.record_event(event, stream)
     second = work.gate(stream)  # the signal is written when the stream drains: after this
     with requests(rt):
-        assert rt.query_event_status(event) == NOT_READY
+        assert rt.sync.query_event_status(event) == NOT_READY
     threading.Timer(0.2, work.open, (first,)).start()
-    before = rt.signals.decided
-    rt.synchronize_event(event)  # the daemon answers once the record ran
-    assert rt.signals.decided == before
+    before = rt.sync.decided
+    rt.sync.synchronize_event(event)  # the daemon answers once the record ran
+    assert rt.sync.decided == before
     with requests(rt):
-        assert rt.query_event_status(event) == COMPLETE
+        assert rt.sync.query_event_status(event) == COMPLETE
     with requests(rt):
-        assert rt.stream_query(stream) == STREAM_NOT_READY
+        assert rt.sync.stream_query(stream) == STREAM_NOT_READY
     work.open(second)
-    rt.synchronize_stream(stream)
+    rt.sync.synchronize_stream(stream)
     with no_request(rt):  # drained: now the signal proves it
-        assert rt.query_event_status(event) == COMPLETE
+        assert rt.sync.query_event_status(event) == COMPLETE
     for flag in (first, second):
-        rt.free(flag)
-    rt.destroy_event(event)
-    rt.destroy_stream(stream)
+        rt.memory.free(flag)
+    rt.events.destroy_event(event)
+    rt.streams.destroy_stream(stream)
 
 
 def test_a_launch_behind_a_waited_record_hands_the_wait_to_the_daemon(rt, work):
-    stream = rt.create_stream()
-    event = rt.create_event()
+    stream = rt.streams.create_stream()
+    event = rt.events.create_event()
     first = work.gate(stream)
-    rt.record_event(event, stream)
-    before = rt.signals.decided
-    waited = threading.Thread(target=rt.synchronize_event, args=(event,))
+    rt.events.record_event(event, stream)
+    before = rt.sync.decided
+    waited = threading.Thread(target=rt.sync.synchronize_event, args=(event,))
     waited.start()  # sleeps on the signal: the record is the stream's last call
     second = work.gate(stream)  # now it is not: the signal will not stop at the record
     work.open(first)
     waited.join(30)  # the daemon answered when the record ran, with the stream still held
     assert not waited.is_alive()
-    assert rt.signals.decided == before
+    assert rt.sync.decided == before
     with requests(rt):
-        assert rt.stream_query(stream) == STREAM_NOT_READY
+        assert rt.sync.stream_query(stream) == STREAM_NOT_READY
     work.open(second)
-    rt.synchronize_stream(stream)
+    rt.sync.synchronize_stream(stream)
     for flag in (first, second):
-        rt.free(flag)
-    rt.destroy_event(event)
-    rt.destroy_stream(stream)
+        rt.memory.free(flag)
+    rt.events.destroy_event(event)
+    rt.streams.destroy_stream(stream)
 
 
 def test_timeouts_end_on_the_daemons_answer(rt, work):
-    stream = rt.create_stream()
-    event = rt.create_event()
+    stream = rt.streams.create_stream()
+    event = rt.events.create_event()
     flag = work.gate(stream)
-    rt.record_event(event, stream)
+    rt.events.record_event(event, stream)
     with pytest.raises(NpuError) as raised:
-        rt.synchronize_event(event, timeout_ms=50)
+        rt.sync.synchronize_event(event, timeout_ms=50)
     assert raised.value.code == codes.ACL_ERROR_RT_EVENT_SYNC_TIMEOUT
     assert raised.value.message == "event synchronize timed out"
     with pytest.raises(NpuError) as raised:
-        rt.synchronize_device(timeout_ms=50)
+        rt.sync.synchronize_device(timeout_ms=50)
     assert raised.value.code == codes.ACL_ERROR_RT_STREAM_SYNC_TIMEOUT
     assert raised.value.message == "synchronize timed out"
     work.open(flag)
-    rt.synchronize_event(event, timeout_ms=20_000)
+    rt.sync.synchronize_event(event, timeout_ms=20_000)
     with no_request(rt):
-        rt.synchronize_device(timeout_ms=20_000)
+        rt.sync.synchronize_device(timeout_ms=20_000)
     with pytest.raises(NpuError) as raised:
-        rt.synchronize_device(timeout_ms=-2)  # refused by the daemon, as before
+        rt.sync.synchronize_device(timeout_ms=-2)  # refused by the daemon, as before
     assert raised.value.code == codes.ACL_ERROR_RT_PARAM_INVALID
-    rt.free(flag)
-    rt.destroy_event(event)
-    rt.destroy_stream(stream)
+    rt.memory.free(flag)
+    rt.events.destroy_event(event)
+    rt.streams.destroy_stream(stream)
 
 
 # ---- several streams, events recorded twice, another device --------------------------------
 def test_device_synchronize_waits_for_every_stream(rt, work):
-    streams = [rt.create_stream() for _ in range(3)]
+    streams = [rt.streams.create_stream() for _ in range(3)]
     flag = work.gate(streams[1])
     for stream in streams:
         work.launch(work.empty, stream)
     opened = threading.Event()
     threading.Timer(0.3, lambda: (opened.set(), work.open(flag))).start()
-    before = rt.signals.decided
-    rt.synchronize_device()
+    before = rt.sync.decided
+    rt.sync.synchronize_device()
     assert opened.is_set()
-    assert rt.signals.decided == before + 1
+    assert rt.sync.decided == before + 1
     with no_request(rt):  # the stream of the last call
-        assert rt.stream_query(streams[-1]) == STREAM_COMPLETE
+        assert rt.sync.stream_query(streams[-1]) == STREAM_COMPLETE
     with requests(rt):
-        assert rt.stream_query(streams[0]) == STREAM_COMPLETE
-    rt.free(flag)
+        assert rt.sync.stream_query(streams[0]) == STREAM_COMPLETE
+    rt.memory.free(flag)
     for stream in streams:
-        rt.destroy_stream(stream)
+        rt.streams.destroy_stream(stream)
 
 
 def test_a_query_of_a_stream_that_is_not_the_last_one_used_asks(rt, work):
-    first, second = rt.create_stream(), rt.create_stream()
+    first, second = rt.streams.create_stream(), rt.streams.create_stream()
     work.launch(work.empty, first)
     work.launch(work.empty, second)
-    rt.synchronize_device()
+    rt.sync.synchronize_device()
     with requests(rt):  # a later call (on another stream) could yet be rejected
-        assert rt.stream_query(first) == STREAM_COMPLETE
+        assert rt.sync.stream_query(first) == STREAM_COMPLETE
     with no_request(rt):
-        assert rt.stream_query(second) == STREAM_COMPLETE
+        assert rt.sync.stream_query(second) == STREAM_COMPLETE
     for stream in (first, second):
-        rt.destroy_stream(stream)
+        rt.streams.destroy_stream(stream)
 
 
 def test_an_event_recorded_twice_follows_its_latest_record(rt, work):
-    first, second = rt.create_stream(), rt.create_stream()
-    event = rt.create_event()
+    first, second = rt.streams.create_stream(), rt.streams.create_stream()
+    event = rt.events.create_event()
     work.launch(work.empty, first)
-    rt.record_event(event, first)
-    rt.synchronize_stream(first)
+    rt.events.record_event(event, first)
+    rt.sync.synchronize_stream(first)
     with no_request(rt):
-        assert rt.query_event_status(event) == COMPLETE
+        assert rt.sync.query_event_status(event) == COMPLETE
     flag = work.gate(second)
-    rt.record_event(event, second)
+    rt.events.record_event(event, second)
     with requests(rt):
-        assert rt.query_event_status(event) == NOT_READY
+        assert rt.sync.query_event_status(event) == NOT_READY
     work.open(flag)
-    rt.synchronize_event(event)
+    rt.sync.synchronize_event(event)
     with no_request(rt):
-        assert rt.query_event_status(event) == COMPLETE
-    rt.free(flag)
-    rt.destroy_event(event)
+        assert rt.sync.query_event_status(event) == COMPLETE
+    rt.memory.free(flag)
+    rt.events.destroy_event(event)
     for stream in (first, second):
-        rt.destroy_stream(stream)
+        rt.streams.destroy_stream(stream)
 
 
 def test_an_event_recorded_on_a_stream_of_another_device(rt, work):
-    event = rt.create_event()  # of device 0
-    rt.set_device(1)
-    other = rt.create_stream()
-    empty = rt.get_function(commands.BUILTIN_BINARY, "empty")
-    rt.launch_kernel(empty, 1, b"", other)
-    rt.set_device(0)
-    rt.record_event(event, other)
+    event = rt.events.create_event()  # of device 0
+    rt.contexts.set_device(1)
+    other = rt.streams.create_stream()
+    empty = rt.kernels.get_function(commands.BUILTIN_BINARY, "empty")
+    rt.kernels.launch_kernel(empty, 1, b"", other)
+    rt.contexts.set_device(0)
+    rt.events.record_event(event, other)
     with no_request(rt):
-        rt.synchronize_event(event)
+        rt.sync.synchronize_event(event)
     with no_request(rt):
-        assert rt.query_event_status(event) == COMPLETE
+        assert rt.sync.query_event_status(event) == COMPLETE
     with no_request(rt):
-        rt.synchronize_device()  # device 0 has nothing left; the last call is covered
-    rt.set_device(1)
+        rt.sync.synchronize_device()  # device 0 has nothing left; the last call is covered
+    rt.contexts.set_device(1)
     with no_request(rt):
-        rt.synchronize_device()
-    rt.destroy_stream(other)
-    rt.reset_device(1)
-    rt.destroy_event(event)
+        rt.sync.synchronize_device()
+    rt.streams.destroy_stream(other)
+    rt.contexts.reset_device(1)
+    rt.events.destroy_event(event)
 
 
 # ---- failures: reported exactly as by the request --------------------------------------------
 def failing_scenario(rt: Runtime, work: Work) -> list:
     """A failing kernel, then event, stream and device calls: what each returned or raised."""
-    stream = rt.create_stream()
-    event = rt.create_event()
+    stream = rt.streams.create_stream()
+    event = rt.events.create_event()
     work.launch(work.fail_kernel, stream, 12)
-    rt.record_event(event, stream)
+    rt.events.record_event(event, stream)
     results = [
-        outcome(rt.synchronize_event, event),  # succeeds, warns
-        outcome(rt.query_event_status, event),
-        outcome(rt.stream_query, stream),  # reports the failure
-        outcome(rt.stream_query, stream),
+        outcome(rt.sync.synchronize_event, event),  # succeeds, warns
+        outcome(rt.sync.query_event_status, event),
+        outcome(rt.sync.stream_query, stream),  # reports the failure
+        outcome(rt.sync.stream_query, stream),
     ]
     work.launch(work.fail_kernel, stream, 7)
-    results += [outcome(rt.synchronize_device), outcome(rt.synchronize_device)]
+    results += [outcome(rt.sync.synchronize_device), outcome(rt.sync.synchronize_device)]
     work.launch(work.fail_kernel, stream, 3)
-    rt.record_event(event, stream)
+    rt.events.record_event(event, stream)
     results += [
-        outcome(rt.synchronize_event, event),
-        outcome(rt.query_event_status, event),
-        outcome(rt.synchronize_stream, stream),
+        outcome(rt.sync.synchronize_event, event),
+        outcome(rt.sync.query_event_status, event),
+        outcome(rt.sync.synchronize_stream, stream),
     ]
-    rt.destroy_event(event)
-    rt.destroy_stream(stream)
+    rt.events.destroy_event(event)
+    rt.streams.destroy_stream(stream)
     return results
 
 
@@ -363,7 +365,9 @@ def test_failures_are_reported_as_the_request_reports_them(rt, work, capfd, monk
     on_signals = failing_scenario(rt, work)
     warned = capfd.readouterr().err
     with monkeypatch.context() as patch:
-        patch.setattr(rt, "_deciding", lambda *contexts, **_: None)  # every call asks the daemon
+        patch.setattr(
+            rt.sync, "_deciding", lambda *contexts, **_: None
+        )  # every call asks the daemon
         by_request = failing_scenario(rt, work)
     assert on_signals == by_request
     numbers = re.compile(r"task \d+ |0x[0-9a-f]+")  # of other calls, of another stream
@@ -380,196 +384,196 @@ def test_failures_are_reported_as_the_request_reports_them(rt, work, capfd, monk
 
 
 def test_a_rejected_call_is_reported_by_the_query_and_device_synchronize(rt):
-    stream = rt.create_stream()
+    stream = rt.streams.create_stream()
     bogus = commands.Launch.pack(1, stream, (5 << 40) | 999_999, b"")
     rt.connection.send_command(bogus, "test", stream)
     with pytest.raises(NpuError) as raised:
-        rt.stream_query(stream)
+        rt.sync.stream_query(stream)
     assert raised.value.code == codes.ACL_ERROR_RT_INVALID_HANDLE
     rt.connection.send_command(bogus, "test", stream)
     with pytest.raises(NpuError) as raised:
-        rt.synchronize_device()
+        rt.sync.synchronize_device()
     assert raised.value.code == codes.ACL_ERROR_RT_INVALID_HANDLE
-    rt.destroy_stream(stream)
+    rt.streams.destroy_stream(stream)
 
 
 def test_stop_on_failure_asks_the_daemon(rt, work):
-    context = rt.create_context(0)
-    first, second = rt.create_stream(), rt.create_stream()
-    event = rt.create_event()
+    context = rt.contexts.create_context(0)
+    first, second = rt.streams.create_stream(), rt.streams.create_stream()
+    event = rt.events.create_event()
     work.launch(work.empty, second)
-    rt.record_event(event, second)
-    rt.synchronize_stream(second)
-    rt.set_stream_failure_mode(first, codes.ACL_STOP_ON_FAILURE)
+    rt.events.record_event(event, second)
+    rt.sync.synchronize_stream(second)
+    rt.streams.set_stream_failure_mode(first, codes.ACL_STOP_ON_FAILURE)
     failing = Work(rt)
     failing.launch(failing.fail_kernel, first, 4)
     with pytest.raises(NpuError):
-        rt.synchronize_stream(first)
+        rt.sync.synchronize_stream(first)
     for call, args in (
-        (rt.query_event_status, (event,)),  # the stopped context's failure, every time
-        (rt.synchronize_event, (event,)),
-        (rt.stream_query, (second,)),
-        (rt.synchronize_device, ()),
+        (rt.sync.query_event_status, (event,)),  # the stopped context's failure, every time
+        (rt.sync.synchronize_event, (event,)),
+        (rt.sync.stream_query, (second,)),
+        (rt.sync.synchronize_device, ()),
     ):
         with pytest.raises(NpuError) as raised:
             call(*args)
         assert raised.value.code == codes.ACL_ERROR_RT_AICORE_EXCEPTION
-    rt.destroy_context(context)
-    rt.set_device(0)
+    rt.contexts.destroy_context(context)
+    rt.contexts.set_device(0)
 
 
 def test_stop_on_failure_reaches_a_stream_synchronized_clean_before(rt, work):
-    context = rt.create_context(0)
-    clean, failing = rt.create_stream(), rt.create_stream()
-    rt.set_stream_failure_mode(clean, codes.ACL_STOP_ON_FAILURE)
+    context = rt.contexts.create_context(0)
+    clean, failing = rt.streams.create_stream(), rt.streams.create_stream()
+    rt.streams.set_stream_failure_mode(clean, codes.ACL_STOP_ON_FAILURE)
     failing_work = Work(rt)
     flag = failing_work.gate(failing)
     failing_work.launch(failing_work.fail_kernel, failing, 4)
     work.launch(work.empty, clean)  # the latest call: its signal would prove it
-    rt.synchronize_stream(clean)
+    rt.sync.synchronize_stream(clean)
     failing_work.open(flag)  # (a copy: nothing whose failure is reported later)
     with pytest.raises(NpuError) as first:
-        rt.synchronize_stream(failing)
+        rt.sync.synchronize_stream(failing)
     assert first.value.code == codes.ACL_ERROR_RT_AICORE_EXCEPTION
     for timeout_ms in (-1, 5000):  # the stopped context's failure, as the daemon answers
         with requests(rt), pytest.raises(NpuError) as raised:
-            rt.synchronize_stream(clean, timeout_ms)
+            rt.sync.synchronize_stream(clean, timeout_ms)
         assert (raised.value.code, raised.value.message) == (first.value.code, first.value.message)
-    rt.destroy_context(context)
-    rt.set_device(0)
+    rt.contexts.destroy_context(context)
+    rt.contexts.set_device(0)
     round_trip(rt)
 
 
 def test_output_of_another_streams_kernel_comes_with_the_next_synchronize(rt, work, capfd):
-    quiet, talking = rt.create_stream(), rt.create_stream()
+    quiet, talking = rt.streams.create_stream(), rt.streams.create_stream()
     flag = work.gate(talking)
     work.launch(work.talk_kernel, talking, 7)
     work.launch(work.empty, quiet)  # the latest call: its signal would prove it
-    rt.synchronize_stream(quiet)
+    rt.sync.synchronize_stream(quiet)
     assert "talks" not in capfd.readouterr().out
     work.open(flag)
-    while rt.stream_query(talking) != STREAM_COMPLETE:  # a query prints nothing
+    while rt.sync.stream_query(talking) != STREAM_COMPLETE:  # a query prints nothing
         time.sleep(0.005)
     assert "talks" not in capfd.readouterr().out
-    rt.synchronize_stream(quiet)  # what this process's kernels printed, as docs/acl.md says
+    rt.sync.synchronize_stream(quiet)  # what this process's kernels printed, as docs/acl.md says
     assert capfd.readouterr().out.count("tag 7 talks") == 1
     work.launch(work.empty, quiet)
     with no_request(rt):  # taken: the signals decide again
-        rt.synchronize_stream(quiet)
+        rt.sync.synchronize_stream(quiet)
     assert "talks" not in capfd.readouterr().out
     for stream in (quiet, talking):
-        rt.destroy_stream(stream)
+        rt.streams.destroy_stream(stream)
 
 
 # ---- what the signals never decide ------------------------------------------------------------
 def test_events_the_signals_do_not_decide_ask(rt, work):
-    stream = rt.create_stream()
-    plain, external = rt.create_event(), rt.create_event(codes.ACL_EVENT_EXTERNAL)
-    ipc = rt.create_event(codes.ACL_EVENT_IPC)
+    stream = rt.streams.create_stream()
+    plain, external = rt.events.create_event(), rt.events.create_event(codes.ACL_EVENT_EXTERNAL)
+    ipc = rt.events.create_event(codes.ACL_EVENT_IPC)
     work.launch(work.empty, stream)
     for event in (plain, external, ipc):
-        rt.record_event(event, stream)
-    rt.reset_event(plain, stream)
-    rt.synchronize_stream(stream)
+        rt.events.record_event(event, stream)
+    rt.events.reset_event(plain, stream)
+    rt.sync.synchronize_stream(stream)
     for event in (plain, external, ipc):
         with requests(rt):
-            rt.synchronize_event(event)
+            rt.sync.synchronize_event(event)
         with requests(rt):
-            rt.query_event_status(event)
+            rt.sync.query_event_status(event)
     for event in (plain, external, ipc):
-        rt.destroy_event(event)
-    rt.destroy_stream(stream)
+        rt.events.destroy_event(event)
+    rt.streams.destroy_stream(stream)
 
 
 def test_an_observed_session_asks_the_daemon(rt, work):
-    event = rt.create_event()
+    event = rt.events.create_event()
     work.launch(work.empty, 0)
-    rt.record_event(event, 0)
-    rt.synchronize_stream(0)
+    rt.events.record_event(event, 0)
+    rt.sync.synchronize_stream(0)
     rt.observer.enable(observe_bits.TRACE)
     for call, args in (
-        (rt.synchronize_event, (event,)),
-        (rt.query_event_status, (event,)),
-        (rt.stream_query, (0,)),
-        (rt.synchronize_device, ()),
+        (rt.sync.synchronize_event, (event,)),
+        (rt.sync.query_event_status, (event,)),
+        (rt.sync.stream_query, (0,)),
+        (rt.sync.synchronize_device, ()),
     ):
         with requests(rt):
             call(*args)
-    rt.destroy_event(event)
+    rt.events.destroy_event(event)
 
 
 def test_a_capture_and_a_model_hand_the_calls_to_the_daemon(rt, work):
-    stream, capturing = rt.create_stream(), rt.create_stream()
-    event = rt.create_event()
+    stream, capturing = rt.streams.create_stream(), rt.streams.create_stream()
+    event = rt.events.create_event()
     work.launch(work.empty, capturing)
-    rt.record_event(event, stream)
-    rt.synchronize_device()
-    rt.capture_begin(capturing, codes.ACL_MODEL_RI_CAPTURE_MODE_RELAXED)
+    rt.events.record_event(event, stream)
+    rt.sync.synchronize_device()
+    rt.graphs.capture_begin(capturing, codes.ACL_MODEL_RI_CAPTURE_MODE_RELAXED)
     with pytest.raises(NpuError) as raised:  # refused while a stream is captured, as before
-        rt.stream_query(capturing)
+        rt.sync.stream_query(capturing)
     assert raised.value.code == codes.ACL_ERROR_RT_STREAM_CAPTURED
     with pytest.raises(NpuError) as raised:
-        rt.synchronize_device()
+        rt.sync.synchronize_device()
     assert raised.value.code == codes.ACL_ERROR_RT_STREAM_CAPTURED
-    rt.record_event(event, capturing)
-    model = rt.capture_end(capturing)
+    rt.events.record_event(event, capturing)
+    model = rt.graphs.capture_end(capturing)
     with requests(rt):  # replays record events the call log does not show
-        assert rt.query_event_status(event) == COMPLETE
+        assert rt.sync.query_event_status(event) == COMPLETE
     with requests(rt):
-        rt.synchronize_device()
-    rt.model_destroy(model)
-    rt.destroy_event(event)
+        rt.sync.synchronize_device()
+    rt.graphs.model_destroy(model)
+    rt.events.destroy_event(event)
     for handle in (stream, capturing):
-        rt.destroy_stream(handle)
+        rt.streams.destroy_stream(handle)
 
 
 def test_a_stream_synchronize_during_its_capture_is_refused(rt, work):
-    origin, pulled = rt.create_stream(), rt.create_stream()
-    event = rt.create_event()
+    origin, pulled = rt.streams.create_stream(), rt.streams.create_stream()
+    event = rt.events.create_event()
     work.launch(work.empty, pulled)
-    rt.synchronize_stream(pulled)
+    rt.sync.synchronize_stream(pulled)
     work.launch(work.empty, origin)  # the latest call: its signal would prove it
-    rt.synchronize_stream(origin)
-    rt.capture_begin(origin, codes.ACL_MODEL_RI_CAPTURE_MODE_RELAXED)
+    rt.sync.synchronize_stream(origin)
+    rt.graphs.capture_begin(origin, codes.ACL_MODEL_RI_CAPTURE_MODE_RELAXED)
     calls = (
-        (rt.synchronize_stream, (origin,)),
-        (rt.synchronize_stream, (origin, 5000)),
-        (rt.stream_query, (origin,)),
+        (rt.sync.synchronize_stream, (origin,)),
+        (rt.sync.synchronize_stream, (origin, 5000)),
+        (rt.sync.stream_query, (origin,)),
     )
     for call, args in calls:
         with requests(rt), pytest.raises(NpuError) as raised:
             call(*args)
         assert raised.value.code == codes.ACL_ERROR_RT_STREAM_CAPTURED
-    rt.record_event(event, origin)
-    rt.stream_wait_event(pulled, event)  # pulled into the capture
-    rt.record_event(event, pulled)
+    rt.events.record_event(event, origin)
+    rt.events.stream_wait_event(pulled, event)  # pulled into the capture
+    rt.events.record_event(event, pulled)
     for stream in (origin, pulled):
         with requests(rt), pytest.raises(NpuError) as raised:
-            rt.synchronize_stream(stream)
+            rt.sync.synchronize_stream(stream)
         assert raised.value.code == codes.ACL_ERROR_RT_STREAM_CAPTURED
-    rt.stream_wait_event(origin, event)  # joined back
-    status, _ = rt.capture_get_info(origin)
+    rt.events.stream_wait_event(origin, event)  # joined back
+    status, _ = rt.graphs.capture_get_info(origin)
     assert status == codes.ACL_MODEL_RI_CAPTURE_STATUS_ACTIVE  # the refusals left it valid
-    model = rt.capture_end(origin)
+    model = rt.graphs.capture_end(origin)
     for stream in (origin, pulled):
-        rt.synchronize_stream(stream)
-    rt.model_execute_async(model, origin)
-    rt.synchronize_stream(origin)
+        rt.sync.synchronize_stream(stream)
+    rt.graphs.model_execute_async(model, origin)
+    rt.sync.synchronize_stream(origin)
     with no_request(rt):  # a replay is its stream's command: the signal proves it
-        rt.synchronize_stream(origin)
-    rt.model_destroy(model)
-    rt.destroy_event(event)
+        rt.sync.synchronize_stream(origin)
+    rt.graphs.model_destroy(model)
+    rt.events.destroy_event(event)
     for stream in (origin, pulled):
-        rt.destroy_stream(stream)
+        rt.streams.destroy_stream(stream)
 
 
 def test_bad_handles_are_refused_as_before(rt, daemon):
-    event = rt.create_event()
-    rt.destroy_event(event)
+    event = rt.events.create_event()
+    rt.events.destroy_event(event)
     for call, args in (
-        (rt.synchronize_event, (event,)),
-        (rt.query_event_status, (event,)),
-        (rt.stream_query, (0xDEAD,)),
+        (rt.sync.synchronize_event, (event,)),
+        (rt.sync.query_event_status, (event,)),
+        (rt.sync.stream_query, (0xDEAD,)),
     ):
         with pytest.raises(NpuError) as raised:
             call(*args)
@@ -583,23 +587,25 @@ def test_waits_on_signals_see_the_daemon_die(start_daemon):
     daemon = start_daemon()
     runtime = Runtime(daemon.address)
     try:
-        runtime.set_device(0)
+        runtime.contexts.set_device(0)
         work = Work(runtime)
-        event = runtime.create_event()
+        event = runtime.events.create_event()
         work.gate(0)  # never opened: the core notices the dead daemon after 30 s at most
-        runtime.record_event(event, 0)
+        runtime.events.record_event(event, 0)
         raised: dict[str, NpuError] = {}
 
         def wait(name, call):
-            runtime.set_device(0)
+            runtime.contexts.set_device(0)
             try:
                 call()
             except NpuError as error:
                 raised[name] = error
 
         threads = [
-            threading.Thread(target=wait, args=("event", lambda: runtime.synchronize_event(event))),
-            threading.Thread(target=wait, args=("device", runtime.synchronize_device)),
+            threading.Thread(
+                target=wait, args=("event", lambda: runtime.sync.synchronize_event(event))
+            ),
+            threading.Thread(target=wait, args=("device", runtime.sync.synchronize_device)),
         ]
         for thread in threads:
             thread.start()
@@ -612,7 +618,7 @@ def test_waits_on_signals_see_the_daemon_die(start_daemon):
         for error in raised.values():
             assert (error.code, error.message) == (broken.code, broken.message)
         with pytest.raises(NpuError) as queried:
-            runtime.stream_query(0)
+            runtime.sync.stream_query(0)
         assert queried.value.code == codes.ACL_ERROR_RT_DRV_INTERNAL_ERROR
     finally:
         runtime.close()

@@ -50,7 +50,7 @@ MiB = 1 << 20
 # ---- helpers ----------------------------------------------------------------------------------
 def client(address: str) -> Runtime:
     rt = Runtime(address)
-    rt.set_device(0)
+    rt.contexts.set_device(0)
     return rt
 
 
@@ -65,27 +65,29 @@ class Bystander:
     def __init__(self, address: str):
         self.rt = client(address)
         for _ in range(64):
-            self.rt.destroy_event(self.rt.create_event())
+            self.rt.events.destroy_event(self.rt.events.create_event())
         self.data = np.random.default_rng(7).integers(0, 256, MiB, dtype=np.uint8)
-        self.ptr = self.rt.malloc(self.data.nbytes)
-        self.rt.memcpy(self.ptr, self.data.nbytes, self.data.ctypes.data, self.data.nbytes, H2D)
-        self.stream = self.rt.create_stream()
-        self.event = self.rt.create_event()
-        self.context = self.rt.create_context(0)  # a context of its own, not current
-        self.rt.set_device(0)
-        self.pinned = self.rt.malloc_host(4096)
+        self.ptr = self.rt.memory.malloc(self.data.nbytes)
+        self.rt.memory.memcpy(
+            self.ptr, self.data.nbytes, self.data.ctypes.data, self.data.nbytes, H2D
+        )
+        self.stream = self.rt.streams.create_stream()
+        self.event = self.rt.events.create_event()
+        self.context = self.rt.contexts.create_context(0)  # a context of its own, not current
+        self.rt.contexts.set_device(0)
+        self.pinned = self.rt.host.malloc_host(4096)
         self.pinned_handle = self.rt.host.find(self.pinned).handle
         ctypes.memset(self.pinned, 0x5A, 4096)
 
     def check(self) -> None:
         out = np.zeros_like(self.data)
-        self.rt.memcpy(out.ctypes.data, out.nbytes, self.ptr, out.nbytes, D2H)
+        self.rt.memory.memcpy(out.ctypes.data, out.nbytes, self.ptr, out.nbytes, D2H)
         assert np.array_equal(out, self.data), (
             "another client's bad input changed the bystander's memory"
         )
         assert ctypes.string_at(self.pinned, 4096) == b"\x5a" * 4096
-        self.rt.record_event(self.event, self.stream)
-        self.rt.synchronize_event(self.event)
+        self.rt.events.record_event(self.event, self.stream)
+        self.rt.sync.synchronize_event(self.event)
         round_trip(self.rt, 2.0)
 
     def close(self) -> None:
@@ -142,29 +144,29 @@ def deferred_code(rt: Runtime, *records: bytes) -> int:
     for record in records:
         rt.connection.send_command(record, "test")
     try:
-        rt.synchronize_stream(0)
+        rt.sync.synchronize_stream(0)
     except NpuError as error:
         code = error.code
     else:
         code = codes.ACL_SUCCESS
-    rt.synchronize_stream(0)  # a rejected call is reported once, then the stream is fine
+    rt.sync.synchronize_stream(0)  # a rejected call is reported once, then the stream is fine
     return code
 
 
 def to_device(rt: Runtime, ptr: int, data: bytes) -> None:
     staged = np.frombuffer(data, np.uint8).copy()
-    rt.memcpy(ptr, staged.nbytes, staged.ctypes.data, staged.nbytes, H2D)
+    rt.memory.memcpy(ptr, staged.nbytes, staged.ctypes.data, staged.nbytes, H2D)
 
 
 def within(seconds: float, rt: Runtime, call, *args) -> None:
     """Run `call(*args)` with `rt`'s current context; fail (instead of hanging the run) if it
     has not returned in time."""
     outcome: list = []
-    context = rt.get_context()
+    context = rt.contexts.get_context()
 
     def run() -> None:
         try:
-            rt.set_context(context)
+            rt.contexts.set_context(context)
             call(*args)
             outcome.append(None)
         except Exception as error:  # noqa: BLE001  (handed to the test's thread)
@@ -206,39 +208,39 @@ def host_array(n: int = N, value: int = 1) -> np.ndarray:
 
 # ---- stale, unknown and foreign handles ----------------------------------------------------------
 def test_destroyed_stream_is_rejected_at_once_by_every_call(rt):
-    stream = rt.create_stream()
-    rt.destroy_stream(stream)
-    ptr = rt.malloc(N)
+    stream = rt.streams.create_stream()
+    rt.streams.destroy_stream(stream)
+    ptr = rt.memory.malloc(N)
     data = host_array()
-    add = rt.get_function(commands.BUILTIN_BINARY, "add_f32")
-    args = rt.signature(add).pack(ptr, ptr, ptr, 16)
-    event = rt.create_event()
+    add = rt.kernels.get_function(commands.BUILTIN_BINARY, "add_f32")
+    args = rt.kernels.signature(add).pack(ptr, ptr, ptr, 16)
+    event = rt.events.create_event()
     calls = [
-        lambda: rt.synchronize_stream(stream),
-        lambda: rt.stream_query(stream),
-        lambda: rt.destroy_stream(stream),
-        lambda: rt.set_stream_failure_mode(stream, codes.ACL_STOP_ON_FAILURE),
-        lambda: rt.launch_kernel(add, 1, args, stream),
-        lambda: rt.memcpy_async(ptr, N, data.ctypes.data, N, H2D, stream),
-        lambda: rt.memset_async(ptr, N, 0, N, stream),
-        lambda: rt.record_event(event, stream),
-        lambda: rt.reset_event(event, stream),
-        lambda: rt.stream_wait_event(stream, event),
+        lambda: rt.sync.synchronize_stream(stream),
+        lambda: rt.sync.stream_query(stream),
+        lambda: rt.streams.destroy_stream(stream),
+        lambda: rt.streams.set_stream_failure_mode(stream, codes.ACL_STOP_ON_FAILURE),
+        lambda: rt.kernels.launch_kernel(add, 1, args, stream),
+        lambda: rt.memory.memcpy_async(ptr, N, data.ctypes.data, N, H2D, stream),
+        lambda: rt.memory.memset_async(ptr, N, 0, N, stream),
+        lambda: rt.events.record_event(event, stream),
+        lambda: rt.events.reset_event(event, stream),
+        lambda: rt.events.stream_wait_event(stream, event),
     ]
     for call in calls:
         with raises_at_once(rt, HANDLE):
             call()
-    rt.destroy_event(event)
-    rt.free(ptr)
+    rt.events.destroy_event(event)
+    rt.memory.free(ptr)
 
 
 def test_destroyed_stream_at_the_daemon(rt):
-    stream = rt.create_stream()
-    event = rt.create_event()
-    rt.destroy_stream(stream)
-    ptr = rt.malloc(N)
-    add = rt.get_function(commands.BUILTIN_BINARY, "add_f32")
-    args = rt.signature(add).pack(ptr, ptr, ptr, 16)
+    stream = rt.streams.create_stream()
+    event = rt.events.create_event()
+    rt.streams.destroy_stream(stream)
+    ptr = rt.memory.malloc(N)
+    add = rt.kernels.get_function(commands.BUILTIN_BINARY, "add_f32")
+    args = rt.kernels.signature(add).pack(ptr, ptr, ptr, 16)
     assert daemon_code(rt, npu_pb2.SynchronizeStreamRequest(stream=stream, timeout_ms=-1)) == HANDLE
     assert daemon_code(rt, npu_pb2.QueryStreamRequest(stream=stream)) == HANDLE
     assert daemon_code(rt, npu_pb2.DestroyStreamRequest(stream=stream, force=False)) == HANDLE
@@ -250,24 +252,24 @@ def test_destroyed_stream_at_the_daemon(rt):
     assert deferred_code(rt, commands.Memset.pack(stream, dev(ptr), 0, 16)) == HANDLE
     assert deferred_code(rt, commands.Copy.pack(stream, dev(ptr), dev(ptr + 64), 16)) == HANDLE
     assert deferred_code(rt, commands.RecordEvent.pack(event, stream)) == HANDLE
-    rt.free(ptr)
+    rt.memory.free(ptr)
 
 
 def test_destroyed_event_is_rejected(rt):
-    event = rt.create_event()
-    rt.destroy_event(event)
+    event = rt.events.create_event()
+    rt.events.destroy_event(event)
     for call in (
-        lambda: rt.record_event(event, 0),
-        lambda: rt.reset_event(event, 0),
-        lambda: rt.stream_wait_event(0, event),
-        lambda: rt.synchronize_event(event),
-        lambda: rt.query_event_status(event),
-        lambda: rt.destroy_event(event),
-        lambda: rt.event_elapsed_time(event, event),
+        lambda: rt.events.record_event(event, 0),
+        lambda: rt.events.reset_event(event, 0),
+        lambda: rt.events.stream_wait_event(0, event),
+        lambda: rt.sync.synchronize_event(event),
+        lambda: rt.sync.query_event_status(event),
+        lambda: rt.events.destroy_event(event),
+        lambda: rt.events.event_elapsed_time(event, event),
     ):
         with raises_at_once(rt, HANDLE):
             call()
-    default = rt.stream(0)
+    default = rt.contexts.stream(0)
     for kind in (commands.RecordEvent, commands.ResetEvent, commands.WaitEvent):
         assert deferred_code(rt, kind.pack(event, default)) == HANDLE
     assert daemon_code(rt, npu_pb2.SynchronizeEventRequest(event=event, timeout_ms=-1)) == HANDLE
@@ -276,17 +278,17 @@ def test_destroyed_event_is_rejected(rt):
 
 
 def test_handles_of_a_destroyed_context_are_stale(rt):
-    context = rt.create_context(0)
-    stream = rt.create_stream()
-    event = rt.create_event()
-    rt.destroy_context(context)
-    rt.set_device(0)
+    context = rt.contexts.create_context(0)
+    stream = rt.streams.create_stream()
+    event = rt.events.create_event()
+    rt.contexts.destroy_context(context)
+    rt.contexts.set_device(0)
     with raises_at_once(rt, HANDLE):
-        rt.set_context(context)
+        rt.contexts.set_context(context)
     with raises_at_once(rt, HANDLE):
-        rt.synchronize_stream(stream)
+        rt.sync.synchronize_stream(stream)
     with raises_at_once(rt, HANDLE):
-        rt.record_event(event, 0)
+        rt.events.record_event(event, 0)
     assert (
         daemon_code(rt, npu_pb2.CreateStreamRequest(context=context, priority=0, flags=0)) == HANDLE
     )
@@ -297,16 +299,16 @@ def test_handles_of_a_destroyed_context_are_stale(rt):
 def test_unknown_handles_are_rejected(rt):
     bogus = 0xDEAD_BEEF
     with raises_at_once(rt, HANDLE):
-        rt.synchronize_stream(bogus)
+        rt.sync.synchronize_stream(bogus)
     with raises_at_once(rt, HANDLE):
-        rt.record_event(bogus, 0)
+        rt.events.record_event(bogus, 0)
     with raises_at_once(rt, HANDLE):
-        rt.get_function(bogus, "add_f32")
+        rt.kernels.get_function(bogus, "add_f32")
     with raises_at_once(rt, HANDLE):
-        rt.launch_kernel(bogus, 1, b"", 0)
+        rt.kernels.launch_kernel(bogus, 1, b"", 0)
     with raises_at_once(rt, HANDLE):
-        rt.set_context(bogus)
-    default = rt.stream(0)
+        rt.contexts.set_context(bogus)
+    default = rt.contexts.stream(0)
     assert (
         daemon_code(rt, npu_pb2.CreateStreamRequest(context=bogus, priority=0, flags=0)) == HANDLE
     )
@@ -317,7 +319,9 @@ def test_unknown_handles_are_rejected(rt):
     assert deferred_code(rt, commands.Launch.pack(1, default, bogus, b"")) == HANDLE
     # a handle of the wrong kind is no better than an unknown one
     assert (
-        daemon_code(rt, npu_pb2.SynchronizeStreamRequest(stream=rt.get_context(), timeout_ms=-1))
+        daemon_code(
+            rt, npu_pb2.SynchronizeStreamRequest(stream=rt.contexts.get_context(), timeout_ms=-1)
+        )
         == HANDLE
     )
     assert daemon_code(rt, npu_pb2.QueryEventRequest(event=default)) == HANDLE
@@ -327,26 +331,26 @@ def test_unknown_handles_are_rejected(rt):
 
 
 def test_functions_of_an_unloaded_binary_are_stale(rt):
-    binary = rt.binary_load(
+    binary = rt.kernels.binary_load(
         "from simnpu import kernel\n@kernel('u32')\ndef nop(ctx, n):\n    pass\n"
     )
-    function = rt.get_function(binary, "nop")
-    rt.binary_unload(binary)
+    function = rt.kernels.get_function(binary, "nop")
+    rt.kernels.binary_unload(binary)
     with raises_at_once(rt, HANDLE):
-        rt.get_function(binary, "nop")
+        rt.kernels.get_function(binary, "nop")
     with raises_at_once(rt, HANDLE):
-        rt.binary_unload(binary)
+        rt.kernels.binary_unload(binary)
     # the raw layer still knows the function's signature; the daemon knows it is gone
     with pytest.raises(NpuError) as caught:
-        rt.launch_kernel(function, 1, b"\0\0\0\0", 0)
-        rt.synchronize_stream(0)
+        rt.kernels.launch_kernel(function, 1, b"\0\0\0\0", 0)
+        rt.sync.synchronize_stream(0)
     assert caught.value.code == HANDLE
-    rt.synchronize_stream(0)
+    rt.sync.synchronize_stream(0)
 
 
 def test_the_builtin_library_cannot_be_unloaded(rt):
     with pytest.raises(NpuError) as caught:
-        rt.binary_unload(commands.BUILTIN_BINARY)
+        rt.kernels.binary_unload(commands.BUILTIN_BINARY)
     assert caught.value.code == PARAM
     round_trip(rt)
 
@@ -354,11 +358,11 @@ def test_the_builtin_library_cannot_be_unloaded(rt):
 def test_handles_of_another_client_in_this_process(rt, bystander):
     foreign_stream, foreign_event = bystander.stream, bystander.event
     with raises_at_once(rt, HANDLE):
-        rt.synchronize_stream(foreign_stream)
+        rt.sync.synchronize_stream(foreign_stream)
     with raises_at_once(rt, HANDLE):
-        rt.record_event(foreign_event, 0)
+        rt.events.record_event(foreign_event, 0)
     with raises_at_once(rt, HANDLE):
-        rt.destroy_stream(foreign_stream)
+        rt.streams.destroy_stream(foreign_stream)
     assert (
         daemon_code(rt, npu_pb2.SynchronizeStreamRequest(stream=foreign_stream, timeout_ms=-1))
         == HANDLE
@@ -373,7 +377,7 @@ def test_handles_of_another_client_in_this_process(rt, bystander):
     )
     assert daemon_code(rt, npu_pb2.DestroyContextRequest(context=bystander.context)) == HANDLE
     assert daemon_code(rt, npu_pb2.FreeHostRequest(segment=bystander.pinned_handle)) == HANDLE
-    default = rt.stream(0)
+    default = rt.contexts.stream(0)
     assert deferred_code(rt, commands.RecordEvent.pack(foreign_event, default)) == HANDLE
     assert deferred_code(rt, commands.WaitEvent.pack(foreign_event, default)) == HANDLE
     assert (
@@ -386,19 +390,19 @@ FOREIGN_CLIENT = """
     import numpy as np
     from simnpu.client.runtime import Runtime
     rt = Runtime()
-    rt.set_device(0)
+    rt.contexts.set_device(0)
     for _ in range(64):
-        rt.destroy_event(rt.create_event())
+        rt.events.destroy_event(rt.events.create_event())
     data = np.arange(4096, dtype=np.uint8)
-    ptr = rt.malloc(4096)
-    rt.memcpy(ptr, 4096, data.ctypes.data, 4096, 1)
-    stream, event = rt.create_stream(), rt.create_event()
+    ptr = rt.memory.malloc(4096)
+    rt.memory.memcpy(ptr, 4096, data.ctypes.data, 4096, 1)
+    stream, event = rt.streams.create_stream(), rt.events.create_event()
     print(stream, event, ptr, flush=True)
     sys.stdin.readline()
-    rt.record_event(event, stream)
-    rt.synchronize_stream(stream)
+    rt.events.record_event(event, stream)
+    rt.sync.synchronize_stream(stream)
     out = np.zeros(4096, np.uint8)
-    rt.memcpy(out.ctypes.data, 4096, ptr, 4096, 2)
+    rt.memory.memcpy(out.ctypes.data, 4096, ptr, 4096, 2)
     assert np.array_equal(out, data), "my memory was changed by another client"
     print("intact", flush=True)
 """
@@ -417,14 +421,17 @@ def test_handles_and_memory_of_another_client_process(rt, daemon):
         line = process.stdout.readline()
         assert line, process.stderr.read()
         stream, event, ptr = map(int, line.split())
-        for call in (lambda: rt.synchronize_stream(stream), lambda: rt.record_event(event, 0)):
+        for call in (
+            lambda: rt.sync.synchronize_stream(stream),
+            lambda: rt.events.record_event(event, 0),
+        ):
             with raises_at_once(rt, HANDLE):
                 call()
         with raises_at_once(rt, PARAM):
-            rt.free(ptr)
+            rt.memory.free(ptr)
         data = host_array(64, 0xEE)
         with raises_at_once(rt, PARAM):
-            rt.memcpy(ptr, 64, data.ctypes.data, 64, H2D)
+            rt.memory.memcpy(ptr, 64, data.ctypes.data, 64, H2D)
         assert (
             daemon_code(rt, npu_pb2.SynchronizeStreamRequest(stream=stream, timeout_ms=-1))
             == HANDLE
@@ -436,7 +443,10 @@ def test_handles_and_memory_of_another_client_process(rt, daemon):
             daemon_code(rt, npu_pb2.MemsetRequest(dst=on_device(ptr), value=0xEE, count=64))
             == PARAM
         )
-        assert deferred_code(rt, commands.Memset.pack(rt.stream(0), dev(ptr), 0xEE, 64)) == PARAM
+        assert (
+            deferred_code(rt, commands.Memset.pack(rt.contexts.stream(0), dev(ptr), 0xEE, 64))
+            == PARAM
+        )
     finally:
         out, err = process.communicate("go\n", timeout=60)
     assert process.returncode == 0, err
@@ -445,27 +455,27 @@ def test_handles_and_memory_of_another_client_process(rt, daemon):
 
 def test_handles_are_checked_before_anything_is_sent(rt):
     """Async calls with a bad handle raise at the call itself, not at a later synchronize."""
-    ptr = rt.malloc(N)
-    add = rt.get_function(commands.BUILTIN_BINARY, "add_f32")
-    args = rt.signature(add).pack(ptr, ptr, ptr, 16)
+    ptr = rt.memory.malloc(N)
+    add = rt.kernels.get_function(commands.BUILTIN_BINARY, "add_f32")
+    args = rt.kernels.signature(add).pack(ptr, ptr, ptr, 16)
     for bad in (0x1234, (2 << 40) | 999_999):
         for call, *call_args in (
-            (rt.launch_kernel, add, 1, args, bad),
-            (rt.launch_kernel, bad, 1, args, 0),
-            (rt.memset_async, ptr, N, 0, N, bad),
-            (rt.memcpy_async, ptr, N, ptr, N, D2D, bad),
-            (rt.record_event, bad, 0),
-            (rt.stream_wait_event, 0, bad),
+            (rt.kernels.launch_kernel, add, 1, args, bad),
+            (rt.kernels.launch_kernel, bad, 1, args, 0),
+            (rt.memory.memset_async, ptr, N, 0, N, bad),
+            (rt.memory.memcpy_async, ptr, N, ptr, N, D2D, bad),
+            (rt.events.record_event, bad, 0),
+            (rt.events.stream_wait_event, 0, bad),
         ):
             with raises_at_once(rt, HANDLE):
                 call(*call_args)
-    rt.synchronize_stream(0)  # nothing bad was queued
-    rt.free(ptr)
+    rt.sync.synchronize_stream(0)  # nothing bad was queued
+    rt.memory.free(ptr)
 
 
 # ---- pointers and sizes --------------------------------------------------------------------------
 def test_pointers_outside_any_allocation(rt):
-    ptr = rt.malloc(N)
+    ptr = rt.memory.malloc(N)
     data = host_array()
     nowhere = [
         ptr + 200 * MiB,
@@ -475,49 +485,56 @@ def test_pointers_outside_any_allocation(rt):
     ]
     for address in nowhere:
         with raises_at_once(rt, PARAM):
-            rt.memcpy(address, N, data.ctypes.data, N, H2D)
+            rt.memory.memcpy(address, N, data.ctypes.data, N, H2D)
         with raises_at_once(rt, PARAM):
-            rt.memcpy(data.ctypes.data, N, address, N, D2H)
+            rt.memory.memcpy(data.ctypes.data, N, address, N, D2H)
         with raises_at_once(rt, PARAM):
-            rt.memset(address, N, 0, N)
+            rt.memory.memset(address, N, 0, N)
         with raises_at_once(rt, PARAM):
-            rt.memcpy_async(address, N, ptr, N, D2D, 0)
+            rt.memory.memcpy_async(address, N, ptr, N, D2D, 0)
         assert (
             daemon_code(rt, npu_pb2.MemsetRequest(dst=on_device(address), value=0, count=16))
             == PARAM
         )
         assert (
-            deferred_code(rt, commands.Copy.pack(rt.stream(0), dev(address), dev(ptr), 16)) == PARAM
+            deferred_code(rt, commands.Copy.pack(rt.contexts.stream(0), dev(address), dev(ptr), 16))
+            == PARAM
         )
-    rt.free(ptr)
+    rt.memory.free(ptr)
 
 
 def test_ranges_running_past_the_end_of_an_allocation(rt):
-    ptr = rt.malloc(N)
+    ptr = rt.memory.malloc(N)
     data = host_array(2 * N)
     with raises_at_once(rt, PARAM):
-        rt.memcpy(ptr, 2 * N, data.ctypes.data, N + 1, H2D)
+        rt.memory.memcpy(ptr, 2 * N, data.ctypes.data, N + 1, H2D)
     with raises_at_once(rt, PARAM):
-        rt.memcpy(ptr + 10, N, data.ctypes.data, N - 9, H2D)
+        rt.memory.memcpy(ptr + 10, N, data.ctypes.data, N - 9, H2D)
     with raises_at_once(rt, PARAM):
-        rt.memcpy(data.ctypes.data, 2 * N, ptr + N - 1, 2, D2H)
+        rt.memory.memcpy(data.ctypes.data, 2 * N, ptr + N - 1, 2, D2H)
     with raises_at_once(rt, PARAM):
-        rt.memset(ptr + 1, N, 0, N)
+        rt.memory.memset(ptr + 1, N, 0, N)
     with raises_at_once(rt, PARAM):
-        rt.memset_async(ptr, 2 * N, 0, N + 1, 0)
+        rt.memory.memset_async(ptr, 2 * N, 0, N + 1, 0)
     # the allocator's padding after the requested size is not the caller's either
     assert daemon_code(rt, npu_pb2.MemsetRequest(dst=on_device(ptr), value=0, count=N + 1)) == PARAM
-    assert deferred_code(rt, commands.Memset.pack(rt.stream(0), dev(ptr + N), 0, 1)) == PARAM
-    assert deferred_code(rt, commands.Copy.pack(rt.stream(0), dev(ptr), dev(ptr + 1), N)) == PARAM
     assert (
-        deferred_code(rt, commands.Memset.pack(rt.stream(0), dev(ptr), 0, (1 << 64) - 1)) == PARAM
+        deferred_code(rt, commands.Memset.pack(rt.contexts.stream(0), dev(ptr + N), 0, 1)) == PARAM
     )
-    rt.free(ptr)
+    assert (
+        deferred_code(rt, commands.Copy.pack(rt.contexts.stream(0), dev(ptr), dev(ptr + 1), N))
+        == PARAM
+    )
+    assert (
+        deferred_code(rt, commands.Memset.pack(rt.contexts.stream(0), dev(ptr), 0, (1 << 64) - 1))
+        == PARAM
+    )
+    rt.memory.free(ptr)
 
 
 def test_negative_counts_sent_to_the_daemon_are_rejected(rt, bystander):
     """A negative count must not mean "to the end of device memory" (numpy's count=-1)."""
-    ptr = rt.malloc(N)
+    ptr = rt.memory.malloc(N)
     for count in (-1, -N, -(1 << 40)):
         assert (
             daemon_code(rt, npu_pb2.MemsetRequest(dst=on_device(ptr), value=0x66, count=count))
@@ -541,31 +558,31 @@ def test_negative_counts_sent_to_the_daemon_are_rejected(rt, bystander):
             )
             == PARAM
         )
-    rt.free(ptr)
+    rt.memory.free(ptr)
     bystander.check()
 
 
 def test_count_greater_than_dest_max(rt):
-    ptr = rt.malloc(N)
+    ptr = rt.memory.malloc(N)
     data = host_array()
     out = host_array(value=0)
     with raises_at_once(rt, PARAM):
-        rt.memcpy(ptr, N - 1, data.ctypes.data, N, H2D)
+        rt.memory.memcpy(ptr, N - 1, data.ctypes.data, N, H2D)
     with raises_at_once(rt, PARAM):
-        rt.memcpy(out.ctypes.data, 16, ptr, 17, D2H)
+        rt.memory.memcpy(out.ctypes.data, 16, ptr, 17, D2H)
     with raises_at_once(rt, PARAM):
-        rt.memcpy_async(ptr, 0, data.ctypes.data, 1, H2D, 0)
+        rt.memory.memcpy_async(ptr, 0, data.ctypes.data, 1, H2D, 0)
     with raises_at_once(rt, PARAM):
-        rt.memset(ptr, 10, 0, 11)
+        rt.memory.memset(ptr, 10, 0, 11)
     with raises_at_once(rt, PARAM):
-        rt.memcpy(ptr, -1, data.ctypes.data, 0, H2D)
-    rt.memcpy(ptr, N, data.ctypes.data, 0, H2D)  # count 0: a successful no-op
-    rt.free(ptr)
+        rt.memory.memcpy(ptr, -1, data.ctypes.data, 0, H2D)
+    rt.memory.memcpy(ptr, N, data.ctypes.data, 0, H2D)  # count 0: a successful no-op
+    rt.memory.free(ptr)
 
 
 def test_memcpy_kind_must_match_the_pointers(rt):
-    ptr = rt.malloc(N)
-    pinned = rt.malloc_host(N)
+    ptr = rt.memory.malloc(N)
+    pinned = rt.host.malloc_host(N)
     data = host_array()
     mismatched = [
         (ptr, data.ctypes.data, D2H),
@@ -581,38 +598,40 @@ def test_memcpy_kind_must_match_the_pointers(rt):
     ]
     for dst, src, kind in mismatched:
         with raises_at_once(rt, PARAM):
-            rt.memcpy(dst, N, src, N, kind)
+            rt.memory.memcpy(dst, N, src, N, kind)
         with raises_at_once(rt, PARAM):
-            rt.memcpy_async(dst, N, src, N, kind, 0)
+            rt.memory.memcpy_async(dst, N, src, N, kind, 0)
     for kind in (-1, 8, 99):
         with raises_at_once(rt, PARAM):
-            rt.memcpy(ptr, N, data.ctypes.data, N, kind)
-    rt.memcpy(ptr, N, data.ctypes.data, N, codes.ACL_MEMCPY_DEFAULT)  # DEFAULT: from the addresses
-    rt.free_host(pinned)
-    rt.free(ptr)
+            rt.memory.memcpy(ptr, N, data.ctypes.data, N, kind)
+    rt.memory.memcpy(
+        ptr, N, data.ctypes.data, N, codes.ACL_MEMCPY_DEFAULT
+    )  # DEFAULT: from the addresses
+    rt.host.free_host(pinned)
+    rt.memory.free(ptr)
 
 
 def test_null_pointers(rt):
-    ptr = rt.malloc(N)
+    ptr = rt.memory.malloc(N)
     data = host_array()
     for call in (
-        lambda: rt.memcpy(0, N, data.ctypes.data, N, H2D),
-        lambda: rt.memcpy(ptr, N, 0, N, H2D),
-        lambda: rt.memcpy(0, N, 0, N, codes.ACL_MEMCPY_DEFAULT),
-        lambda: rt.memcpy_async(ptr, N, 0, N, D2D, 0),
-        lambda: rt.memset(0, N, 0, N),
-        lambda: rt.memset_async(0, N, 0, N, 0),
-        lambda: rt.free(0),
-        lambda: rt.free_host(0),
+        lambda: rt.memory.memcpy(0, N, data.ctypes.data, N, H2D),
+        lambda: rt.memory.memcpy(ptr, N, 0, N, H2D),
+        lambda: rt.memory.memcpy(0, N, 0, N, codes.ACL_MEMCPY_DEFAULT),
+        lambda: rt.memory.memcpy_async(ptr, N, 0, N, D2D, 0),
+        lambda: rt.memory.memset(0, N, 0, N),
+        lambda: rt.memory.memset_async(0, N, 0, N, 0),
+        lambda: rt.memory.free(0),
+        lambda: rt.host.free_host(0),
     ):
         with raises_at_once(rt, NULL):
             call()
-    rt.free(ptr)
+    rt.memory.free(ptr)
 
 
 def test_unknown_memory_spaces_and_host_ranges_at_the_daemon(rt, bystander):
-    ptr = rt.malloc(N)
-    staging = rt.copies.slot * 2 if rt.uses_shared_memory else None
+    ptr = rt.memory.malloc(N)
+    staging = rt.memory.copies.slot * 2 if rt.memory.uses_shared_memory else None
     for space in (3, 7, 255):
         assert (
             daemon_code(
@@ -624,7 +643,9 @@ def test_unknown_memory_spaces_and_host_ranges_at_the_daemon(rt, bystander):
             == PARAM
         )
         assert (
-            deferred_code(rt, commands.Copy.pack(rt.stream(0), dev(ptr), Location(space, 0, 0), 16))
+            deferred_code(
+                rt, commands.Copy.pack(rt.contexts.stream(0), dev(ptr), Location(space, 0, 0), 16)
+            )
             == PARAM
         )
     if staging is not None:
@@ -637,47 +658,49 @@ def test_unknown_memory_spaces_and_host_ranges_at_the_daemon(rt, bystander):
             )
             == PARAM
         )
-    pinned = rt.malloc_host(N)
+    pinned = rt.host.malloc_host(N)
     handle = rt.host.find(pinned).handle
     here = Location(commands.SPACE_PINNED, handle, N - 8)
-    assert deferred_code(rt, commands.Copy.pack(rt.stream(0), dev(ptr), here, 16)) == PARAM
+    assert deferred_code(rt, commands.Copy.pack(rt.contexts.stream(0), dev(ptr), here, 16)) == PARAM
     theirs = Location(commands.SPACE_PINNED, bystander.pinned_handle, 0)
-    assert deferred_code(rt, commands.Copy.pack(rt.stream(0), theirs, dev(ptr), 16)) == HANDLE
-    rt.free_host(pinned)
-    rt.free(ptr)
+    assert (
+        deferred_code(rt, commands.Copy.pack(rt.contexts.stream(0), theirs, dev(ptr), 16)) == HANDLE
+    )
+    rt.host.free_host(pinned)
+    rt.memory.free(ptr)
 
 
 # ---- freeing -------------------------------------------------------------------------------------
 def test_double_free_and_interior_pointers(rt):
-    ptr = rt.malloc(N)
+    ptr = rt.memory.malloc(N)
     with raises_at_once(rt, PARAM):
-        rt.free(ptr + 64)
+        rt.memory.free(ptr + 64)
     assert daemon_code(rt, npu_pb2.FreeRequest(address=ptr + 64)) == PARAM
-    rt.free(ptr)
+    rt.memory.free(ptr)
     with raises_at_once(rt, PARAM):
-        rt.free(ptr)
+        rt.memory.free(ptr)
     assert daemon_code(rt, npu_pb2.FreeRequest(address=ptr)) == PARAM
     assert daemon_code(rt, npu_pb2.FreeRequest(address=12345)) == PARAM
-    host = rt.malloc_host(N)
+    host = rt.host.malloc_host(N)
     with raises_at_once(rt, PARAM):
-        rt.free_host(host + 8)
-    rt.free_host(host)
+        rt.host.free_host(host + 8)
+    rt.host.free_host(host)
     with raises_at_once(rt, PARAM):
-        rt.free_host(host)
+        rt.host.free_host(host)
 
 
 def test_freeing_another_clients_memory(rt, bystander):
     with raises_at_once(rt, PARAM):
-        rt.free(bystander.ptr)
+        rt.memory.free(bystander.ptr)
     assert daemon_code(rt, npu_pb2.FreeRequest(address=bystander.ptr)) == PARAM
     with raises_at_once(rt, PARAM):
-        rt.free_host(bystander.pinned)
+        rt.host.free_host(bystander.pinned)
     bystander.check()  # its data are intact and it can still free and allocate
 
 
 def test_copies_into_another_clients_memory_are_refused(rt, bystander):
-    ptr = rt.malloc(N)
-    stream = rt.stream(0)
+    ptr = rt.memory.malloc(N)
+    stream = rt.contexts.stream(0)
     assert (
         daemon_code(
             rt,
@@ -699,33 +722,33 @@ def test_copies_into_another_clients_memory_are_refused(rt, bystander):
     assert deferred_code(rt, commands.Copy.pack(stream, dev(bystander.ptr), dev(ptr), 64)) == PARAM
     assert deferred_code(rt, commands.Memset.pack(stream, dev(bystander.ptr + 128), 0, 64)) == PARAM
     # launch arguments read from another client's memory
-    add = rt.get_function(commands.BUILTIN_BINARY, "add_f32")
+    add = rt.kernels.get_function(commands.BUILTIN_BINARY, "add_f32")
     record = commands.LaunchDeviceArgs.pack(1, stream, add, bystander.ptr, 28)
     assert deferred_code(rt, record) == PARAM
-    rt.free(ptr)
+    rt.memory.free(ptr)
 
 
 def test_a_kernel_given_another_clients_memory_faults_alone(rt, bystander):
     """The kernel sees only its own client's allocations: a foreign pointer is a memory
     fault of that task, reported to that client, and the foreign data stay as they were."""
-    ptr = rt.malloc(N)
-    fill = rt.get_function(commands.BUILTIN_BINARY, "fill_f32")
-    rt.launch_kernel(fill, 2, rt.signature(fill).pack(bystander.ptr, 9.0, 1024), 0)
+    ptr = rt.memory.malloc(N)
+    fill = rt.kernels.get_function(commands.BUILTIN_BINARY, "fill_f32")
+    rt.kernels.launch_kernel(fill, 2, rt.kernels.signature(fill).pack(bystander.ptr, 9.0, 1024), 0)
     with pytest.raises(NpuError) as caught:
-        rt.synchronize_stream(0)
+        rt.sync.synchronize_stream(0)
     assert caught.value.code == codes.ACL_ERROR_RT_DEVICE_MEM_ERROR
-    rt.synchronize_stream(0)
-    rt.free(ptr)
+    rt.sync.synchronize_stream(0)
+    rt.memory.free(ptr)
     bystander.check()
 
 
 # ---- allocation ----------------------------------------------------------------------------------
 def test_malloc_beyond_capacity(rt):
-    free_before, total = rt.get_mem_info()
+    free_before, total = rt.memory.get_mem_info()
     assert total == 256 * MiB
     for size in (total + 1, 1 << 40, (1 << 62)):
         with pytest.raises(NpuError) as caught:
-            rt.malloc(size)
+            rt.memory.malloc(size)
         assert caught.value.code == codes.ACL_ERROR_RT_MEMORY_ALLOCATION
         assert isinstance(caught.value, MemoryError) and isinstance(caught.value, NpuMemoryError)
     assert (
@@ -733,20 +756,20 @@ def test_malloc_beyond_capacity(rt):
         == codes.ACL_ERROR_RT_MEMORY_ALLOCATION
     )
     # after the failures all memory is still there, and a big allocation still succeeds
-    assert rt.get_mem_info() == (free_before, total)
-    big = rt.malloc(64 * MiB)
-    rt.free(big)
-    stats = rt.memory_stats()
+    assert rt.memory.get_mem_info() == (free_before, total)
+    big = rt.memory.malloc(64 * MiB)
+    rt.memory.free(big)
+    stats = rt.memory.memory_stats()
     assert stats["num_ooms"] >= 4
 
 
 def test_malloc_size_zero_and_negative(rt):
     for size in (0, -1):
         with raises_at_once(rt, NULL):
-            rt.malloc(size)
+            rt.memory.malloc(size)
         assert daemon_code(rt, npu_pb2.MallocRequest(device=0, size=size, policy=0)) == NULL
         with raises_at_once(rt, NULL):
-            rt.malloc_host(size)
+            rt.host.malloc_host(size)
         assert daemon_code(rt, npu_pb2.MallocHostRequest(size=size)) == NULL
 
 
@@ -764,71 +787,81 @@ def test_pinned_memory_beyond_what_the_host_has(rt, daemon):
 
 # ---- kernels ------------------------------------------------------------------------------------
 def test_num_blocks_zero(rt):
-    ptr = rt.malloc(N)
-    add = rt.get_function(commands.BUILTIN_BINARY, "add_f32")
-    args = rt.signature(add).pack(ptr, ptr, ptr, 16)
+    ptr = rt.memory.malloc(N)
+    add = rt.kernels.get_function(commands.BUILTIN_BINARY, "add_f32")
+    args = rt.kernels.signature(add).pack(ptr, ptr, ptr, 16)
     with raises_at_once(rt, PARAM):
-        rt.launch_kernel(add, 0, args, 0)
+        rt.kernels.launch_kernel(add, 0, args, 0)
     args_ptr = ptr + 1024
     to_device(rt, args_ptr, args)
     with raises_at_once(rt, PARAM):
-        rt.launch_kernel_devargs(add, 0, args_ptr, len(args), 0)
-    assert deferred_code(rt, commands.Launch.pack(0, rt.stream(0), add, args)) == PARAM
+        rt.kernels.launch_kernel_devargs(add, 0, args_ptr, len(args), 0)
+    assert deferred_code(rt, commands.Launch.pack(0, rt.contexts.stream(0), add, args)) == PARAM
     assert (
-        deferred_code(rt, commands.LaunchDeviceArgs.pack(0, rt.stream(0), add, args_ptr, len(args)))
+        deferred_code(
+            rt, commands.LaunchDeviceArgs.pack(0, rt.contexts.stream(0), add, args_ptr, len(args))
+        )
         == PARAM
     )
-    rt.free(ptr)
+    rt.memory.free(ptr)
 
 
 def test_argument_buffer_shorter_than_the_parameters(rt):
-    ptr = rt.malloc(N)
-    add = rt.get_function(commands.BUILTIN_BINARY, "add_f32")  # ptr, ptr, ptr, u32: 28 bytes
-    args = rt.signature(add).pack(ptr, ptr, ptr, 16)
+    ptr = rt.memory.malloc(N)
+    add = rt.kernels.get_function(
+        commands.BUILTIN_BINARY, "add_f32"
+    )  # ptr, ptr, ptr, u32: 28 bytes
+    args = rt.kernels.signature(add).pack(ptr, ptr, ptr, 16)
     for short in (b"", args[:8], args[:27]):
         with raises_at_once(rt, PARAM):
-            rt.launch_kernel(add, 1, short, 0)
-        assert deferred_code(rt, commands.Launch.pack(1, rt.stream(0), add, short)) == PARAM
+            rt.kernels.launch_kernel(add, 1, short, 0)
+        assert (
+            deferred_code(rt, commands.Launch.pack(1, rt.contexts.stream(0), add, short)) == PARAM
+        )
     to_device(rt, ptr + 1024, args)
     with raises_at_once(rt, PARAM):
-        rt.launch_kernel_devargs(add, 1, ptr + 1024, 27, 0)
+        rt.kernels.launch_kernel_devargs(add, 1, ptr + 1024, 27, 0)
     assert (
-        deferred_code(rt, commands.LaunchDeviceArgs.pack(1, rt.stream(0), add, ptr + 1024, 27))
+        deferred_code(
+            rt, commands.LaunchDeviceArgs.pack(1, rt.contexts.stream(0), add, ptr + 1024, 27)
+        )
         == PARAM
     )
     # arguments in device memory that run past their allocation
     with raises_at_once(rt, PARAM):
-        rt.launch_kernel_devargs(add, 1, ptr + N - 16, 28, 0)
+        rt.kernels.launch_kernel_devargs(add, 1, ptr + N - 16, 28, 0)
     assert (
-        deferred_code(rt, commands.LaunchDeviceArgs.pack(1, rt.stream(0), add, ptr + N - 16, 28))
+        deferred_code(
+            rt, commands.LaunchDeviceArgs.pack(1, rt.contexts.stream(0), add, ptr + N - 16, 28)
+        )
         == PARAM
     )
-    rt.free(ptr)
+    rt.memory.free(ptr)
 
 
 def test_unknown_kernel_name(rt):
     for name in ("no_such_kernel", "", "add_f32 ", "_block_range", "np"):
         with pytest.raises(NpuError) as caught:
-            rt.get_function(commands.BUILTIN_BINARY, name)
+            rt.kernels.get_function(commands.BUILTIN_BINARY, name)
         assert caught.value.code == codes.ACL_ERROR_RT_KERNEL_LOOKUP
-    binary = rt.binary_load("from simnpu import kernel\n@kernel()\ndef a(ctx):\n    pass\n")
+    binary = rt.kernels.binary_load("from simnpu import kernel\n@kernel()\ndef a(ctx):\n    pass\n")
     with pytest.raises(NpuError) as caught:
-        rt.get_function(binary, "b")
+        rt.kernels.get_function(binary, "b")
     assert caught.value.code == codes.ACL_ERROR_RT_KERNEL_LOOKUP
-    rt.binary_unload(binary)
+    rt.kernels.binary_unload(binary)
 
 
 def test_kernel_module_that_does_not_compile(rt):
     for source in ("def broken(:\n", "x = 1\x00\n"):
         with pytest.raises(NpuError) as caught:
-            rt.binary_load(source)
+            rt.kernels.binary_load(source)
         assert caught.value.code == codes.ACL_ERROR_INVALID_FILE
 
 
 # ---- devices, contexts, timeouts -----------------------------------------------------------------
 def test_invalid_device_id(rt):
     for device in (1, 7, -1, 1 << 40):
-        for call in (rt.set_device, rt.create_context, rt.reset_device):
+        for call in (rt.contexts.set_device, rt.contexts.create_context, rt.contexts.reset_device):
             with raises_at_once(rt, codes.ACL_ERROR_RT_INVALID_DEVICEID):
                 call(device)
         for body in (
@@ -839,7 +872,7 @@ def test_invalid_device_id(rt):
             npu_pb2.SynchronizeDeviceRequest(device=device, timeout_ms=-1),
         ):
             assert daemon_code(rt, body) == codes.ACL_ERROR_RT_INVALID_DEVICEID, body
-    assert rt.get_device() == 0  # the failed calls changed nothing
+    assert rt.contexts.get_device() == 0  # the failed calls changed nothing
 
 
 def test_no_current_context(daemon, bystander):
@@ -847,25 +880,27 @@ def test_no_current_context(daemon, bystander):
     try:
         ptr_data = host_array()
         for call in (
-            fresh.create_stream,
-            fresh.create_event,
-            lambda: fresh.malloc(64),
-            fresh.get_device,
-            fresh.get_context,
-            fresh.get_mem_info,
-            lambda: fresh.synchronize_stream(0),
-            lambda: fresh.synchronize_device(),
-            lambda: fresh.memcpy_async(ptr_data.ctypes.data, N, ptr_data.ctypes.data, N, H2H, 0),
+            fresh.streams.create_stream,
+            fresh.events.create_event,
+            lambda: fresh.memory.malloc(64),
+            fresh.contexts.get_device,
+            fresh.contexts.get_context,
+            fresh.memory.get_mem_info,
+            lambda: fresh.sync.synchronize_stream(0),
+            lambda: fresh.sync.synchronize_device(),
+            lambda: fresh.memory.memcpy_async(
+                ptr_data.ctypes.data, N, ptr_data.ctypes.data, N, H2H, 0
+            ),
         ):
             with raises_at_once(fresh, codes.ACL_ERROR_RT_CONTEXT_NULL):
                 call()
-        fresh.set_device(0)
+        fresh.contexts.set_device(0)
 
         found = []
 
         def in_a_new_thread():  # threads inherit no context
             try:
-                fresh.create_stream()
+                fresh.streams.create_stream()
             except NpuError as error:
                 found.append(error.code)
 
@@ -874,32 +909,32 @@ def test_no_current_context(daemon, bystander):
         thread.join(30)
         assert found == [codes.ACL_ERROR_RT_CONTEXT_NULL]
         round_trip(fresh)
-        fresh.reset_device(0)
+        fresh.contexts.reset_device(0)
         with raises_at_once(fresh, codes.ACL_ERROR_RT_CONTEXT_NULL):
-            fresh.create_stream()
+            fresh.streams.create_stream()
     finally:
         fresh.close()
     bystander.check()
 
 
 def test_timeouts_below_minus_one(rt):
-    stream = rt.create_stream()
-    event = rt.create_event()
-    rt.record_event(event, stream)
+    stream = rt.streams.create_stream()
+    event = rt.events.create_event()
+    rt.events.record_event(event, stream)
     for timeout in (-2, -1000, -(1 << 40)):
         for call, *call_args in (
-            (rt.synchronize_stream, stream, timeout),
-            (rt.synchronize_event, event, timeout),
-            (rt.synchronize_device, timeout),
-            (rt.set_op_execute_timeout, timeout),
+            (rt.sync.synchronize_stream, stream, timeout),
+            (rt.sync.synchronize_event, event, timeout),
+            (rt.sync.synchronize_device, timeout),
+            (rt.kernels.set_op_execute_timeout, timeout),
         ):
             with pytest.raises(NpuError) as caught:
                 call(*call_args)
             assert caught.value.code == PARAM
-    rt.synchronize_stream(stream, 0)
-    rt.synchronize_event(event, -1)
-    rt.destroy_event(event)
-    rt.destroy_stream(stream)
+    rt.sync.synchronize_stream(stream, 0)
+    rt.sync.synchronize_event(event, -1)
+    rt.events.destroy_event(event)
+    rt.streams.destroy_stream(stream)
 
 
 SLOW = (
@@ -909,33 +944,33 @@ SLOW = (
 
 def test_huge_timeouts_are_accepted_and_harmless(rt, other):
     """A timeout far beyond anything the OS can wait must neither fail nor stop the daemon."""
-    nap = rt.get_function(rt.binary_load(SLOW), "nap")
-    stream = rt.create_stream()
-    event = rt.create_event()
+    nap = rt.kernels.get_function(rt.kernels.binary_load(SLOW), "nap")
+    stream = rt.streams.create_stream()
+    event = rt.events.create_event()
     for timeout in ((1 << 63) - 1, 1 << 53, 1 << 31):
-        rt.launch_kernel(nap, 1, rt.signature(nap).pack(0.2), stream)
-        rt.record_event(event, stream)
-        within(30, rt, rt.synchronize_event, event, timeout)
-        rt.launch_kernel(nap, 1, rt.signature(nap).pack(0.2), stream)
-        within(30, rt, rt.synchronize_stream, stream, timeout)
-        rt.launch_kernel(nap, 1, rt.signature(nap).pack(0.2), stream)
-        within(30, rt, rt.synchronize_device, timeout)
-    rt.set_op_execute_timeout((1 << 63) - 1)
-    rt.launch_kernel(nap, 2, rt.signature(nap).pack(0.2), stream)
+        rt.kernels.launch_kernel(nap, 1, rt.kernels.signature(nap).pack(0.2), stream)
+        rt.events.record_event(event, stream)
+        within(30, rt, rt.sync.synchronize_event, event, timeout)
+        rt.kernels.launch_kernel(nap, 1, rt.kernels.signature(nap).pack(0.2), stream)
+        within(30, rt, rt.sync.synchronize_stream, stream, timeout)
+        rt.kernels.launch_kernel(nap, 1, rt.kernels.signature(nap).pack(0.2), stream)
+        within(30, rt, rt.sync.synchronize_device, timeout)
+    rt.kernels.set_op_execute_timeout((1 << 63) - 1)
+    rt.kernels.launch_kernel(nap, 2, rt.kernels.signature(nap).pack(0.2), stream)
     within(30, other, round_trip, other)  # the other client keeps being served meanwhile
-    within(30, rt, rt.synchronize_stream, stream, 20_000)
-    rt.set_op_execute_timeout(0)
-    rt.destroy_event(event)
-    rt.destroy_stream(stream)
+    within(30, rt, rt.sync.synchronize_stream, stream, 20_000)
+    rt.kernels.set_op_execute_timeout(0)
+    rt.events.destroy_event(event)
+    rt.streams.destroy_stream(stream)
 
 
 def test_errors_are_the_last_error(rt):
-    rt.get_last_error()
+    rt.devices.get_last_error()
     with pytest.raises(NpuError):
-        rt.synchronize_stream(0xBAD)
-    assert rt.peek_at_last_error() == HANDLE
-    assert rt.get_last_error() == HANDLE
-    assert rt.get_last_error() == codes.ACL_SUCCESS
+        rt.sync.synchronize_stream(0xBAD)
+    assert rt.devices.peek_at_last_error() == HANDLE
+    assert rt.devices.get_last_error() == HANDLE
+    assert rt.devices.get_last_error() == codes.ACL_SUCCESS
 
 
 # ---- malformed messages: a hand-made session, no client library ---------------------------------

@@ -98,9 +98,9 @@ def say(*words):
 rng = random.Random(os.environ["CHAOS_SEED"])
 data = np.random.default_rng(rng.getrandbits(64))
 rt = Runtime()
-rt.set_device(0)
-streams = [rt.create_stream() for _ in range(2)]
-add = rt.get_function(commands.BUILTIN_BINARY, "add_f32")
+rt.contexts.set_device(0)
+streams = [rt.streams.create_stream() for _ in range(2)]
+add = rt.kernels.get_function(commands.BUILTIN_BINARY, "add_f32")
 blocks = []  # device memory of the malloc/free operation
 
 
@@ -114,7 +114,7 @@ class Device:
     def __enter__(self):
         try:
             for size in self.sizes:
-                self.ptrs.append(rt.malloc(size))
+                self.ptrs.append(rt.memory.malloc(size))
         except BaseException:
             self.__exit__()
             raise
@@ -122,14 +122,14 @@ class Device:
 
     def __exit__(self, *exc):
         for ptr in self.ptrs:
-            rt.free(ptr)
+            rt.memory.free(ptr)
 
 
 class Pinned:
     """Pinned host memory as a numpy byte array, freed after the operation."""
 
     def __init__(self, size):
-        self.address = rt.malloc_host(size)
+        self.address = rt.host.malloc_host(size)
         self.array = np.ctypeslib.as_array((ctypes.c_uint8 * size).from_address(self.address))
 
     def __enter__(self):
@@ -137,7 +137,7 @@ class Pinned:
 
     def __exit__(self, *exc):
         del self.array
-        rt.free_host(self.address)
+        rt.host.free_host(self.address)
 
 
 def settle(*used):
@@ -145,7 +145,7 @@ def settle(*used):
     failure = None
     for stream in used:
         try:
-            rt.synchronize_stream(stream, WAIT_MS)
+            rt.sync.synchronize_stream(stream, WAIT_MS)
         except NpuError as error:
             failure = failure or error
     if failure is not None:
@@ -168,8 +168,8 @@ def floats(n):
 
 def load():
     """The user kernel, from a module loaded now: (binary, function)."""
-    binary = rt.binary_load(KERNELS, "chaos_kernels.py")
-    return binary, rt.get_function(binary, "axpy_slowly")
+    binary = rt.kernels.binary_load(KERNELS, "chaos_kernels.py")
+    return binary, rt.kernels.get_function(binary, "axpy_slowly")
 
 
 def reload():
@@ -177,22 +177,22 @@ def reload():
     global binary, axpy
     old = binary
     binary, axpy = load()
-    rt.binary_unload(old)
+    rt.kernels.binary_unload(old)
 
 
 def malloc_free():
     if blocks and (len(blocks) >= 8 or rng.random() < 0.5):
-        rt.free(blocks.pop(rng.randrange(len(blocks))))
+        rt.memory.free(blocks.pop(rng.randrange(len(blocks))))
     else:
-        blocks.append(rt.malloc(rng.randrange(1, 2 * MiB)))
+        blocks.append(rt.memory.malloc(rng.randrange(1, 2 * MiB)))
 
 
 def copy_pageable():
     source = data.integers(0, 256, size(), dtype=np.uint8)
     back = np.zeros_like(source)
     with Device(source.nbytes) as (ptr,):
-        rt.memcpy(ptr, source.nbytes, source.ctypes.data, source.nbytes, H2D)
-        rt.memcpy(back.ctypes.data, back.nbytes, ptr, back.nbytes, D2H)
+        rt.memory.memcpy(ptr, source.nbytes, source.ctypes.data, source.nbytes, H2D)
+        rt.memory.memcpy(back.ctypes.data, back.nbytes, ptr, back.nbytes, D2H)
     expect("pageable H2D then D2H", back, source)
 
 
@@ -201,9 +201,9 @@ def copy_pinned_async():
     with Pinned(count) as source, Pinned(count) as back, Device(count, count) as (a, b):
         source[:] = data.integers(0, 256, count, dtype=np.uint8)
         stream = rng.choice(streams)
-        rt.memcpy_async(a, count, source.ctypes.data, count, H2D, stream)
-        rt.memcpy_async(b, count, a, count, D2D, stream)
-        rt.memcpy_async(back.ctypes.data, count, b, count, D2H, stream)
+        rt.memory.memcpy_async(a, count, source.ctypes.data, count, H2D, stream)
+        rt.memory.memcpy_async(b, count, a, count, D2D, stream)
+        rt.memory.memcpy_async(back.ctypes.data, count, b, count, D2H, stream)
         settle(stream)
         expect("pinned H2D, D2D, D2H", back, source)
 
@@ -212,20 +212,21 @@ def memset():
     count, value = size(), rng.randrange(256)
     back = np.zeros(count, np.uint8)
     with Device(count) as (ptr,):
-        rt.memset_async(ptr, count, value, count, streams[0])
+        rt.memory.memset_async(ptr, count, value, count, streams[0])
         settle(streams[0])
-        rt.memcpy(back.ctypes.data, count, ptr, count, D2H)
+        rt.memory.memcpy(back.ctypes.data, count, ptr, count, D2H)
     expect("memset", back, np.full(count, value, np.uint8))
 
 
 def launch_add(stream, x, y, z, n):
-    rt.launch_kernel(add, rng.randrange(1, 9), rt.signature(add).pack(x, y, z, n), stream)
+    args = rt.kernels.signature(add).pack(x, y, z, n)
+    rt.kernels.launch_kernel(add, rng.randrange(1, 9), args, stream)
 
 
 def launch_axpy(stream, x, y, n, k):
     pause = rng.choice([0.0, rng.uniform(0, 0.05)])
-    args = rt.signature(axpy).pack(x, y, n, k, pause)
-    rt.launch_kernel(axpy, rng.randrange(1, 5), args, stream)
+    args = rt.kernels.signature(axpy).pack(x, y, n, k, pause)
+    rt.kernels.launch_kernel(axpy, rng.randrange(1, 5), args, stream)
 
 
 def kernels():
@@ -234,15 +235,15 @@ def kernels():
     a, b, k = floats(n), floats(n), float(rng.randrange(-4, 5))
     out = np.zeros(n, np.float32)
     with Device(4 * n, 4 * n, 4 * n) as (x, y, z):
-        rt.memcpy(x, 4 * n, a.ctypes.data, 4 * n, H2D)
-        rt.memcpy(y, 4 * n, b.ctypes.data, 4 * n, H2D)
+        rt.memory.memcpy(x, 4 * n, a.ctypes.data, 4 * n, H2D)
+        rt.memory.memcpy(y, 4 * n, b.ctypes.data, 4 * n, H2D)
         stream = rng.choice(streams)
         launch_add(stream, x, y, z, n)
         launch_axpy(stream, x, z, n, k)
         if rng.random() < 0.5:
-            rt.synchronize_device(WAIT_MS)
+            rt.sync.synchronize_device(WAIT_MS)
         settle(stream)
-        rt.memcpy(out.ctypes.data, 4 * n, z, 4 * n, D2H)
+        rt.memory.memcpy(out.ctypes.data, 4 * n, z, 4 * n, D2H)
     expect("add_f32 then axpy_slowly", out, a * np.float32(k) + (a + b))
 
 
@@ -251,22 +252,22 @@ def events():
     n = rng.randrange(1, 1 << 18)
     a, b, k = floats(n), floats(n), float(rng.randrange(-4, 5))
     out = np.zeros(n, np.float32)
-    first, second = rt.create_event(), rt.create_event()
+    first, second = rt.events.create_event(), rt.events.create_event()
     try:
         with Device(4 * n, 4 * n, 4 * n) as (x, y, z):
-            rt.memcpy(x, 4 * n, a.ctypes.data, 4 * n, H2D)
-            rt.memcpy(y, 4 * n, b.ctypes.data, 4 * n, H2D)
+            rt.memory.memcpy(x, 4 * n, a.ctypes.data, 4 * n, H2D)
+            rt.memory.memcpy(y, 4 * n, b.ctypes.data, 4 * n, H2D)
             launch_add(streams[0], x, y, z, n)
-            rt.record_event(first, streams[0])
-            rt.stream_wait_event(streams[1], first)
+            rt.events.record_event(first, streams[0])
+            rt.events.stream_wait_event(streams[1], first)
             launch_axpy(streams[1], y, z, n, k)
-            rt.record_event(second, streams[1])
-            rt.synchronize_event(second, WAIT_MS)
+            rt.events.record_event(second, streams[1])
+            rt.sync.synchronize_event(second, WAIT_MS)
             settle(*streams)  # a failure before an event's record is reported by its stream
-            rt.memcpy(out.ctypes.data, 4 * n, z, 4 * n, D2H)
+            rt.memory.memcpy(out.ctypes.data, 4 * n, z, 4 * n, D2H)
     finally:
-        rt.destroy_event(first)
-        rt.destroy_event(second)
+        rt.events.destroy_event(first)
+        rt.events.destroy_event(second)
     expect("add_f32, event, axpy_slowly", out, b * np.float32(k) + (a + b))
 
 
@@ -295,10 +296,10 @@ while not os.path.exists(STOP):
     else:
         say("ok", operation.__name__)
 for ptr in blocks:
-    rt.free(ptr)
+    rt.memory.free(ptr)
 for stream in streams:
-    rt.destroy_stream(stream)
-rt.binary_unload(binary)
+    rt.streams.destroy_stream(stream)
+rt.kernels.binary_unload(binary)
 rt.close()
 say("done")
 '''
@@ -390,7 +391,7 @@ class Client:
 
 def free_memory(address: str) -> int:
     with runtime_of(address) as rt:
-        return rt.get_mem_info(codes.ACL_HBM_MEM)[0]
+        return rt.memory.get_mem_info(codes.ACL_HBM_MEM)[0]
 
 
 def chaos(daemon: DaemonProcess, tmp_path: Path, seconds: float) -> None:

@@ -52,7 +52,7 @@ def rt(npu, daemon, request, monkeypatch):
         monkeypatch.setenv("SIMNPU_NO_SHM", "1")
         npu.shutdown()
         npu.connect(daemon.address)
-        assert not npu.runtime().uses_shared_memory
+        assert not npu.runtime().memory.uses_shared_memory
     with npu.Device(0):
         yield npu.runtime()
 
@@ -72,7 +72,7 @@ class HostBuffer:
         self.rt, self.kind, self.size = rt, kind, size
         total = size + 2 * OFFSET
         if kind == "pinned":
-            self.base = rt.malloc_host(total)
+            self.base = rt.host.malloc_host(total)
             self.whole = host_view(self.base, total)
         else:
             self.array = np.empty(total, np.uint8)
@@ -94,7 +94,7 @@ class HostBuffer:
     def free(self) -> None:
         del self.whole
         if self.kind == "pinned":
-            self.rt.free_host(self.base)
+            self.rt.host.free_host(self.base)
 
 
 class DeviceRange:
@@ -103,13 +103,13 @@ class DeviceRange:
     def __init__(self, rt, size: int):
         self.rt, self.size = rt, size
         self.total = size + 2 * OFFSET
-        self.base = rt.malloc(self.total)
-        rt.memset(self.base, self.total, GUARD, self.total)
+        self.base = rt.memory.malloc(self.total)
+        rt.memory.memset(self.base, self.total, GUARD, self.total)
         self.address = self.base + OFFSET
 
     def read_all(self) -> np.ndarray:
         out = np.empty(self.total, np.uint8)
-        self.rt.memcpy(out.ctypes.data, out.nbytes, self.base, self.total, D2H)
+        self.rt.memory.memcpy(out.ctypes.data, out.nbytes, self.base, self.total, D2H)
         return out
 
     def check(self, expected: np.ndarray) -> None:
@@ -120,7 +120,7 @@ class DeviceRange:
         np.testing.assert_array_equal(whole[OFFSET : OFFSET + self.size], expected)
 
     def free(self) -> None:
-        self.rt.free(self.base)
+        self.rt.memory.free(self.base)
 
 
 def random_bytes(size: int, seed: int = 0) -> np.ndarray:
@@ -137,34 +137,34 @@ def random_bytes(size: int, seed: int = 0) -> np.ndarray:
 def test_round_trip_every_kind(rt, size, host, mode):
     """host -> device -> device -> host, then host -> host, with explicit kinds."""
     if size == max(SIZES):  # a pageable copy of it goes through the staging area in chunks
-        assert size > rt.copies.slot
+        assert size > rt.memory.copies.slot
     data = random_bytes(size)
     source, target = HostBuffer(rt, host, size), HostBuffer(rt, host, size)
     first, second = DeviceRange(rt, size), DeviceRange(rt, size)
     source.data[:] = data
-    stream = rt.create_stream() if mode == "async" else None
+    stream = rt.streams.create_stream() if mode == "async" else None
 
     def copy(dst, dest_max, src, count, kind):
         if stream is None:
-            rt.memcpy(dst, dest_max, src, count, kind)
+            rt.memory.memcpy(dst, dest_max, src, count, kind)
         else:
-            rt.memcpy_async(dst, dest_max, src, count, kind, stream)
+            rt.memory.memcpy_async(dst, dest_max, src, count, kind, stream)
 
     copy(first.address, size + OFFSET, source.address, size, H2D)
     copy(second.address, size + OFFSET, first.address, size, D2D)
     copy(target.address, size + OFFSET, second.address, size, D2H)
     if stream is not None:
-        rt.synchronize_stream(stream)
+        rt.sync.synchronize_stream(stream)
     np.testing.assert_array_equal(target.data, data)
     assert target.guards_intact()
     first.check(data)
     second.check(data)
     target.data[:] = 0
-    rt.memcpy(target.address, size, source.address, size, H2H)
+    rt.memory.memcpy(target.address, size, source.address, size, H2H)
     np.testing.assert_array_equal(target.data, data)
     assert target.guards_intact()
     if stream is not None:
-        rt.destroy_stream(stream)
+        rt.streams.destroy_stream(stream)
     for buffer in (source, target, first, second):
         buffer.free()
 
@@ -179,20 +179,20 @@ def test_default_kind_takes_the_direction_from_the_addresses(rt, size, host, mod
     first, second = DeviceRange(rt, size), DeviceRange(rt, size)
     assert first.address >= 2**47 and source.address < 2**47
     source.data[:] = data
-    stream = rt.create_stream() if mode == "async" else None
+    stream = rt.streams.create_stream() if mode == "async" else None
     for dst, src in ((first, source), (second, first), (target, second)):
         if stream is None:
-            rt.memcpy(dst.address, size, src.address, size, DEFAULT)
+            rt.memory.memcpy(dst.address, size, src.address, size, DEFAULT)
         else:
-            rt.memcpy_async(dst.address, size, src.address, size, DEFAULT, stream)
+            rt.memory.memcpy_async(dst.address, size, src.address, size, DEFAULT, stream)
     if stream is not None:
-        rt.synchronize_stream(stream)
-        rt.destroy_stream(stream)
+        rt.sync.synchronize_stream(stream)
+        rt.streams.destroy_stream(stream)
     np.testing.assert_array_equal(target.data, data)
     assert target.guards_intact()
     second.check(data)
     target.data[:] = 0
-    rt.memcpy(target.address, size, source.address, size, DEFAULT)  # host -> host
+    rt.memory.memcpy(target.address, size, source.address, size, DEFAULT)  # host -> host
     np.testing.assert_array_equal(target.data, data)
     for buffer in (source, target, first, second):
         buffer.free()
@@ -200,7 +200,7 @@ def test_default_kind_takes_the_direction_from_the_addresses(rt, size, host, mod
 
 def test_kind_must_match_the_pointers(rt):
     host = np.zeros(64, np.uint8)
-    device = rt.malloc(64)
+    device = rt.memory.malloc(64)
     for dst, src, kind in (
         (device, host.ctypes.data, D2H),
         (host.ctypes.data, device, H2D),
@@ -208,9 +208,9 @@ def test_kind_must_match_the_pointers(rt):
         (host.ctypes.data, device, H2H),
     ):
         with pytest.raises(NpuError) as info:
-            rt.memcpy(dst, 64, src, 64, kind)
+            rt.memory.memcpy(dst, 64, src, 64, kind)
         assert info.value.code == codes.ACL_ERROR_RT_PARAM_INVALID
-    rt.free(device)
+    rt.memory.free(device)
 
 
 # ---- stream order -------------------------------------------------------------------------------
@@ -227,10 +227,10 @@ def test_async_pinned_copies_are_stream_ordered_with_kernels(npu, rt):
     for _ in range(
         3
     ):  # copy -> kernels -> copy back, several times, never synchronizing in between
-        rt.memcpy_async(x.ptr, x.nbytes, pinned.ptr, pinned.nbytes, H2D, stream.handle)
+        rt.memory.memcpy_async(x.ptr, x.nbytes, pinned.ptr, pinned.nbytes, H2D, stream.handle)
         relu.launch(5, x, y, n, stream=stream)
         add.launch(2, y, y, x, n, stream=stream)
-        rt.memcpy_async(pinned.ptr, pinned.nbytes, x.ptr, x.nbytes, D2H, stream.handle)
+        rt.memory.memcpy_async(pinned.ptr, pinned.nbytes, x.ptr, x.nbytes, D2H, stream.handle)
     stream.synchronize()
     expected = np.linspace(-4, 4, n, dtype=np.float32)
     for _ in range(3):
@@ -253,11 +253,11 @@ def test_async_pinned_copy_returns_before_the_stream_reaches_it(npu, rt):
     pinned_out.array()[:] = 0
     device = npu.DeviceBuffer(size)
     gate.launch(1, flag, LIMIT_S, stream=stream)
-    rt.memcpy_async(device.ptr, size, pinned_in.ptr, size, H2D, stream.handle)
-    rt.memcpy_async(pinned_out.ptr, size, device.ptr, size, D2H, stream.handle)
+    rt.memory.memcpy_async(device.ptr, size, pinned_in.ptr, size, H2D, stream.handle)
+    rt.memory.memcpy_async(pinned_out.ptr, size, device.ptr, size, D2H, stream.handle)
     assert not stream.query()
     assert not pinned_out.array().any(), "the device-to-host copy ran before the gate opened"
-    rt.memset(flag.ptr, 4, 1, 4)  # open the gate
+    rt.memory.memset(flag.ptr, 4, 1, 4)  # open the gate
     stream.synchronize()
     np.testing.assert_array_equal(pinned_out.array(), data)
     pinned_in.free()
@@ -295,10 +295,10 @@ def test_to_numpy_returns_an_array_of_bytes_without_a_dtype(npu, rt):
 @pytest.mark.parametrize("size", [1, 4097, 3 * MiB + 5], ids=["1B", "4097B", "3MiB+5"])
 def test_memset_device(npu, rt, size):
     target = DeviceRange(rt, size)
-    rt.memset(target.address, size + OFFSET, 0x3C, size)
+    rt.memory.memset(target.address, size + OFFSET, 0x3C, size)
     target.check(np.full(size, 0x3C, np.uint8))
     stream = npu.Stream()
-    rt.memset_async(
+    rt.memory.memset_async(
         target.address, size + OFFSET, 0x1FF, size, stream.handle
     )  # only the low byte counts
     stream.synchronize()
@@ -310,10 +310,10 @@ def test_memset_device(npu, rt, size):
 def test_memset_host(npu, rt, host):
     size = 4097
     buffer = HostBuffer(rt, host, size)
-    rt.memset(buffer.address, size, 0x42, size)
+    rt.memory.memset(buffer.address, size, 0x42, size)
     assert (buffer.data == 0x42).all() and buffer.guards_intact()
     stream = npu.Stream()
-    rt.memset_async(buffer.address, size, 0x24, size, stream.handle)
+    rt.memory.memset_async(buffer.address, size, 0x24, size, stream.handle)
     stream.synchronize()
     assert (buffer.data == 0x24).all() and buffer.guards_intact()
     buffer.free()
@@ -331,9 +331,9 @@ def test_memset_async_of_pinned_memory_is_stream_ordered(npu, rt):
     pinned.array()[:] = 0
     stream = npu.Stream()
     gate.launch(1, flag, LIMIT_S, stream=stream)
-    rt.memcpy_async(pinned.ptr, size, device.ptr, size, D2H, stream.handle)
-    rt.memset_async(pinned.ptr, size, 0x22, size, stream.handle)
-    rt.memset(flag.ptr, 4, 1, 4)
+    rt.memory.memcpy_async(pinned.ptr, size, device.ptr, size, D2H, stream.handle)
+    rt.memory.memset_async(pinned.ptr, size, 0x22, size, stream.handle)
+    rt.memory.memset(flag.ptr, 4, 1, 4)
     stream.synchronize()
     assert (pinned.array() == 0x22).all(), "memset_async of pinned memory ran out of stream order"
     pinned.free()
@@ -343,15 +343,15 @@ def test_memset_async_of_pinned_memory_is_stream_ordered(npu, rt):
 
 
 def test_mem_info_follows_malloc_and_free(rt):
-    free_at_start, total = rt.get_mem_info()
+    free_at_start, total = rt.memory.get_mem_info()
     assert total == 256 * MiB  # the fixture's --memory
     assert 0 < free_at_start <= total
     size = 5 * MiB + 3
-    address = rt.malloc(size)
-    free_allocated, total_allocated = rt.get_mem_info()
+    address = rt.memory.malloc(size)
+    free_allocated, total_allocated = rt.memory.get_mem_info()
     assert total_allocated == total
-    rt.free(address)
-    free_after, _ = rt.get_mem_info()
+    rt.memory.free(address)
+    free_after, _ = rt.memory.get_mem_info()
     # Another client's memory may be released meanwhile, which only adds to `free`.
     assert free_after - free_allocated >= size
     assert free_allocated <= total - size
@@ -359,54 +359,54 @@ def test_mem_info_follows_malloc_and_free(rt):
 
 def test_count_zero_is_a_no_op(npu, rt):
     host = np.full(16, 9, np.uint8)
-    device = rt.malloc(16)
-    rt.memset(device, 16, 3, 16)
+    device = rt.memory.malloc(16)
+    rt.memory.memset(device, 16, 3, 16)
     stream = npu.Stream()
-    rt.memcpy(device, 16, host.ctypes.data, 0, H2D)
-    rt.memcpy(host.ctypes.data, 16, device, 0, D2H)
-    rt.memcpy_async(device, 16, host.ctypes.data, 0, H2D, stream.handle)
-    rt.memcpy_async(host.ctypes.data, 16, host.ctypes.data, 0, H2H, stream.handle)
-    rt.memset(device, 16, 0, 0)
-    rt.memset_async(host.ctypes.data, 16, 0, 0, stream.handle)
+    rt.memory.memcpy(device, 16, host.ctypes.data, 0, H2D)
+    rt.memory.memcpy(host.ctypes.data, 16, device, 0, D2H)
+    rt.memory.memcpy_async(device, 16, host.ctypes.data, 0, H2D, stream.handle)
+    rt.memory.memcpy_async(host.ctypes.data, 16, host.ctypes.data, 0, H2H, stream.handle)
+    rt.memory.memset(device, 16, 0, 0)
+    rt.memory.memset_async(host.ctypes.data, 16, 0, 0, stream.handle)
     stream.synchronize()
     assert (host == 9).all()
     out = np.empty(16, np.uint8)
-    rt.memcpy(out.ctypes.data, 16, device, 16, D2H)
+    rt.memory.memcpy(out.ctypes.data, 16, device, 16, D2H)
     assert (out == 3).all()
-    rt.free(device)
+    rt.memory.free(device)
 
 
 def test_host_to_host(npu, rt):
     source = random_bytes(4097, seed=3)
     pageable = np.zeros_like(source)
     pinned = npu.PinnedBuffer(source.nbytes)
-    rt.memcpy(pinned.ptr, pinned.nbytes, source.ctypes.data, source.nbytes, H2H)
-    rt.memcpy(pageable.ctypes.data, pageable.nbytes, pinned.ptr, pinned.nbytes, H2H)
+    rt.memory.memcpy(pinned.ptr, pinned.nbytes, source.ctypes.data, source.nbytes, H2H)
+    rt.memory.memcpy(pageable.ctypes.data, pageable.nbytes, pinned.ptr, pinned.nbytes, H2H)
     np.testing.assert_array_equal(pageable, source)
     stream = npu.Stream()
     for dst, src in ((pageable.ctypes.data, source.ctypes.data), (pinned.ptr, source.ctypes.data)):
         for kind in (H2H, DEFAULT):
             with pytest.raises(NpuError) as info:
-                rt.memcpy_async(dst, source.nbytes, src, source.nbytes, kind, stream.handle)
+                rt.memory.memcpy_async(dst, source.nbytes, src, source.nbytes, kind, stream.handle)
             assert info.value.code == codes.ACL_ERROR_RT_FEATURE_NOT_SUPPORT == 207000
     pinned.free()
 
 
 def test_pinned_memory_is_usable_through_ctypes_at_its_address(rt):
     size = 4096
-    address = rt.malloc_host(size)
+    address = rt.host.malloc_host(size)
     view = host_view(address, size)
     view[:] = np.arange(size) % 251
     ctypes.memmove(address, b"simnpu", 6)
     assert bytes(view[:6]) == b"simnpu"
-    device = rt.malloc(size)
-    rt.memcpy(device, size, address, size, H2D)
+    device = rt.memory.malloc(size)
+    rt.memory.memcpy(device, size, address, size, H2D)
     back = np.zeros(size, np.uint8)
-    rt.memcpy(back.ctypes.data, size, device, size, D2H)
+    rt.memory.memcpy(back.ctypes.data, size, device, size, D2H)
     np.testing.assert_array_equal(back, view)
     del view
-    rt.free(device)
-    rt.free_host(address)
+    rt.memory.free(device)
+    rt.host.free_host(address)
 
 
 @TRANSPORTS

@@ -36,7 +36,7 @@ NAP = (
 
 def client(address: str, token: str | None = None) -> Runtime:
     rt = Runtime(address, token)
-    rt.set_device(0)
+    rt.contexts.set_device(0)
     return rt
 
 
@@ -44,11 +44,11 @@ def within(seconds: float, rt: Runtime, call, *args):
     """call(*args) in a thread with `rt`'s current context: its result or exception, or a
     failure if it hangs."""
     outcome: list = []
-    context = rt._local.context
+    context = rt.contexts.get_context()
 
     def run() -> None:
         try:
-            rt._local.context = context
+            rt.contexts.set_context(context)
             outcome.append((True, call(*args)))
         except Exception as error:  # noqa: BLE001  (handed to the test's thread)
             outcome.append((False, error))
@@ -103,19 +103,21 @@ def run_daemon(*flags, env=None, timeout: float = 60) -> subprocess.CompletedPro
 def test_signal_stops_the_daemon_cleanly_and_clients_are_told(start_daemon, sig):
     daemon = start_daemon()
     holder = client(daemon.address)  # owns memory, pinned memory and a stream
-    holder.malloc(16 * MiB)
-    holder.malloc_host(MiB)
-    holder.create_stream()
+    holder.memory.malloc(16 * MiB)
+    holder.host.malloc_host(MiB)
+    holder.streams.create_stream()
     busy = client(daemon.address)  # a running kernel, more queued, and a blocked synchronize
-    nap = busy.get_function(busy.binary_load(NAP), "nap")
-    stream = busy.create_stream()
+    nap = busy.kernels.get_function(busy.kernels.binary_load(NAP), "nap")
+    stream = busy.streams.create_stream()
     for _ in range(4):
-        busy.launch_kernel(nap, 1, busy.signature(nap).pack(3.0), stream)
-    fills = {rt: rt.get_function(commands.BUILTIN_BINARY, "fill_f32") for rt in (holder, busy)}
-    buffers = {rt: rt.malloc(64) for rt in (holder, busy)}
+        busy.kernels.launch_kernel(nap, 1, busy.kernels.signature(nap).pack(3.0), stream)
+    fills = {
+        rt: rt.kernels.get_function(commands.BUILTIN_BINARY, "fill_f32") for rt in (holder, busy)
+    }
+    buffers = {rt: rt.memory.malloc(64) for rt in (holder, busy)}
     blocked: list = []
     waiter = threading.Thread(
-        target=lambda: blocked.append(_code_of(busy.synchronize_stream, stream))
+        target=lambda: blocked.append(_code_of(busy.sync.synchronize_stream, stream))
     )
     waiter.start()
     assert daemon.segments()
@@ -126,11 +128,11 @@ def test_signal_stops_the_daemon_cleanly_and_clients_are_told(start_daemon, sig)
         assert blocked and blocked[0] not in (None, 0), "a blocked synchronize was not told"
         for rt in (holder, busy):
             with pytest.raises(NpuError) as caught:
-                within(10, rt, rt.get_mem_info)
+                within(10, rt, rt.memory.get_mem_info)
             assert caught.value.code == codes.ACL_ERROR_RT_DRV_INTERNAL_ERROR
-            args = rt.signature(fills[rt]).pack(buffers[rt], 1.0, 16)
+            args = rt.kernels.signature(fills[rt]).pack(buffers[rt], 1.0, 16)
             with pytest.raises(NpuError) as caught:  # asynchronous calls fail at once too
-                within(10, rt, rt.launch_kernel, fills[rt], 1, args, 0)
+                within(10, rt, rt.kernels.launch_kernel, fills[rt], 1, args, 0)
             assert caught.value.code == codes.ACL_ERROR_RT_DRV_INTERNAL_ERROR
     finally:
         holder.close()
@@ -148,12 +150,12 @@ import sys, time
 from simnpu.client.runtime import Runtime
 from simnpu.proto.errors import NpuError
 rt = Runtime({daemon.address!r})
-rt.set_device(0)
-rt.malloc(1024)
+rt.contexts.set_device(0)
+rt.memory.malloc(1024)
 print("ready", flush=True)
 sys.stdin.readline()
 try:
-    rt.malloc(1024)
+    rt.memory.malloc(1024)
 except NpuError as error:
     print(error.code, flush=True)
 """,
@@ -270,13 +272,13 @@ def test_a_synchronize_waiting_for_tasks_no_unit_started_is_told_the_daemon_stop
     running by then, the answer is the same.)"""
     daemon = start_daemon("--devices", "2")
     rt = Runtime(daemon.address)
-    rt.set_device(1)
-    nap = rt.get_function(rt.binary_load(NAP), "nap")
-    stream = rt.create_stream()
-    rt.launch_kernel(nap, 1, rt.signature(nap).pack(5.0), stream)
+    rt.contexts.set_device(1)
+    nap = rt.kernels.get_function(rt.kernels.binary_load(NAP), "nap")
+    stream = rt.streams.create_stream()
+    rt.kernels.launch_kernel(nap, 1, rt.kernels.signature(nap).pack(5.0), stream)
     blocked: list = []
     waiter = threading.Thread(
-        target=lambda: blocked.append(_code_of(rt.synchronize_stream, stream))
+        target=lambda: blocked.append(_code_of(rt.sync.synchronize_stream, stream))
     )
     waiter.start()
     assert daemon.stop() == 0, daemon.output()
@@ -290,20 +292,20 @@ def test_two_devices(start_daemon):
     daemon = start_daemon("--devices", "2")
     rt = Runtime(daemon.address)
     try:
-        assert rt.get_device_count() == 2
+        assert rt.contexts.get_device_count() == 2
         addresses = {}
         for device in (0, 1):
-            rt.set_device(device)
-            assert rt.get_device() == device
-            assert rt.get_mem_info() == (256 * MiB, 256 * MiB)
+            rt.contexts.set_device(device)
+            assert rt.contexts.get_device() == device
+            assert rt.memory.get_mem_info() == (256 * MiB, 256 * MiB)
             round_trip(rt)
-            addresses[device] = rt.malloc(8 * MiB)
-            assert rt.get_mem_info()[0] < 256 * MiB - 8 * MiB + 1
+            addresses[device] = rt.memory.malloc(8 * MiB)
+            assert rt.memory.get_mem_info()[0] < 256 * MiB - 8 * MiB + 1
         assert addresses[1] - addresses[0] >= 1 << 40  # separate address spaces
-        rt.set_device(0)
-        assert rt.get_mem_info()[0] <= 248 * MiB
+        rt.contexts.set_device(0)
+        assert rt.memory.get_mem_info()[0] <= 248 * MiB
         with pytest.raises(NpuError) as caught:
-            rt.set_device(2)
+            rt.contexts.set_device(2)
         assert caught.value.code == codes.ACL_ERROR_RT_INVALID_DEVICEID
         devices = query("devices", address=daemon.address)["devices"]
         assert [d["index"] for d in devices] == [0, 1]
@@ -422,23 +424,23 @@ def test_in_stream_copies_over_tcp_with_the_token(start_daemon, monkeypatch):
     start_daemon(address=address, env={"SIMNPU_TOKEN": "s3cret-token"})
     monkeypatch.setenv("SIMNPU_NO_SHM", "1")
     rt = client(address, token="s3cret-token")
-    assert not rt.uses_shared_memory
+    assert not rt.memory.uses_shared_memory
     size = 20 * MiB + 5  # several chunks
     data = np.random.default_rng(5).integers(0, 256, size, dtype=np.uint8)
-    device, stream = rt.malloc(size), rt.create_stream()
+    device, stream = rt.memory.malloc(size), rt.streams.create_stream()
     for ordered in (False, True):
         out = np.zeros(size, np.uint8)
-        rt.memset(device, size, 0, size)
+        rt.memory.memset(device, size, 0, size)
         if ordered:
-            rt.memcpy_async(device, size, data.ctypes.data, size, H2D, stream)
-            rt.memcpy_async(out.ctypes.data, size, device, size, D2H, stream)
-            rt.synchronize_stream(stream)
+            rt.memory.memcpy_async(device, size, data.ctypes.data, size, H2D, stream)
+            rt.memory.memcpy_async(out.ctypes.data, size, device, size, D2H, stream)
+            rt.sync.synchronize_stream(stream)
         else:
-            rt.memcpy(device, size, data.ctypes.data, size, H2D)
-            rt.memcpy(out.ctypes.data, size, device, size, D2H)
+            rt.memory.memcpy(device, size, data.ctypes.data, size, H2D)
+            rt.memory.memcpy(out.ctypes.data, size, device, size, D2H)
         assert np.array_equal(out, data), f"ordered={ordered}"
-    rt.destroy_stream(stream)
-    rt.free(device)
+    rt.streams.destroy_stream(stream)
+    rt.memory.free(device)
     rt.close()
 
 
@@ -475,24 +477,28 @@ def test_a_dying_ai_core_fails_its_task_and_is_replaced(daemon, how):
     rt, other = client(daemon.address), client(daemon.address)
     try:
         before = restarts(daemon)
-        other_nap = other.get_function(other.binary_load(NAP), "nap")
-        other_stream = other.create_stream()
-        other.launch_kernel(other_nap, 1, other.signature(other_nap).pack(0.3), other_stream)
-        crash = rt.get_function(rt.binary_load(CRASHERS[how]), "crash")
-        stream = rt.create_stream()
-        rt.launch_kernel(crash, 1, b"", stream)
+        other_nap = other.kernels.get_function(other.kernels.binary_load(NAP), "nap")
+        other_stream = other.streams.create_stream()
+        other.kernels.launch_kernel(
+            other_nap, 1, other.kernels.signature(other_nap).pack(0.3), other_stream
+        )
+        crash = rt.kernels.get_function(rt.kernels.binary_load(CRASHERS[how]), "crash")
+        stream = rt.streams.create_stream()
+        rt.kernels.launch_kernel(crash, 1, b"", stream)
         with pytest.raises(NpuError) as caught:
-            within(60, rt, rt.synchronize_stream, stream)
+            within(60, rt, rt.sync.synchronize_stream, stream)
         assert caught.value.code == codes.ACL_ERROR_RT_AICORE_EXCEPTION
         assert "replaced" in caught.value.message
         assert restarts(daemon) == before + 1
-        within(60, rt, rt.synchronize_stream, stream)  # reported once
-        within(60, other, other.synchronize_stream, other_stream)  # the other client saw nothing
+        within(60, rt, rt.sync.synchronize_stream, stream)  # reported once
+        within(
+            60, other, other.sync.synchronize_stream, other_stream
+        )  # the other client saw nothing
         for _ in range(3):  # both cores, the new one included, work
             within(60, rt, round_trip, rt)
             within(60, other, round_trip, other)
-        rt.destroy_stream(stream)
-        other.destroy_stream(other_stream)
+        rt.streams.destroy_stream(stream)
+        other.streams.destroy_stream(other_stream)
     finally:
         rt.close()
         other.close()
@@ -502,26 +508,28 @@ def test_a_kernel_over_the_op_timeout_fails_with_507014_and_its_core_is_replaced
     rt, other = client(daemon.address), client(daemon.address)
     try:
         before = restarts(daemon)
-        rt.set_op_execute_timeout(300)
-        nap = rt.get_function(rt.binary_load(NAP), "nap")
-        other_nap = other.get_function(other.binary_load(NAP), "nap")
-        stream, other_stream = rt.create_stream(), other.create_stream()
-        rt.launch_kernel(nap, 1, rt.signature(nap).pack(5.0), stream)
+        rt.kernels.set_op_execute_timeout(300)
+        nap = rt.kernels.get_function(rt.kernels.binary_load(NAP), "nap")
+        other_nap = other.kernels.get_function(other.kernels.binary_load(NAP), "nap")
+        stream, other_stream = rt.streams.create_stream(), other.streams.create_stream()
+        rt.kernels.launch_kernel(nap, 1, rt.kernels.signature(nap).pack(5.0), stream)
         # the timeout is this process's: the other client's slower kernel is not cut short
-        other.launch_kernel(other_nap, 1, other.signature(other_nap).pack(0.6), other_stream)
+        other.kernels.launch_kernel(
+            other_nap, 1, other.kernels.signature(other_nap).pack(0.6), other_stream
+        )
         with pytest.raises(NpuError) as caught:
-            within(30, rt, rt.synchronize_stream, stream)
+            within(30, rt, rt.sync.synchronize_stream, stream)
         assert caught.value.code == codes.ACL_ERROR_RT_AICORE_TIMEOUT
-        within(30, other, other.synchronize_stream, other_stream)
+        within(30, other, other.sync.synchronize_stream, other_stream)
         assert restarts(daemon) == before + 1
-        rt.set_op_execute_timeout(0)  # back to the daemon's default
+        rt.kernels.set_op_execute_timeout(0)  # back to the daemon's default
         for _ in range(3):
             within(60, rt, round_trip, rt)
             within(60, other, round_trip, other)
-        rt.launch_kernel(nap, 2, rt.signature(nap).pack(0.4), stream)
-        within(30, rt, rt.synchronize_stream, stream)
-        rt.destroy_stream(stream)
-        other.destroy_stream(other_stream)
+        rt.kernels.launch_kernel(nap, 2, rt.kernels.signature(nap).pack(0.4), stream)
+        within(30, rt, rt.sync.synchronize_stream, stream)
+        rt.streams.destroy_stream(stream)
+        other.streams.destroy_stream(other_stream)
     finally:
         rt.close()
         other.close()
@@ -532,16 +540,16 @@ def test_calls_racing_the_daemons_end_all_get_an_error(start_daemon):
     none waits forever for a reply that cannot come."""
     daemon = start_daemon()
     rt = client(daemon.address)
-    context = rt.get_context()
+    context = rt.contexts.get_context()
     ended: list = []
     started = threading.Barrier(9)
 
     def hammer() -> None:
-        rt.set_context(context)
+        rt.contexts.set_context(context)
         started.wait()
         try:
             while True:
-                rt.get_mem_info()
+                rt.memory.get_mem_info()
         except NpuError as error:
             ended.append(error.code)
 

@@ -42,34 +42,34 @@ SIZE = 256 << 20
 FOREVER_MS = 600_000  # longer than the test waits: a call that returns did not time out
 call = os.environ["DEATH_CALL"]
 rt = Runtime()
-rt.set_device(0)
+rt.contexts.set_device(0)
 if call.startswith("copy"):
-    device = rt.malloc(SIZE)
+    device = rt.memory.malloc(SIZE)
     if call == "copy pinned":
-        host = rt.malloc_host(SIZE)
+        host = rt.host.malloc_host(SIZE)
     else:
         buffer = np.ones(SIZE, np.uint8)
         host = buffer.ctypes.data
 
     def blocked():
         while True:  # back to back, so that the daemon dies in the middle of one
-            rt.memcpy(device, SIZE, host, SIZE, codes.ACL_MEMCPY_HOST_TO_DEVICE)
+            rt.memory.memcpy(device, SIZE, host, SIZE, codes.ACL_MEMCPY_HOST_TO_DEVICE)
 else:
-    stream = rt.create_stream()
-    sleeper = rt.get_function(rt.binary_load(SLEEPER, "sleeper.py"), "sleep_long")
-    rt.launch_kernel(sleeper, 1, b"", stream)
-    event = rt.create_event()
-    rt.record_event(event, stream)
+    stream = rt.streams.create_stream()
+    sleeper = rt.kernels.get_function(rt.kernels.binary_load(SLEEPER, "sleeper.py"), "sleep_long")
+    rt.kernels.launch_kernel(sleeper, 1, b"", stream)
+    event = rt.events.create_event()
+    rt.events.record_event(event, stream)
     timeout = FOREVER_MS if call.endswith("with timeout") else -1
     what = call.split()[1]
 
     def blocked():
         if what == "stream":
-            rt.synchronize_stream(stream, timeout)
+            rt.sync.synchronize_stream(stream, timeout)
         elif what == "event":
-            rt.synchronize_event(event, timeout)
+            rt.sync.synchronize_event(event, timeout)
         else:
-            rt.synchronize_device(timeout)
+            rt.sync.synchronize_device(timeout)
 
 
 print("blocked", flush=True)
@@ -80,7 +80,7 @@ except NpuError as error:
 else:
     print("returned 0", flush=True)
 try:
-    rt.malloc(64)
+    rt.memory.malloc(64)
 except NpuError as error:
     print("then", error.code, flush=True)
 else:

@@ -159,11 +159,11 @@ ENDINGS = {
 def test_a_kernel_process_death_is_reported_with_its_cause(daemon, ending):
     source = ENDINGS[ending] + "from simnpu import kernel\n@kernel()\ndef never(ctx):\n    pass\n"
     with runtime_of(daemon.address) as rt:
-        never = rt.get_function(rt.binary_load(source, "ends.py"), "never")
-        stream = rt.create_stream()
-        rt.launch_kernel(never, 1, b"", stream)
+        never = rt.kernels.get_function(rt.kernels.binary_load(source, "ends.py"), "never")
+        stream = rt.streams.create_stream()
+        rt.kernels.launch_kernel(never, 1, b"", stream)
         with pytest.raises(NpuError) as caught:
-            rt.synchronize_stream(stream)
+            rt.sync.synchronize_stream(stream)
         assert caught.value.code == codes.ACL_ERROR_RT_AICORE_EXCEPTION
         assert re.search(
             rf"AI core [0-9]+ \(the kernel process of session [0-9]+ \(pid [0-9]+ [^)]*\)\) "
@@ -172,7 +172,7 @@ def test_a_kernel_process_death_is_reported_with_its_cause(daemon, ending):
         )
         logged = wait_for_line(daemon, re.escape(f"{ending} while running 1 task"))
         assert "the kernel process of session" in logged
-        rt.destroy_stream(stream)
+        rt.streams.destroy_stream(stream)
 
 
 def test_a_sigterm_to_the_daemons_process_group_logs_no_error(tmp_path):

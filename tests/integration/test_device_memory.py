@@ -37,26 +37,26 @@ def test_eight_devices_of_64_gib(start_daemon):
     assert held < 64 * MiB, "nothing is committed before a client allocates"
     rt = Runtime(daemon.address)
     try:
-        rt.set_device(7)
-        assert rt.get_mem_info() == (64 * GiB, 64 * GiB)
-        big = rt.malloc(GiB)
+        rt.contexts.set_device(7)
+        assert rt.memory.get_mem_info() == (64 * GiB, 64 * GiB)
+        big = rt.memory.malloc(GiB)
         grown = committed(daemon, 7)
         assert GiB <= grown < GiB + 16 * MiB
-        rt.memset(big, GiB, 1, GiB)  # the copy engines of the device, started on first use
+        rt.memory.memset(big, GiB, 1, GiB)  # the copy engines of the device, started on first use
         n = 1 << 16
         a = np.arange(n, dtype=np.float32)
         tail = big + GiB - 3 * a.nbytes
-        rt.memcpy(tail, a.nbytes, a.ctypes.data, a.nbytes, codes.ACL_MEMCPY_HOST_TO_DEVICE)
-        rt.memcpy(
+        rt.memory.memcpy(tail, a.nbytes, a.ctypes.data, a.nbytes, codes.ACL_MEMCPY_HOST_TO_DEVICE)
+        rt.memory.memcpy(
             tail + a.nbytes, a.nbytes, a.ctypes.data, a.nbytes, codes.ACL_MEMCPY_HOST_TO_DEVICE
         )
-        stream = rt.create_stream()
-        add = rt.get_function(commands.BUILTIN_BINARY, "add_f32")
-        args = rt.signature(add).pack(tail, tail + a.nbytes, tail + 2 * a.nbytes, n)
-        rt.launch_kernel(add, 2, args, stream)  # an AI core of device 7
-        rt.synchronize_stream(stream)
+        stream = rt.streams.create_stream()
+        add = rt.kernels.get_function(commands.BUILTIN_BINARY, "add_f32")
+        args = rt.kernels.signature(add).pack(tail, tail + a.nbytes, tail + 2 * a.nbytes, n)
+        rt.kernels.launch_kernel(add, 2, args, stream)  # an AI core of device 7
+        rt.sync.synchronize_stream(stream)
         out = np.zeros(n, np.float32)
-        rt.memcpy(
+        rt.memory.memcpy(
             out.ctypes.data,
             out.nbytes,
             tail + 2 * a.nbytes,
@@ -65,14 +65,14 @@ def test_eight_devices_of_64_gib(start_daemon):
         )
         assert np.array_equal(out, 2 * a)
         ones = np.zeros(16, np.uint8)
-        rt.memcpy(ones.ctypes.data, 16, big, 16, codes.ACL_MEMCPY_DEVICE_TO_HOST)
+        rt.memory.memcpy(ones.ctypes.data, 16, big, 16, codes.ACL_MEMCPY_DEVICE_TO_HOST)
         assert ones.tolist() == [1] * 16
         assert committed(daemon, 7) < GiB + 16 * MiB  # nothing beyond the block
-        rt.destroy_stream(stream)
-        rt.free(big)
-        rt.synchronize_device()  # the free has been done
+        rt.streams.destroy_stream(stream)
+        rt.memory.free(big)
+        rt.sync.synchronize_device()  # the free has been done
         assert committed(daemon, 7) < 16 * MiB
-        assert rt.get_mem_info() == (64 * GiB, 64 * GiB)
+        assert rt.memory.get_mem_info() == (64 * GiB, 64 * GiB)
     finally:
         rt.close()
 
@@ -83,20 +83,20 @@ def test_small_blocks_stay_committed_large_free_blocks_go_back(start_daemon):
     daemon = start_daemon("--memory", "1GiB")
     with runtime_of(daemon.address) as rt:
         policy = codes.ACL_MEM_MALLOC_NORMAL_ONLY
-        first, middle, last = (rt.malloc(64 * 1024, policy) for _ in range(3))
+        first, middle, last = (rt.memory.malloc(64 * 1024, policy) for _ in range(3))
         before = committed(daemon, 0)
-        rt.free(middle)
-        rt.synchronize_device()
+        rt.memory.free(middle)
+        rt.sync.synchronize_device()
         assert committed(daemon, 0) == before  # 68 KiB between live blocks: kept
-        big = rt.malloc(64 * MiB, policy)
+        big = rt.memory.malloc(64 * MiB, policy)
         assert committed(daemon, 0) >= before + 64 * MiB
-        rt.free(big)
-        rt.free(last)
-        rt.synchronize_device()  # last + big + the rest of the device: one free block
+        rt.memory.free(big)
+        rt.memory.free(last)
+        rt.sync.synchronize_device()  # last + big + the rest of the device: one free block
         assert committed(daemon, 0) <= before - 64 * 1024
-        stats = rt.memory_stats(0)
+        stats = rt.memory.memory_stats(0)
         assert stats["num_ooms"] == 0
-        rt.free(first)
+        rt.memory.free(first)
         round_trip(rt)
 
 
@@ -143,30 +143,30 @@ def test_allocation_the_host_cannot_back_fails_cleanly(start_daemon):
         from simnpu.proto.errors import NpuError
 
         rt = Runtime()
-        rt.set_device(0)
+        rt.contexts.set_device(0)
         try:
-            rt.malloc(512 << 20)
+            rt.memory.malloc(512 << 20)
         except NpuError as error:
             print(error.code)
             print(error.message)
         else:
             raise SystemExit("512 MiB was allocated")
-        p = rt.malloc(64 << 20)
+        p = rt.memory.malloc(64 << 20)
         data = np.arange(1 << 20, dtype=np.uint8)
-        rt.memcpy(p + (63 << 20), 1 << 20, data.ctypes.data, 1 << 20, 1)
-        rt.memset(p, 64 << 20, 7, 32 << 20)
+        rt.memory.memcpy(p + (63 << 20), 1 << 20, data.ctypes.data, 1 << 20, 1)
+        rt.memory.memset(p, 64 << 20, 7, 32 << 20)
         back = np.zeros(1 << 20, np.uint8)
-        rt.memcpy(back.ctypes.data, 1 << 20, p + (63 << 20), 1 << 20, 2)
+        rt.memory.memcpy(back.ctypes.data, 1 << 20, p + (63 << 20), 1 << 20, 2)
         assert np.array_equal(back, data)
-        a = rt.malloc(4096)
-        rt.memset(a, 4096, 0, 4096)
-        add = rt.get_function(commands.BUILTIN_BINARY, "add_f32")
-        stream = rt.create_stream()
-        rt.launch_kernel(add, 1, rt.signature(add).pack(a, a, a, 1024), stream)
-        rt.synchronize_stream(stream)  # an AI core works
-        rt.free(a)
-        rt.free(p)
-        print(rt.memory_stats(0)["num_ooms"])
+        a = rt.memory.malloc(4096)
+        rt.memory.memset(a, 4096, 0, 4096)
+        add = rt.kernels.get_function(commands.BUILTIN_BINARY, "add_f32")
+        stream = rt.streams.create_stream()
+        rt.kernels.launch_kernel(add, 1, rt.kernels.signature(add).pack(a, a, a, 1024), stream)
+        rt.sync.synchronize_stream(stream)  # an AI core works
+        rt.memory.free(a)
+        rt.memory.free(p)
+        print(rt.memory.memory_stats(0)["num_ooms"])
         rt.close()
         """,
         env={"SIMNPU_NO_SHM": "1"},  # the daemon's /dev/shm is not this process's

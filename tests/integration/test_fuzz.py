@@ -116,9 +116,9 @@ def fuzzer(daemon):
     """The fuzzing session and a few real handles of it (streams, events, memory) that the
     strategies mix in, so that requests also reach the paths past the handle checks."""
     rt = client(daemon.address)
-    stream, event = rt.create_stream(), rt.create_event()
-    memory = rt.malloc(1 << 16)
-    handles = [stream, event, memory, memory + 64, rt.get_context(), 0x20000000001]
+    stream, event = rt.streams.create_stream(), rt.events.create_event()
+    memory = rt.memory.malloc(1 << 16)
+    handles = [stream, event, memory, memory + 64, rt.contexts.get_context(), 0x20000000001]
     yield rt, handles
     rt.close()
 

@@ -41,7 +41,7 @@ def _deferred_code(rt, record: bytes) -> int:
     synchronize of the default stream reports."""
     rt.connection.send_command(record, "test")
     try:
-        rt.synchronize_stream(0)
+        rt.sync.synchronize_stream(0)
     except NpuError as error:
         return error.code
     return codes.ACL_SUCCESS
@@ -50,37 +50,37 @@ def _deferred_code(rt, record: bytes) -> int:
 def _runs(rt, stream: int, blocks: int) -> None:
     """Launch the built-in empty kernel on `blocks` blocks and synchronize within
     GENEROUS_MS (507046 if the AI cores stay taken)."""
-    empty = rt.get_function(commands.BUILTIN_BINARY, "empty")
-    rt.launch_kernel(empty, blocks, b"", stream)
-    rt.synchronize_stream(stream, GENEROUS_MS)
+    empty = rt.kernels.get_function(commands.BUILTIN_BINARY, "empty")
+    rt.kernels.launch_kernel(empty, blocks, b"", stream)
+    rt.sync.synchronize_stream(stream, GENEROUS_MS)
 
 
 # ---- numBlocks ----------------------------------------------------------------------------------
 def test_num_blocks_beyond_the_16_bit_block_dim(start_daemon):
     daemon = start_daemon()
     with runtime_of(daemon.address) as rt:
-        empty = rt.get_function(commands.BUILTIN_BINARY, "empty")
+        empty = rt.kernels.get_function(commands.BUILTIN_BINARY, "empty")
         for blocks in (codes.MAX_NUM_BLOCKS + 1, 1 << 28, (1 << 32) - 1):
             before = rt.connection.log.seq
             with pytest.raises(NpuError) as caught:
-                rt.launch_kernel(empty, blocks, b"", 0)
+                rt.kernels.launch_kernel(empty, blocks, b"", 0)
             assert caught.value.code == PARAM
             assert f"numBlocks {blocks}" in caught.value.message
             assert str(codes.MAX_NUM_BLOCKS) in caught.value.message
             assert rt.connection.log.seq == before, "refused by the client, nothing sent"
             # straight at the daemon, the client's check skipped
-            assert _deferred_code(rt, commands.Launch.pack(blocks, rt.stream(0), empty, b"")) == (
-                PARAM
-            )
-        ptr = rt.malloc(64)
+            assert _deferred_code(
+                rt, commands.Launch.pack(blocks, rt.contexts.stream(0), empty, b"")
+            ) == (PARAM)
+        ptr = rt.memory.malloc(64)
         assert (
             _deferred_code(
                 rt,
-                commands.LaunchDeviceArgs.pack(1 << 20, rt.stream(0), empty, ptr, 0),
+                commands.LaunchDeviceArgs.pack(1 << 20, rt.contexts.stream(0), empty, ptr, 0),
             )
             == PARAM
         )
-        rt.free(ptr)
+        rt.memory.free(ptr)
         _runs(rt, 0, codes.MAX_NUM_BLOCKS)  # the limit itself is a launch like any other
 
 
@@ -91,12 +91,12 @@ from simnpu.client.runtime import Runtime
 from simnpu.proto import codes
 
 rt = Runtime(os.environ["SIMNPU_ADDRESS"])
-rt.set_device(0)
-nap = rt.get_function(rt.binary_load({NAP!r}), "nap")
-stream = rt.create_stream()
-rt.launch_kernel(nap, {{blocks}}, rt.signature(nap).pack({{seconds}}), stream)
+rt.contexts.set_device(0)
+nap = rt.kernels.get_function(rt.kernels.binary_load({NAP!r}), "nap")
+stream = rt.streams.create_stream()
+rt.kernels.launch_kernel(nap, {{blocks}}, rt.kernels.signature(nap).pack({{seconds}}), stream)
 # a round trip after the launch: the daemon has handed its blocks to the AI cores
-assert rt.stream_query(stream) == codes.ACL_STREAM_STATUS_NOT_READY
+assert rt.sync.stream_query(stream) == codes.ACL_STREAM_STATUS_NOT_READY
 print("running", flush=True)
 time.sleep(600)
 """
@@ -114,10 +114,10 @@ def test_the_blocks_of_a_killed_client_stop_taking_the_ai_cores(start_daemon):
         hog.kill()
         hog.communicate()
     with runtime_of(daemon.address) as rt:
-        stream = rt.create_stream()
+        stream = rt.streams.create_stream()
         _runs(rt, stream, 2)
         _runs(rt, stream, 64)
-        rt.destroy_stream(stream)
+        rt.streams.destroy_stream(stream)
 
 
 def test_force_destroying_a_stream_whose_launch_is_handed_out_in_part(start_daemon):
@@ -125,15 +125,17 @@ def test_force_destroying_a_stream_whose_launch_is_handed_out_in_part(start_daem
     its blocks not yet handed out still run, and the destroy returns."""
     daemon = start_daemon("--ai-cores", "2")
     with runtime_of(daemon.address) as rt:
-        nap = rt.get_function(rt.binary_load(NAP), "nap")
-        stream = rt.create_stream()
+        nap = rt.kernels.get_function(rt.kernels.binary_load(NAP), "nap")
+        stream = rt.streams.create_stream()
         # 4 blocks on 2 cores: blocks 0-1 on one, 2 on the other, 3 waits for a free core
-        rt.launch_kernel(nap, 4, rt.signature(nap).pack(2.0), stream)
-        rt.launch_kernel(nap, 1, rt.signature(nap).pack(0.0), stream)  # queued: dropped
-        assert rt.stream_query(stream) == codes.ACL_STREAM_STATUS_NOT_READY
+        rt.kernels.launch_kernel(nap, 4, rt.kernels.signature(nap).pack(2.0), stream)
+        rt.kernels.launch_kernel(
+            nap, 1, rt.kernels.signature(nap).pack(0.0), stream
+        )  # queued: dropped
+        assert rt.sync.stream_query(stream) == codes.ACL_STREAM_STATUS_NOT_READY
         done = threading.Event()
         destroy = threading.Thread(
-            target=lambda: (rt.destroy_stream(stream, force=True), done.set()), daemon=True
+            target=lambda: (rt.streams.destroy_stream(stream, force=True), done.set()), daemon=True
         )
         destroy.start()
         destroy.join(GENEROUS_MS / 1000)
@@ -165,12 +167,12 @@ from simnpu.client.runtime import Runtime
 from simnpu.proto.errors import NpuError
 
 rt = Runtime(os.environ["SIMNPU_ADDRESS"])
-rt.set_device(0)
+rt.contexts.set_device(0)
 with open(sys.argv[1], encoding="utf-8") as module:
     source = module.read()
 print("loading", flush=True)
 try:
-    rt.binary_load(source, "big.py")
+    rt.kernels.binary_load(source, "big.py")
 except NpuError as error:
     print("refused", error.code, flush=True)
 """
@@ -202,7 +204,9 @@ def test_other_clients_go_on_while_a_big_module_is_parsed(start_daemon, tmp_path
             assert not answered, f"the load ended before the bystander's {ROUND_TRIPS} round trips"
             out, err = loader.communicate(timeout=GENEROUS_MS / 1000)
             assert out == f"refused {codes.ACL_ERROR_INVALID_FILE}\n", err
-            rt.get_function(rt.binary_load(source, "big.py"), "k0")  # under the limit: loads
+            rt.kernels.get_function(
+                rt.kernels.binary_load(source, "big.py"), "k0"
+            )  # under the limit: loads
     finally:
         loader.kill()
         loader.communicate()
@@ -213,16 +217,16 @@ def test_a_module_over_the_size_limit_is_an_invalid_file(start_daemon):
     with runtime_of(daemon.address) as rt:
         source = _module(64 << 10)
         source += "#" * ((64 << 10) - len(source))
-        rt.get_function(rt.binary_load(source), "k0")  # the limit itself loads
+        rt.kernels.get_function(rt.kernels.binary_load(source), "k0")  # the limit itself loads
         with pytest.raises(NpuError) as caught:
-            rt.binary_load(source + "#", "over.py")
+            rt.kernels.binary_load(source + "#", "over.py")
         assert caught.value.code == codes.ACL_ERROR_INVALID_FILE
         assert "over.py" in caught.value.message
         assert "65,537 bytes" in caught.value.message and "65,536" in caught.value.message
         assert "--max-module-size" in caught.value.message
-        rt.get_function(rt.binary_load(NAP, "odd name\n.py"), "nap")
+        rt.kernels.get_function(rt.kernels.binary_load(NAP, "odd name\n.py"), "nap")
         with pytest.raises(NpuError) as caught:
-            rt.binary_load(NAP, "nul\0.py")  # compile() takes no such name
+            rt.kernels.binary_load(NAP, "nul\0.py")  # compile() takes no such name
         assert caught.value.code == codes.ACL_ERROR_INVALID_FILE
         _runs(rt, 0, 2)
 
@@ -240,7 +244,7 @@ def test_modules_nested_too_deeply_to_parse_are_invalid_files(start_daemon, sour
     daemon = start_daemon()
     with runtime_of(daemon.address) as rt:
         with pytest.raises(NpuError) as caught:
-            rt.binary_load(source, "deep.py")
+            rt.kernels.binary_load(source, "deep.py")
         assert caught.value.code == codes.ACL_ERROR_INVALID_FILE, caught.value
         assert "deep.py" in caught.value.message and why in caught.value.message
         _runs(rt, 0, 2)
@@ -260,46 +264,46 @@ def test_one_client_cannot_take_every_stream_of_the_device(start_daemon):
         streams = []
         with pytest.raises(NpuError) as caught:
             while len(streams) < codes.MAX_STREAMS_PER_DEVICE:
-                streams.append(hog.create_stream())
+                streams.append(hog.streams.create_stream())
         assert caught.value.code == NO_STREAM
         assert "this client has 1024 streams on device 0" in caught.value.message
         assert "--max-streams-per-client" in caught.value.message
         assert len(streams) == 1023  # and the default stream of its context
-        stream = other.create_stream()
+        stream = other.streams.create_stream()
         _runs(other, stream, 2)
-        other.destroy_stream(stream)
-        hog.destroy_stream(streams.pop())
-        streams.append(hog.create_stream())  # one destroyed, one more may be made
+        other.streams.destroy_stream(stream)
+        hog.streams.destroy_stream(streams.pop())
+        streams.append(hog.streams.create_stream())  # one destroyed, one more may be made
         with pytest.raises(NpuError) as caught:
-            hog.create_stream()
+            hog.streams.create_stream()
         assert caught.value.code == NO_STREAM
 
 
 def test_the_stream_and_event_limits_per_client_are_flags(start_daemon):
     daemon = start_daemon("--max-streams-per-client", "3", "--max-events-per-client", "16")
     with runtime_of(daemon.address) as hog, runtime_of(daemon.address) as other:
-        streams = [hog.create_stream(), hog.create_stream()]
+        streams = [hog.streams.create_stream(), hog.streams.create_stream()]
         with pytest.raises(NpuError) as caught:
-            hog.create_stream()
+            hog.streams.create_stream()
         assert caught.value.code == NO_STREAM and "has 3 streams" in caught.value.message
-        events = [hog.create_event() for _ in range(16)]
+        events = [hog.events.create_event() for _ in range(16)]
         with pytest.raises(NpuError) as caught:
-            hog.create_event()
+            hog.events.create_event()
         assert caught.value.code == NO_EVENT
         assert "this client has 16 events on device 0" in caught.value.message
         assert "--max-events-per-client" in caught.value.message
-        other_events = [other.create_event() for _ in range(16)]  # the other client's own 16
-        other.record_event(other_events[0], 0)
-        other.synchronize_event(other_events[0])
-        hog.destroy_event(events.pop())
-        events.append(hog.create_event())
+        other_events = [other.events.create_event() for _ in range(16)]  # the other client's own 16
+        other.events.record_event(other_events[0], 0)
+        other.sync.synchronize_event(other_events[0])
+        hog.events.destroy_event(events.pop())
+        events.append(hog.events.create_event())
         # the events of a destroyed context are no longer the client's
-        hog.destroy_stream(streams.pop())
-        context = hog.create_context(0)
+        hog.streams.destroy_stream(streams.pop())
+        context = hog.contexts.create_context(0)
         for event in events:
-            hog.destroy_event(event)
-        events = [hog.create_event() for _ in range(16)]
-        hog.destroy_context(context)
-        hog.set_device(0)
-        events = [hog.create_event() for _ in range(16)]
+            hog.events.destroy_event(event)
+        events = [hog.events.create_event() for _ in range(16)]
+        hog.contexts.destroy_context(context)
+        hog.contexts.set_device(0)
+        events = [hog.events.create_event() for _ in range(16)]
         _runs(hog, streams[0], 2)

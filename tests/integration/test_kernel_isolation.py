@@ -326,13 +326,13 @@ def test_allocations_of_different_sessions_never_share_a_page(daemon):
         ours: list[tuple[int, int]] = []
         theirs: list[tuple[int, int]] = []
         for size in sizes:  # interleaved: each could land right after the other's last block
-            ours.append((first.malloc(size), size))
-            theirs.append((second.malloc(size), size))
+            ours.append((first.memory.malloc(size), size))
+            theirs.append((second.memory.malloc(size), size))
         assert_apart(ours, theirs)
         for address, _ in ours[::2]:  # holes in the first session's pages
-            first.free(address)
+            first.memory.free(address)
         del ours[::2]
-        theirs += [(second.malloc(size), size) for size in sizes]
+        theirs += [(second.memory.malloc(size), size) for size in sizes]
         assert_apart(ours, theirs)
         round_trip(first)
         round_trip(second)

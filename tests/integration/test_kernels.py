@@ -484,7 +484,7 @@ def test_argument_struct_layout(npu, rt, echo):
     npu.current_stream().synchronize()
     check_echo(out)
     out.fill(0)
-    rt.launch_kernel(echo.handle, 1, echo_struct(out.ptr), 0)  # a C struct built by hand
+    rt.kernels.launch_kernel(echo.handle, 1, echo_struct(out.ptr), 0)  # a C struct built by hand
     npu.current_stream().synchronize()
     check_echo(out)
 
@@ -522,7 +522,7 @@ def test_an_array_given_for_a_kernel_argument_is_named(npu, rt, echo):
 def test_launch_with_arguments_in_device_memory(npu, rt, echo):
     out = npu.DeviceBuffer(8 * 22)
     args = npu.DeviceBuffer.from_array(np.frombuffer(echo_struct(out.ptr), np.uint8))
-    rt.launch_kernel_devargs(echo.handle, 1, args.ptr, args.nbytes, 0)
+    rt.kernels.launch_kernel_devargs(echo.handle, 1, args.ptr, args.nbytes, 0)
     npu.current_stream().synchronize()
     check_echo(out)
 
@@ -543,7 +543,7 @@ def test_device_arguments_are_read_in_stream_order(npu, rt, echo):
     pinned = npu.PinnedBuffer(args.nbytes)
     pinned.array()[:] = np.frombuffer(echo_struct(out.ptr), np.uint8)
     nap.launch(1, 0.2, stream=stream)
-    rt.memcpy_async(
+    rt.memory.memcpy_async(
         args.ptr,
         args.nbytes,
         pinned.ptr,
@@ -551,7 +551,7 @@ def test_device_arguments_are_read_in_stream_order(npu, rt, echo):
         codes.ACL_MEMCPY_HOST_TO_DEVICE,
         stream.handle,
     )
-    rt.launch_kernel_devargs(echo.handle, 1, args.ptr, args.nbytes, stream.handle)
+    rt.kernels.launch_kernel_devargs(echo.handle, 1, args.ptr, args.nbytes, stream.handle)
     stream.synchronize()
     check_echo(out)
     pinned.free()
@@ -566,10 +566,10 @@ def test_device_arguments_freed_before_the_launch_runs(npu, rt, echo):
     out = npu.DeviceBuffer(8 * 22)
     args = npu.DeviceBuffer.from_array(np.frombuffer(echo_struct(out.ptr), np.uint8))
     gate.launch(1, flag, 20.0)
-    rt.launch_kernel_devargs(echo.handle, 1, args.ptr, args.nbytes, 0)
+    rt.kernels.launch_kernel_devargs(echo.handle, 1, args.ptr, args.nbytes, 0)
     npu.builtin("fill_f32").launch(1, out, 4.0, 1)
     args.free()
-    rt.memset(flag.ptr, 4, 1, 4)
+    rt.memory.memset(flag.ptr, 4, 1, 4)
     with pytest.raises(NpuError) as info:
         npu.current_stream().synchronize()
     assert info.value.code == codes.ACL_ERROR_RT_PARAM_INVALID
@@ -604,7 +604,7 @@ def test_unload_invalidates_the_binary_and_its_functions(npu, rt):
 
 def test_builtin_library_cannot_be_unloaded(npu, rt):
     with pytest.raises(NpuError) as info:
-        rt.binary_unload(1)
+        rt.kernels.binary_unload(1)
     assert info.value.code == codes.ACL_ERROR_RT_PARAM_INVALID
     npu.builtin("empty").launch(1)
     npu.current_stream().synchronize()

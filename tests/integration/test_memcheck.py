@@ -122,7 +122,9 @@ def test_a_copy_queued_before_a_free_and_run_after_it_is_a_use_after_free(checke
     gate = threading.Event()
     source = filled(npu)
     block = npu.DeviceBuffer(N * 4)
-    npu.runtime().launch_host_func(stream.handle, lambda _: gate.wait(30), None)  # holds the stream
+    npu.runtime().callbacks.launch_host_func(
+        stream.handle, lambda _: gate.wait(30), None
+    )  # holds the stream
     copy_site = next_line()
     block.copy_from(source, stream=stream)
     free_site = next_line()
@@ -162,20 +164,20 @@ def test_a_kernel_touching_another_clients_memory_is_named_as_such(daemon):
     owner, intruder = Runtime(daemon.address), Runtime(daemon.address)
     try:
         for rt in (owner, intruder):
-            rt.set_device(0)
+            rt.contexts.set_device(0)
         intruder.observer.enable(bits.MEMCHECK)
-        theirs = owner.malloc(4096)
-        mine = intruder.malloc(4096)
-        relu = intruder.get_function(commands.BUILTIN_BINARY, "relu_f32")
-        args = intruder.signature(relu).pack(mine, theirs, 1024)
-        intruder.launch_kernel(relu, 1, args, 0)
+        theirs = owner.memory.malloc(4096)
+        mine = intruder.memory.malloc(4096)
+        relu = intruder.kernels.get_function(commands.BUILTIN_BINARY, "relu_f32")
+        args = intruder.kernels.signature(relu).pack(mine, theirs, 1024)
+        intruder.kernels.launch_kernel(relu, 1, args, 0)
         with pytest.raises(Exception) as failure:
-            intruder.synchronize_stream(0)
+            intruder.sync.synchronize_stream(0)
         assert getattr(failure.value, "code", None) == MEM_ERROR
         [error] = found(intruder.observer.report(), "memcheck", "cross-client access")
         assert f"session {owner.session_id}" in error["text"]
-        intruder.free(mine)
-        owner.free(theirs)
+        intruder.memory.free(mine)
+        owner.memory.free(theirs)
     finally:
         owner.close()
         intruder.close()
@@ -222,18 +224,18 @@ def test_memory_freed_while_another_process_imports_it(daemon, tmp_path, closed)
     )
     try:
         exporter.observer.enable(bits.MEMCHECK)
-        exporter.set_device(0)
-        block = exporter.malloc(4096)
-        exporter.memset(block, 4096, 7, 4096)
-        key = exporter.ipc_mem_get_export_key(
+        exporter.contexts.set_device(0)
+        block = exporter.memory.malloc(4096)
+        exporter.memory.memset(block, 4096, 7, 4096)
+        key = exporter.memory.ipc_mem_get_export_key(
             block, 4096, codes.ACL_RT_IPC_MEM_EXPORT_FLAG_DISABLE_PID_VALIDATION
         )
         importer.stdin.write(key + "\n")
         importer.stdin.flush()
         assert importer.stdout.readline().strip() == "imported", importer.stderr.read()
-        exporter.ipc_mem_close(key)
-        exporter.free(block)  # before the importer closed: ACL's order is the other one
-        [held] = [b for b in exporter.memory_snapshot(0) if b["address"] == block]
+        exporter.memory.ipc_mem_close(key)
+        exporter.memory.free(block)  # before the importer closed: ACL's order is the other one
+        [held] = [b for b in exporter.memory.memory_snapshot(0) if b["address"] == block]
         assert held["ipc"]["held_after_free"]  # still allocated, for the importer
         assert exporter.observer.report(final=True)["findings"] == []  # freed: no leak
         importer.stdin.write("close\n" if closed else "keep\n")

@@ -125,18 +125,18 @@ def test_stats_and_snapshot_follow_malloc_and_free(npu):
 def test_free_checks_run_on_the_client(npu):
     npu.Device(0)
     rt = npu.runtime()
-    ptr = rt.malloc(4096)
-    free_before, total = rt.get_mem_info()
-    rt.free(ptr)
+    ptr = rt.memory.malloc(4096)
+    free_before, total = rt.memory.get_mem_info()
+    rt.memory.free(ptr)
     with pytest.raises(npu.NpuError) as error:
-        rt.free(ptr)
+        rt.memory.free(ptr)
     assert error.value.code == codes.ACL_ERROR_RT_PARAM_INVALID
     assert "double free" in error.value.message
     with pytest.raises(npu.NpuError) as error:
-        rt.free(ptr + 64)
+        rt.memory.free(ptr + 64)
     assert error.value.code == codes.ACL_ERROR_RT_PARAM_INVALID
-    assert rt.get_mem_info() == (free_before + 2 * PAGE, total)  # 4096 + 32 -> two pages
-    rt.synchronize_device()  # nothing deferred went wrong
+    assert rt.memory.get_mem_info() == (free_before + 2 * PAGE, total)  # 4096 + 32 -> two pages
+    rt.sync.synchronize_device()  # nothing deferred went wrong
 
 
 def test_out_of_memory_report_names_the_request_the_usage_and_the_largest_block(daemon, npu):
@@ -144,7 +144,7 @@ def test_out_of_memory_report_names_the_request_the_usage_and_the_largest_block(
         daemon.address,
         """
         big = npu.DeviceBuffer(200 << 20)
-        say(rt.device_get_bare_tgid())
+        say(rt.memory.device_get_bare_tgid())
         wait()
     """,
     )
@@ -181,10 +181,10 @@ def test_limits_default_lowered_by_env_and_api_and_never_raised(start_daemon):
         from simnpu.proto import codes
         dev = npu.Device(0)
         rt = runtime()
-        assert rt.get_mem_info() == (32 << 20, 32 << 20), rt.get_mem_info()
+        assert rt.memory.get_mem_info() == (32 << 20, 32 << 20), rt.memory.get_mem_info()
         assert dev.memory_limit == 32 << 20
         a = npu.DeviceBuffer((16 << 20) - 64, codes.ACL_MEM_MALLOC_NORMAL_ONLY)
-        assert rt.get_mem_info() == (16 << 20, 32 << 20)
+        assert rt.memory.get_mem_info() == (16 << 20, 32 << 20)
         try:
             npu.DeviceBuffer(20 << 20, codes.ACL_MEM_MALLOC_NORMAL_ONLY)
         except npu.NpuMemoryError as error:
@@ -193,8 +193,8 @@ def test_limits_default_lowered_by_env_and_api_and_never_raised(start_daemon):
         else:
             raise AssertionError("the limit was not enforced")
         dev.set_memory_limit(8 << 20)  # below what it holds: nothing more fits
-        assert rt.get_mem_info() == (0, 8 << 20)
-        assert rt.memory_limit() == (8 << 20, 16 << 20, 32 << 20)
+        assert rt.memory.get_mem_info() == (0, 8 << 20)
+        assert rt.memory.memory_limit() == (8 << 20, 16 << 20, 32 << 20)
         try:
             dev.set_memory_limit(64 << 20)
         except npu.NpuError as error:
@@ -202,7 +202,7 @@ def test_limits_default_lowered_by_env_and_api_and_never_raised(start_daemon):
         else:
             raise AssertionError("a client raised its limit past the daemon's")
         dev.set_memory_limit(0)  # back to the default
-        assert rt.get_mem_info() == (16 << 20, 32 << 20)
+        assert rt.memory.get_mem_info() == (16 << 20, 32 << 20)
         print("ok")
     """,
     )
@@ -213,7 +213,7 @@ def test_limits_default_lowered_by_env_and_api_and_never_raised(start_daemon):
         from simnpu.client.device import runtime
         import simnpu.client as npu
         npu.Device(0)
-        print(runtime().get_mem_info())
+        print(runtime().memory.get_mem_info())
     """,
         env={"SIMNPU_MEMORY_LIMIT": "8MiB"},
     )
@@ -240,7 +240,7 @@ def test_each_client_has_its_own_limit(start_daemon):
             npud.address,
             """
         buffers = [npu.DeviceBuffer((60 << 20) - 64, 2)]
-        say(rt.get_mem_info()[1])
+        say(rt.memory.get_mem_info()[1])
         wait()
     """,
         )
@@ -259,7 +259,7 @@ def test_each_client_has_its_own_limit(start_daemon):
 # ---- IPC memory ---------------------------------------------------------------------------------
 
 IMPORTER = """
-    say(rt.device_get_bare_tgid())
+    say(rt.memory.device_get_bare_tgid())
     key = wait()
     shared = npu.DeviceBuffer.ipc_import(key)
     data = shared.to_numpy(np.float32)
@@ -310,9 +310,9 @@ def test_two_processes_share_one_buffer(daemon, npu):
 def test_import_needs_the_whitelist_unless_validation_is_off(daemon, npu):
     npu.Device(0)
     rt = npu.runtime()
-    ptr = rt.malloc(4096)
-    strict = rt.ipc_mem_get_export_key(ptr, 4096, codes.ACL_RT_IPC_MEM_EXPORT_FLAG_DEFAULT)
-    open_key = rt.ipc_mem_get_export_key(
+    ptr = rt.memory.malloc(4096)
+    strict = rt.memory.ipc_mem_get_export_key(ptr, 4096, codes.ACL_RT_IPC_MEM_EXPORT_FLAG_DEFAULT)
+    open_key = rt.memory.ipc_mem_get_export_key(
         ptr, 1024, codes.ACL_RT_IPC_MEM_EXPORT_FLAG_DISABLE_PID_VALIDATION
     )
     result = run_client(
@@ -323,20 +323,20 @@ def test_import_needs_the_whitelist_unless_validation_is_off(daemon, npu):
         npu.Device(0)
         rt = runtime()
         try:
-            rt.ipc_mem_import_by_key({strict!r})
+            rt.memory.ipc_mem_import_by_key({strict!r})
         except npu.NpuError as error:
             print(error.code)
-        ptr = rt.ipc_mem_import_by_key({open_key!r})
-        print(ptr == {ptr}, rt.allocations[ptr][0])
+        ptr = rt.memory.ipc_mem_import_by_key({open_key!r})
+        print(ptr == {ptr}, rt.allocations.size_of(ptr))
         try:
-            rt.free(ptr)
+            rt.memory.free(ptr)
         except npu.NpuError as error:
             print("free", error.code)
         try:
-            rt.ipc_mem_import_by_key("simnpu-ipc-no-such-key")
+            rt.memory.ipc_mem_import_by_key("simnpu-ipc-no-such-key")
         except npu.NpuError as error:
             print("unknown", error.code)
-        rt.ipc_mem_close({open_key!r})
+        rt.memory.ipc_mem_close({open_key!r})
     """,
     )
     assert result.returncode == 0, result.stderr
@@ -346,16 +346,16 @@ def test_import_needs_the_whitelist_unless_validation_is_off(daemon, npu):
         f"free {codes.ACL_ERROR_RT_PARAM_INVALID}",
         f"unknown {codes.ACL_ERROR_RT_PARAM_INVALID}",
     ]
-    rt.ipc_mem_close(strict)
-    rt.ipc_mem_close(open_key)
-    rt.free(ptr)
+    rt.memory.ipc_mem_close(strict)
+    rt.memory.ipc_mem_close(open_key)
+    rt.memory.free(ptr)
 
 
 def _holding_importer(address):
     return peer(
         address,
         """
-        say(rt.device_get_bare_tgid())
+        say(rt.memory.device_get_bare_tgid())
         shared = npu.DeviceBuffer.ipc_import(wait())
         say("imported")
         wait()
@@ -374,16 +374,16 @@ def _block_at(device, address):
 def test_exporter_free_while_imported_keeps_the_memory_until_the_last_close(daemon, npu):
     device = npu.Device(0)
     rt = npu.runtime()
-    ptr = rt.malloc(1 * MiB, codes.ACL_MEM_MALLOC_NORMAL_ONLY)
-    rt.memset(ptr, MiB, 5, MiB)
+    ptr = rt.memory.malloc(1 * MiB, codes.ACL_MEM_MALLOC_NORMAL_ONLY)
+    rt.memory.memset(ptr, MiB, 5, MiB)
     importer = _holding_importer(daemon.address)
     try:
         pid = int(importer.read())
-        key = rt.ipc_mem_get_export_key(ptr, MiB, 0)
-        rt.ipc_mem_set_import_pid(key, [pid])
+        key = rt.memory.ipc_mem_get_export_key(ptr, MiB, 0)
+        rt.memory.ipc_mem_set_import_pid(key, [pid])
         importer.send(key)
         assert importer.read() == "imported"
-        rt.free(ptr)  # out of ACL's order: importers should close first
+        rt.memory.free(ptr)  # out of ACL's order: importers should close first
         [block] = _block_at(device, ptr)
         assert block["ipc"]["held_after_free"] and block["pid"] == os.getpid()
         assert device.memory_stats()["ipc.held_blocks"] == 1
@@ -394,7 +394,7 @@ def test_exporter_free_while_imported_keeps_the_memory_until_the_last_close(daem
             from simnpu.client.device import runtime
             npu.Device(0)
             try:
-                runtime().ipc_mem_import_by_key({key!r})
+                runtime().memory.ipc_mem_import_by_key({key!r})
             except npu.NpuError as error:
                 print(error.code)
         """,
@@ -516,33 +516,35 @@ def test_pool_block_returns_when_its_stream_reaches_the_free(npu):
 
     device = npu.Device(0)
     rt = npu.runtime()
-    stream = rt.create_stream()
-    pool = rt.mem_pool_create(max_size=8 * MiB)
-    ptr = rt.mem_pool_malloc_async(3 * MiB, pool, stream)
-    rt.memset_async(ptr, 3 * MiB, 1, 3 * MiB, stream)
-    assert rt.mem_pool_get_attr(pool, codes.ACL_RT_MEM_POOL_ATTR_USED_MEM_CURRENT) == 4 * MiB
+    stream = rt.streams.create_stream()
+    pool = rt.memory.mem_pool_create(max_size=8 * MiB)
+    ptr = rt.memory.mem_pool_malloc_async(3 * MiB, pool, stream)
+    rt.memory.memset_async(ptr, 3 * MiB, 1, 3 * MiB, stream)
+    assert rt.memory.mem_pool_get_attr(pool, codes.ACL_RT_MEM_POOL_ATTR_USED_MEM_CURRENT) == 4 * MiB
     gate = threading.Event()
-    rt.launch_host_func(stream, lambda _: gate.wait(60), None)  # holds the stream
-    rt.mem_pool_free_async(ptr, stream)
+    rt.callbacks.launch_host_func(stream, lambda _: gate.wait(60), None)  # holds the stream
+    rt.memory.mem_pool_free_async(ptr, stream)
     [block] = _block_at(device, ptr)  # the stream has not reached the free yet
     assert block["pool"]["handle"] == pool
     with pytest.raises(npu.NpuError) as error:
-        rt.free(ptr)  # not aclrtFree's to release, and already freed asynchronously
+        rt.memory.free(ptr)  # not aclrtFree's to release, and already freed asynchronously
     assert error.value.code == codes.ACL_ERROR_RT_PARAM_INVALID
     gate.set()
-    rt.synchronize_stream(stream)
+    rt.sync.synchronize_stream(stream)
     assert _block_at(device, ptr) == []
-    assert rt.mem_pool_get_attr(pool, codes.ACL_RT_MEM_POOL_ATTR_USED_MEM_CURRENT) == 0
-    assert rt.mem_pool_get_attr(pool, codes.ACL_RT_MEM_POOL_ATTR_USED_MEM_HIGH) == 4 * MiB
-    rt.mem_pool_set_attr(pool, codes.ACL_RT_MEM_POOL_ATTR_USED_MEM_HIGH, 0)
-    assert rt.mem_pool_get_attr(pool, codes.ACL_RT_MEM_POOL_ATTR_RESERVED_MEM_HIGH) == 0
-    rt.mem_pool_set_attr(pool, codes.ACL_RT_MEM_POOL_ATTR_RELEASE_THRESHOLD, 1 << 30)
-    assert rt.mem_pool_get_attr(pool, codes.ACL_RT_MEM_POOL_ATTR_RELEASE_THRESHOLD) == 1 << 30
+    assert rt.memory.mem_pool_get_attr(pool, codes.ACL_RT_MEM_POOL_ATTR_USED_MEM_CURRENT) == 0
+    assert rt.memory.mem_pool_get_attr(pool, codes.ACL_RT_MEM_POOL_ATTR_USED_MEM_HIGH) == 4 * MiB
+    rt.memory.mem_pool_set_attr(pool, codes.ACL_RT_MEM_POOL_ATTR_USED_MEM_HIGH, 0)
+    assert rt.memory.mem_pool_get_attr(pool, codes.ACL_RT_MEM_POOL_ATTR_RESERVED_MEM_HIGH) == 0
+    rt.memory.mem_pool_set_attr(pool, codes.ACL_RT_MEM_POOL_ATTR_RELEASE_THRESHOLD, 1 << 30)
+    assert (
+        rt.memory.mem_pool_get_attr(pool, codes.ACL_RT_MEM_POOL_ATTR_RELEASE_THRESHOLD) == 1 << 30
+    )
     with pytest.raises(npu.NpuMemoryError):  # maxSize caps the pool
-        rt.mem_pool_malloc_async(9 * MiB, pool, stream)
-    rt.mem_pool_trim_to(pool, 0)  # nothing unused to release: the pool holds only its blocks
-    assert rt.mem_pool_get_attr(pool, codes.ACL_RT_MEM_POOL_ATTR_USED_MEM_CURRENT) == 0
-    left = rt.mem_pool_malloc_async(1000, pool, stream)
-    rt.mem_pool_destroy(pool)  # frees what is left
+        rt.memory.mem_pool_malloc_async(9 * MiB, pool, stream)
+    rt.memory.mem_pool_trim_to(pool, 0)  # nothing unused to release: the pool holds only its blocks
+    assert rt.memory.mem_pool_get_attr(pool, codes.ACL_RT_MEM_POOL_ATTR_USED_MEM_CURRENT) == 0
+    left = rt.memory.mem_pool_malloc_async(1000, pool, stream)
+    rt.memory.mem_pool_destroy(pool)  # frees what is left
     assert _block_at(device, left) == []
-    rt.destroy_stream(stream)
+    rt.streams.destroy_stream(stream)

@@ -26,7 +26,7 @@ N = 4096
 def rt(daemon):
     """A raw Runtime of the module's daemon (device 0 set); afterwards it still works."""
     made = Runtime(daemon.address)
-    made.set_device(0)
+    made.contexts.set_device(0)
     yield made
     round_trip(made)
     made.close()
@@ -36,18 +36,22 @@ def in_step(rt: Runtime) -> None:
     """A launch, then a synchronize with a timeout that succeeds (a client a number ahead of
     the daemon would wait the timeout out and get 507046), with the kernel's result."""
     a = np.arange(N, dtype=np.float32)
-    ptrs = [rt.malloc(a.nbytes) for _ in range(2)]
-    stream = rt.create_stream()
-    rt.memcpy(ptrs[0], a.nbytes, a.ctypes.data, a.nbytes, codes.ACL_MEMCPY_HOST_TO_DEVICE)
-    add = rt.get_function(commands.BUILTIN_BINARY, "add_f32")
-    rt.launch_kernel(add, 2, rt.signature(add).pack(ptrs[0], ptrs[0], ptrs[1], N), stream)
-    rt.synchronize_stream(stream, 10_000)
+    ptrs = [rt.memory.malloc(a.nbytes) for _ in range(2)]
+    stream = rt.streams.create_stream()
+    rt.memory.memcpy(ptrs[0], a.nbytes, a.ctypes.data, a.nbytes, codes.ACL_MEMCPY_HOST_TO_DEVICE)
+    add = rt.kernels.get_function(commands.BUILTIN_BINARY, "add_f32")
+    rt.kernels.launch_kernel(
+        add, 2, rt.kernels.signature(add).pack(ptrs[0], ptrs[0], ptrs[1], N), stream
+    )
+    rt.sync.synchronize_stream(stream, 10_000)
     out = np.zeros_like(a)
-    rt.memcpy(out.ctypes.data, out.nbytes, ptrs[1], out.nbytes, codes.ACL_MEMCPY_DEVICE_TO_HOST)
+    rt.memory.memcpy(
+        out.ctypes.data, out.nbytes, ptrs[1], out.nbytes, codes.ACL_MEMCPY_DEVICE_TO_HOST
+    )
     assert np.array_equal(out, a + a)
-    rt.destroy_stream(stream)
+    rt.streams.destroy_stream(stream)
     for ptr in ptrs:
-        rt.free(ptr)
+        rt.memory.free(ptr)
 
 
 def within(seconds: float, call, *args):
@@ -85,57 +89,57 @@ def test_acl_malloc_of_sizes_past_int64(acl):
     assert log.seq == before
     ptr, ret = acl.rt.malloc(N, 0)
     assert ret == 0
-    add = facade.session().get_function(commands.BUILTIN_BINARY, "add_f32")
-    args = facade.session().signature(add).pack(ptr, ptr, ptr, 16)
-    facade.session().launch_kernel(add, 1, args, stream)
+    add = facade.session().kernels.get_function(commands.BUILTIN_BINARY, "add_f32")
+    args = facade.session().kernels.signature(add).pack(ptr, ptr, ptr, 16)
+    facade.session().kernels.launch_kernel(add, 1, args, stream)
     assert acl.rt.synchronize_stream_with_timeout(stream, 10_000) == 0
     assert acl.rt.free(ptr) == 0
     assert acl.rt.destroy_stream(stream) == 0
 
 
 def _pool_malloc(rt: Runtime) -> None:
-    pool = rt.mem_pool_create()
+    pool = rt.memory.mem_pool_create()
     try:
-        rt.mem_pool_malloc_async(BIG, pool, 0)
+        rt.memory.mem_pool_malloc_async(BIG, pool, 0)
     finally:
-        rt.mem_pool_destroy(pool)
+        rt.memory.mem_pool_destroy(pool)
 
 
 def _pool_attr(rt: Runtime) -> None:
-    pool = rt.mem_pool_create()
+    pool = rt.memory.mem_pool_create()
     try:
-        rt.mem_pool_set_attr(pool, BIG, 0)
+        rt.memory.mem_pool_set_attr(pool, BIG, 0)
     finally:
-        rt.mem_pool_destroy(pool)
+        rt.memory.mem_pool_destroy(pool)
 
 
 def _launch(rt: Runtime) -> None:
-    add = rt.get_function(commands.BUILTIN_BINARY, "add_f32")
-    ptr = rt.malloc(N)
+    add = rt.kernels.get_function(commands.BUILTIN_BINARY, "add_f32")
+    ptr = rt.memory.malloc(N)
     try:
-        rt.launch_kernel(add, 1 << 32, rt.signature(add).pack(ptr, ptr, ptr, 16), 0)
+        rt.kernels.launch_kernel(add, 1 << 32, rt.kernels.signature(add).pack(ptr, ptr, ptr, 16), 0)
     finally:
-        rt.free(ptr)
+        rt.memory.free(ptr)
 
 
 CASES = {
-    "malloc 2**63": (lambda rt: rt.malloc(BIG), OOM),
-    "malloc 2**64-1": (lambda rt: rt.malloc((1 << 64) - 1), NULL),
-    "malloc 2**64": (lambda rt: rt.malloc(1 << 64), PARAM),
-    "malloc policy": (lambda rt: rt.malloc(N, BIG), PARAM),
-    "malloc_host 2**63": (lambda rt: rt.malloc_host(BIG), OOM),
-    "malloc_host 2**64": (lambda rt: rt.malloc_host(1 << 64), PARAM),
+    "malloc 2**63": (lambda rt: rt.memory.malloc(BIG), OOM),
+    "malloc 2**64-1": (lambda rt: rt.memory.malloc((1 << 64) - 1), NULL),
+    "malloc 2**64": (lambda rt: rt.memory.malloc(1 << 64), PARAM),
+    "malloc policy": (lambda rt: rt.memory.malloc(N, BIG), PARAM),
+    "malloc_host 2**63": (lambda rt: rt.host.malloc_host(BIG), OOM),
+    "malloc_host 2**64": (lambda rt: rt.host.malloc_host(1 << 64), PARAM),
     "pool malloc 2**63": (_pool_malloc, OOM),
     "pool attr": (_pool_attr, PARAM),
-    "pool max size": (lambda rt: rt.mem_pool_create(BIG), PARAM),
-    "memory limit": (lambda rt: rt.set_memory_limit(BIG), PARAM),
-    "stream priority": (lambda rt: rt.create_stream(BIG), PARAM),
-    "stream flags": (lambda rt: rt.create_stream(0, BIG), PARAM),
-    "event flags": (lambda rt: rt.create_event(BIG), PARAM),
-    "failure mode": (lambda rt: rt.set_stream_failure_mode(0, BIG), PARAM),
-    "stream timeout": (lambda rt: rt.synchronize_stream(0, BIG), PARAM),
-    "device timeout": (lambda rt: rt.synchronize_device(-BIG - 1), PARAM),
-    "op timeout": (lambda rt: rt.set_op_execute_timeout(BIG), PARAM),
+    "pool max size": (lambda rt: rt.memory.mem_pool_create(BIG), PARAM),
+    "memory limit": (lambda rt: rt.memory.set_memory_limit(BIG), PARAM),
+    "stream priority": (lambda rt: rt.streams.create_stream(BIG), PARAM),
+    "stream flags": (lambda rt: rt.streams.create_stream(0, BIG), PARAM),
+    "event flags": (lambda rt: rt.events.create_event(BIG), PARAM),
+    "failure mode": (lambda rt: rt.streams.set_stream_failure_mode(0, BIG), PARAM),
+    "stream timeout": (lambda rt: rt.sync.synchronize_stream(0, BIG), PARAM),
+    "device timeout": (lambda rt: rt.sync.synchronize_device(-BIG - 1), PARAM),
+    "op timeout": (lambda rt: rt.kernels.set_op_execute_timeout(BIG), PARAM),
     "launch numBlocks 2**32": (_launch, PARAM),
 }
 
@@ -163,26 +167,26 @@ def test_launch_arguments_longer_than_the_ring(rt):
     """Bytes past the kernel's parameters are not sent (the daemon never reads them): a
     5 MiB argument buffer, more than the whole submission ring, launches like a short one."""
     a = np.arange(N, dtype=np.float32)
-    ptr = rt.malloc(a.nbytes)
-    rt.memcpy(ptr, a.nbytes, a.ctypes.data, a.nbytes, codes.ACL_MEMCPY_HOST_TO_DEVICE)
-    add = rt.get_function(commands.BUILTIN_BINARY, "add_f32")
-    stream = rt.create_stream()
-    args = rt.signature(add).pack(ptr, ptr, ptr, N) + bytes(5 << 20)
-    _, error = within(30, rt.launch_kernel, add, 2, args, stream)
+    ptr = rt.memory.malloc(a.nbytes)
+    rt.memory.memcpy(ptr, a.nbytes, a.ctypes.data, a.nbytes, codes.ACL_MEMCPY_HOST_TO_DEVICE)
+    add = rt.kernels.get_function(commands.BUILTIN_BINARY, "add_f32")
+    stream = rt.streams.create_stream()
+    args = rt.kernels.signature(add).pack(ptr, ptr, ptr, N) + bytes(5 << 20)
+    _, error = within(30, rt.kernels.launch_kernel, add, 2, args, stream)
     assert error is None, error
-    rt.synchronize_stream(stream, 10_000)
+    rt.sync.synchronize_stream(stream, 10_000)
     out = np.zeros_like(a)
-    rt.memcpy(out.ctypes.data, out.nbytes, ptr, out.nbytes, codes.ACL_MEMCPY_DEVICE_TO_HOST)
+    rt.memory.memcpy(out.ctypes.data, out.nbytes, ptr, out.nbytes, codes.ACL_MEMCPY_DEVICE_TO_HOST)
     assert np.array_equal(out, a + a)
-    rt.destroy_stream(stream)
-    rt.free(ptr)
+    rt.streams.destroy_stream(stream)
+    rt.memory.free(ptr)
 
 
 def test_a_record_too_big_for_the_ring_is_refused_before_it_is_numbered(rt):
     if rt.connection.ring is None:
         pytest.skip("this client has no submission ring")
-    add = rt.get_function(commands.BUILTIN_BINARY, "add_f32")
-    stream = rt.stream(0)
+    add = rt.kernels.get_function(commands.BUILTIN_BINARY, "add_f32")
+    stream = rt.contexts.stream(0)
     record = commands.Launch.pack(1, stream, add, bytes(5 << 20))
     before = rt.connection.log.seq
     _, error = within(30, rt.connection.send_command, record, "test", stream)

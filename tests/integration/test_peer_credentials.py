@@ -31,12 +31,12 @@ claim, key = int(sys.argv[1]), sys.argv[2]
 if claim:
     os.getpid = lambda: claim  # what the hello carries
 rt = Runtime()
-rt.set_device(0)
-print(rt.device_get_bare_tgid())
+rt.contexts.set_device(0)
+print(rt.memory.device_get_bare_tgid())
 try:
-    address = rt.ipc_mem_import_by_key(key)
+    address = rt.memory.ipc_mem_import_by_key(key)
     print("imported")
-    rt.ipc_mem_close(key)
+    rt.memory.ipc_mem_close(key)
 except NpuError as error:
     print(error.code)
     print(error.message)
@@ -65,22 +65,22 @@ def free_port() -> int:
 @pytest.fixture
 def exporter(daemon):
     rt = Runtime(daemon.address)
-    rt.set_device(0)
+    rt.contexts.set_device(0)
     yield rt
     rt.close()
 
 
 def export(rt: Runtime, pids=None) -> tuple[int, str]:
-    ptr = rt.malloc(4096)
+    ptr = rt.memory.malloc(4096)
     flags = codes.ACL_RT_IPC_MEM_EXPORT_FLAG_DISABLE_PID_VALIDATION if pids is None else 0
-    key = rt.ipc_mem_get_export_key(ptr, 4096, flags)
+    key = rt.memory.ipc_mem_get_export_key(ptr, 4096, flags)
     if pids is not None:
-        rt.ipc_mem_set_import_pid(key, pids)
+        rt.memory.ipc_mem_set_import_pid(key, pids)
     return ptr, key
 
 
 def test_the_bare_tgid_is_the_pid_the_daemon_sees(daemon, exporter):
-    assert exporter.device_get_bare_tgid() == os.getpid()
+    assert exporter.memory.device_get_bare_tgid() == os.getpid()
     [session] = [
         p
         for p in query("devices", address=daemon.address)["processes"]
@@ -100,8 +100,8 @@ def test_claiming_a_whitelisted_pid_does_not_admit_an_importer(daemon, exporter)
     assert lines[0] != str(bystander.pid)  # its bare tgid is its own pid
     assert lines[1] == str(codes.ACL_ERROR_RT_NO_PERMISSION), lines
     assert f"verified pid {lines[0]}" in lines[2] and "whitelist" in lines[2]
-    exporter.ipc_mem_close(key)
-    exporter.free(ptr)
+    exporter.memory.ipc_mem_close(key)
+    exporter.memory.free(ptr)
 
 
 def test_a_whitelisted_importer_is_admitted(daemon, exporter):
@@ -113,12 +113,12 @@ def test_a_whitelisted_importer_is_admitted(daemon, exporter):
             import sys
             from simnpu.client.runtime import Runtime
             rt = Runtime()
-            rt.set_device(0)
-            print(rt.device_get_bare_tgid(), flush=True)
+            rt.contexts.set_device(0)
+            print(rt.memory.device_get_bare_tgid(), flush=True)
             key = sys.stdin.readline().strip()
-            rt.ipc_mem_import_by_key(key)
+            rt.memory.ipc_mem_import_by_key(key)
             print("imported", flush=True)
-            rt.ipc_mem_close(key)
+            rt.memory.ipc_mem_close(key)
             rt.close()
         """),
         ],
@@ -137,8 +137,8 @@ def test_a_whitelisted_importer_is_admitted(daemon, exporter):
         if importer.poll() is None:
             importer.kill()
             importer.wait()
-    exporter.ipc_mem_close(key)
-    exporter.free(ptr)
+    exporter.memory.ipc_mem_close(key)
+    exporter.memory.free(ptr)
 
 
 @pytest.mark.skipif(
@@ -160,12 +160,12 @@ def test_a_client_in_another_pid_namespace_is_whitelisted_by_the_daemons_pid(dae
             import sys
             from simnpu.client.runtime import Runtime
             rt = Runtime()
-            rt.set_device(0)
-            print(os.getpid(), rt.device_get_bare_tgid(), flush=True)
+            rt.contexts.set_device(0)
+            print(os.getpid(), rt.memory.device_get_bare_tgid(), flush=True)
             key = sys.stdin.readline().strip()
-            rt.ipc_mem_import_by_key(key)
+            rt.memory.ipc_mem_import_by_key(key)
             print("imported", flush=True)
-            rt.ipc_mem_close(key)
+            rt.memory.ipc_mem_close(key)
             rt.close()
         """),
         ],
@@ -184,8 +184,8 @@ def test_a_client_in_another_pid_namespace_is_whitelisted_by_the_daemons_pid(dae
         if importer.poll() is None:
             importer.kill()
             importer.wait()
-    exporter.ipc_mem_close(key)
-    exporter.free(ptr)
+    exporter.memory.ipc_mem_close(key)
+    exporter.memory.free(ptr)
 
 
 def test_a_tcp_client_is_unverified_and_imports_only_keys_without_pid_validation(start_daemon):
@@ -193,7 +193,7 @@ def test_a_tcp_client_is_unverified_and_imports_only_keys_without_pid_validation
     daemon = start_daemon("--listen", f"127.0.0.1:{port}", env={"SIMNPU_TOKEN": TOKEN})
     rt = Runtime(daemon.address)
     try:
-        rt.set_device(0)
+        rt.contexts.set_device(0)
         env = {"SIMNPU_TOKEN": TOKEN}
         ptr, key = export(rt, [os.getpid()])
         lines = run_importer(f"127.0.0.1:{port}", key, claim=os.getpid(), env=env)
@@ -203,8 +203,8 @@ def test_a_tcp_client_is_unverified_and_imports_only_keys_without_pid_validation
         open_ptr, open_key = export(rt)
         assert run_importer(f"127.0.0.1:{port}", open_key, env=env)[1] == "imported"
         for k, p in ((key, ptr), (open_key, open_ptr)):
-            rt.ipc_mem_close(k)
-            rt.free(p)
+            rt.memory.ipc_mem_close(k)
+            rt.memory.free(p)
     finally:
         rt.close()
 
@@ -212,7 +212,7 @@ def test_a_tcp_client_is_unverified_and_imports_only_keys_without_pid_validation
 def test_ipc_keys_are_shown_only_to_their_exporter(daemon, exporter):
     ptr, key = export(exporter)
     try:
-        [mine] = [b for b in exporter.memory_snapshot(0) if b["address"] == ptr]
+        [mine] = [b for b in exporter.memory.memory_snapshot(0) if b["address"] == ptr]
         assert mine["ipc"]["keys"] == [key] and mine["ipc"]["key_count"] == 1
         [seen] = [
             b for b in query("memory_snapshot", address=daemon.address) if b["address"] == ptr
@@ -224,8 +224,8 @@ def test_ipc_keys_are_shown_only_to_their_exporter(daemon, exporter):
             import json
             from simnpu.client.runtime import Runtime
             rt = Runtime()
-            rt.set_device(0)
-            print(json.dumps([b for b in rt.memory_snapshot(0) if b["address"] == {ptr}]))
+            rt.contexts.set_device(0)
+            print(json.dumps([b for b in rt.memory.memory_snapshot(0) if b["address"] == {ptr}]))
             rt.close()
         """,
         )
@@ -240,5 +240,5 @@ def test_ipc_keys_are_shown_only_to_their_exporter(daemon, exporter):
         assert tool.returncode == 0, tool.stderr
         assert key not in tool.stdout and "1 key(s)" in tool.stdout
     finally:
-        exporter.ipc_mem_close(key)
-        exporter.free(ptr)
+        exporter.memory.ipc_mem_close(key)
+        exporter.memory.free(ptr)

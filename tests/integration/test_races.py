@@ -102,14 +102,14 @@ def test_a_race_is_reported_whichever_order_the_run_took(checked):
         before = len(races())
         if write_first:  # s2 reads only after s1 has written (the host waits for s1, then opens)
             x.copy_from(source, stream=s1)
-            rt.launch_host_func(s2.handle, lambda _, gate=gate: gate.wait(30), None)
+            rt.callbacks.launch_host_func(s2.handle, lambda _, gate=gate: gate.wait(30), None)
             k["double"].launch(1, x, y, N, stream=s2)
             s1.synchronize()
             gate.set()
             s2.synchronize()
             expected = 6.0
         else:  # s1 writes only after s2 has read
-            rt.launch_host_func(s1.handle, lambda _, gate=gate: gate.wait(30), None)
+            rt.callbacks.launch_host_func(s1.handle, lambda _, gate=gate: gate.wait(30), None)
             x.copy_from(source, stream=s1)
             k["double"].launch(1, x, y, N, stream=s2)
             s2.synchronize()
@@ -216,22 +216,22 @@ def test_two_clients_sharing_memory_race_unless_one_synchronizes_first(daemon):
     try:
         for rt in (one, two):
             rt.observer.enable(bits.CHECKS)
-            rt.set_device(0)
-        block = one.malloc(4096)
-        one.memset(block, 4096, 0, 4096)
-        key = one.ipc_mem_get_export_key(
+            rt.contexts.set_device(0)
+        block = one.memory.malloc(4096)
+        one.memory.memset(block, 4096, 0, 4096)
+        key = one.memory.ipc_mem_get_export_key(
             block, 4096, codes.ACL_RT_IPC_MEM_EXPORT_FLAG_DISABLE_PID_VALIDATION
         )
-        shared = two.ipc_mem_import_by_key(key)
+        shared = two.memory.ipc_mem_import_by_key(key)
         # unsynchronized: both write; both writes reach the daemon before either host
         # synchronizes (a request answers only after the commands before it reached the
         # scheduler)
-        one.memset_async(block, 4096, 1, 4096, 0)
-        two.memset_async(shared, 4096, 2, 4096, 0)
-        one.get_mem_info(codes.ACL_HBM_MEM)
-        two.get_mem_info(codes.ACL_HBM_MEM)
-        one.synchronize_stream(0)
-        two.synchronize_stream(0)
+        one.memory.memset_async(block, 4096, 1, 4096, 0)
+        two.memory.memset_async(shared, 4096, 2, 4096, 0)
+        one.memory.get_mem_info(codes.ACL_HBM_MEM)
+        two.memory.get_mem_info(codes.ACL_HBM_MEM)
+        one.sync.synchronize_stream(0)
+        two.sync.synchronize_stream(0)
         reports = [rt.observer.report() for rt in (one, two)]
         for report in reports:  # both clients' reports show it
             [race] = found(report, "racecheck")
@@ -240,14 +240,14 @@ def test_two_clients_sharing_memory_race_unless_one_synchronizes_first(daemon):
             assert len({t["client"] for t in race["tasks"]}) == 2
             assert "different clients" in race["text"]
         # synchronized: the first client waits for its write before the second writes
-        one.memset_async(block, 4096, 3, 4096, 0)
-        one.synchronize_stream(0)
-        two.memset_async(shared, 4096, 4, 4096, 0)
-        two.synchronize_stream(0)
+        one.memory.memset_async(block, 4096, 3, 4096, 0)
+        one.sync.synchronize_stream(0)
+        two.memory.memset_async(shared, 4096, 4, 4096, 0)
+        two.sync.synchronize_stream(0)
         assert len(found(two.observer.report(), "racecheck")) == 1  # still only the first one
-        two.ipc_mem_close(key)
-        one.ipc_mem_close(key)
-        one.free(block)
+        two.memory.ipc_mem_close(key)
+        one.memory.ipc_mem_close(key)
+        one.memory.free(block)
     finally:
         one.close()
         two.close()
@@ -292,20 +292,20 @@ def test_a_checked_session_that_ends_frees_what_it_owned(daemon):
     observer = Runtime(daemon.address)
     checked = Runtime(daemon.address)
     try:
-        observer.set_device(0)
-        free_before = observer.get_mem_info(codes.ACL_HBM_MEM)[0]
+        observer.contexts.set_device(0)
+        free_before = observer.memory.get_mem_info(codes.ACL_HBM_MEM)[0]
         checked.observer.enable(bits.CHECKS)
-        checked.set_device(0)
-        block = checked.malloc(1 << 20)
-        streams = [checked.create_stream(), checked.create_stream()]
+        checked.contexts.set_device(0)
+        block = checked.memory.malloc(1 << 20)
+        streams = [checked.streams.create_stream(), checked.streams.create_stream()]
         for value, stream in enumerate(streams):  # two streams write it: the checker's clocks
-            checked.memset_async(block, 1 << 20, value, 1 << 20, stream)
+            checked.memory.memset_async(block, 1 << 20, value, 1 << 20, stream)
         for stream in streams:
-            checked.synchronize_stream(stream)
-        assert observer.get_mem_info(codes.ACL_HBM_MEM)[0] < free_before
+            checked.sync.synchronize_stream(stream)
+        assert observer.memory.get_mem_info(codes.ACL_HBM_MEM)[0] < free_before
         checked.close()
         deadline = time.monotonic() + 30
-        while observer.get_mem_info(codes.ACL_HBM_MEM)[0] != free_before:
+        while observer.memory.get_mem_info(codes.ACL_HBM_MEM)[0] != free_before:
             assert time.monotonic() < deadline, daemon.output()
             time.sleep(0.02)
     finally:

@@ -35,8 +35,8 @@ def rss(pid: int) -> int:
 
 def malloc_and_free(address: str) -> None:
     rt = Runtime(address)
-    rt.set_device(0)
-    rt.free(rt.malloc(4096))
+    rt.contexts.set_device(0)
+    rt.memory.free(rt.memory.malloc(4096))
     rt.close()
 
 
@@ -44,10 +44,10 @@ def launch_and_synchronize(address: str) -> None:
     """A launch and a synchronize with a timeout (the daemon answers it: the client's
     bytes travel in-stream, see the fixture), no memory."""
     rt = Runtime(address)
-    rt.set_device(0)
-    empty = rt.get_function(commands.BUILTIN_BINARY, "empty")
-    rt.launch_kernel(empty, 1, b"", 0)
-    rt.synchronize_stream(0, 60_000)
+    rt.contexts.set_device(0)
+    empty = rt.kernels.get_function(commands.BUILTIN_BINARY, "empty")
+    rt.kernels.launch_kernel(empty, 1, b"", 0)
+    rt.sync.synchronize_stream(0, 60_000)
     rt.close()
 
 

@@ -127,7 +127,7 @@ def test_idle_tcp_sessions_neither_lock_out_unix_clients_nor_stay(start_daemon):
         assert "--max-sessions-per-peer" in refused[0]
         rt = Runtime(daemon.address)  # a Unix client still gets in
         try:
-            rt.set_device(0)
+            rt.contexts.set_device(0)
             round_trip(rt)
             eventually(lambda: held() == 1, "the idle sessions ended", seen=seen)
             round_trip(rt)  # the client that said hello stays

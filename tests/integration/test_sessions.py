@@ -64,15 +64,17 @@ def sessions(daemon) -> dict[int, dict]:
 def observer(daemon):
     """A client that watches the daemon's memory and must keep working throughout."""
     rt = Runtime(daemon.address)
-    rt.set_device(0)
+    rt.contexts.set_device(0)
     yield rt
     rt.close()
 
 
 def assert_all_freed(daemon, observer: Runtime, session_id: int) -> None:
     """The session is gone from the daemon with everything it owned."""
-    total = observer.get_mem_info()[1]
-    eventually(lambda: observer.get_mem_info()[0] == total, what="device memory back to fully free")
+    total = observer.memory.get_mem_info()[1]
+    eventually(
+        lambda: observer.memory.get_mem_info()[0] == total, what="device memory back to fully free"
+    )
     wait_until_gone(daemon, session_id)
     round_trip(observer)
 
@@ -94,15 +96,15 @@ def shared_marks(daemon, observer: Runtime, nbytes: int):
     """`nbytes` zeroed bytes of the observer's device memory that another client imports
     and its kernels mark, one byte per run: they outlive that client. Yields the import key
     and a function that counts the marked bytes (read from the device); freed after."""
-    address = observer.malloc(nbytes)
-    observer.memset(address, nbytes, 0, nbytes)
+    address = observer.memory.malloc(nbytes)
+    observer.memory.memset(address, nbytes, 0, nbytes)
     flags = codes.ACL_RT_IPC_MEM_EXPORT_FLAG_DISABLE_PID_VALIDATION
-    key = observer.ipc_mem_get_export_key(address, nbytes, flags)
+    key = observer.memory.ipc_mem_get_export_key(address, nbytes, flags)
     try:
         yield key, lambda: sum(peek(daemon.pid, address, nbytes))
     finally:
-        observer.ipc_mem_close(key)
-        observer.free(address)
+        observer.memory.ipc_mem_close(key)
+        observer.memory.free(address)
 
 
 # ---- a session ends: the daemon frees everything ------------------------------------------------
@@ -113,24 +115,25 @@ OWNER = """
     from simnpu.client.runtime import Runtime
     from simnpu.proto import commands
     rt = npu.connect()
-    rt.set_device(0)
+    rt.contexts.set_device(0)
     marks = {marks}
-    nap = rt.get_function(rt.binary_load({nap!r}), "nap")
-    big = rt.malloc(64 << 20)
-    small = [rt.malloc(4096 * (i + 1)) for i in range(8)]
-    pinned = rt.malloc_host(1 << 20)
+    nap = rt.kernels.get_function(rt.kernels.binary_load({nap!r}), "nap")
+    big = rt.memory.malloc(64 << 20)
+    small = [rt.memory.malloc(4096 * (i + 1)) for i in range(8)]
+    pinned = rt.host.malloc_host(1 << 20)
     ctypes.memset(pinned, 7, 1 << 20)
-    streams = [rt.create_stream(), rt.create_stream(priority=3)]
-    events = [rt.create_event() for _ in range(4)]
-    rt.create_context(0)  # a second context with its own default stream, made current
-    extra = rt.create_stream()
-    rt.set_device(0)
+    streams = [rt.streams.create_stream(), rt.streams.create_stream(priority=3)]
+    events = [rt.events.create_event() for _ in range(4)]
+    rt.contexts.create_context(0)  # a second context with its own default stream, made current
+    extra = rt.streams.create_stream()
+    rt.contexts.set_device(0)
     for first, stream in zip((0, {launches}), streams):
         for slot in range(first, first + {launches}):
-            rt.launch_kernel(nap, 1, rt.signature(nap).pack(marks, slot, {seconds}), stream)
-    rt.record_event(events[0], streams[0])
-    rt.stream_wait_event(streams[1], events[0])
-    rt.memcpy_async(big, 1 << 20, pinned, 1 << 20, 1, streams[1])
+            args = rt.kernels.signature(nap).pack(marks, slot, {seconds})
+            rt.kernels.launch_kernel(nap, 1, args, stream)
+    rt.events.record_event(events[0], streams[0])
+    rt.events.stream_wait_event(streams[1], events[0])
+    rt.memory.memcpy_async(big, 1 << 20, pinned, 1 << 20, 1, streams[1])
     print(rt.session_id, flush=True)
     {ending}
 """
@@ -153,7 +156,7 @@ def owner_code(marks: str, launches: int, seconds: float, ending: str) -> str:
 
 
 ENDINGS = {
-    "normal close": "rt.synchronize_device(); npu.shutdown()",
+    "normal close": "rt.sync.synchronize_device(); npu.shutdown()",
     "exception": "raise RuntimeError('the client crashed')",
     "exit without closing": "os._exit(0)",
 }
@@ -161,7 +164,7 @@ ENDINGS = {
 
 @pytest.mark.parametrize("ending", ENDINGS)
 def test_ending_session_frees_everything(daemon, observer, ending):
-    code = owner_code("rt.malloc(4096)", launches=2, seconds=0.0, ending=ENDINGS[ending])
+    code = owner_code("rt.memory.malloc(4096)", launches=2, seconds=0.0, ending=ENDINGS[ending])
     result = run_client(daemon.address, code)
     assert result.returncode == (1 if ending == "exception" else 0), result.stderr
     if ending == "exception":
@@ -172,7 +175,7 @@ def test_ending_session_frees_everything(daemon, observer, ending):
 def test_sigkill_mid_flight_frees_everything_and_drops_queued_work(daemon, observer):
     launches = 10
     with shared_marks(daemon, observer, 2 * launches) as (key, marked):
-        marks = f"rt.ipc_mem_import_by_key({key!r})"
+        marks = f"rt.memory.ipc_mem_import_by_key({key!r})"
         code = owner_code(marks, launches=launches, seconds=0.5, ending="time.sleep(120)")
         process = start_client(daemon.address, code)
         try:
@@ -181,7 +184,7 @@ def test_sigkill_mid_flight_frees_everything_and_drops_queued_work(daemon, obser
             session_id = int(line)
             eventually(marked, what="the first kernels running")
             # mid-flight: its memory, segments, streams and queued kernels are all there
-            free, total = observer.get_mem_info()
+            free, total = observer.memory.get_mem_info()
             assert total - free >= 64 * MiB
             assert any("-pin" in name for name in session_segments(daemon, session_id))
             assert any(name.endswith("-staging") for name in session_segments(daemon, session_id))
@@ -273,20 +276,20 @@ def test_ctrl_c_in_the_pythonic_api_drops_queued_work(daemon, observer, tmp_path
 
 def test_an_in_process_close_frees_what_it_owned(daemon, observer):
     rt = Runtime(daemon.address)
-    rt.set_device(0)
+    rt.contexts.set_device(0)
     session_id = rt.session_id
-    rt.malloc(32 * MiB)
-    pinned = rt.malloc_host(MiB)
-    stream = rt.create_stream()
-    rt.create_event()
-    rt.memcpy_async(rt.malloc(MiB), MiB, pinned, MiB, H2D, stream)
-    assert observer.get_mem_info()[0] < observer.get_mem_info()[1] - 32 * MiB
+    rt.memory.malloc(32 * MiB)
+    pinned = rt.host.malloc_host(MiB)
+    stream = rt.streams.create_stream()
+    rt.events.create_event()
+    rt.memory.memcpy_async(rt.memory.malloc(MiB), MiB, pinned, MiB, H2D, stream)
+    assert observer.memory.get_mem_info()[0] < observer.memory.get_mem_info()[1] - 32 * MiB
     assert session_segments(daemon, session_id)
     rt.close()
     rt.close()  # idempotent
     assert_all_freed(daemon, observer, session_id)
     with pytest.raises(NpuError):
-        rt.malloc(64)
+        rt.memory.malloc(64)
 
 
 def test_close_right_after_asynchronous_calls_returns_at_once(daemon, observer):
@@ -294,11 +297,11 @@ def test_close_right_after_asynchronous_calls_returns_at_once(daemon, observer):
     session cleanly rather than wait for its 5 s fallback (guard: 4 s)."""
     for round_ in range(6):
         rt = Runtime(daemon.address)
-        rt.set_device(0)
-        ptr, spare = rt.malloc(4096), rt.malloc(4096)
-        fill = rt.get_function(commands.BUILTIN_BINARY, "fill_f32")
-        rt.launch_kernel(fill, 1, rt.signature(fill).pack(ptr, 1.0, 16), 0)
-        rt.free(spare)
+        rt.contexts.set_device(0)
+        ptr, spare = rt.memory.malloc(4096), rt.memory.malloc(4096)
+        fill = rt.kernels.get_function(commands.BUILTIN_BINARY, "fill_f32")
+        rt.kernels.launch_kernel(fill, 1, rt.kernels.signature(fill).pack(ptr, 1.0, 16), 0)
+        rt.memory.free(spare)
         closer = threading.Thread(target=rt.close)
         closer.start()
         closer.join(4)
@@ -354,7 +357,8 @@ def test_several_clients_at_once_each_get_their_own_results(daemon, observer):
         assert process.returncode == 0, err
         assert out.split() == ["ok", str(seed)]
     eventually(
-        lambda: observer.get_mem_info()[0] == observer.get_mem_info()[1], what="memory freed"
+        lambda: observer.memory.get_mem_info()[0] == observer.memory.get_mem_info()[1],
+        what="memory freed",
     )
 
 
@@ -362,41 +366,41 @@ def test_several_clients_at_once_each_get_their_own_results(daemon, observer):
 def test_get_last_error_clears_and_peek_does_not(daemon):
     rt = Runtime(daemon.address)
     try:
-        rt.get_last_error()  # the slot is the thread's: clear what an earlier test left in it
-        assert rt.get_last_error() == codes.ACL_SUCCESS
+        rt.devices.get_last_error()  # the slot is the thread's: clear what an earlier test left
+        assert rt.devices.get_last_error() == codes.ACL_SUCCESS
         with pytest.raises(NpuError):
-            rt.create_stream()  # no context yet
-        assert rt.peek_at_last_error() == codes.ACL_ERROR_RT_CONTEXT_NULL
-        assert rt.peek_at_last_error() == codes.ACL_ERROR_RT_CONTEXT_NULL
-        assert rt.get_last_error() == codes.ACL_ERROR_RT_CONTEXT_NULL
-        assert rt.get_last_error() == codes.ACL_SUCCESS
-        assert rt.peek_at_last_error() == codes.ACL_SUCCESS
-        rt.set_device(0)
+            rt.streams.create_stream()  # no context yet
+        assert rt.devices.peek_at_last_error() == codes.ACL_ERROR_RT_CONTEXT_NULL
+        assert rt.devices.peek_at_last_error() == codes.ACL_ERROR_RT_CONTEXT_NULL
+        assert rt.devices.get_last_error() == codes.ACL_ERROR_RT_CONTEXT_NULL
+        assert rt.devices.get_last_error() == codes.ACL_SUCCESS
+        assert rt.devices.peek_at_last_error() == codes.ACL_SUCCESS
+        rt.contexts.set_device(0)
         with pytest.raises(NpuError):
-            rt.malloc(1 << 40)
+            rt.memory.malloc(1 << 40)
         round_trip(rt)  # successful calls leave the slot alone
-        assert rt.peek_at_last_error() == codes.ACL_ERROR_RT_MEMORY_ALLOCATION
+        assert rt.devices.peek_at_last_error() == codes.ACL_ERROR_RT_MEMORY_ALLOCATION
         with pytest.raises(NpuError):
-            rt.synchronize_stream(0xBAD)  # the latest error wins
-        assert rt.get_last_error() == codes.ACL_ERROR_RT_INVALID_HANDLE
+            rt.sync.synchronize_stream(0xBAD)  # the latest error wins
+        assert rt.devices.get_last_error() == codes.ACL_ERROR_RT_INVALID_HANDLE
 
         seen = {}
 
         def other_thread():  # the slot is per thread
-            seen["before"] = rt.peek_at_last_error()
+            seen["before"] = rt.devices.peek_at_last_error()
             try:
-                rt.free(0)
+                rt.memory.free(0)
             except NpuError:
                 pass
-            seen["after"] = rt.peek_at_last_error()
+            seen["after"] = rt.devices.peek_at_last_error()
 
         with pytest.raises(NpuError):
-            rt.synchronize_stream(0xBAD)
+            rt.sync.synchronize_stream(0xBAD)
         thread = threading.Thread(target=other_thread)
         thread.start()
         thread.join(30)
         assert seen == {"before": codes.ACL_SUCCESS, "after": codes.ACL_ERROR_INVALID_PARAM}
-        assert rt.get_last_error() == codes.ACL_ERROR_RT_INVALID_HANDLE
+        assert rt.devices.get_last_error() == codes.ACL_ERROR_RT_INVALID_HANDLE
     finally:
         rt.close()
 
@@ -409,68 +413,68 @@ def copy_everything(rt: Runtime, size: int) -> list[bytes]:
     """Every copy kind, pinned and pageable, sync and async; the bytes each produced."""
     data = np.random.default_rng(size).integers(0, 256, size, dtype=np.uint8)
     n = max(size, 1)
-    d1, d2, d3 = (rt.malloc(n) for _ in range(3))
-    p1, p2 = rt.malloc_host(n), rt.malloc_host(n)
-    stream = rt.create_stream()
+    d1, d2, d3 = (rt.memory.malloc(n) for _ in range(3))
+    p1, p2 = rt.host.malloc_host(n), rt.host.malloc_host(n)
+    stream = rt.streams.create_stream()
     results = []
 
     def read(ptr) -> bytes:
         out = np.zeros(n, np.uint8)
-        rt.memcpy(out.ctypes.data, n, ptr, size, D2H)
+        rt.memory.memcpy(out.ctypes.data, n, ptr, size, D2H)
         return out[:size].tobytes()
 
     def clear(*ptrs) -> None:
         for ptr in ptrs:
-            rt.memset(ptr, n, 0, n)
+            rt.memory.memset(ptr, n, 0, n)
 
     # synchronous, pageable
-    rt.memcpy(d1, n, data.ctypes.data, size, H2D)
+    rt.memory.memcpy(d1, n, data.ctypes.data, size, H2D)
     results.append(read(d1))
-    rt.memcpy(d2, n, d1, size, D2D)
+    rt.memory.memcpy(d2, n, d1, size, D2D)
     results.append(read(d2))
     # synchronous, pinned
     ctypes.memmove(p1, data.ctypes.data, size)
     clear(d1)
-    rt.memcpy(d1, n, p1, size, H2D)
-    rt.memcpy(p2, n, d1, size, D2H)
+    rt.memory.memcpy(d1, n, p1, size, H2D)
+    rt.memory.memcpy(p2, n, d1, size, D2H)
     results.append(ctypes.string_at(p2, size))
     # asynchronous, pinned
     clear(d1, d2)
     ctypes.memset(p2, 0, n)
-    rt.memcpy_async(d1, n, p1, size, H2D, stream)
-    rt.memcpy_async(d2, n, d1, size, D2D, stream)
-    rt.memcpy_async(p2, n, d2, size, D2H, stream)
-    rt.synchronize_stream(stream)
+    rt.memory.memcpy_async(d1, n, p1, size, H2D, stream)
+    rt.memory.memcpy_async(d2, n, d1, size, D2D, stream)
+    rt.memory.memcpy_async(p2, n, d2, size, D2H, stream)
+    rt.sync.synchronize_stream(stream)
     results.append(ctypes.string_at(p2, size))
     # asynchronous, pageable
     clear(d3)
     out = np.zeros(n, np.uint8)
-    rt.memcpy_async(d3, n, data.ctypes.data, size, H2D, stream)
-    rt.memcpy_async(out.ctypes.data, n, d3, size, D2H, stream)
-    rt.synchronize_stream(stream)
+    rt.memory.memcpy_async(d3, n, data.ctypes.data, size, H2D, stream)
+    rt.memory.memcpy_async(out.ctypes.data, n, d3, size, D2H, stream)
+    rt.sync.synchronize_stream(stream)
     results.append(out[:size].tobytes())
     # ACL_MEMCPY_DEFAULT: the direction from the addresses
     clear(d2)
-    rt.memcpy(d2, n, data.ctypes.data, size, DEFAULT)
-    rt.memcpy_async(d3, n, d2, size, DEFAULT, stream)
-    rt.synchronize_stream(stream)
+    rt.memory.memcpy(d2, n, data.ctypes.data, size, DEFAULT)
+    rt.memory.memcpy_async(d3, n, d2, size, DEFAULT, stream)
+    rt.sync.synchronize_stream(stream)
     out = np.zeros(n, np.uint8)
-    rt.memcpy(out.ctypes.data, n, d3, size, DEFAULT)
+    rt.memory.memcpy(out.ctypes.data, n, d3, size, DEFAULT)
     results.append(out[:size].tobytes())
     # host to host, pinned and pageable
     out = np.zeros(n, np.uint8)
-    rt.memcpy(out.ctypes.data, n, p1, size, H2H)
+    rt.memory.memcpy(out.ctypes.data, n, p1, size, H2H)
     results.append(out[:size].tobytes())
     # memset of device memory, sync and async
-    rt.memset(d1, n, 0xA5, size)
-    rt.memset_async(d2, n, 0x3C, size, stream)
-    rt.synchronize_stream(stream)
+    rt.memory.memset(d1, n, 0xA5, size)
+    rt.memory.memset_async(d2, n, 0x3C, size, stream)
+    rt.sync.synchronize_stream(stream)
     results += [read(d1), read(d2)]
-    rt.destroy_stream(stream)
+    rt.streams.destroy_stream(stream)
     for ptr in (d1, d2, d3):
-        rt.free(ptr)
+        rt.memory.free(ptr)
     for ptr in (p1, p2):
-        rt.free_host(ptr)
+        rt.host.free_host(ptr)
     expected = [data.tobytes()] * 7 + [b"\xa5" * size, b"\x3c" * size]
     assert results == expected, (
         f"size {size}: "
@@ -484,7 +488,7 @@ def in_stream(daemon, monkeypatch):
     monkeypatch.setenv("SIMNPU_NO_SHM", "1")
     rt = Runtime(daemon.address)
     monkeypatch.delenv("SIMNPU_NO_SHM")
-    rt.set_device(0)
+    rt.contexts.set_device(0)
     yield rt
     rt.close()
 
@@ -496,8 +500,8 @@ def shared(daemon):
 
 
 def test_shared_memory_is_used_unless_out_of_reach(shared, in_stream):
-    assert shared.uses_shared_memory is True
-    assert in_stream.uses_shared_memory is False
+    assert shared.memory.uses_shared_memory is True
+    assert in_stream.memory.uses_shared_memory is False
 
 
 @pytest.mark.parametrize("size", SIZES)
@@ -511,14 +515,14 @@ def test_traced_sessions_copy_pageable_chunks_as_tasks(start_daemon, monkeypatch
     session copies them itself. The results are the same either way."""
     size = 20 * MiB + 5  # chunks of both transports: several of each
     untraced = Runtime(start_daemon().address)
-    untraced.set_device(0)
+    untraced.contexts.set_device(0)
     daemon = start_daemon()
     monkeypatch.setenv("SIMNPU_NO_SHM", "1")
     in_stream = Runtime(daemon.address)
     monkeypatch.delenv("SIMNPU_NO_SHM")
     shared = Runtime(daemon.address)
     for rt in (in_stream, shared):
-        rt.set_device(0)
+        rt.contexts.set_device(0)
         rt.observer.enable(observe_bits.TRACE)
     expected = copy_everything(untraced, size)
     assert copy_everything(in_stream, size) == copy_everything(shared, size) == expected
@@ -535,7 +539,7 @@ def test_traced_sessions_copy_pageable_chunks_as_tasks(start_daemon, monkeypatch
             if e["ph"] == "X"
             and e["cat"] == "copy"
             and tracks[(e["pid"], e["tid"])] == "synchronous copies (device 0)"
-            and e["args"]["bytes"] == rt.copies.slot
+            and e["args"]["bytes"] == rt.memory.copies.slot
         ]
         assert {name.split()[1] for name in chunks} == {"H2D", "D2H"}, chunks
         rt.close()
@@ -549,7 +553,7 @@ def test_in_stream_client_in_its_own_process(daemon):
         import numpy as np
         import simnpu.client as npu
         runtime = npu.runtime()
-        assert not runtime.uses_shared_memory
+        assert not runtime.memory.uses_shared_memory
         with npu.Device(0):
             data = np.arange(3 * 2**20 + 5, dtype=np.uint8)
             pinned = npu.PinnedBuffer(data.nbytes)
@@ -576,7 +580,7 @@ AUTOSTARTED = """
     from simnpu.client.runtime import Runtime
     from simnpu.client.tools.query import query
     rt = Runtime()
-    rt.set_device(0)
+    rt.contexts.set_device(0)
     barrier = {barrier!r}
     open(os.path.join(barrier, str(os.getpid())), "w").close()
     deadline = time.monotonic() + 60
@@ -584,13 +588,13 @@ AUTOSTARTED = """
         assert time.monotonic() < deadline, "the other clients never connected"
         time.sleep(0.02)
     a = np.arange(1000, dtype=np.float32)
-    x, y = rt.malloc(4000), rt.malloc(4000)
-    rt.memcpy(x, 4000, a.ctypes.data, 4000, 1)
-    relu = rt.get_function(1, "relu_f32")
-    rt.launch_kernel(relu, 2, rt.signature(relu).pack(x, y, 1000), 0)
-    rt.synchronize_stream(0)
+    x, y = rt.memory.malloc(4000), rt.memory.malloc(4000)
+    rt.memory.memcpy(x, 4000, a.ctypes.data, 4000, 1)
+    relu = rt.kernels.get_function(1, "relu_f32")
+    rt.kernels.launch_kernel(relu, 2, rt.kernels.signature(relu).pack(x, y, 1000), 0)
+    rt.sync.synchronize_stream(0)
     out = np.zeros(1000, np.float32)
-    rt.memcpy(out.ctypes.data, 4000, y, 4000, 2)
+    rt.memory.memcpy(out.ctypes.data, 4000, y, 4000, 2)
     assert np.array_equal(out, a)
     print(query("devices")["pid"], flush=True)
 """
@@ -670,5 +674,5 @@ def test_only_an_in_stream_client_keeps_freed_memory_in_its_heap(daemon, monkeyp
         assert calls == []
     monkeypatch.setenv("SIMNPU_NO_SHM", "1")
     with runtime_of(daemon.address) as rt:
-        assert not rt.uses_shared_memory
+        assert not rt.memory.uses_shared_memory
         assert calls == [True]

@@ -114,7 +114,7 @@ class Kit:
     def set_flag(self, index: int) -> None:
         """Set flags[index] from the host (synchronous aclrtMemset: not stream-ordered,
         done by a copy engine, so it works while every AI core is busy)."""
-        self.npu.runtime().memset(self.flags.ptr + 4 * index, 4, 1, 4)
+        self.npu.runtime().memory.memset(self.flags.ptr + 4 * index, 4, 1, 4)
 
     def wait_flag(self, index: int) -> None:
         deadline = time.monotonic() + LIMIT_S
@@ -167,7 +167,7 @@ def test_tasks_of_one_stream_run_in_order(npu, kit):
         expected["x"] = expected["z"] * np.float32(0.5)
         expected["y"] = np.float32(step) + expected["x"]
     # Copies on the same stream keep the order too.
-    npu.runtime().memcpy_async(
+    npu.runtime().memory.memcpy_async(
         z.ptr, z.nbytes, y.ptr, y.nbytes, codes.ACL_MEMCPY_DEVICE_TO_DEVICE, stream.handle
     )
     mul.launch(5, z, z, x, n, stream=stream)  # x = y * y
@@ -227,7 +227,7 @@ def test_event_wait_orders_two_streams(npu, kit):
     kit.slow_fill.launch(2, data, n, 42.0, 0.2, stream=producer)
     done.record(producer)
     consumer.wait_event(done)
-    npu.runtime().memcpy_async(
+    npu.runtime().memory.memcpy_async(
         seen.ptr,
         seen.nbytes,
         data.ptr,
@@ -264,8 +264,10 @@ def test_event_and_stream_status_timeouts_and_release(npu, kit):
     event.record(stream)
     kit.wait_flag(0)
     rt = npu.runtime()
-    assert rt.query_event_status(event.handle) == codes.ACL_EVENT_RECORDED_STATUS_NOT_READY == 0
-    assert rt.stream_query(stream.handle) == codes.ACL_STREAM_STATUS_NOT_READY == 1
+    assert (
+        rt.sync.query_event_status(event.handle) == codes.ACL_EVENT_RECORDED_STATUS_NOT_READY == 0
+    )
+    assert rt.sync.stream_query(stream.handle) == codes.ACL_STREAM_STATUS_NOT_READY == 1
     for timeout in (0, 50):
         with pytest.raises(NpuError) as info:
             stream.synchronize(timeout)
@@ -274,13 +276,13 @@ def test_event_and_stream_status_timeouts_and_release(npu, kit):
             event.synchronize(timeout)
         assert info.value.code == codes.ACL_ERROR_RT_EVENT_SYNC_TIMEOUT == 507047
         with pytest.raises(NpuError) as info:
-            npu.runtime().synchronize_device(timeout)
+            npu.runtime().sync.synchronize_device(timeout)
         assert info.value.code == codes.ACL_ERROR_RT_STREAM_SYNC_TIMEOUT
     kit.set_flag(1)
     event.synchronize()
-    assert rt.query_event_status(event.handle) == codes.ACL_EVENT_RECORDED_STATUS_COMPLETE == 1
+    assert rt.sync.query_event_status(event.handle) == codes.ACL_EVENT_RECORDED_STATUS_COMPLETE == 1
     stream.synchronize(int(LIMIT_S * 1000))
-    assert rt.stream_query(stream.handle) == codes.ACL_STREAM_STATUS_COMPLETE == 0
+    assert rt.sync.stream_query(stream.handle) == codes.ACL_STREAM_STATUS_COMPLETE == 0
     stream.synchronize(0)  # nothing pending: an immediate check succeeds
     event.synchronize(0)
 
@@ -361,7 +363,7 @@ def test_destroy_stream_force_drops_queued_tasks(npu, kit):
     assert flags[1] == 1
     assert flags[2] == 0, "a task queued on a force-destroyed stream ran"
     # the gate was running: destroy waited for it, and it completed normally
-    npu.runtime().synchronize_device()
+    npu.runtime().sync.synchronize_device()
 
 
 # ---- failure modes ------------------------------------------------------------------------------
@@ -409,7 +411,7 @@ def test_stop_on_failure_stops_every_stream_of_the_context(npu, kit):
         assert info.value.code == codes.ACL_ERROR_RT_AICORE_EXCEPTION
         assert "deliberate failure in block 0" in info.value.message
     with pytest.raises(NpuError) as info:
-        npu.runtime().synchronize_device()
+        npu.runtime().sync.synchronize_device()
     assert info.value.code == codes.ACL_ERROR_RT_AICORE_EXCEPTION
     fill.launch(1, out, 3.0, 4, stream=other)  # submitted after the failure
     with pytest.raises(NpuError):
@@ -486,7 +488,7 @@ def test_synchronize_device_waits_for_every_stream(npu, kit):
     buffers = [kit.buffer(np.float32, n) for _ in streams]
     for value, (stream, buffer) in enumerate(zip(streams, buffers), start=1):
         kit.slow_fill.launch(2, buffer, n, float(value), 0.1 * value, stream=stream)
-    npu.runtime().synchronize_device()
+    npu.runtime().sync.synchronize_device()
     for value, buffer in enumerate(buffers, start=1):
         np.testing.assert_array_equal(f32(buffer), np.full(n, value, np.float32))
     for stream in streams:
@@ -495,21 +497,21 @@ def test_synchronize_device_waits_for_every_stream(npu, kit):
 
 def test_last_error_get_clears_peek_keeps(npu, kit):
     rt = npu.runtime()
-    rt.get_last_error()
-    assert rt.peek_at_last_error() == codes.ACL_SUCCESS
+    rt.devices.get_last_error()
+    assert rt.devices.peek_at_last_error() == codes.ACL_SUCCESS
     stream = npu.Stream()
     kit.fail_in_block.launch(1, kit.flags, 1, 0, stream=stream)
     with pytest.raises(NpuError):
         stream.synchronize()
-    assert rt.peek_at_last_error() == codes.ACL_ERROR_RT_AICORE_EXCEPTION
-    assert rt.peek_at_last_error() == codes.ACL_ERROR_RT_AICORE_EXCEPTION
+    assert rt.devices.peek_at_last_error() == codes.ACL_ERROR_RT_AICORE_EXCEPTION
+    assert rt.devices.peek_at_last_error() == codes.ACL_ERROR_RT_AICORE_EXCEPTION
     seen_elsewhere = []
-    thread = threading.Thread(target=lambda: seen_elsewhere.append(rt.peek_at_last_error()))
+    thread = threading.Thread(target=lambda: seen_elsewhere.append(rt.devices.peek_at_last_error()))
     thread.start()
     thread.join()
     assert seen_elsewhere == [codes.ACL_SUCCESS]  # the slot is per thread
-    assert rt.get_last_error() == codes.ACL_ERROR_RT_AICORE_EXCEPTION
-    assert rt.get_last_error() == codes.ACL_SUCCESS
-    assert rt.peek_at_last_error() == codes.ACL_SUCCESS
+    assert rt.devices.get_last_error() == codes.ACL_ERROR_RT_AICORE_EXCEPTION
+    assert rt.devices.get_last_error() == codes.ACL_SUCCESS
+    assert rt.devices.peek_at_last_error() == codes.ACL_SUCCESS
     stream.synchronize()  # the failure was reported once; success leaves the slot alone
-    assert rt.get_last_error() == codes.ACL_SUCCESS
+    assert rt.devices.get_last_error() == codes.ACL_SUCCESS

@@ -14,7 +14,7 @@ from conftest import run_client
 CLIENT = """
 import simnpu.client as npu
 npu.Device(0)
-print("uses_shared_memory", npu.runtime().uses_shared_memory)
+print("uses_shared_memory", npu.runtime().memory.uses_shared_memory)
 """
 
 

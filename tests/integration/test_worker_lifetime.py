@@ -31,13 +31,16 @@ def test_a_process_busy_in_a_kernel_dies_with_a_killed_daemon(start_daemon):
     daemon = start_daemon()
     runtime = Runtime(daemon.address)
     try:
-        runtime.set_device(0)
-        mark = runtime.malloc(4096, 0)
-        runtime.memset(mark, 4096, 0, 4096)
-        binary = runtime.binary_load(SLEEPER)
-        sleeper = runtime.get_function(binary, "sleep_long")
-        runtime.launch_kernel(
-            sleeper, 1, runtime.signature(sleeper).pack(mark), runtime.create_stream()
+        runtime.contexts.set_device(0)
+        mark = runtime.memory.malloc(4096, 0)
+        runtime.memory.memset(mark, 4096, 0, 4096)
+        binary = runtime.kernels.binary_load(SLEEPER)
+        sleeper = runtime.kernels.get_function(binary, "sleep_long")
+        runtime.kernels.launch_kernel(
+            sleeper,
+            1,
+            runtime.kernels.signature(sleeper).pack(mark),
+            runtime.streams.create_stream(),
         )
         deadline = time.monotonic() + 60
         while peek(daemon.pid, mark, 1) != b"\x01":
@@ -72,12 +75,14 @@ def test_a_killed_kernel_zygote_is_replaced(start_daemon):
     daemon = start_daemon()
     runtime = Runtime(daemon.address)
     try:
-        runtime.set_device(0)
-        cell = runtime.malloc(4096, 0)
-        mark = runtime.get_function(runtime.binary_load(MARKER), "mark")
-        stream = runtime.create_stream()
-        runtime.launch_kernel(mark, 1, runtime.signature(mark).pack(cell, 1), stream)
-        runtime.synchronize_stream(stream)
+        runtime.contexts.set_device(0)
+        cell = runtime.memory.malloc(4096, 0)
+        mark = runtime.kernels.get_function(runtime.kernels.binary_load(MARKER), "mark")
+        stream = runtime.streams.create_stream()
+        runtime.kernels.launch_kernel(
+            mark, 1, runtime.kernels.signature(mark).pack(cell, 1), stream
+        )
+        runtime.sync.synchronize_stream(stream)
         zygotes = [pid for pid in children_of(daemon.pid) if children_of(pid)]
         assert len(zygotes) == 1, "one child of the daemon has kernel processes"
         doomed = [zygotes[0], *descendants(zygotes[0])]
@@ -87,9 +92,11 @@ def test_a_killed_kernel_zygote_is_replaced(start_daemon):
             assert time.monotonic() < deadline, "a kernel process outlived its zygote"
             time.sleep(0.02)
         for value in (2, 3):  # the launch after the kill may find its process dead
-            runtime.launch_kernel(mark, 1, runtime.signature(mark).pack(cell, value), stream)
+            runtime.kernels.launch_kernel(
+                mark, 1, runtime.kernels.signature(mark).pack(cell, value), stream
+            )
             try:
-                runtime.synchronize_stream(stream)
+                runtime.sync.synchronize_stream(stream)
             except NpuError as error:
                 assert error.code == codes.ACL_ERROR_RT_AICORE_EXCEPTION
         assert peek(daemon.pid, cell, 1) == b"\x03"
@@ -111,16 +118,16 @@ def test_workers_still_booting_ignore_a_signal_to_the_daemons_group(start_daemon
     before = set(descendants(daemon.pid))
     runtime = Runtime(daemon.address)
     try:
-        runtime.set_device(1)  # device 1's workers are launched now
+        runtime.contexts.set_device(1)  # device 1's workers are launched now
         booting = set(descendants(daemon.pid)) - before
         assert len(booting) == 4  # 2 AI cores and 2 copy engines, just born
         for pid in booting:
             os.kill(pid, signal.SIGTERM)
-        mark = runtime.malloc(4096, 0)
-        runtime.memset(mark, 4096, 7, 4096)  # a copy engine of device 1
-        runtime.synchronize_device()
+        mark = runtime.memory.malloc(4096, 0)
+        runtime.memory.memset(mark, 4096, 7, 4096)  # a copy engine of device 1
+        runtime.sync.synchronize_device()
         assert all(alive(pid) for pid in booting)
-        runtime.free(mark)
+        runtime.memory.free(mark)
     finally:
         runtime.close()
     assert " ERROR " not in daemon.output(), daemon.output()
@@ -134,14 +141,14 @@ def test_workers_outlive_the_session_that_started_them(start_daemon):
     before = set(descendants(daemon.pid))
     first = Runtime(daemon.address)
     try:
-        first.set_device(1)  # device 1's workers are launched from this session's thread
+        first.contexts.set_device(1)  # device 1's workers are launched from this session's thread
         started = set(descendants(daemon.pid)) - before
         round_trip(first)
     finally:
         first.close()  # its session's thread ends
     second = Runtime(daemon.address)
     try:
-        second.set_device(1)
+        second.contexts.set_device(1)
         round_trip(second)  # the first session's end is past once this one runs
     finally:
         second.close()

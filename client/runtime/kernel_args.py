@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import ctypes
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -22,7 +23,7 @@ from simnpu.proto import codes, commands
 from simnpu.proto.errors import NotSupportedError, NpuError, check_num_blocks, invalid
 
 if TYPE_CHECKING:
-    from simnpu.client.runtime import Runtime
+    from simnpu.proto.kernel_abi import KernelSignature
 
 MAX_PARAMS = 128  # MAX_PARAM_CNT
 MAX_ARGS_BYTES = 64 * 1024  # MAX_ARGS_BUFF_SIZE
@@ -57,10 +58,12 @@ class ArgsHandle:
 
 
 class KernelArgs:
-    """The builder's handles of one session (Runtime.kernel_args)."""
+    """The builder's handles of one session (rt.kernels.args), given how to find a
+    function's signature and the stream a call means."""
 
-    def __init__(self, rt: Runtime):
-        self._rt = rt
+    def __init__(self, signature: Callable[[int], KernelSignature], stream: Callable[[int], int]):
+        self._signature = signature
+        self._stream = stream
         self._handles: dict[int, ArgsHandle] = {}
         self._lock = threading.Lock()
         self._local = threading.local()
@@ -93,7 +96,7 @@ class KernelArgs:
 
     def init(self, function: int) -> int:
         """aclrtKernelArgsInit: this thread's handle, reset for `function`."""
-        self._rt.signature(function)
+        self._signature(function)
         handle = getattr(self._local, "handle", None)
         if handle is None:
             handle = self._local.handle = self._new()
@@ -109,19 +112,19 @@ class KernelArgs:
     def init_by_user_mem(self, function: int, handle: int, memory: int, size: int) -> None:
         """aclrtKernelArgsInitByUserMem: `handle` (memory of get_handle_mem_size bytes the
         program owns) builds in the program's host memory [memory, +size)."""
-        self._rt.signature(function)
+        self._signature(function)
         self._handles[handle] = ArgsHandle(function, memory, size)
 
     def mem_size(self, function: int, user_args_size: int) -> int:
         """aclrtKernelArgsGetMemSize: bytes of memory init_by_user_mem needs for
         `user_args_size` bytes of parameters (their struct, padded, and 8 bytes a parameter
         of alignment, as the runtime reserves)."""
-        signature = self._rt.signature(function)
+        signature = self._signature(function)
         return max(user_args_size, signature.size) + _ALIGN * len(signature.types)
 
     def handle_mem_size(self, function: int) -> int:
         """aclrtKernelArgsGetHandleMemSize: the bytes of a handle's own memory."""
-        self._rt.signature(function)
+        self._signature(function)
         return 64 + 16 * MAX_PARAMS
 
     # ---- building ------------------------------------------------------------------------------
@@ -130,7 +133,7 @@ class KernelArgs:
             raise NotSupportedError("appending to a finalized kernel-args handle")
         if state.got_buffer:
             raise NotSupportedError("appending after aclrtKernelArgsGetPlaceHolderBuffer")
-        types = self._rt.signature(state.function).types
+        types = self._signature(state.function).types
         if len(state.params) >= min(len(types), MAX_PARAMS):
             raise invalid(
                 f"the kernel takes {len(types)} parameter(s) "
@@ -138,7 +141,7 @@ class KernelArgs:
             )
 
     def _add(self, handle: int, state: ArgsHandle, size: int, place_holder: bool) -> int:
-        signature = self._rt.signature(state.function)
+        signature = self._signature(state.function)
         index = len(state.params)
         kind = signature.types[index]
         need = _SIZES.get(kind, 8)
@@ -176,7 +179,7 @@ class KernelArgs:
             raise invalid("the parameter is not a place holder")
         if state.finalized:
             raise NotSupportedError("taking a place-holder buffer of a finalized handle")
-        signature = self._rt.signature(state.function)
+        signature = self._signature(state.function)
         start = -(-max(state.end, signature.size) // _ALIGN) * _ALIGN
         if start + size > state.capacity:
             raise invalid(
@@ -202,7 +205,7 @@ class KernelArgs:
     def finalize(self, handle: int) -> None:
         """aclrtKernelArgsFinalize: the handle is complete and may launch."""
         state = self._get(handle)
-        types = self._rt.signature(state.function).types
+        types = self._signature(state.function).types
         if len(state.params) != len(types):
             raise invalid(
                 f"the kernel takes {len(types)} parameter(s), {len(state.params)} appended"
@@ -222,7 +225,7 @@ class KernelArgs:
             raise invalid("the kernel-args handle is not finalized, or updated since")
         if state.function != function:
             raise invalid("the kernel-args handle was built for another function")
-        signature = self._rt.signature(function)
+        signature = self._signature(function)
         check_num_blocks(num_blocks)
         timeout_us = launch_timeout_us(cfg)
         args = ctypes.string_at(state.address, signature.end)
@@ -233,7 +236,7 @@ class KernelArgs:
                     raise invalid(f"place holder {index} has no buffer")
                 data = ctypes.string_at(state.address + entry.data_offset, entry.data_size)
                 place_holders.append((entry.offset, data))
-        stream = self._rt.stream(stream)
+        stream = self._stream(stream)
         return commands.LaunchWithConfig.pack(
             num_blocks, stream, function, timeout_us, args, place_holders
         ), stream

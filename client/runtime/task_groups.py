@@ -1,6 +1,7 @@
-"""The raw layer's task group and task change calls of model run instances: a mixin of Runtime
-(client/runtime.py). The groups, the updates and the models' state are the daemon's
-(server/task_groups.py; docs/graph-capture.md, "Updates").
+"""rt.task_groups: task groups and task changes of model run instances -- a sub-part of
+rt.graphs (client/runtime/graphs.py), which keeps the models and their listed tasks. The
+groups, the updates and the models' state are the daemon's (server/task_groups.py;
+docs/graph-capture.md, "Updates").
 
 Parameters are pyACL dicts with the C field names in snake case (aclmdlRITaskParams,
 aclrtLaunchKernelAttrValue). A kernel task's argument struct read back by
@@ -21,6 +22,9 @@ from simnpu.shm.addresses import DEVICE_BASE
 
 if TYPE_CHECKING:
     from google.protobuf.message import Message
+
+    from simnpu.client.runtime.graphs import Graphs
+    from simnpu.client.runtime.shared import Shared
 
 _EVENT_PARAMS = {  # aclmdlRITaskType -> (the union member, its flag field)
     codes.ACL_MODEL_RI_TASK_EVENT_RECORD: ("event_record_task_params", "record_flag"),
@@ -49,36 +53,33 @@ def _runtime_null(name: str) -> NpuError:
     return NpuError(codes.ACL_ERROR_RT_PARAM_INVALID, f"{name} is null")
 
 
-class RuntimeTaskGroups:
-    # what the mixin uses of Runtime (client/runtime.py), which sets and defines all of it
-    task_args: dict[int, ctypes.Array]  # model task -> its argument struct read back
-    task_models: dict[int, int]  # listed model task -> its model
-    unready: dict[int, str]  # model -> why it does not replay (aclmdlRIExecute* say 507011)
+class TaskGroups:
+    """Task group and task change calls (see the module docstring)."""
 
-    if TYPE_CHECKING:
-
-        def _call(self, body: Message) -> Any: ...
-        def stream(self, handle: int) -> int: ...
+    def __init__(self, shared: Shared, graphs: Graphs):
+        self._calls, self._contexts = shared.calls, shared.contexts
+        self._graphs = graphs  # the models and their listed tasks (rt.graphs)
 
     # ---- task groups ---------------------------------------------------------------------------
     @records_errors
-    def task_grp_begin(self, stream: int) -> None:
+    def task_grp_begin(self, stream: int, site: str | None = None) -> None:
         """aclmdlRICaptureTaskGrpBegin: the stream's next recorded kernels form a group.
         107029 not in capture, 107033 a group open already. Blocks."""
         if not stream:
             raise _null("stream")
-        self._call(pb.TaskGroupRequest(stream=self.stream(stream)))
+        self._calls.request(pb.TaskGroupRequest(stream=self._contexts.stream(stream)), site)
 
     @records_errors
-    def task_grp_end(self, stream: int) -> int:
+    def task_grp_end(self, stream: int, site: str | None = None) -> int:
         """aclmdlRICaptureTaskGrpEnd: the group's handle. 107029 not in capture, 107033 no
         group open, 507009 / 107034 a task the group refused, 507903 invalidated. Blocks."""
         if not stream:
             raise _null("stream")
-        return self._call(pb.TaskGroupRequest(stream=self.stream(stream), end=True)).group
+        request = pb.TaskGroupRequest(stream=self._contexts.stream(stream), end=True)
+        return self._calls.request(request, site).group
 
     @records_errors
-    def task_update_begin(self, stream: int, group: int) -> None:
+    def task_update_begin(self, stream: int, group: int, site: str | None = None) -> None:
         """aclmdlRICaptureTaskUpdateBegin: the kernels launched on `stream` from now on
         update the group's kernels, in order, when the stream reaches them. 107027 a stream
         in capture, 107033 one updating already or a group another stream updates. Blocks."""
@@ -86,24 +87,25 @@ class RuntimeTaskGroups:
             raise _null("stream")
         if not group:
             raise _null("handle")
-        self._call(pb.TaskUpdateRequest(stream=self.stream(stream), group=group))
+        request = pb.TaskUpdateRequest(stream=self._contexts.stream(stream), group=group)
+        self._calls.request(request, site)
 
     @records_errors
-    def task_update_end(self, stream: int) -> None:
+    def task_update_end(self, stream: int, site: str | None = None) -> None:
         """aclmdlRICaptureTaskUpdateEnd: 107033 not updating; 507000 if the group has
         kernels no launch updated. Blocks."""
         if not stream:
             raise _null("stream")
-        self._call(pb.TaskUpdateRequest(stream=self.stream(stream)))
+        self._calls.request(pb.TaskUpdateRequest(stream=self._contexts.stream(stream)), site)
 
     # ---- the tasks of a model ------------------------------------------------------------------
     @records_errors
-    def task_get_params(self, task: int) -> dict:
+    def task_get_params(self, task: int, site: str | None = None) -> dict:
         """aclmdlRITaskGetParams: the task's aclmdlRITaskParams. 107000 for a task of type
         DEFAULT."""
         if not task:
             raise _runtime_null("task")
-        reply = self._call(pb.TaskParamsRequest(task=task))
+        reply = self._calls.request(pb.TaskParamsRequest(task=task), site)
         params: dict = {
             "type": reply.type,
             "task_grp": reply.task_grp,
@@ -115,7 +117,7 @@ class RuntimeTaskGroups:
             args = 0
             if kernel.args:
                 buffer = ctypes.create_string_buffer(kernel.args, len(kernel.args))
-                self.task_args[task] = buffer
+                self._graphs.keep_task_args(task, buffer)
                 args = ctypes.addressof(buffer)
             params["kernel_task_params"] = {
                 "func_handle": kernel.function,
@@ -136,7 +138,7 @@ class RuntimeTaskGroups:
         return params
 
     @records_errors
-    def task_set_params(self, task: int, params: Any) -> None:
+    def task_set_params(self, task: int, params: Any, site: str | None = None) -> None:
         """aclmdlRITaskSetParams: new parameters for a kernel, value write or value wait task
         (aclmdlRIUpdate makes them take effect). 107040 while the model is captured or runs;
         107000 for wrong ones, which leaves the model faulted as in the runtime."""
@@ -163,45 +165,44 @@ class RuntimeTaskGroups:
                     flag=_int(value.get("flag", 0), "flag"),
                 )
             )
-        self._change(task, request)
+        self._change(task, request, site)
 
-    def _change(self, task: int, request: Message) -> None:
+    def _change(self, task: int, request: Message, site: str | None) -> None:
         """A change of a task: its model waits for aclmdlRIUpdate, or is faulted when the
         daemon refused the change with 107000 (as the daemon's model is)."""
-        model = self.task_models.get(task, 0)
         try:
-            self._call(request)
+            self._calls.request(request, site)
         except NpuError as error:
-            if error.code == codes.ACL_ERROR_RT_PARAM_INVALID and model:
-                self.unready[model] = "a change of the model's tasks failed (destroy it)"
+            if error.code == codes.ACL_ERROR_RT_PARAM_INVALID:
+                self._graphs.tasks_changed(task, failed=True)
             raise
-        if model and model not in self.unready:
-            self.unready[model] = "the model's tasks were changed (aclmdlRIUpdate first)"
+        self._graphs.tasks_changed(task, failed=False)
 
     @records_errors
-    def task_disable(self, task: int) -> None:
+    def task_disable(self, task: int, site: str | None = None) -> None:
         """aclmdlRITaskDisable: the task no longer runs in replays (after aclmdlRIUpdate).
         107040 while the model is captured or runs."""
         if not task:
             raise _runtime_null("task")
-        self._change(task, pb.TaskDisableRequest(task=task))
+        self._change(task, pb.TaskDisableRequest(task=task), site)
 
     @records_errors
-    def model_update(self, model: int) -> None:
+    def model_update(self, model: int, site: str | None = None) -> None:
         """aclmdlRIUpdate: the model's changed tasks take effect; 107040 if it is captured or
         a change failed."""
         if not model:
             raise _runtime_null("modelRI")
-        self._call(pb.ModelUpdateRequest(model=model))
-        self.unready.pop(model, None)
+        self._calls.request(pb.ModelUpdateRequest(model=model), site)
+        self._graphs.updated(model)
 
     @records_errors
-    def kernel_task_get_attribute(self, task: int, attr: int) -> dict:
+    def kernel_task_get_attribute(self, task: int, attr: int, site: str | None = None) -> dict:
         """aclmdlRIKernelTaskGetAttribute: {field: value} of aclrtLaunchKernelAttrValue.
         107000 for a task that is not a kernel or an attribute it cannot give."""
         if not task:
             raise _null("task")
-        value = self._call(pb.KernelTaskAttributeRequest(task=task, attr=attr)).value
+        request = pb.KernelTaskAttributeRequest(task=task, attr=attr)
+        value = self._calls.request(request, site).value
         if attr == codes.ACL_RT_LAUNCH_KERNEL_ATTR_TIMEOUT_US:
             return {"timeout_us": {"timeout_low": value & 0xFFFFFFFF, "timeout_high": value >> 32}}
         return {_ATTRIBUTE_FIELDS[attr]: value}

@@ -14,7 +14,7 @@ from simnpu.server.units.device_printf import (
     PendingOutput,
     c_format,
 )
-from simnpu.server.units.workers import WorkRunner
+from simnpu.server.units.runner import WorkRunner
 
 
 @pytest.mark.parametrize(

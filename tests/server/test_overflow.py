@@ -13,7 +13,7 @@ from simnpu.server.units.float_overflow import (
     status_bytes,
     watch_numpy,
 )
-from simnpu.server.units.workers import WorkRunner
+from simnpu.server.units.runner import WorkRunner
 
 MODULE = """
 import numpy as np

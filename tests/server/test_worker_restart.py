@@ -11,7 +11,7 @@ import time
 
 from simnpu.server.core.executor import LOST, Unit, UnitKind
 from simnpu.server.core.unit_protocol import Ready
-from simnpu.server.units.workers import ProcessExecutor
+from simnpu.server.units.process_executor import ProcessExecutor
 
 
 def _until_ready(executor: ProcessExecutor, unit: Unit) -> list:

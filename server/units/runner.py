@@ -519,9 +519,9 @@ def serve_batches(
     it wrote. A Cancel that arrives while a batch runs goes to the runner; one that arrives
     after its batch is done is dropped. Returns when the daemon asks the process to stop
     (None), or calls `daemon_gone` and returns when the daemon's end of `conn` is gone (it
-    died without stopping this process); a Stop or a gone daemon found while a batch runs
-    ends the process (SystemExit). What `send` raises (BrokenPipeError: the daemon closed
-    the pipe) ends the loop too, after the wake-ups."""
+    died without stopping this process); either found while a batch runs raises SystemExit.
+    What `send` raises (BrokenPipeError: the daemon closed the pipe) is raised, after the
+    wake-ups."""
     incoming = select.poll()  # one poll object: Connection.poll() builds a selector per call
     incoming.register(conn.fileno(), select.POLLIN)
     cancelled: set[int] = set()

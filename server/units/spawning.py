@@ -30,9 +30,6 @@ class _EntryPoint:
     def __reduce__(self) -> tuple[Any, tuple[str]]:
         return (pkgutil.resolve_name, (self.name,))
 
-    def __repr__(self) -> str:
-        return f"<entry point {self.name}>"
-
 
 def entry_point(name: str) -> Any:
     """The spawn target of the function `name` ("package.module:function")."""

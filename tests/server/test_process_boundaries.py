@@ -12,6 +12,7 @@ it, or the daemon its loop. A spawned worker is also asked what it has imported.
 from __future__ import annotations
 
 import ast
+import pickle
 import time
 from functools import cache
 from pathlib import Path
@@ -150,6 +151,21 @@ def test_the_closures_are_those_of_the_processes():
     for entry in CHILDREN.values():
         assert entry not in daemon
     assert set(PROTOCOL) <= {module for entry in CHILDREN.values() for module in closure(entry)}
+
+
+def test_the_daemon_spawns_each_process_at_its_main_by_name():
+    """The daemon names a child's main (server/units/spawning.py); the child, unpickling
+    the name, gets the function."""
+    from simnpu.server.hccl import gloo_exchange
+    from simnpu.server.units import kernel_processes, process_executor
+
+    for target, process in (
+        (process_executor._WORKER_MAIN, "worker"),
+        (kernel_processes._ZYGOTE_MAIN, "kernel zygote"),
+        (gloo_exchange._ENGINE_MAIN, "Gloo exchange process"),
+    ):
+        main = pickle.loads(pickle.dumps(target))
+        assert (main.__module__, main.__name__) == (CHILDREN[process], "main")
 
 
 PROBE = """

@@ -185,7 +185,7 @@ def _reports(executor, unit, wanted, timeout_s=60.0) -> object:
     raise AssertionError("the worker did not report in time")
 
 
-def test_a_spawned_worker_imports_nothing_of_the_daemons_side():
+def test_a_spawned_worker_imports_nothing_of_the_daemons_side(spawn_environment):
     from simnpu.server.units.process_executor import ProcessExecutor
 
     unit = Unit(UnitKind.AI_CORE, 0, 0, 0)

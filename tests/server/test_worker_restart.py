@@ -24,7 +24,7 @@ def _until_ready(executor: ProcessExecutor, unit: Unit) -> list:
     raise AssertionError(f"the worker never said it was ready: {seen}")
 
 
-def test_a_restart_beside_the_polling_thread_retires_the_old_pipe():
+def test_a_restart_beside_the_polling_thread_retires_the_old_pipe(spawn_environment):
     unit = Unit(UnitKind.AI_CORE, 0, 0, 0)
     executor = ProcessExecutor([unit], [])
     executor.start([unit])

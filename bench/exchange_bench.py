@@ -26,8 +26,8 @@ from typing import NamedTuple
 import baselines
 
 from simnpu.proto import hccl_types as ht
-from simnpu.server.hccl.gloo_exchange import (
-    ExchangeProcess,
+from simnpu.server.hccl.gloo_exchange import ExchangeProcess
+from simnpu.server.hccl.gloo_exchange_protocol import (
     ExchangeSetup,
     Formed,
     Gather,

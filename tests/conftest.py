@@ -254,6 +254,22 @@ def acl(daemon, monkeypatch):
     assert acl.finalize() == 0
 
 
+@pytest.fixture
+def spawn_environment():
+    """What ProcessExecutor.start sets in this process for the processes it spawns
+    (server/units/spawning.py: PYTHONSAFEPATH, GLIBC_TUNABLES, sys.path) is put back after
+    the test: a later test's `python script.py` must still import beside its script."""
+    saved = {name: os.environ.get(name) for name in ("PYTHONSAFEPATH", "GLIBC_TUNABLES")}
+    path = list(sys.path)
+    yield
+    for name, value in saved.items():
+        if value is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = value
+    sys.path[:] = path
+
+
 # A kernel that holds its stream until the host sets flag[0] (or fails after `limit` s):
 # tests use it to create orderings without timing.
 GATE = '''

@@ -42,7 +42,7 @@ from simnpu.server.memory.window_table import WindowTable
 from simnpu.server.observation import observer, smi_view  # noqa: F401 - handlers: registers every handler
 from simnpu.server.observation.observer import Observer
 from simnpu.server.units.kernel_processes import KernelProcesses
-from simnpu.server.units.workers import ProcessExecutor
+from simnpu.server.units.process_executor import ProcessExecutor
 from simnpu.shm.region import shm_available_bytes, unlink_daemon_segments
 
 log = logging.getLogger("simnpu.daemon")

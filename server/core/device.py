@@ -35,7 +35,7 @@ class Device:
         }
         # streams whose head is device work for units of each kind, in the order they got there
         self.ready: dict[UnitKind, list[Stream]] = {kind: [] for kind in UnitKind}
-        self.started = False  # its units' workers were launched (server/units/workers.py)
+        self.started = False  # its units' workers were launched (server/units/process_executor.py)
 
     def all_units(self) -> list[Unit]:
         return [unit for units in self.units.values() for unit in units]

@@ -2,7 +2,7 @@
 executor that carries batches to them and their reports back.
 
 The scheduler depends on the `Executor` protocol only. The daemon's executor runs each unit
-as a worker process (server/units/workers.py); unit tests use one that runs units in threads of
+as a worker process (server/units/worker_main.py); unit tests use one that runs units in threads of
 the test process. A `Unit` is the scheduler's book of one unit: what it runs now and since
 when, which kernel modules it has loaded, and what the executor must have it unmap and map
 before its next batch (`Windows`).

@@ -13,7 +13,7 @@ simnpu.proto.commands do: each kind is a named tuple of its fields with `pack(*f
 the plain tuple that crosses the pipe (its TAG first), and `unpack(packed)`. Pickle would
 spend about 3 µs each way on every named tuple's class, as much as the rest of a
 one-kernel batch costs. Everything here pickles: it crosses a pipe to the worker processes
-(server/units/workers.py). Times are CLOCK_MONOTONIC nanoseconds, which the daemon and its
+(server/units/worker_main.py). Times are CLOCK_MONOTONIC nanoseconds, which the daemon and its
 workers share: the device's clock.
 """
 
@@ -176,10 +176,20 @@ class _ReducePieceFields(NamedTuple):
 
 
 class ReducePiece(_ReducePieceFields, _Item):
-    """A share of a matched HCCL collective's data movement (server/hccl/reduce_plan.py)."""
+    """A share of a matched HCCL collective's data movement (planned by
+    server/hccl/reduce_plan.py, run by server/units/collective_pieces.py)."""
 
     __slots__ = ()
     TAG = 6
+
+
+REDUCE_BLOCK_BYTES = 1 << 19
+"""A unit runs a ReducePiece in blocks of this many bytes of each source, so that the
+running result stays in L2; the daemon spawns its units with glibc's non-temporal copy
+threshold at this size (server/units/spawning.py), so that copying a block into a
+destination does not first read it (512 KiB against 1 MiB: reduce_scatter of 64 MiB over 4
+ranks +6 % out of place and +15 % in place, nothing slower;
+docs/decisions/collective-blocks-of-512-kib.md)."""
 
 
 class _ReduceBytesFields(NamedTuple):

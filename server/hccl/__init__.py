@@ -4,5 +4,6 @@ across hosts -- their plan, their state, their membership, the links between dae
 the Gloo exchange process (docs/hccl.md, docs/multihost.md).
 
 May import: simnpu.server.core, simnpu.server.memory, simnpu.server.graphs, simnpu.proto
-and simnpu.shm.
+and simnpu.shm; and of simnpu.server.units what starts a process and what the Gloo exchange
+process runs (ending with the daemon, reductions).
 """

@@ -4,9 +4,9 @@ world.
 The only module of simnpu that imports torch (the `multihost` extra), for Gloo. The
 process maps the daemon's device segment, forms the world with the other hosts' exchange
 processes through a TCPStore that the first host's process serves, then runs the steps
-its daemon hands it (server/hccl/gloo_exchange.py), one at a time on a thread of their own,
-reporting each. A Transfer starts as it comes, even while a step waits for its peers,
-and is waited for on a thread of its own. Data moves as bytes, straight
+its daemon hands it (server/hccl/gloo_exchange_protocol.py), one at a time on a thread of
+their own, reporting each. A Transfer starts as it comes, even while a step waits for its
+peers, and is waited for on a thread of its own. Data moves as bytes, straight
 between the mapped segments and the sockets; reductions are numpy's, in host order, so
 that every host computes each element the same way.
 
@@ -31,8 +31,7 @@ from typing import Any, NoReturn
 
 import numpy as np
 
-from simnpu.server.hccl import reduce_plan
-from simnpu.server.hccl.gloo_exchange import (
+from simnpu.server.hccl.gloo_exchange_protocol import (
     MATCH_BYTES,
     TRANSFER_TAGS,
     Exchange,
@@ -50,7 +49,8 @@ from simnpu.server.hccl.gloo_exchange import (
     StoreListening,
     Transfer,
 )
-from simnpu.server.units.workers import end_with_daemon
+from simnpu.server.units import collective_pieces
+from simnpu.server.units.daemon_child import end_with_daemon
 from simnpu.shm.region import Region
 
 
@@ -194,8 +194,8 @@ class _Gloo:
                 per_host.append(buffer)
             received.append(per_host)
         self._wait(works)
-        dtype = reduce_plan.numpy_dtype(step.dtype)
-        ufunc = reduce_plan.reduce_ufunc(step.op)
+        dtype = collective_pieces.numpy_dtype(step.dtype)
+        ufunc = collective_pieces.reduce_ufunc(step.op)
         with np.errstate(all="ignore"):  # overflow is the data's business, as on the device
             for span, per_host in zip(mine, received):
                 out = self._span(step.block, span).numpy().view(dtype)

@@ -38,9 +38,9 @@ from simnpu.server.core.unit_protocol import Span
 from simnpu.server.core.waiters import Waiter
 from simnpu.server.hccl.daemon_links import Link
 from simnpu.server.hccl.failure_codes import MISMATCH, REMOTE, TIMEOUT
-from simnpu.server.hccl.gloo_exchange import (
+from simnpu.server.hccl.gloo_exchange import ExchangeProcess
+from simnpu.server.hccl.gloo_exchange_protocol import (
     ExchangeLost,
-    ExchangeProcess,
     ExchangeSetup,
     Formed,
     Mismatch,

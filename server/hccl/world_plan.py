@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, NamedTuple
 
 from simnpu.proto import hccl_types as ht
 from simnpu.server.core.unit_protocol import Span
-from simnpu.server.hccl.gloo_exchange import Exchange, Gather, Match, Reduce, Step
+from simnpu.server.hccl.gloo_exchange_protocol import Exchange, Gather, Match, Reduce, Step
 
 if TYPE_CHECKING:
     from simnpu.server.hccl.collectives import Call

@@ -23,7 +23,7 @@ from __future__ import annotations
 import numpy as np
 
 from simnpu.server.core.unit_protocol import Accesses
-from simnpu.server.units.workers import KernelContext, MemoryFault
+from simnpu.server.units.runner import KernelContext, MemoryFault
 
 READ, WRITE, READ_RW = 0, 1, 2  # entry modes; READ_RW: a read through an "rw" view (no initcheck)
 MAX_RUNS_PER_VIEW = 256  # more changed runs than this in one view: the closest are merged

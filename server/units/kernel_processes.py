@@ -1,25 +1,20 @@
-"""Kernel processes: a client's own kernels run in processes of that client alone, which
-map only that client's device memory (docs/kernel-isolation.md).
+"""The daemon's book of kernel processes: a client's own kernels run in processes of that
+client alone, which map only that client's device memory (docs/kernel-isolation.md).
 
-The daemon never forks (it is multi-threaded: gRPC lives in it). A trusted *zygote*,
-spawned at start with numpy and the kernel runner imported and the device segments open,
-forks kernel processes on request and reaps them. A kernel process maps exactly the pages
-of its client's grant (its blocks, its IPC imports) into one window per device whose other
-pages stay PROT_NONE, closes every descriptor but its pipe to the daemon, enters the
-sandbox (server/units/sandbox.py), then runs batches like a worker (`WorkRunner`,
-server/units/workers.py). What it sends back is untrusted: JSON, never pickle, checked by
-`decode_report` before the scheduler sees it.
+The daemon never forks (it is multi-threaded: gRPC lives in it): it spawns a trusted
+*zygote* (server/units/zygote_main.py), which forks the kernel processes
+(server/units/kernel_process_main.py) it asks for and reaps them. What a kernel process
+sends back is untrusted: the executor checks it (server/units/report_codec.py) before the
+scheduler sees it.
 
-`KernelProcesses` is the daemon's side: one process per (client, AI core) that ran the
-client's kernels; made again when the client's memory changed since it was made (the
-grant's generation); ended -- and waited for -- before memory it maps is freed, so no page
-reaches another client while a kernel process still maps it; ended when the client goes.
+`KernelProcesses` keeps one process per (client, AI core) that ran the client's kernels;
+made again when the client's memory changed since it was made (the grant's generation);
+ended -- and waited for -- before memory it maps is freed, so no page reaches another client
+while a kernel process still maps it; ended when the client goes.
 """
 
 from __future__ import annotations
 
-import ctypes
-import json
 import logging
 import mmap
 import multiprocessing
@@ -29,24 +24,15 @@ import select
 import shutil
 import signal
 import socket
-import sys
 import tempfile
 import threading
-import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from multiprocessing import reduction
 from multiprocessing.connection import Connection
 from typing import TYPE_CHECKING, Any
 
-import posix_ipc
-
-from simnpu.proto import codes
-from simnpu.server.core.unit_protocol import DAEMON_GONE, MAX_OUTPUT, Accesses, Cancel, next_message
-from simnpu.server.units import sandbox
-from simnpu.server.units.float_overflow import watch_numpy
-from simnpu.shm import window
-from simnpu.shm.addresses import DEVICE_SPAN
+from simnpu.server.units.spawning import entry_point
 
 if TYPE_CHECKING:
     from simnpu.server.core.executor import Unit
@@ -54,18 +40,13 @@ if TYPE_CHECKING:
 log = logging.getLogger("simnpu.kernels")
 
 PAGE = mmap.PAGESIZE
-KERNEL_MEMORY = 2 << 30
-"""What a kernel process may map beyond its windows and what it had at start (RLIMIT_AS)."""
-MAX_REPORT = 4 << 20
-"""The longest report a kernel process may send; a longer one ends it."""
-MAX_MESSAGE = 64 << 10
-"""A result's message is cut to this many characters."""
 START_TIMEOUT_S = 60.0
 SCRATCH_PREFIX = "simnpu-kernels-"
 """The zygote's scratch root, in the temporary directory: this, the daemon's pid, "-", and a
 random part; kernel process `pid` writes in `<root>/<pid>` only."""
 END_WAIT_S = 5.0  # how long a killed kernel process may take to be gone
 EXIT_WAIT_S = 2.0  # how long one that closed its socket has to exit by itself
+_ZYGOTE_MAIN = entry_point("simnpu.server.units.zygote_main:main")
 
 Span = tuple[int, int, int]  # (device, offset, length): whole pages of a device's segment
 Mapping = tuple[int, int, int, int, str]
@@ -104,280 +85,6 @@ def overlaps(spans: tuple[Span, ...], device: int, offset: int, length: int) -> 
     return any(d == device and o < offset + length and offset < o + n for d, o, n in spans)
 
 
-# ---- untrusted reports ---------------------------------------------------------------------------
-class BadReport(Exception):
-    """A kernel process sent something that is not a report it may send."""
-
-
-def encode_results(results: list) -> bytes:
-    return json.dumps(["results", [list(result) for result in results]]).encode()
-
-
-def encode_accesses(packed: tuple) -> bytes:
-    token, entries, fault = packed
-    return json.dumps(["accesses", token, entries, fault]).encode()
-
-
-def decode_report(data: bytes, expected: list[int], sent_ns: int) -> Any:
-    """A kernel process's report as the scheduler takes it: the list of result tuples of
-    the batch (their tokens exactly `expected`, in order; times clamped to since the batch
-    was sent; messages cut to MAX_MESSAGE characters, any lone surrogate replaced, device
-    output cut to MAX_OUTPUT characters) or the
-    packed `Accesses` of one of its tokens. Raises BadReport."""
-    try:
-        report = json.loads(data)
-    except (ValueError, RecursionError) as error:
-        raise BadReport(f"not JSON: {error}") from None
-    if not isinstance(report, list) or not report:
-        raise BadReport("not a report")
-    if report[0] == "results" and len(report) == 2 and isinstance(report[1], list):
-        return _results(report[1], expected, sent_ns)
-    if report[0] == "accesses" and len(report) == 4:
-        return _accesses(report[1], report[2], report[3], expected)
-    raise BadReport("not a report")
-
-
-_KERNEL_CODES = (0, codes.ACL_ERROR_RT_AICORE_EXCEPTION, codes.ACL_ERROR_RT_DEVICE_MEM_ERROR)
-
-
-def _is_int(value: object) -> bool:
-    return value.__class__ is int
-
-
-def _results(results: list, expected: list[int], sent_ns: int) -> list[tuple]:
-    if len(results) != len(expected):
-        raise BadReport(f"{len(results)} results for a batch of {len(expected)} kernels")
-    now = time.monotonic_ns()
-    out = []
-    for result, token in zip(results, expected):
-        if not (isinstance(result, list) and len(result) == 8):
-            raise BadReport(
-                "a result is not (token, code, start, end, message, output, overflow, failed)"
-            )
-        got, code, start, end, message, output, overflow, failed = result
-        if (
-            got != token
-            or not all(map(_is_int, (code, start, end, failed)))
-            or overflow.__class__ is not bool
-        ):
-            raise BadReport("a result names another task or is not numbers")
-        if not isinstance(message, str) or not isinstance(output, str):
-            raise BadReport("a result's message or output is not text")
-        if code not in _KERNEL_CODES:
-            code = codes.ACL_ERROR_RT_AICORE_EXCEPTION
-        start = min(max(start, sent_ns), now)
-        end = min(max(end, start), now)
-        if message:  # a lone surrogate could not go into the client's reply: "?" instead
-            message = message[:MAX_MESSAGE].encode("utf-8", "replace").decode("utf-8")
-        out.append((token, code, start, end, message, output[:MAX_OUTPUT], overflow, failed))
-    return out
-
-
-def _accesses(token: object, entries: object, fault: object, expected: list[int]) -> tuple:
-    if token not in expected or not isinstance(entries, list):
-        raise BadReport("accesses of another task")
-    checked = []
-    for entry in entries:
-        if not (isinstance(entry, list) and len(entry) == 5 and all(map(_is_int, entry))):
-            raise BadReport("an access is not (lo, hi, write, first block, last block)")
-        checked.append(tuple(entry))
-    if fault is not None:
-        if not (
-            isinstance(fault, list)
-            and len(fault) == 4
-            and _is_int(fault[0])
-            and _is_int(fault[1])
-            and fault[2] in ("r", "w", "rw")
-            and _is_int(fault[3])
-        ):
-            raise BadReport("a fault is not (address, bytes, access, block)")
-        fault = tuple(fault)
-    return Accesses.pack(token, checked, fault)
-
-
-# ---- the zygote (trusted: it never runs user code) -----------------------------------------------
-def zygote_main(conn: Connection, device_segments: list[str], scratch_root: str) -> None:
-    """Entry point of the spawned zygote: open the device segments, import what kernels
-    use, then fork a kernel process per request (its scratch directory in `scratch_root`)."""
-    from simnpu.server.units import workers
-
-    for signum in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(signum, signal.SIG_IGN)
-    daemon_pid = workers.end_with_daemon(lambda: shutil.rmtree(scratch_root, True))
-    os.environ["OMP_NUM_THREADS"] = os.environ["OPENBLAS_NUM_THREADS"] = "1"  # one core each
-    import numpy  # noqa: F401 - kernels use it: imported once, shared by every fork
-
-    import simnpu  # noqa: F401 - the `kernel` decorator kernels import
-
-    memories = [posix_ipc.SharedMemory(name) for name in device_segments]
-    readable = _readable_directories()
-    ended: dict[int, int] = {}  # pid -> wait status, of kernel processes reaped
-
-    def reap(signum: int, frame: object) -> None:
-        while True:
-            try:
-                pid, status = os.waitpid(-1, os.WNOHANG)
-            except ChildProcessError:
-                return
-            if pid == 0:
-                return
-            ended[pid] = status
-            shutil.rmtree(os.path.join(scratch_root, str(pid)), True)
-            while len(ended) > 4096:
-                del ended[next(iter(ended))]
-
-    signal.signal(signal.SIGCHLD, reap)
-    conn.send(("ready", sandbox.unavailable()))
-    while True:
-        try:
-            request = conn.recv()
-        except DAEMON_GONE:  # the daemon died (SIGKILL): its death signal may come too late
-            shutil.rmtree(scratch_root, True)  # to clean up before this process has ended
-            break
-        if request is None:
-            break
-        if request[0] == "fork":
-            _, core_id, spans, mappings, notify = request
-            sock = reduction.recv_handle(conn)
-            try:
-                pid = os.fork()
-            except OSError as error:
-                os.close(sock)
-                conn.send(("error", f"fork failed: {error}"))
-                continue
-            if pid == 0:
-                code = 1
-                try:
-                    signal.signal(signal.SIGCHLD, signal.SIG_DFL)
-                    conn.close()
-                    scratch = os.path.join(scratch_root, str(os.getpid()))
-                    os.mkdir(scratch, 0o700)
-                    _kernel_process(
-                        sock, core_id, spans, mappings, notify, memories, readable, scratch
-                    )
-                    code = 0
-                finally:
-                    os._exit(code)
-            os.close(sock)
-            pidfd = os.pidfd_open(pid)
-            conn.send(("forked", pid))
-            reduction.send_handle(conn, pidfd, daemon_pid)
-            os.close(pidfd)
-        else:  # ("ended", pid): how it ended, once reaped
-            pid = request[1]
-            deadline = time.monotonic() + END_WAIT_S
-            while pid not in ended and time.monotonic() < deadline:
-                reap(signal.SIGCHLD, None)
-                time.sleep(0.005)
-            conn.send(("ended", ended.pop(pid, None)))
-
-
-def _readable_directories() -> tuple[str, ...]:
-    """Where a kernel process may read (and map, and run) files: the Python installation
-    and the daemon's import path (the daemon never imports from its working directory)."""
-    places = {sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix}
-    places.update(path for path in sys.path if path and os.path.isdir(path))
-    import simnpu.server
-
-    places.add(os.path.dirname(os.path.dirname(os.path.abspath(simnpu.server.__file__))))
-    return tuple(sorted(places))
-
-
-# ---- a kernel process (untrusted once it has run a kernel) ---------------------------------------
-def map_windows(
-    fds: list[int], spans: Iterable[Span], mappings: Iterable[Mapping] = ()
-) -> list[Any]:
-    """One window per device (simnpu.shm.window), PROT_NONE but for the spans of the
-    device's segment (descriptor `fds[device]`), mapped shared at their own offsets, and
-    the mappings (device, reserved offset, length, source offset, source) at their reserved
-    offsets: a buffer per device that kernels' views index like the device's address span.
-    A host segment gone meanwhile (unregistered) stays PROT_NONE: touching it faults."""
-    bases = [window.reserve() for _ in fds]
-    for device, offset, length in spans:
-        window.map_shared(bases[device], fds[device], [(offset, length, offset)])
-    for device, offset, length, file_offset, source in mappings:
-        if source == window.OWN:
-            window.map_shared(bases[device], fds[device], [(offset, length, file_offset)])
-        else:
-            window.map_segment(bases[device], source, [(offset, length, file_offset)])
-    return [(ctypes.c_char * DEVICE_SPAN).from_address(base) for base in bases]
-
-
-def _kernel_process(
-    sock: int,
-    core_id: int,
-    spans: tuple[Span, ...],
-    mappings: tuple[Mapping, ...],
-    notify: str | None,
-    memories: list,
-    readable: tuple[str, ...],
-    scratch: str,
-) -> None:
-    from simnpu.server.units.workers import WorkRunner
-    from simnpu.shm.notify import NotifyArea
-    from simnpu.shm.region import Region
-
-    maps = map_windows([memory.fd for memory in memories], spans, mappings)
-    area = NotifyArea(Region.attach(notify).map) if notify else None
-    null = os.open(os.devnull, os.O_RDWR)
-    for fd in (0, 1, 2):  # never into the daemon's log (a kernel module's print is device
-        # printf: its output travels in the results, server/units/device_printf.py)
-        os.dup2(null, fd)
-    os.closerange(3, sock)
-    os.closerange(sock + 1, os.sysconf("SC_OPEN_MAX"))
-    with open("/proc/self/statm") as statm:
-        in_use = int(statm.read().split()[0]) * PAGE
-    sandbox.enter(
-        sandbox.Policy(
-            readable=readable,
-            scratch=scratch,
-            parent=os.getppid(),
-            address_space=in_use + KERNEL_MEMORY,
-        )
-    )
-    os.chdir(scratch)
-    conn = Connection(sock)
-
-    def report(packed: object) -> None:
-        assert isinstance(packed, tuple), "the packed Accesses of a checked kernel"
-        conn.send_bytes(encode_accesses(packed))
-
-    runner = WorkRunner(core_id, maps, [], report)
-    watch_numpy(runner.overflow)  # a kernel's float overflow raises the flag
-    if notify is not None and area is not None:
-        runner.signals[notify] = area
-    incoming = select.poll()
-    incoming.register(sock, select.POLLIN)
-    cancelled: set[int] = set()
-
-    def take_cancellations() -> set[int]:
-        while incoming.poll(0):
-            try:
-                message = conn.recv()
-            except DAEMON_GONE:
-                message = None
-            if message is None:  # the daemon asks this process to stop (or is gone)
-                raise SystemExit(0)
-            cancelled.update(message.tokens)
-        return cancelled
-
-    while True:
-        try:
-            batch = next_message(conn, incoming)
-        except DAEMON_GONE:
-            return
-        if batch is None:
-            return
-        if isinstance(batch, Cancel):
-            continue
-        cancelled.clear()
-        try:
-            conn.send_bytes(encode_results(runner.run(batch, take_cancellations)))
-        finally:
-            runner.wake_clients()
-
-
-# ---- the daemon's side ---------------------------------------------------------------------------
 class KernelProcess:
     """One kernel process as the daemon sees it."""
 
@@ -480,7 +187,7 @@ class KernelProcesses:
         spawn = multiprocessing.get_context("spawn")
         parent, child = spawn.Pipe()
         self._zygote = spawn.Process(
-            target=zygote_main,
+            target=_ZYGOTE_MAIN,
             args=(child, self._segments, self._scratch),
             name="simnpu-kernel-zygote",
             daemon=True,

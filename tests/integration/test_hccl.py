@@ -13,7 +13,7 @@ import pytest
 from conftest import children_of
 from hccl_ranks import assert_all_ok, run_ranks
 
-from simnpu.server.hccl import reduce_plan
+from simnpu.server.core.unit_protocol import REDUCE_BLOCK_BYTES
 
 pytestmark = pytest.mark.multiprocess
 
@@ -230,7 +230,7 @@ def test_in_place_big_and_reproducible_2_ranks(daemon4, tmp_path):
 BIG = (
     DATA
     + """
-from simnpu.server.hccl.reduce_plan import BLOCK_BYTES
+from simnpu.server.core.unit_protocol import REDUCE_BLOCK_BYTES
 
 comm = Communicator(N, exchange_root_info(), RANK)
 stream = npu.Stream()
@@ -246,7 +246,7 @@ def check(buffer, expected):
 # of a block, of a vector or of the pieces
 for case, (name, op) in enumerate((("int8", "sum"), ("bfloat16", "max")), start=20):
     dt = dtype_of(name)
-    count = 4 * BLOCK_BYTES // dt.itemsize + 2 * case + 1
+    count = 4 * REDUCE_BLOCK_BYTES // dt.itemsize + 2 * case + 1
     inputs = [data(case, r, count, dt) for r in range(N)]
     send, recv = device(inputs[RANK]), npu.DeviceBuffer(count * dt.itemsize)
     comm.all_reduce(send, recv, op, dtype=dt, stream=stream)       # out of place
@@ -291,7 +291,7 @@ def test_workers_copy_large_blocks_with_non_temporal_stores(daemon4):
         with open(f"/proc/{pid}/environ", "rb") as handle:
             environments.append(handle.read())
     assert environments
-    threshold = f"glibc.cpu.x86_non_temporal_threshold={reduce_plan.BLOCK_BYTES:#x}".encode()
+    threshold = f"glibc.cpu.x86_non_temporal_threshold={REDUCE_BLOCK_BYTES:#x}".encode()
     for environment in environments:
         tunables = [v for v in environment.split(b"\0") if v.startswith(b"GLIBC_TUNABLES=")]
         assert tunables and threshold in tunables[0]

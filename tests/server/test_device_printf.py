@@ -14,7 +14,7 @@ from simnpu.server.core.unit_protocol import (
     RunKernel,
 )
 from simnpu.server.units.device_printf import c_format
-from simnpu.server.units.workers import WorkRunner
+from simnpu.server.units.runner import WorkRunner
 
 
 @pytest.mark.parametrize(

@@ -17,11 +17,10 @@ import pytest
 pytest.importorskip("torch", reason="the multihost extra (torch) is not installed")
 
 from simnpu.proto import hccl_types as ht  # noqa: E402
-from simnpu.server.hccl import reduce_plan  # noqa: E402
-from simnpu.server.hccl.gloo_exchange import (  # noqa: E402
+from simnpu.server.hccl.gloo_exchange import ExchangeProcess  # noqa: E402
+from simnpu.server.hccl.gloo_exchange_protocol import (  # noqa: E402
     Exchange,
     ExchangeLost,
-    ExchangeProcess,
     ExchangeSetup,
     Formed,
     Gather,
@@ -35,6 +34,7 @@ from simnpu.server.hccl.gloo_exchange import (  # noqa: E402
     Transfer,
     transfer_tag,
 )
+from simnpu.server.units import collective_pieces  # noqa: E402
 from simnpu.shm.region import Region, segment_name  # noqa: E402
 
 SEGMENT_BYTES = 4 << 20
@@ -52,7 +52,7 @@ class Host:
         return np.frombuffer(self.region.map, np.uint8, SEGMENT_BYTES)
 
     def block(self, dtype: str, count: int) -> np.ndarray:
-        return self.bytes()[BLOCK:].view(reduce_plan.numpy_dtype(dtype))[:count]
+        return self.bytes()[BLOCK:].view(collective_pieces.numpy_dtype(dtype))[:count]
 
     def next_report(self) -> Report:
         return self.reports.get(timeout=WAIT_S)
@@ -112,7 +112,7 @@ def all_reduce(world: list[Host], dtype: str, data: list, first_seq: int) -> Non
     count = len(data[0])
     for host, values in zip(world, data):
         host.block(dtype, count)[:] = values
-    owners = even(count, reduce_plan.numpy_dtype(dtype).itemsize, len(world))
+    owners = even(count, collective_pieces.numpy_dtype(dtype).itemsize, len(world))
     reduce = Reduce(first_seq, BLOCK, dtype, ht.HCCL_REDUCE_SUM, owners)
     run(world, [[reduce, Gather(first_seq + 1, BLOCK, owners)] for _ in world])
 
@@ -154,7 +154,7 @@ def test_reduce_over_scattered_ranges_leaves_the_rest_of_the_block_alone(three):
 
 
 def test_bfloat16_sums_are_numpys_in_host_order(three):
-    bf16 = reduce_plan.numpy_dtype("bfloat16")
+    bf16 = collective_pieces.numpy_dtype("bfloat16")
     count = 3000
     rng = np.random.default_rng(2)
     data = [rng.standard_normal(count).astype(bf16) for _ in range(3)]

@@ -1,5 +1,6 @@
 """The pure parts of kernel processes: grants in whole pages, and the checks of what an
-untrusted kernel process reports (server/units/kernel_processes.py). The processes themselves
+untrusted kernel process reports (server/units/kernel_processes.py,
+server/units/report_codec.py). The processes themselves
 are tested against real daemons (tests/integration/test_kernel_isolation.py)."""
 
 from __future__ import annotations
@@ -11,15 +12,13 @@ import pytest
 
 from simnpu.proto import codes
 from simnpu.server.core.unit_protocol import MAX_OUTPUT
-from simnpu.server.units.kernel_processes import (
+from simnpu.server.units.kernel_processes import PAGE, overlaps, page_spans
+from simnpu.server.units.report_codec import (
     MAX_MESSAGE,
-    PAGE,
     BadReport,
     decode_report,
     encode_accesses,
     encode_results,
-    overlaps,
-    page_spans,
 )
 
 

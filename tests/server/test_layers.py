@@ -25,10 +25,8 @@ AROUND = ("simnpu", "simnpu.server")  # the packages every folder lies in
 # that part has landed): each case must fail today, and passes once the part is merged.
 REMAINING = {
     "hccl": "communicators and job_rendezvous name the control plane's Session (still so "
-    "after the hccl part); units: gloo_exchange_main imports units/workers.end_with_daemon",
+    "after the hccl part)",
     "memory": "units: client_memory imports the kernel processes' Grant and page_spans",
-    "units": "units: workers import hccl/reduce_plan.py (to be split into the daemon's "
-    "planning and the units' running)",
 }
 
 

@@ -8,7 +8,7 @@ import numpy as np
 from simnpu.server.core.tasks.overflow import OUTPUT_SIZE, status_bytes
 from simnpu.server.core.unit_protocol import LoadModule, RunKernel
 from simnpu.server.units.float_overflow import OverflowFlag, saturate, watch_numpy
-from simnpu.server.units.workers import WorkRunner
+from simnpu.server.units.runner import WorkRunner
 
 MODULE = """
 import numpy as np

@@ -8,6 +8,7 @@ import pytest
 from simnpu.proto import hccl_types as ht
 from simnpu.server.core.unit_protocol import Span
 from simnpu.server.hccl import reduce_plan
+from simnpu.server.units import collective_pieces
 
 RANK_BYTES = 1 << 16  # each rank's send at r * RANK_BYTES, recv at 64 KiB * (8 + r) of "device" 0
 
@@ -33,7 +34,7 @@ def run_plan(
     groups = reduce_plan.plan(kind, sends, recvs, count, root, dt.itemsize)
     snapshot = reduce_plan.needs_snapshot(groups, dt.itemsize)
     for piece in reduce_plan.split(groups, 1 if snapshot else pieces):
-        reduce_plan.run(maps, dt.name, op, groups, snapshot, piece)
+        collective_pieces.run(maps, dt.name, op, groups, snapshot, piece)
     return snapshot
 
 
@@ -68,8 +69,8 @@ def test_all_reduce_is_rank_ordered_and_the_same_however_cut(dtype, op, ufunc, m
         for data in inputs[1:]:
             expected = ufunc(expected, data).astype(dtype)
     results = []
-    for pieces, block in ((1, reduce_plan.BLOCK_BYTES), (3, 256), (7, 64)):
-        monkeypatch.setattr(reduce_plan, "BLOCK_BYTES", block)
+    for pieces, block in ((1, collective_pieces.REDUCE_BLOCK_BYTES), (3, 256), (7, 64)):
+        monkeypatch.setattr(collective_pieces, "REDUCE_BLOCK_BYTES", block)
         run_plan(maps, ht.HCCL_CMD_ALLREDUCE, n, count, dtype, op, pieces=pieces)
         for r in range(n):
             got = view(maps, (8 + r) * RANK_BYTES, dtype, count)

@@ -434,7 +434,7 @@ def test_the_units_take_run_kernel_and_write_signal_items_field_by_field():
     import inspect
 
     from simnpu.server.core.unit_protocol import WriteSignal
-    from simnpu.server.units.workers import WorkRunner
+    from simnpu.server.units.runner import WorkRunner
 
     for method, item in (
         (WorkRunner.run_kernel, RunKernel),

@@ -4,26 +4,26 @@ from __future__ import annotations
 
 import os
 
-from simnpu.server.hccl import reduce_plan
-from simnpu.server.units import workers
+from simnpu.server.core.unit_protocol import REDUCE_BLOCK_BYTES
+from simnpu.server.units import spawning
 
-THRESHOLD = f"{workers.NON_TEMPORAL_TUNABLE}={reduce_plan.BLOCK_BYTES:#x}"
+THRESHOLD = f"{spawning.NON_TEMPORAL_TUNABLE}={REDUCE_BLOCK_BYTES:#x}"
 
 
 def test_sets_the_threshold(monkeypatch):
     monkeypatch.delenv("GLIBC_TUNABLES", raising=False)
-    workers._stream_large_copies()
+    spawning.stream_large_copies()
     assert os.environ["GLIBC_TUNABLES"] == THRESHOLD
 
 
 def test_keeps_other_tunables(monkeypatch):
     monkeypatch.setenv("GLIBC_TUNABLES", "glibc.malloc.arena_max=2")
-    workers._stream_large_copies()
+    spawning.stream_large_copies()
     assert os.environ["GLIBC_TUNABLES"] == f"glibc.malloc.arena_max=2:{THRESHOLD}"
 
 
 def test_keeps_a_threshold_already_set(monkeypatch):
-    mine = f"{workers.NON_TEMPORAL_TUNABLE}=0x4000000"
+    mine = f"{spawning.NON_TEMPORAL_TUNABLE}=0x4000000"
     monkeypatch.setenv("GLIBC_TUNABLES", mine)
-    workers._stream_large_copies()
+    spawning.stream_large_copies()
     assert os.environ["GLIBC_TUNABLES"] == mine

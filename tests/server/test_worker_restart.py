@@ -12,7 +12,7 @@ import time
 from simnpu.server.core.executor import LOST, Unit, UnitKind
 from simnpu.server.core.unit_protocol import Ready
 from simnpu.server.memory.window_table import WindowTable
-from simnpu.server.units.workers import ProcessExecutor
+from simnpu.server.units.process_executor import ProcessExecutor
 
 
 def _until_ready(executor: ProcessExecutor, unit: Unit) -> list:
@@ -25,7 +25,7 @@ def _until_ready(executor: ProcessExecutor, unit: Unit) -> list:
     raise AssertionError(f"the worker never said it was ready: {seen}")
 
 
-def test_a_restart_beside_the_polling_thread_retires_the_old_pipe():
+def test_a_restart_beside_the_polling_thread_retires_the_old_pipe(spawn_environment):
     unit = Unit(UnitKind.AI_CORE, 0, 0, 0)
     executor = ProcessExecutor([unit], [], WindowTable())
     executor.start([unit])

@@ -11,7 +11,7 @@ import pytest
 from simnpu.proto import hccl_types as ht
 from simnpu.server.core.unit_protocol import Span
 from simnpu.server.hccl.collectives import Call
-from simnpu.server.hccl.gloo_exchange import Exchange, Gather, Match, Reduce
+from simnpu.server.hccl.gloo_exchange_protocol import Exchange, Gather, Match, Reduce
 from simnpu.server.hccl.world_plan import Hosts, Phases, host_of, plan
 
 INT32 = ht.HCCL_DATA_TYPE_INT32

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 
 from simnpu.server.core.executor import Unit, UnitKind
 from simnpu.server.core.unit_protocol import Cancel, Ready
-from simnpu.server.units.workers import WorkRunner
+from simnpu.server.units.runner import WorkRunner
 
 _WAKE = object()
 

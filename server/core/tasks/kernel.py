@@ -146,7 +146,7 @@ class KernelTask(DeviceWork):
         binary = self.function.binary
         if (
             binary.id != BUILTIN_BINARY
-        ):  # its kernel process loads it once (server/units/workers.py)
+        ):  # its kernel process loads it once (server/units/process_executor.py)
             items.append(LoadModule.pack(binary.id, binary.source, binary.filename))
         elif binary.id not in unit.loaded:
             items.append(LoadModule.pack(binary.id, binary.source, binary.filename))

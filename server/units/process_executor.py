@@ -1,0 +1,364 @@
+"""The daemon's Executor (server/core/executor.py): every unit a worker process
+(server/units/worker_main.py), spawned and supervised here, its batches and reports on a
+pipe; a client's own kernels go to its kernel processes (server/units/kernel_processes.py).
+
+Workers start per device, when the daemon first needs the device (docs/device-memory.md); a
+unit whose worker has not reported Ready is handed nothing. The scheduler thread sleeps in
+`wait`, one poll() over every worker pipe and a wake-up pipe (rebuilt only when a worker is
+replaced), so an idle daemon burns no CPU. Sessions' threads `send` under the scheduler
+lock; only the scheduler thread reads the pipes.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import multiprocessing
+import os
+import select
+import signal
+import threading
+import time
+from collections.abc import Sequence
+from multiprocessing.connection import Connection
+from multiprocessing.process import BaseProcess
+from typing import TYPE_CHECKING, Any
+
+from simnpu.server.core.executor import LOST, Unit, Windows
+from simnpu.server.core.unit_protocol import (
+    Cancel,
+    ForgetSegment,
+    LoadModule,
+    MapWindows,
+    RunKernel,
+    RunKernels,
+)
+from simnpu.server.units.kernel_processes import KernelProcess, KernelProcesses
+from simnpu.server.units.report_codec import MAX_REPORT, BadReport, decode_report
+from simnpu.server.units.spawning import (
+    entry_point,
+    keep_working_directory_off_import_path,
+    stream_large_copies,
+)
+
+if TYPE_CHECKING:
+    from simnpu.server.core.owner import Owner
+
+log = logging.getLogger("simnpu.workers")
+
+_SPAWN = multiprocessing.get_context("spawn")
+_WORKER_MAIN = entry_point("simnpu.server.units.worker_main:main")
+_GROUP_SIGNALS = {signal.SIGINT, signal.SIGTERM}  # what a signal to the daemon's group sends
+EXIT_WAIT_S = 2.0  # a worker that closed its pipe has this long to exit before it is killed
+
+
+class WorkerProcess:
+    """One worker process and its pipe."""
+
+    def __init__(self, unit: Unit, segments: list[str]):
+        parent, child = _SPAWN.Pipe()
+        self.process: BaseProcess = _SPAWN.Process(
+            target=_WORKER_MAIN,
+            args=(unit.core_id, segments, child),
+            name=f"simnpu-{unit.kind.value.replace(' ', '-')}-{unit.device}.{unit.index}",
+            daemon=True,
+        )
+        # Born with the group's signals blocked, until its main ignores them: a worker still
+        # booting (workers start while the daemon serves) must not die of a Ctrl-C either.
+        previous = signal.pthread_sigmask(signal.SIG_BLOCK, _GROUP_SIGNALS)
+        try:
+            self.process.start()
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+        child.close()
+        self.conn: Connection = parent
+        self.hung_up = False  # its pipe was found closed: it is exiting
+
+    def end(self) -> str:
+        """Reap the process -- a worker that hung up is waited for, one that did not (it is
+        stuck) is killed at once -- and say how it ended: its own exit code or signal, or
+        "stopped responding" if it had to be killed."""
+        process = self.process
+        process.join(EXIT_WAIT_S if self.hung_up else 0)
+        if process.is_alive():
+            process.kill()
+            process.join(5)
+            return "stopped responding"
+        code = process.exitcode
+        assert code is not None  # reaped: no longer alive
+        if code >= 0:
+            return f"exited with code {code}"
+        try:
+            return f"was killed by signal {-code} ({signal.Signals(-code).name})"
+        except ValueError:  # a number the signal module has no name for
+            return f"was killed by signal {-code}"
+
+
+class ProcessExecutor:
+    """Worker processes for `units`, each mapping the device segments `segments` and the
+    windows of `windows`."""
+
+    def __init__(self, units: Sequence[Unit], segments: list[str], windows: Windows):
+        self.units = units
+        self._segments = segments
+        self._windows = windows
+        self._processes: dict[Unit, WorkerProcess] = {}
+        self._lock = threading.Lock()  # guards adding workers (launch) against stop
+        self._stopped = False
+        self._wake_r, self._wake_w = os.pipe()
+        os.set_blocking(self._wake_r, False)
+        os.set_blocking(self._wake_w, False)
+        self._poller: select.poll | None = None  # rebuilt when a worker is replaced
+        self._by_fd: dict[int, tuple[Unit, KernelProcess | WorkerProcess]] = {}
+        # pipes of replaced workers: the scheduler thread may be reading one, so it closes
+        # them itself, when it next builds its poll set
+        self._retired: list = []
+        self.kernels = KernelProcesses(segments)  # where clients' own kernels run
+        self._kernels_version = -1  # of the kernel processes the poller watches
+        # units whose batch a kernel process runs (or the error of getting one)
+        self._running: dict[Unit, KernelProcess | OSError] = {}
+
+    def start(self, units: Sequence[Unit]) -> None:
+        """Start the kernel zygote and wait until it is ready (blocks), then launch the
+        workers of `units` (the others later: `launch`); they boot meanwhile, each unit ready
+        once its worker reports Ready."""
+        keep_working_directory_off_import_path()
+        stream_large_copies()
+        self.kernels.start()
+        self.launch(units)
+
+    def launch(self, units: Sequence[Unit]) -> None:
+        """Start the workers of `units` without waiting for them: each unit becomes ready
+        when its worker's Ready report comes through `wait`, as a replaced worker's does.
+        The caller may be any thread, a session's too (`end_with_daemon`)."""
+        with self._lock:
+            if self._stopped:
+                return
+            for unit in units:
+                self._processes[unit] = WorkerProcess(unit, self._segments)
+            self._poller = None  # the scheduler thread polls the new pipes from its next wait
+        self.wake()
+
+    def send(self, unit: Unit, batch: list, tenant: Owner | None = None) -> None:
+        if tenant is not None:
+            self._send_to_kernel_process(unit, batch, tenant)
+            return
+        process = self._processes.get(unit)
+        if process is None:
+            raise OSError("the daemon is stopping: its workers are gone")
+        if unit.forget or unit.windows != self._windows.version:
+            batch = self._mappings(unit) + batch
+        try:
+            process.conn.send(batch)
+        except ValueError as error:  # a closed pipe
+            raise OSError(str(error)) from None
+        except OSError:  # the worker closed its end: it is exiting
+            process.hung_up = True
+            raise
+
+    def _mappings(self, unit: Unit) -> list:
+        """What `unit` unmaps and maps before its next batch: the window table if it
+        changed (an aclrtMapMem since), then the segments unlinked since."""
+        items = [ForgetSegment.pack(name) for name in unit.forget]
+        unit.forget = []
+        windows = self._windows
+        if unit.windows != windows.version:
+            unit.windows = windows.version
+            items.insert(0, MapWindows.pack(windows.entries))
+        return items
+
+    def _send_to_kernel_process(self, unit: Unit, batch: list, tenant: Owner) -> None:
+        """A batch of `tenant`'s own kernels goes to its kernel process for `unit`
+        (server/units/kernel_processes.py), with the modules that process has not loaded yet.
+        Under the kernel processes' lock, as every use of a kernel process's socket is: a
+        process ended meanwhile by another thread (a free) closes its socket, and a send
+        racing that close could write into whatever descriptor reused its number."""
+        with self.kernels.lock:
+            try:
+                process, _ = self.kernels.process_for(tenant, unit)
+            except OSError as error:
+                self._running[unit] = error
+                raise
+            items = []
+            tokens = []
+            for item in batch:
+                tag = item[0]
+                if tag == LoadModule.TAG:
+                    if item[1] in process.loaded:
+                        continue
+                    process.loaded.add(item[1])
+                elif tag == RunKernel.TAG or tag == RunKernels.TAG:
+                    tokens.append(item[1])
+                items.append(item)
+            process.tokens = tokens
+            process.sent_ns = time.monotonic_ns()
+            process.busy = True
+            self._running[unit] = process
+            if self._kernels_version != self.kernels.version:
+                self.wake()  # the scheduler thread polls the new process from its next wait
+            try:
+                process.conn.send(items)
+            except (OSError, ValueError) as error:
+                raise OSError(str(error)) from None
+
+    def cancel(self, unit: Unit, tokens: list[int]) -> None:
+        with self.kernels.lock:  # (a kernel process's socket: see _send_to_kernel_process)
+            running = self._running.get(unit)
+            if isinstance(running, KernelProcess):
+                conn = running.conn
+            elif unit in self._processes:
+                conn = self._processes[unit].conn
+            else:  # stopped: the workers are gone with what they ran
+                return
+            try:
+                conn.send(Cancel(tokens))
+            except (OSError, ValueError):  # it died: its results never come; it is replaced
+                pass
+
+    def wait(self, timeout_s: float) -> list[tuple[Unit, int, Any]]:
+        if self._poller is None or self._kernels_version != self.kernels.version:
+            self._rebuild_poller()
+        assert self._poller is not None  # _rebuild_poller sets it
+        by_fd = self._by_fd
+        reports = []
+        for fd, _ in self._poller.poll(math.ceil(timeout_s * 1000)):
+            if fd == self._wake_r:
+                try:
+                    os.read(self._wake_r, 65536)
+                except BlockingIOError:
+                    pass
+                continue
+            unit, process = by_fd.get(fd, (None, None))
+            if unit is None or process is None:
+                continue
+            if isinstance(process, KernelProcess):
+                report = self._kernel_report(unit, process)
+                if report is not None:
+                    reports.append((unit, unit.generation, report))
+                continue
+            generation = unit.generation
+            if self._processes.get(unit) is not process:  # replaced since the poll set was made
+                continue
+            try:
+                report = process.conn.recv()
+            except (EOFError, OSError):
+                process.hung_up = True
+                reports.append((unit, generation, LOST))
+                continue
+            reports.append((unit, generation, report))
+        return reports
+
+    def _kernel_report(self, unit: Unit, process: KernelProcess) -> Any:
+        """What `process` reported, checked (it is untrusted), or LOST; None if there is
+        nothing to report (it ended while idle, or it no longer runs the unit's batch)."""
+        running = self._running.get(unit) is process
+        try:
+            with self.kernels.lock:  # (its socket: see _send_to_kernel_process)
+                if process.conn.closed:  # ended meanwhile (the poll set is rebuilt next time)
+                    return LOST if running else None
+                data = process.conn.recv_bytes(MAX_REPORT)
+            report = decode_report(data, process.tokens, process.sent_ns)
+        except (EOFError, OSError, BadReport) as error:
+            process.hung_up = not isinstance(error, BadReport)
+            if isinstance(error, BadReport):
+                log.warning(
+                    "%s: the kernel process of %r sent a bad report (%s); ending it",
+                    unit.name,
+                    process.owner,
+                    error,
+                )
+            if running:
+                return LOST
+            self.kernels.lost(process)  # it died idle: its next batch gets a new one
+            return None
+        if not running:
+            return None
+        if report.__class__ is list:  # its batch is done
+            del self._running[unit]
+            self.kernels.batch_done(process)
+        return report
+
+    def _rebuild_poller(self) -> None:
+        poller = select.poll()
+        poller.register(self._wake_r, select.POLLIN)
+        self._kernels_version = self.kernels.version
+        by_fd: dict[int, tuple[Unit, KernelProcess | WorkerProcess]] = {}
+        with self._lock:
+            processes = list(self._processes.items())
+            retired, self._retired = self._retired, []
+        for conn in retired:
+            conn.close()
+        for unit, process in processes:
+            try:
+                fd = process.conn.fileno()
+            except OSError:  # closed: stopped meanwhile
+                continue
+            by_fd[fd] = (unit, process)
+        for kernel_process in self.kernels.processes():
+            try:
+                by_fd[kernel_process.conn.fileno()] = (kernel_process.unit, kernel_process)
+            except OSError:  # ended meanwhile
+                continue
+        for fd in by_fd:
+            poller.register(fd, select.POLLIN)
+        self._by_fd = by_fd
+        self._poller = poller
+
+    def wake(self) -> None:
+        try:
+            os.write(self._wake_w, b"\0")
+        except BlockingIOError:  # the pipe is full of wake-ups already
+            pass
+
+    def restart(self, unit: Unit) -> str:
+        if self._stopped:  # the daemon is stopping: nothing is replaced
+            unit.generation += 1
+            unit.reset()
+            return "was stopped with the daemon"
+        running = self._running.pop(unit, None)
+        if running is not None:  # a kernel process ran the batch: end it, keep the worker
+            unit.generation += 1
+            unit.restarts += 1
+            unit.inflight = {}
+            unit.deadline = None
+            unit.lent = None
+            if isinstance(running, KernelProcess):
+                how = self.kernels.lost(running)
+                return f"(the kernel process of {running.owner!r}) {how}"
+            return f"(no kernel process: {running})"
+        old = self._processes[unit]
+        how = old.end()
+        new = WorkerProcess(unit, self._segments)
+        with self._lock:
+            self._processes[unit] = new
+            self._retired.append(old.conn)
+        # only now: a report the scheduler thread reads from the old pipe meanwhile carries
+        # the old generation, and is dropped as a replaced unit's
+        unit.generation += 1
+        unit.restarts += 1
+        unit.reset()
+        self._poller = None  # the scheduler thread polls the new pipe from its next wait
+        self.wake()
+        return how
+
+    def stop(self) -> None:
+        with self._lock:
+            self._stopped = True
+        self.kernels.stop()
+        for process in self._processes.values():
+            try:
+                process.conn.send(None)
+            except (OSError, ValueError):
+                pass
+        for process in self._processes.values():
+            process.process.join(2.0)
+            if process.process.is_alive():
+                process.process.kill()
+                process.process.join(2.0)
+            process.conn.close()
+        self._processes.clear()
+        for conn in self._retired:
+            conn.close()
+        self._retired.clear()
+        for fd in (self._wake_r, self._wake_w):
+            os.close(fd)

@@ -20,14 +20,14 @@ from simnpu.proto.errors import NotSupportedError, NpuError, NpuMemoryError
 
 # Imported when first used: an `acl` program needs none of them (nor numpy) for its session.
 _LAZY = {
-    "Graph": "graphs",
-    "graph": "graphs",
-    "TaskGroup": "graphs",
-    "Kernel": "kernels",
-    "Module": "kernels",
-    "builtin": "kernels",
-    "DeviceBuffer": "memory",
-    "PinnedBuffer": "memory",
+    "Graph": "captured_graphs",
+    "graph": "captured_graphs",
+    "TaskGroup": "captured_graphs",
+    "Kernel": "kernel_modules",
+    "Module": "kernel_modules",
+    "builtin": "kernel_modules",
+    "DeviceBuffer": "buffers",
+    "PinnedBuffer": "buffers",
     "Event": "stream",
     "Stream": "stream",
     "current_stream": "stream",

@@ -26,9 +26,9 @@ import os
 import numpy as np
 
 from simnpu.client import hcclrt
+from simnpu.client.buffers import DeviceBuffer
 from simnpu.client.device import runtime
 from simnpu.client.hcclrt import HcclError
-from simnpu.client.memory import DeviceBuffer
 from simnpu.client.stream import Stream, current_stream
 from simnpu.client.transport import call_site
 from simnpu.proto import hccl_types as ht

@@ -49,11 +49,11 @@ def main(argv=None) -> int:
 
         return smi(argv[1:])
     if command in ("trace", "check"):
-        from simnpu.client.tools.observe import main as observe_tool
+        from simnpu.client.tools.trace_command import main as observe_tool
 
         return observe_tool(argv)
     if command in TOOLS:
-        from simnpu.client.tools.memory import main as tool
+        from simnpu.client.tools.memory_command import main as tool
 
         return tool(argv)
     print(USAGE, file=sys.stdout if command in ("-h", "--help") else sys.stderr, end="")

@@ -69,7 +69,7 @@ def test_a_first_call_imports_only_what_it_needs(daemon):
         assert acl.init() == 0 and acl.rt.set_device(0) == 0
         stream, ret = acl.rt.create_stream()
         later = ("numpy", "acl.util", "acl.media", "simnpu.proto.kernel_abi",
-                 "simnpu.client.memory", "simnpu.client.kernels", "simnpu.client.stream")
+                 "simnpu.client.buffers", "simnpu.client.kernel_modules", "simnpu.client.stream")
         loaded = [name for name in later if name in sys.modules]
         function, ret_function = acl.rt.binary_get_function(acl.SIMNPU_BUILTIN_BINARY, "add_f32")
         ptr = acl.util.bytes_to_ptr(b"simnpu")

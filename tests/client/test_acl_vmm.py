@@ -289,7 +289,7 @@ def test_physical_memory_counts_and_goes_with_the_client(daemon, acl):
     """Physical memory is the client's memory (memory information, statistics, snapshot,
     quota); a client that ends without freeing leaves nothing behind."""
     from simnpu.client.runtime import Runtime
-    from simnpu.client.tools.memory import format_snapshot
+    from simnpu.client.tools.memory_command import format_snapshot
 
     code = """
         import acl

@@ -495,7 +495,7 @@ def test_the_tools_do_not_load_the_daemon():
             sys.executable,
             "-c",
             (
-                "import sys, simnpu.cli, simnpu.client.tools.memory\n"
+                "import sys, simnpu.cli, simnpu.client.tools.memory_command\n"
                 "print(sorted(m for m in sys.modules if m.startswith('simnpu.server')))"
             ),
         ],

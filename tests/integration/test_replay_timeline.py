@@ -12,7 +12,7 @@ import sys
 import pytest
 from conftest import run_client
 
-from simnpu.client.tools.observe import format_summary, summarize
+from simnpu.client.tools.trace_command import format_summary, summarize
 
 REPLAYS = 3
 GRAPH = """

@@ -17,7 +17,7 @@ from conftest import run_client
 from observe_helpers import kernels
 
 from simnpu.client import observe
-from simnpu.client.tools.observe import format_summary, summarize
+from simnpu.client.tools.trace_command import format_summary, summarize
 
 PIPELINE = """
 import numpy as np

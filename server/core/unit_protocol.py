@@ -15,11 +15,18 @@ spend about 3 µs each way on every named tuple's class, as much as the rest of 
 one-kernel batch costs. Everything here pickles: it crosses a pipe to the worker processes
 (server/units/worker_main.py). Times are CLOCK_MONOTONIC nanoseconds, which the daemon and its
 workers share: the device's clock.
+
+A client's kernel processes are granted the device memory they may map (`Grant`): whole
+pages of its allocations and its mappings, computed by the client's memory and handed by
+the daemon's book of kernel processes to each process it forks.
 """
 
 from __future__ import annotations
 
+import mmap
 import select
+from collections.abc import Iterable
+from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from typing import Any, ClassVar, NamedTuple
 
@@ -384,3 +391,37 @@ class Accesses(NamedTuple):
     @staticmethod
     def pack(token: int, entries: list, fault: Any) -> tuple:
         return (token, entries, fault)
+
+
+# ---- what a client's kernel processes map ---------------------------------------------------
+PAGE = mmap.PAGESIZE
+PageSpan = tuple[int, int, int]  # (device, offset, length): whole pages of a device's segment
+Mapping = tuple[int, int, int, int, str]
+"""(device, reserved offset, length, source offset, source): a physical block mapped at a
+reserved device address (aclrtMapMem; source window.OWN, the device's segment), or
+registered host memory (source: its segment's name), whole pages."""
+
+
+@dataclass(frozen=True)
+class Grant:
+    """The device memory a client's kernel processes map: whole pages, sorted and merged,
+    and its mappings of physical blocks at reserved addresses. `generation` changes whenever
+    the client's memory does."""
+
+    generation: int
+    spans: tuple[PageSpan, ...]
+    mappings: tuple[Mapping, ...] = ()
+
+
+def page_spans(ranges: Iterable[PageSpan]) -> tuple[PageSpan, ...]:
+    """(device, offset, length) byte ranges as sorted, merged, page-aligned spans."""
+    spans: list[list[int]] = []
+    for device, offset, length in sorted(
+        (d, o & -PAGE, ((o + n + PAGE - 1) & -PAGE) - (o & -PAGE)) for d, o, n in ranges if n > 0
+    ):
+        last = spans[-1] if spans else None
+        if last is not None and last[0] == device and offset <= last[1] + last[2]:
+            last[2] = max(last[2], offset + length - last[1])
+        else:
+            spans.append([device, offset, length])
+    return tuple((d, o, n) for d, o, n in spans)

@@ -25,7 +25,7 @@ import struct
 import time
 from collections import OrderedDict
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from simnpu.proto import hccl_types as ht
 from simnpu.proto import npu_pb2 as pb
@@ -33,7 +33,8 @@ from simnpu.proto.errors import bad_handle
 from simnpu.server.core.waiters import Waiter
 
 if TYPE_CHECKING:
-    from simnpu.server.control.session import Session
+    from google.protobuf.message import Message
+
     from simnpu.server.hccl.daemon_links import Link
 
 log = logging.getLogger("simnpu.collectives")
@@ -57,11 +58,41 @@ class HcclFailure(Exception):
         self.message = message
 
 
+T = TypeVar("T")
+
+
+class HandleTable(Protocol):
+    """What HCCL does with a session's handle table (server/control/session.py, `Handles`)."""
+
+    def get(self, handle: int, cls: type[T], what: str) -> T: ...
+
+    def remove(self, handle: int) -> Any: ...
+
+
+class RankSession(Protocol):
+    """What HCCL uses of the session of a rank's process (server/control/session.py,
+    `Session`, is the one): who it is, whether it ended, its handle table, and how a request
+    of it is answered (from any thread)."""
+
+    @property
+    def pid(self) -> int: ...
+
+    @property
+    def closed(self) -> bool: ...
+
+    @property
+    def handles(self) -> HandleTable: ...
+
+    def respond(
+        self, request_id: int, body: Message | None = None, code: int = 0, message: str = ""
+    ) -> None: ...
+
+
 @dataclass(eq=False)
 class Member:
     """One rank of a communicator: what the handle in the rank's session stands for."""
 
-    session: Session  # the Session that joined
+    session: RankSession  # the session of the process that joined
     rank: int
     n_ranks: int
     device: int

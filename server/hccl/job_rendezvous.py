@@ -34,15 +34,12 @@ import logging
 import time
 from collections import OrderedDict
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
 from simnpu.proto import hccl_types as ht
 from simnpu.proto import npu_pb2 as pb
 from simnpu.server.core.waiters import Waiter
+from simnpu.server.hccl.communicators import RankSession
 from simnpu.server.hccl.daemon_links import Incoming, Link, Outgoing
-
-if TYPE_CHECKING:
-    from simnpu.server.control.session import Session
 
 log = logging.getLogger("simnpu.rendezvous")
 
@@ -78,7 +75,7 @@ class RemoteProcess:
 class Arrival:
     """One process waiting for its job's world to be complete."""
 
-    session: Session | RemoteProcess
+    session: RankSession | RemoteProcess
     request_id: int
     world_size: int
     exec_timeout_s: float
@@ -271,7 +268,7 @@ class Jobs:
                     f"(SIMNPU_JOB_SEED): {reason}",
                 )
 
-    def session_closed(self, session: Session) -> None:
+    def session_closed(self, session: RankSession) -> None:
         """A local process ended: its forwarded arrivals depart from their seeds."""
         for key, forwarded in list(self._forwarded.items()):
             if forwarded.arrival.session is session:

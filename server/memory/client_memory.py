@@ -15,12 +15,11 @@ from typing import TYPE_CHECKING, Any
 
 from simnpu.proto import codes
 from simnpu.proto.errors import NpuError, invalid
-from simnpu.server.core.unit_protocol import Span
+from simnpu.server.core.unit_protocol import Grant, Span, page_spans
 from simnpu.server.memory import quotas
 from simnpu.server.memory.launch_arguments import LaunchArguments
 from simnpu.server.memory.registered_memory import RegisteredMemory
 from simnpu.server.memory.virtual_memory import VirtualMemory
-from simnpu.server.units.kernel_processes import Grant, page_spans
 from simnpu.shm.addresses import is_device_address, split_device_address
 from simnpu.shm.allocator import Allocation
 

@@ -28,14 +28,14 @@ from simnpu.shm.notify import NotifyArea
 from simnpu.shm.region import Region
 
 if TYPE_CHECKING:
-    from simnpu.server.units.kernel_processes import Mapping, Span
+    from simnpu.server.core.unit_protocol import Mapping, PageSpan
 
 KERNEL_MEMORY = 2 << 30
 """What a kernel process may map beyond its windows and what it had at start (RLIMIT_AS)."""
 
 
 def map_windows(
-    fds: list[int], spans: Iterable[Span], mappings: Iterable[Mapping] = ()
+    fds: list[int], spans: Iterable[PageSpan], mappings: Iterable[Mapping] = ()
 ) -> list[Any]:
     """One window per device (simnpu.shm.window), PROT_NONE but for the spans of the
     device's segment (descriptor `fds[device]`), mapped shared at their own offsets, and
@@ -56,7 +56,7 @@ def map_windows(
 def main(
     sock: int,
     core_id: int,
-    spans: tuple[Span, ...],
+    spans: tuple[PageSpan, ...],
     mappings: tuple[Mapping, ...],
     notify: str | None,
     memories: list,

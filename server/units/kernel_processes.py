@@ -16,7 +16,6 @@ while a kernel process still maps it; ended when the client goes.
 from __future__ import annotations
 
 import logging
-import mmap
 import multiprocessing
 import os
 import queue
@@ -26,12 +25,12 @@ import signal
 import socket
 import tempfile
 import threading
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from collections.abc import Callable
 from multiprocessing import reduction
 from multiprocessing.connection import Connection
 from typing import TYPE_CHECKING, Any
 
+from simnpu.server.core.unit_protocol import Grant, PageSpan
 from simnpu.server.units.spawning import entry_point
 
 if TYPE_CHECKING:
@@ -39,7 +38,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("simnpu.kernels")
 
-PAGE = mmap.PAGESIZE
 START_TIMEOUT_S = 60.0
 SCRATCH_PREFIX = "simnpu-kernels-"
 """The zygote's scratch root, in the temporary directory: this, the daemon's pid, "-", and a
@@ -48,39 +46,8 @@ END_WAIT_S = 5.0  # how long a killed kernel process may take to be gone
 EXIT_WAIT_S = 2.0  # how long one that closed its socket has to exit by itself
 _ZYGOTE_MAIN = entry_point("simnpu.server.units.zygote_main:main")
 
-Span = tuple[int, int, int]  # (device, offset, length): whole pages of a device's segment
-Mapping = tuple[int, int, int, int, str]
-"""(device, reserved offset, length, source offset, source): a physical block mapped at a
-reserved device address (aclrtMapMem; source window.OWN, the device's segment), or
-registered host memory (source: its segment's name), whole pages."""
 
-
-@dataclass(frozen=True)
-class Grant:
-    """The device memory a client's kernel processes map: whole pages, sorted and merged,
-    and its mappings of physical blocks at reserved addresses. `generation` changes whenever
-    the client's memory does."""
-
-    generation: int
-    spans: tuple[Span, ...]
-    mappings: tuple[Mapping, ...] = ()
-
-
-def page_spans(ranges: Iterable[Span]) -> tuple[Span, ...]:
-    """(device, offset, length) byte ranges as sorted, merged, page-aligned spans."""
-    spans: list[list[int]] = []
-    for device, offset, length in sorted(
-        (d, o & -PAGE, ((o + n + PAGE - 1) & -PAGE) - (o & -PAGE)) for d, o, n in ranges if n > 0
-    ):
-        last = spans[-1] if spans else None
-        if last is not None and last[0] == device and offset <= last[1] + last[2]:
-            last[2] = max(last[2], offset + length - last[1])
-        else:
-            spans.append([device, offset, length])
-    return tuple((d, o, n) for d, o, n in spans)
-
-
-def overlaps(spans: tuple[Span, ...], device: int, offset: int, length: int) -> bool:
+def overlaps(spans: tuple[PageSpan, ...], device: int, offset: int, length: int) -> bool:
     """Does any span hold a byte of device `device`'s `[offset, offset + length)`?"""
     return any(d == device and o < offset + length and offset < o + n for d, o, n in spans)
 

@@ -11,8 +11,8 @@ import time
 import pytest
 
 from simnpu.proto import codes
-from simnpu.server.core.unit_protocol import MAX_OUTPUT
-from simnpu.server.units.kernel_processes import PAGE, overlaps, page_spans
+from simnpu.server.core.unit_protocol import MAX_OUTPUT, PAGE, page_spans
+from simnpu.server.units.kernel_processes import overlaps
 from simnpu.server.units.report_codec import (
     MAX_MESSAGE,
     BadReport,

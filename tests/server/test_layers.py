@@ -21,14 +21,6 @@ FOLDERS = sorted(path.name for path in SERVER.iterdir() if (path / "__init__.py"
 OURS = ("simnpu", "acl", "hccl")  # the project's top-level packages (acl, hccl: the clients')
 AROUND = ("simnpu", "simnpu.server")  # the packages every folder lies in
 
-# Folders whose imports the parts still at work change (the coordinator removes a mark once
-# that part has landed): each case must fail today, and passes once the part is merged.
-REMAINING = {
-    "hccl": "communicators and job_rendezvous name the control plane's Session (still so "
-    "after the hccl part)",
-    "memory": "units: client_memory imports the kernel processes' Grant and page_spans",
-}
-
 
 def allowed(folder: str) -> list[str]:
     """The packages the folder's docstring says it may import, and the folder itself."""
@@ -66,13 +58,7 @@ def violations(folder: str) -> list[str]:
     return found
 
 
-def _case(folder: str) -> object:
-    if folder in REMAINING:
-        return pytest.param(folder, marks=pytest.mark.xfail(strict=True, reason=REMAINING[folder]))
-    return folder
-
-
-@pytest.mark.parametrize("folder", [_case(folder) for folder in FOLDERS])
+@pytest.mark.parametrize("folder", FOLDERS)
 def test_a_folder_imports_only_what_its_docstring_allows(folder: str) -> None:
     assert violations(folder) == []
 

@@ -18,6 +18,12 @@ signal to write (`_lend`, the one place that decides who writes it). Features re
 through the core's interfaces only: a stream's recorder takes its tasks (recorder.py), the
 dispatcher's ready work goes out first (dispatcher.py), subscribers see the work
 (subscriber.py).
+
+Why one module: everything here is the state behind one lock -- the stream queues, the
+ready lists, the units' books, the waiters and timers -- and every method reads or changes
+it under that lock; its small pure policies (`pick_stream`, the core-limit checks) stay
+beside the loop that calls them on every launch, where a module of their own would be one
+more on every launch's path (bench/launch_path.py).
 """
 
 from __future__ import annotations

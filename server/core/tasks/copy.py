@@ -2,7 +2,7 @@
 
 A stream's copy goes whole to one copy engine, so the copies of a pipeline overlap its
 kernels; a synchronous one of 8 MiB or more is split over every engine of the device
-(`policy.copy_pieces`). Memsets are cut the same way (server/core/tasks/memset.py).
+(`copy_pieces` below). Memsets are cut the same way (server/core/tasks/memset.py).
 """
 
 from __future__ import annotations

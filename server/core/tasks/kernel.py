@@ -1,8 +1,8 @@
 """A kernel launch (aclrtLaunchKernel*): blocks handed to free AI cores in chunks.
 
-A launch's blocks go out in chunks (`policy.block_chunk`) to whichever AI cores of its
+A launch's blocks go out in chunks (`block_chunk` below) to whichever AI cores of its
 device are free. Consecutive single-block launches of a stream go to one core in one batch
-(`policy.run_length`, task aggregation): stream order makes them run one
+(`run_length` below, task aggregation): stream order makes them run one
 after the other anyway. Arguments that lie in device memory (aclrtLaunchKernel) are read
 when the launch reaches the head of its stream, so tasks before it may still write them.
 Pointer arguments are resolved (translated, and the allocations they reach found) by the

@@ -38,7 +38,7 @@ class PinnedBlock:
         self.buffer = buffer  # ctypes buffer (in-stream mode)
 
 
-class HostMemory:
+class PinnedBlocks:
     """Pinned blocks of this process, looked up by any address inside them."""
 
     def __init__(self):

@@ -43,7 +43,7 @@ from typing import Any
 from simnpu.client import fast_path
 from simnpu.client.capture_modes import CaptureModes
 from simnpu.client.copies import CopyPaths
-from simnpu.client.hostmem import HostMemory
+from simnpu.client.hostmem import PinnedBlocks
 from simnpu.client.observe import ClientObserver
 from simnpu.client.runtime.allocation_index import AllocationIndex
 from simnpu.client.runtime.callbacks import HostCallbacks
@@ -142,7 +142,7 @@ class Runtime:
         )
         self.session_id, self.device_count = hello.session, hello.devices
         self.ai_cores, self.copy_engines = hello.ai_cores, hello.copy_engines
-        self._blocks = blocks = HostMemory()  # pinned blocks
+        self._blocks = blocks = PinnedBlocks()  # pinned blocks
         staging = _attach_staging(hello.staging_segment, hello.staging_bytes, hello.probe)
         if staging is None:  # copies travel in-stream: their chunks reuse warm heap memory
             heap.keep_freed_memory()

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from simnpu.client.capture_modes import CaptureModes
-    from simnpu.client.hostmem import HostMemory
+    from simnpu.client.hostmem import PinnedBlocks
     from simnpu.client.runtime.allocation_index import AllocationIndex
     from simnpu.client.runtime.calls import Calls
     from simnpu.client.runtime.contexts import Contexts
@@ -24,5 +24,5 @@ class Shared:
     connection: Connection  # the session itself (its call log; hot paths send on it directly)
     contexts: Contexts  # devices, contexts, the current context, stream and event records
     allocations: AllocationIndex  # the device ranges this process may use
-    host: HostMemory  # this process's pinned blocks
+    host: PinnedBlocks  # this process's pinned blocks
     capture_modes: CaptureModes  # which calls stream captures refuse

@@ -35,7 +35,6 @@ from simnpu.server.control.handle_kinds import HandleKind
 from simnpu.server.control.handlers.registry import HANDLERS, LATER
 from simnpu.server.control.session_fast_path import FastPath
 from simnpu.server.core.cnt_notifies import CntNotify
-from simnpu.server.core.functions import Pinned
 from simnpu.server.core.ipc_events import OpenedEvent
 from simnpu.server.core.notifies import Notify
 from simnpu.server.core.owner import Owner
@@ -45,6 +44,7 @@ from simnpu.server.core.untrusted import escaped
 from simnpu.server.core.waiters import Waiter
 from simnpu.server.graphs.capture import invalidate_capture
 from simnpu.server.memory.client_memory import ClientMemory
+from simnpu.server.memory.pinned_memory import Pinned
 from simnpu.shm.region import Region
 from simnpu.shm.ring import RingCorrupt
 

@@ -1,11 +1,11 @@
-"""What a session owns besides streams and events: kernel binaries, functions, pinned memory."""
+"""Kernel binaries and functions as a session owns them (aclrtBinaryLoadFromFile / FromData,
+aclrtBinaryGetFunction): what a kernel task runs."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 from simnpu.proto.kernel_abi import KernelSignature
-from simnpu.shm.region import Region
 
 
 @dataclass(eq=False)
@@ -25,14 +25,3 @@ class Function:
     binary: Binary
     name: str
     signature: KernelSignature
-
-
-@dataclass(eq=False)
-class Pinned:
-    """Page-locked host memory (aclrtMallocHost): a segment the client and the engines map."""
-
-    region: Region
-
-    @property
-    def size(self) -> int:
-        return self.region.size

@@ -25,11 +25,11 @@ from simnpu.proto import commands
 from simnpu.proto import npu_pb2 as pb
 from simnpu.proto.errors import invalid
 from simnpu.server.control.handlers.registry import LATER, handles
-from simnpu.server.core.functions import Pinned
 from simnpu.server.core.streams import Stream
 from simnpu.server.core.tasks import CopyTask, MemsetD32Task, MemsetTask, Task
 from simnpu.server.core.unit_protocol import Span
 from simnpu.server.graphs.capture import capture_of
+from simnpu.server.memory.pinned_memory import Pinned
 
 if TYPE_CHECKING:
     from simnpu.server.control.session import Session

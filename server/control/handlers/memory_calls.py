@@ -14,8 +14,8 @@ from simnpu.proto import npu_pb2 as pb
 from simnpu.proto.errors import NpuError, NpuMemoryError
 from simnpu.server.control.handle_kinds import HandleKind
 from simnpu.server.control.handlers.registry import handles
-from simnpu.server.core.functions import Pinned
 from simnpu.server.memory.memory_views import memory_snapshot, memory_stats
+from simnpu.server.memory.pinned_memory import Pinned
 from simnpu.shm.region import Region, segment_name, shm_available_bytes
 
 if TYPE_CHECKING:

@@ -8,8 +8,11 @@ still running; after the run, none may exist and no daemon or worker may be aliv
 from __future__ import annotations
 
 import contextlib
+import difflib
 import glob
+import importlib.util
 import os
+import pathlib
 import signal
 import subprocess
 import sys
@@ -28,6 +31,30 @@ os.environ.pop("SIMNPU_NO_SHM", None)
 
 SHM_DIR = "/dev/shm"
 _started: list["DaemonProcess"] = []  # daemons of this run: the leak checks judge theirs
+
+
+DOCS = pathlib.Path(__file__).resolve().parents[1] / "docs"
+
+
+def docs_script(name: str):
+    """docs/<name>.py, a script beside the pages it writes, loaded as a module."""
+    spec = importlib.util.spec_from_file_location(name, DOCS / f"{name}.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def stale_lines(script) -> str:
+    """What a docs script (`PAGE`, `render`, `page_with`) would change in its page: a unified
+    diff, empty when the page is what the code renders."""
+    page = script.PAGE.read_text(encoding="utf-8")
+    wanted = script.page_with(script.render(), page)
+    return "".join(
+        difflib.unified_diff(
+            page.splitlines(keepends=True), wanted.splitlines(keepends=True), "page", "code"
+        )
+    )
 
 
 def simnpu_segments() -> list[str]:

@@ -22,9 +22,9 @@ from simnpu.shm import window
 from simnpu.shm.addresses import device_address
 
 if TYPE_CHECKING:
-    from simnpu.server.memory.pinned_memory import Pinned
     from simnpu.server.core.owner import Owner
     from simnpu.server.memory.device_memory import DeviceWithMemory
+    from simnpu.server.memory.pinned_memory import Pinned
 
 PAGE = mmap.PAGESIZE
 

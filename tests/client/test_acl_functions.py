@@ -6,24 +6,12 @@ the reason (docs/cann_functions.py renders the table; docs/cann_functions.txt is
 from __future__ import annotations
 
 import collections
-import importlib.util
-import pathlib
 import re
 
 import pytest
+from conftest import DOCS, docs_script
 
-DOCS = pathlib.Path(__file__).resolve().parents[2] / "docs"
-
-
-def _script():
-    spec = importlib.util.spec_from_file_location("cann_functions", DOCS / "cann_functions.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-cann = _script()
+cann = docs_script("cann_functions")
 ROW = re.compile(
     r"^\| `(\w+)` \| `([\w.]+)` \| (implemented|not supported|not provided)(?:: (.+))? \|$"
 )

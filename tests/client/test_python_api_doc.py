@@ -4,35 +4,16 @@ it stands on, and the page's example runs against a real daemon."""
 
 from __future__ import annotations
 
-import difflib
-import importlib.util
-import pathlib
 import re
 
 import pytest
+from conftest import docs_script, stale_lines
 
-DOCS = pathlib.Path(__file__).resolve().parents[2] / "docs"
-
-
-def _generator():
-    spec = importlib.util.spec_from_file_location("gen_python_api", DOCS / "gen_python_api.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-gen = _generator()
+gen = docs_script("gen_python_api")
 
 
 def test_the_page_is_what_the_code_renders():
-    page = gen.PAGE.read_text(encoding="utf-8")
-    wanted = gen.page_with(gen.render(), page)
-    diff = "".join(
-        difflib.unified_diff(
-            page.splitlines(keepends=True), wanted.splitlines(keepends=True), "page", "code"
-        )
-    )
+    diff = stale_lines(gen)
     assert not diff, f"docs/python-api.md is out of date: run python docs/gen_python_api.py\n{diff}"
 
 

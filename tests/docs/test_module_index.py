@@ -4,32 +4,13 @@ server/ or client/ passes the size limit without saying why it must be one modul
 
 from __future__ import annotations
 
-import difflib
-import importlib.util
-import pathlib
+from conftest import docs_script, stale_lines
 
-DOCS = pathlib.Path(__file__).resolve().parents[2] / "docs"
-
-
-def _generator():
-    spec = importlib.util.spec_from_file_location("gen_module_index", DOCS / "gen_module_index.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-gen = _generator()
+gen = docs_script("gen_module_index")
 
 
 def test_the_index_is_what_the_docstrings_say():
-    page = gen.PAGE.read_text(encoding="utf-8")
-    wanted = gen.page_with(gen.render(), page)
-    diff = "".join(
-        difflib.unified_diff(
-            page.splitlines(keepends=True), wanted.splitlines(keepends=True), "page", "code"
-        )
-    )
+    diff = stale_lines(gen)
     assert not diff, (
         f"docs/architecture.md's module index is out of date: run python "
         f"docs/gen_module_index.py\n{diff}"

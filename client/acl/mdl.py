@@ -1,5 +1,5 @@
 """acl.mdl: model run instances (aclmdlRI) -- stream capture into a graph and its replay
-(client/runtime/graphs.py, server/graphs.py; docs/graph-capture.md).
+(client/runtime/graphs.py, server/graphs/capture.py; docs/graph-capture.md).
 
 Written like acl.rt: pyACL's argument checks and return shapes, the ACL code last; handles
 (models, model streams, model tasks) are ints. Offline models (.om files: load, execute,

@@ -1,5 +1,5 @@
 """acl.mdl conditional tasks of captured models: conditions and the cond tasks that choose
-among sub models by them (client/runtime/graphs.py, server/cond_tasks.py;
+among sub models by them (client/runtime/graphs.py, server/graphs/cond_handles.py;
 docs/graph-capture.md, "Conditional tasks").
 
 Written like the rest of acl.mdl (client/acl/mdl.py offers the calls this module lists in

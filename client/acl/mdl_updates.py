@@ -1,5 +1,5 @@
 """acl.mdl task groups and task changes of model run instances: updates without recapture
-(client/runtime/task_groups.py, server/task_groups.py; docs/graph-capture.md, "Updates").
+(client/runtime/task_groups.py, server/graphs/task_groups.py; docs/graph-capture.md, "Updates").
 
 Written like the rest of acl.mdl (client/acl/mdl.py offers the calls this module lists in
 `__all__` as its own): pyACL's argument checks and return shapes, the ACL code last; task

@@ -1,6 +1,6 @@
 """acl.rt built-in device tasks: a reduce of device memory into device memory, and random
-numbers, in stream order (client/runtime/kernels.py, server/tasks/reduce_copy.py,
-server/tasks/random_num.py).
+numbers, in stream order (client/runtime/kernels.py, server/core/tasks/reduce_copy.py,
+server/core/tasks/random_num.py).
 
 Written like the rest of acl.rt (client/acl/rt.py offers the calls this module lists in
 `__all__` as its own): pyACL's argument checks and return shapes, the ACL code last.

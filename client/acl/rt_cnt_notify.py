@@ -1,5 +1,5 @@
 """acl.rt count notify calls: a 32-bit count streams set, add to or mask and wait on with a
-condition (client/runtime/notifies.py, server/cnt_notifies.py).
+condition (client/runtime/notifies.py, server/core/cnt_notifies.py).
 
 Written like the rest of acl.rt (client/acl/rt.py offers the calls this module lists in
 `__all__` as its own): pyACL's argument checks and return shapes, the ACL code last. The

@@ -1,5 +1,5 @@
 """acl.rt control flow of explicitly built models: stream activation and switching, labels
-(client/runtime/model_build.py, server/tasks/flow.py; docs/model-build.md).
+(client/runtime/model_build.py, server/graphs/flow_tasks.py; docs/model-build.md).
 
 Written like the rest of acl.rt (client/acl/rt.py offers the calls this module lists in
 `__all__` as its own): pyACL's argument checks and return shapes, the ACL code last. Labels

@@ -1,5 +1,5 @@
 """acl.rt IPC event calls: an event created with ACL_EVENT_IPC shared with other processes
-by its 64-byte handle (client/runtime/events.py, server/ipc_events.py).
+by its 64-byte handle (client/runtime/events.py, server/core/ipc_events.py).
 
 Written like the rest of acl.rt (client/acl/rt.py offers the calls this module lists in
 `__all__` as its own): pyACL's argument checks and return shapes, the ACL code last. The

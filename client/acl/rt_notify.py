@@ -1,5 +1,5 @@
 """acl.rt notify calls: a flag one stream sets and another waits for, in one process or
-shared between processes by key (client/runtime/notifies.py, server/notifies.py).
+shared between processes by key (client/runtime/notifies.py, server/core/notifies.py).
 
 Written like the rest of acl.rt (client/acl/rt.py offers the calls this module lists in
 `__all__` as its own): pyACL's argument checks and return shapes, the ACL code last.

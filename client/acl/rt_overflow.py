@@ -1,5 +1,5 @@
 """acl.rt float overflow calls: the saturation mode, streams' overflow switches, and the
-overflow status kernels raise (client/runtime/devices.py, server/overflow.py).
+overflow status kernels raise (client/runtime/devices.py, server/units/float_overflow.py).
 
 Written like the rest of acl.rt (client/acl/rt.py offers the calls this module lists in
 `__all__` as its own): pyACL's argument checks and return shapes, the ACL code last.

@@ -1,5 +1,5 @@
 """acl.rt stream memory operations: a 64-bit word of device memory written, or waited on,
-in stream order (client/runtime/notifies.py, server/tasks/value.py).
+in stream order (client/runtime/notifies.py, server/core/tasks/value.py).
 
 Written like the rest of acl.rt (client/acl/rt.py offers the calls this module lists in
 `__all__` as its own): pyACL's argument checks and return shapes, the ACL code last.

@@ -15,7 +15,7 @@ its stream (for aclrtMemcpy, the current device), which must be one of the two a
 enabled access to the other.
 
 The float overflow mode is the process's, as the runtime's is: kept here and by the daemon,
-whose streams take the mode in force when they are created (server/overflow.py). The
+whose streams take the mode in force when they are created (server/units/float_overflow.py). The
 overflow status is the daemon's, per context, read and cleared in stream order.
 """
 

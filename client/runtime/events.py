@@ -6,7 +6,7 @@ client/runtime/synchronization.py's.
 An event's record (client/runtime/contexts.py) keeps its latest record's stream and number
 while the streams' completion signals may decide calls on it. IPC events (created with
 ACL_EVENT_IPC, or opened) are refused by aclrtResetEvent and the deprecated aclrtQueryEvent
-(207000); what sharing an event means: server/ipc_events.py.
+(207000); what sharing an event means: server/core/ipc_events.py.
 """
 
 from __future__ import annotations

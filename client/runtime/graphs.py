@@ -2,8 +2,8 @@
 callbacks, introspection and debug output, and cond tasks (aclmdlRICondHandleCreate,
 aclmdlRICondHandleGetCondPtr, aclmdlRIAddCondTask). docs/graph-capture.md is the design; the
 capture state, the graphs, the conditions and their sub models are the daemon's
-(server/graphs.py, server/cond_tasks.py). Explicitly built models and task groups are the
-sub-parts rt.model_build and rt.task_groups, which reach the models through the calls here.
+(server/graphs/capture.py, server/graphs/cond_handles.py). Explicitly built models and task groups
+are the sub-parts rt.model_build and rt.task_groups, which reach the models through the calls here.
 
 What the host keeps of a model: the calls it recorded (their call sites, so a replay's
 failure names where its task was captured), the host callbacks it recorded (each replay runs

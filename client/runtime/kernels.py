@@ -2,7 +2,7 @@
 launches (aclrtLaunchKernel, aclrtLaunchKernelWithHostArgs, aclrtLaunchKernelWithConfig and
 its kernel-args handles, `args`: client/runtime/kernel_args.py), the operator timeout, and
 the built-in device tasks aclrtReduceAsync (dst = dst (op) src on a copy engine) and
-aclrtRandomNumAsync (simnpu's Philox generator: server/random_numbers.py).
+aclrtRandomNumAsync (simnpu's Philox generator: server/units/random_numbers.py).
 
 A launch is one packed command (simnpu.proto.commands) in the session's ring: everything
 the host can check -- the function's signature, the blocks, the argument sizes, the stream,

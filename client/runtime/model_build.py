@@ -1,7 +1,7 @@
 """rt.model_build: explicitly built models (aclmdlRIBuildBegin .. aclmdlRIBuildEnd), stream
 activation and switching, and labels -- a sub-part of rt.graphs (client/runtime/graphs.py),
 which keeps the models. docs/model-build.md is the design; the models are the daemon's
-(server/model_build.py). Labels and label lists are the daemon's handles (ints here).
+(server/graphs/model_build.py). Labels and label lists are the daemon's handles (ints here).
 """
 
 from __future__ import annotations

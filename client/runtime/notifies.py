@@ -5,8 +5,8 @@ aclrtValueWait: a 64-bit word of device memory written, or waited on, in stream 
 The notifies this process created or imported (handle -> device) and its count notifies
 (handle -> id) are kept here, so that a bad handle is refused at once and
 aclrtCntNotifyGetId needs no request. What a notify is, and the rules of sharing one between
-processes: server/notifies.py; count notifies: server/cnt_notifies.py; values:
-server/tasks/value.py. A value's word must be 8-byte aligned and lie in an allocation of
+processes: server/core/notifies.py; count notifies: server/core/cnt_notifies.py; values:
+server/core/tasks/value.py. A value's word must be 8-byte aligned and lie in an allocation of
 this process; the daemon checks it again.
 """
 

@@ -7,7 +7,7 @@ Pinned memory is a shared segment the daemon creates and this process maps (clie
 keeps the blocks), or private memory when the daemon's /dev/shm is out of reach. Only pinned
 memory in shared memory can be registered: it is a segment the daemon, its workers and this
 client's kernel processes map, at a device address range the daemon gives it
-(server/registered_memory.py, docs/device-memory.md); that range joins the allocation index.
+(server/memory/registered_memory.py, docs/device-memory.md); that range joins the allocation index.
 Private host memory cannot be mapped by another process: 207000.
 """
 

@@ -1,6 +1,6 @@
 """rt.task_groups: task groups and task changes of model run instances -- a sub-part of
 rt.graphs (client/runtime/graphs.py), which keeps the models and their listed tasks. The
-groups, the updates and the models' state are the daemon's (server/task_groups.py;
+groups, the updates and the models' state are the daemon's (server/graphs/task_groups.py;
 docs/graph-capture.md, "Updates").
 
 Parameters are pyACL dicts with the C field names in snake case (aclmdlRITaskParams,

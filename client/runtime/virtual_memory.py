@@ -7,8 +7,8 @@ aclrtMemImportFromShareableHandle and their V2 forms).
 Reserved ranges and mappings are in the allocation index (client/runtime/allocation_index.py),
 so that copies, memsets, launches and collectives on mapped memory are checked without a
 round trip, like aclrtMalloc memory; the physical handles are kept here, an imported one
-like one this process allocated. The daemon's side is server/virtual_memory.py and
-server/shareable_memory.py; the design is in docs/device-memory.md.
+like one this process allocated. The daemon's side is server/memory/virtual_memory.py and
+server/memory/shareable_memory.py; the design is in docs/device-memory.md.
 """
 
 from __future__ import annotations
@@ -27,7 +27,8 @@ from simnpu.shm.addresses import is_device_address, split_device_address
 if TYPE_CHECKING:
     from simnpu.client.runtime.shared import Shared
 
-GRANULARITY = 2 << 20  # every attribute's but the 1 GiB huge pages' (server/virtual_memory.py)
+GRANULARITY = 2 << 20  # every attribute's but the 1 GiB huge pages'
+# (server/memory/virtual_memory.py)
 GRANULARITY_1G = 1 << 30
 _HUGE_1G = (codes.ACL_HBM_MEM_HUGE1G, codes.ACL_MEM_HUGE1G, codes.ACL_MEM_P2P_HUGE1G)
 _HOST_ONLY = (

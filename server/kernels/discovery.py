@@ -5,8 +5,8 @@ Parsing Python source costs about 3 µs of CPU and 250-700 bytes of memory per b
 source, in C code that holds the GIL all along: parsed in the daemon, one 16 MB module held
 every other client's threads for seconds and grew the daemon by gigabytes. So the source is
 bounded first (`simnpu serve --max-module-size`, 1 MiB by default), then parsed by a child
-process of its own (`python -m simnpu.server.kernels.discovery`), which caps its address
-space and CPU time before it reads the source and prints the kernels it found as JSON. The
+process of its own (server/kernels/parse_main.py), which caps its address space and CPU
+time before it reads the source and prints the kernels it found as JSON. The
 session's thread waits for it without the GIL or any lock; at most one parse per CPU runs
 at a time, so what all of them may take together is bounded too. Whatever stops the parse
 -- a syntax error, a module nested too deeply (RecursionError, or the parser's MemoryError),
@@ -19,7 +19,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import resource
 import signal
 import subprocess
 import sys
@@ -27,12 +26,14 @@ import threading
 
 from simnpu.proto import codes
 from simnpu.proto.errors import NpuError
-from simnpu.proto.kernel_abi import KernelSignature, discover_kernels
+from simnpu.proto.kernel_abi import KernelSignature
 
 PARSE_MEMORY_BASE = 256 << 20  # the parser's address space: this, plus ...
 PARSE_MEMORY_PER_BYTE = 512  # ... this much per byte of the largest module accepted
 PARSE_CPU_BASE_S = 10  # its CPU time: this, plus ...
 PARSE_CPU_PER_BYTE_S = 30e-6  # ... this much per byte of the largest module accepted
+
+PARSE_MAIN = "simnpu.server.kernels.parse_main"  # the child that parses (never imported here)
 
 log = logging.getLogger("simnpu.kernels")
 
@@ -54,7 +55,7 @@ def discover(source: str, filename: str, max_bytes: int) -> dict[str, KernelSign
     cpu_s = PARSE_CPU_BASE_S + round(PARSE_CPU_PER_BYTE_S * max_bytes)
     with _parses:
         child = subprocess.run(
-            [sys.executable, "-P", "-m", __name__, str(memory), str(cpu_s)],
+            [sys.executable, "-P", "-m", PARSE_MAIN, str(memory), str(cpu_s)],
             input=json.dumps([filename, source]).encode(),
             capture_output=True,
             check=False,
@@ -90,30 +91,3 @@ def _ending(returncode: int) -> str:
     if returncode < 0:
         return f"died with signal {-returncode}"
     return f"exited with code {returncode} without an answer"
-
-
-def main(argv: list[str]) -> None:
-    """The child: cap this process (`argv`: bytes of address space, seconds of CPU), read
-    [filename, source] from stdin, print {"kernels": {name: types}} or {"error": why}, all
-    as JSON."""
-    memory, cpu_s = int(argv[0]), int(argv[1])
-    resource.setrlimit(resource.RLIMIT_AS, (memory, memory))
-    resource.setrlimit(resource.RLIMIT_CPU, (cpu_s, cpu_s + 1))
-    filename, source = json.load(sys.stdin)
-    try:
-        kernels = discover_kernels(source, filename)
-        answer: dict = {"kernels": {name: sig.to_wire() for name, sig in kernels.items()}}
-    except (SyntaxError, ValueError) as error:
-        answer = {"error": str(error)}
-    except RecursionError:
-        answer = {"error": "it is nested too deeply to parse (RecursionError)"}
-    except MemoryError:
-        answer = {
-            "error": "it is nested too deeply or too large to parse (MemoryError; the parse "
-            f"may use {memory >> 20} MiB)"
-        }
-    json.dump(answer, sys.stdout)
-
-
-if __name__ == "__main__":
-    main(sys.argv[1:])

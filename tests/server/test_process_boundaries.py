@@ -31,6 +31,7 @@ CHILDREN = {
     "kernel zygote": "simnpu.server.units.zygote_main",
     "kernel process": "simnpu.server.units.kernel_process_main",
     "Gloo exchange process": "simnpu.server.hccl.gloo_exchange_main",
+    "kernel module parser": "simnpu.server.kernels.parse_main",
 }
 PROTOCOL = {  # what the daemon and a process it starts may share, and why
     "simnpu.server.core.unit_protocol": "the items of a batch and a unit's reports",
@@ -117,6 +118,28 @@ def _packages(modules: frozenset[str]) -> set[str]:
 def test_a_process_shares_only_the_protocol_with_the_daemon(process):
     shared = closure(*DAEMON) & closure(CHILDREN[process])
     assert set(shared) - _packages(shared) - set(PROTOCOL) == set()
+
+
+def test_every_module_run_as_a_program_is_a_process_listed_here():
+    """A module that runs as a program (`if __name__ == "__main__":`, for `python -m`) is a
+    process's entry: the daemon's (`python -m simnpu.server`, its CLI) or a child's above,
+    so that no module is both a child's program and imported by the daemon."""
+    programs = set()
+    for path in SERVER.rglob("*.py"):
+        tree = ast.parse(path.read_text(), str(path))
+        for node in tree.body:
+            if (
+                isinstance(node, ast.If)
+                and isinstance(node.test, ast.Compare)
+                and isinstance(node.test.left, ast.Name)
+                and node.test.left.id == "__name__"
+            ):
+                module = ".".join(
+                    ["simnpu", *path.relative_to(SERVER.parent).with_suffix("").parts]
+                )
+                programs.add(module)
+    assert programs - {"simnpu.server.__main__", *DAEMON} <= set(CHILDREN.values())
+    assert "simnpu.server.kernels.parse_main" in programs  # the walk sees a `-m` program
 
 
 def test_the_daemon_imports_no_unit_module_for_what_the_core_keeps():

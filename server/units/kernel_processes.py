@@ -16,13 +16,14 @@ while a kernel process still maps it; ended when the client goes.
 from __future__ import annotations
 
 import logging
-import multiprocessing
 import os
 import queue
 import select
 import shutil
 import signal
 import socket
+import subprocess
+import sys
 import tempfile
 import threading
 from collections.abc import Callable
@@ -31,7 +32,7 @@ from multiprocessing.connection import Connection
 from typing import TYPE_CHECKING, Any
 
 from simnpu.server.core.unit_protocol import Grant, PageSpan
-from simnpu.server.units.spawning import entry_point
+from simnpu.server.units.spawning import clean_environment
 
 if TYPE_CHECKING:
     from simnpu.server.core.executor import Unit
@@ -44,7 +45,8 @@ SCRATCH_PREFIX = "simnpu-kernels-"
 random part; kernel process `pid` writes in `<root>/<pid>` only."""
 END_WAIT_S = 5.0  # how long a killed kernel process may take to be gone
 EXIT_WAIT_S = 2.0  # how long one that closed its socket has to exit by itself
-_ZYGOTE_MAIN = entry_point("simnpu.server.units.zygote_main:main")
+ZYGOTE_MAIN = "simnpu.server.units.zygote_main"
+"""The zygote's program (`python -P -m`, in a clean environment: never imported here)."""
 
 
 def overlaps(spans: tuple[PageSpan, ...], device: int, offset: int, length: int) -> bool:
@@ -109,7 +111,7 @@ class KernelProcesses:
         self._segments = device_segments
         self.lock = threading.RLock()
         self._by_key: dict[tuple[int, Unit], KernelProcess] = {}
-        self._zygote: Any = None
+        self._zygote: subprocess.Popen | None = None
         self._conn: Connection | None = None
         self._scratch = (
             ""  # the zygote's scratch root (kernel process `pid` writes in <root>/<pid>)
@@ -151,24 +153,26 @@ class KernelProcesses:
         return result
 
     def _start_zygote(self) -> list[str]:
-        spawn = multiprocessing.get_context("spawn")
-        parent, child = spawn.Pipe()
-        self._zygote = spawn.Process(
-            target=_ZYGOTE_MAIN,
-            args=(child, self._segments, self._scratch),
-            name="simnpu-kernel-zygote",
-            daemon=True,
-        )
-        self._zygote.start()
-        child.close()
-        self._conn = parent
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
+            self._zygote = subprocess.Popen(
+                [sys.executable, "-P", "-m", ZYGOTE_MAIN, str(theirs.fileno())],
+                env=clean_environment(),
+                pass_fds=(theirs.fileno(),),
+                stdin=subprocess.DEVNULL,
+            )
+        finally:
+            theirs.close()
+        parent = self._conn = Connection(ours.detach())
+        try:
+            parent.send((self._segments, self._scratch))
             if not parent.poll(START_TIMEOUT_S):
                 raise OSError(f"the kernel zygote did not start within {START_TIMEOUT_S:.0f} s")
             _, missing = parent.recv()
-        except EOFError:
+        except (EOFError, BrokenPipeError):
+            _end_zygote(self._zygote, END_WAIT_S)
             raise OSError(
-                f"the kernel zygote {_exit_of(self._zygote.exitcode)} as it started"
+                f"the kernel zygote {_exit_of(self._zygote.returncode)} as it started"
             ) from None
         return missing
 
@@ -176,11 +180,8 @@ class KernelProcesses:
         """The zygote died (its kernel processes die with it): start another."""
         assert self._conn is not None and self._zygote is not None, "started"
         self._conn.close()
-        self._zygote.join(EXIT_WAIT_S)
-        if self._zygote.is_alive():
-            self._zygote.kill()
-            self._zygote.join(END_WAIT_S)
-        log.error("the kernel zygote %s; starting another", _exit_of(self._zygote.exitcode))
+        _end_zygote(self._zygote, EXIT_WAIT_S)
+        log.error("the kernel zygote %s; starting another", _exit_of(self._zygote.returncode))
         self._retire.set()
         shutil.rmtree(self._scratch, True)
         os.mkdir(self._scratch, 0o700)
@@ -340,15 +341,21 @@ class KernelProcesses:
             except OSError:
                 pass
         if self._zygote is not None:
-            self._zygote.join(END_WAIT_S)
-            if self._zygote.is_alive():
-                self._zygote.kill()
-                self._zygote.join(END_WAIT_S)
+            _end_zygote(self._zygote, END_WAIT_S)
         if self._conn is not None:
             self._conn.close()
         self._retire.set()
         if self._scratch:
             shutil.rmtree(self._scratch, True)
+
+
+def _end_zygote(zygote: subprocess.Popen, timeout_s: float) -> None:
+    """Reap the zygote: it has `timeout_s` to exit by itself, then it is killed."""
+    try:
+        zygote.wait(timeout_s)
+    except subprocess.TimeoutExpired:
+        zygote.kill()
+        zygote.wait(END_WAIT_S)
 
 
 def _exit_of(code: int | None) -> str:

@@ -20,6 +20,7 @@ import signal
 import threading
 import time
 from collections.abc import Sequence
+from multiprocessing import resource_tracker
 from multiprocessing.connection import Connection
 from multiprocessing.process import BaseProcess
 from typing import TYPE_CHECKING, Any
@@ -124,6 +125,10 @@ class ProcessExecutor:
         once its worker reports Ready."""
         keep_working_directory_off_import_path()
         stream_large_copies()
+        # multiprocessing starts its resource tracker at its first spawn, and then unblocks
+        # SIGINT and SIGTERM in the spawning thread: the first worker would be born with the
+        # group's signals deliverable (WorkerProcess blocks them). Started here, it is not.
+        resource_tracker.ensure_running()
         self.kernels.start()
         self.launch(units)
 

@@ -10,9 +10,11 @@ through ctypes:
   `policy.scratch`; with ABI 4+ TCP bind/connect are refused, with ABI 6+ signals to and
   abstract Unix sockets of processes outside the sandbox.
 - seccomp: no sockets, no new processes or programs, no tracing or reading of other
-  processes, no mounts, namespaces, io_uring, BPF, module or permission changes; each
-  such call fails with EPERM (clone3 with ENOSYS, so the C library falls back to clone,
-  whose flags a filter can see: threads stay allowed).
+  processes, no call that takes another process's pid (its limits, priority, scheduling,
+  affinity, pages, group), no remapping of its memory, no mounts, namespaces, io_uring,
+  BPF, module or permission changes; each such call fails with EPERM (clone3 with ENOSYS,
+  so the C library falls back to clone, whose flags a filter can see: threads stay
+  allowed).
 
 `enter` returns which parts are in force; a part the kernel lacks is reported, not
 raised, so the caller can log it once.
@@ -220,6 +222,44 @@ _DENIED_X86_64 = {
     "pidfd_open": 434,
     "pidfd_getfd": 438,
     "fchmodat2": 452,
+    # the mapping of its memory: a remapped or grown window could reach further into the
+    # device's segment (the C library's realloc falls back to copying)
+    "mremap": 25,
+    "remap_file_pages": 216,
+    # other processes: their groups, sessions, resources, pages and handles
+    "setpgid": 109,
+    "setsid": 112,
+    "migrate_pages": 256,
+    "move_pages": 279,
+    "kcmp": 312,
+    "process_madvise": 440,
+    "process_mrelease": 448,
+}
+# calls whose first argument is a pid: allowed for 0 (the caller) and its own pid only
+_OWN_PID_ARG0_X86_64 = {
+    "rt_sigqueueinfo": 129,
+    "sched_setparam": 142,
+    "sched_getparam": 143,
+    "sched_setscheduler": 144,
+    "sched_getscheduler": 145,
+    "sched_rr_get_interval": 148,
+    "getpgid": 121,
+    "getsid": 124,
+    "sched_setaffinity": 203,
+    "sched_getaffinity": 204,
+    "get_robust_list": 274,
+    "rt_tgsigqueueinfo": 297,
+    "prlimit64": 302,
+    "sched_setattr": 314,
+    "sched_getattr": 315,
+}
+# calls of (which, who): allowed for which = a process (0 for priorities, 1 for I/O
+# priorities) and who 0 or its own pid; a process group or a user is refused
+_OWN_PROCESS_WHO_X86_64 = {
+    "getpriority": (140, 0),
+    "setpriority": (141, 0),
+    "ioprio_set": (251, 1),
+    "ioprio_get": (252, 1),
 }
 _SYS_KILL_X86_64, _SYS_TGKILL_X86_64 = 62, 234
 _SYS_CLONE_X86_64, _SYS_CLONE3_X86_64 = 56, 435
@@ -227,7 +267,7 @@ _SYS_CLONE_X86_64, _SYS_CLONE3_X86_64 = 56, 435
 # BPF (linux/filter.h, linux/seccomp.h)
 _LD_W_ABS, _JEQ_K, _JSET_K, _RET_K = 0x20, 0x15, 0x45, 0x06
 _RET_ALLOW, _RET_ERRNO, _RET_KILL_PROCESS = 0x7FFF0000, 0x00050000, 0x80000000
-_OFF_NR, _OFF_ARCH, _OFF_ARG0_LOW = 0, 4, 16
+_OFF_NR, _OFF_ARCH, _OFF_ARG0_LOW, _OFF_ARG1_LOW = 0, 4, 16, 24
 
 
 def _seccomp() -> bool:
@@ -276,5 +316,26 @@ def _filter_x86_64(own_pid: int) -> list[tuple[int, int, int, int]]:
         deny,
         allow,
     ]
+    # a pid argument (a pid_t: the kernel reads its low 32 bits): the caller only
+    for number in sorted(_OWN_PID_ARG0_X86_64.values()):
+        program += [
+            (_JEQ_K, 0, 5, number),
+            (_LD_W_ABS, 0, 0, _OFF_ARG0_LOW),
+            (_JEQ_K, 2, 0, 0),
+            (_JEQ_K, 1, 0, own_pid),
+            deny,
+            allow,
+        ]
+    for number, process in sorted(_OWN_PROCESS_WHO_X86_64.values()):
+        program += [
+            (_JEQ_K, 0, 7, number),
+            (_LD_W_ABS, 0, 0, _OFF_ARG0_LOW),
+            (_JEQ_K, 0, 3, process),
+            (_LD_W_ABS, 0, 0, _OFF_ARG1_LOW),
+            (_JEQ_K, 2, 0, 0),
+            (_JEQ_K, 1, 0, own_pid),
+            deny,
+            allow,
+        ]
     program.append(allow)
     return program

@@ -2,8 +2,8 @@
 with an environment made for them, at an entry point named, never imported, by the daemon.
 
 The daemon runs no child's code: a spawn target is `entry_point("module:function")`, which
-pickles as its name, so only the child imports the module that holds its `main`
-(tests/server/test_process_boundaries.py).
+pickles as its name, or a module run as a program (`python -P -m module`), so only the child
+imports the module that holds its `main` (tests/server/test_process_boundaries.py).
 """
 
 from __future__ import annotations
@@ -34,6 +34,24 @@ class _EntryPoint:
 def entry_point(name: str) -> Any:
     """The spawn target of the function `name` ("package.module:function")."""
     return _EntryPoint(name)
+
+
+def clean_environment() -> dict[str, str]:
+    """The whole environment of a process whose children run clients' code (the kernel
+    zygote): the daemon's import path, its copy tuning and one thread per BLAS or OpenMP
+    pool, nothing else -- none of the daemon's variables (SIMNPU_TOKEN, an autostarting
+    client's environment) reach a kernel, not even in the process's initial stack, which
+    the kernel can read (docs/security.md)."""
+    environment = {
+        "PYTHONPATH": os.pathsep.join(path for path in sys.path if path),
+        "PYTHONSAFEPATH": "1",
+        "OMP_NUM_THREADS": "1",  # a kernel process is one AI core
+        "OPENBLAS_NUM_THREADS": "1",
+        "MKL_NUM_THREADS": "1",
+    }
+    if "GLIBC_TUNABLES" in os.environ:  # set by stream_large_copies
+        environment["GLIBC_TUNABLES"] = os.environ["GLIBC_TUNABLES"]
+    return environment
 
 
 def keep_working_directory_off_import_path() -> None:

@@ -1,8 +1,10 @@
 """The kernel zygote: a trusted process that forks a client's kernel processes.
 
-The daemon never forks (it is multi-threaded: gRPC lives in it). It spawns this process at
-start (`simnpu.server.units.zygote_main:main`, from server/units/kernel_processes.py) with
-numpy and the kernel runner imported and the device segments open; over its pipe the
+The daemon never forks (it is multi-threaded: gRPC lives in it). It starts this program at
+start (`python -P -m simnpu.server.units.zygote_main FD`, from
+server/units/kernel_processes.py) in a clean environment (`spawning.clean_environment`:
+nothing of the daemon's reaches a kernel); it imports numpy and the kernel runner and opens
+the device segments the daemon names first on the socket FD; over that socket the
 daemon asks it to fork a kernel process (server/units/kernel_process_main.py) for a unit,
 a grant and a notify area, passing the new process's socket with the request, and how one
 it reaped ended. It never runs user code (docs/kernel-isolation.md).
@@ -27,12 +29,13 @@ from simnpu.server.units.daemon_child import end_with_daemon, ignore_group_signa
 REAP_WAIT_S = 5.0  # how long a kernel process asked about may take to be reaped
 
 
-def main(conn: Connection, device_segments: list[str], scratch_root: str) -> None:
-    """Entry point of the spawned zygote: open the device segments, import what kernels
-    use, then fork a kernel process per request (its scratch directory in `scratch_root`)."""
+def main(conn: Connection) -> None:
+    """The zygote, from the daemon's first message on `conn` (the device segments' names
+    and the scratch root) to its end: open the segments, import what kernels use, then fork
+    a kernel process per request (its scratch directory in the scratch root)."""
     ignore_group_signals()
+    device_segments, scratch_root = conn.recv()
     daemon_pid = end_with_daemon(lambda: shutil.rmtree(scratch_root, True))
-    os.environ["OMP_NUM_THREADS"] = os.environ["OPENBLAS_NUM_THREADS"] = "1"  # one core each
     import numpy  # noqa: F401 - kernels use it: imported once, shared by every fork
 
     import simnpu  # noqa: F401 - the `kernel` decorator kernels import
@@ -109,3 +112,7 @@ def _readable_directories() -> tuple[str, ...]:
 
     places.add(os.path.dirname(os.path.dirname(os.path.abspath(simnpu.server.__file__))))
     return tuple(sorted(places))
+
+
+if __name__ == "__main__":
+    main(Connection(int(sys.argv[1])))

@@ -569,3 +569,162 @@ def test_a_forged_report_ends_only_the_forgers_kernel_process(daemon, attacker, 
     assert out.to_numpy(np.int64)[0] == 7
     assert victim.check() == {"intact": True, "works": True}
     assert "bad report" in daemon.output()
+
+
+# ---- the mapping of its memory -----------------------------------------------------------------
+REMAPS = (
+    f"""
+import ctypes, mmap
+import numpy as np
+from simnpu import kernel
+
+SPAN, OUT, DATA = {SPAN}, {OUT}, {DATA}
+DEVICE_BASE, DEVICE_SPAN = 1 << 47, 1 << 40
+JUNK = b"\\xee" * SPAN
+libc = ctypes.CDLL(None, use_errno=True)
+libc.syscall.restype = ctypes.c_long
+"""
+    + REPORT
+    + '''
+
+def remapped(page, page_offset, victim_offset, how):
+    """The address of device offset `victim_offset` through a remapping of the page at
+    address `page` (device offset `page_offset`) of this process's window."""
+    if how == "mremap":  # a second, larger mapping of the same file pages (old size 0)
+        length = victim_offset - page_offset + mmap.PAGESIZE
+        moved = libc.syscall(25, ctypes.c_void_p(page), 0, ctypes.c_size_t(length), 1)
+        if moved == -1:
+            raise OSError(ctypes.get_errno(), "mremap")
+        return moved + victim_offset - page_offset
+    pgoff = victim_offset // mmap.PAGESIZE  # remap_file_pages: the page shows another one
+    if libc.syscall(216, ctypes.c_void_p(page), mmap.PAGESIZE, 0, ctypes.c_size_t(pgoff), 0):
+        raise OSError(ctypes.get_errno(), "remap_file_pages")
+    return page + victim_offset % mmap.PAGESIZE
+
+
+@kernel("ptr", "ptr", "u64", "u32")
+def remap(ctx, out, bait, victim, how):
+    """Read, then overwrite, the SPAN bytes at device address `victim` through a remapping
+    of the page of `bait` (this kernel's own buffer): how 0 mremap, 1 remap_file_pages."""
+    mine = ctx.gm(out, "uint8", OUT)
+    page = ctx.gm(bait, "uint8", mmap.PAGESIZE).ctypes.data
+    offsets = [(address - DEVICE_BASE) % DEVICE_SPAN for address in (bait, victim)]
+
+    def attempt():
+        there = remapped(page, offsets[0], offsets[1], ("mremap", "remap_file_pages")[how])
+        mine[DATA:] = np.frombuffer(ctypes.string_at(there, SPAN), np.uint8)
+        ctypes.memmove(there, JUNK, SPAN)
+
+    report(ctx, out, attempt)
+'''
+)
+
+
+@pytest.mark.parametrize("how", ["mremap", "remap_file_pages"])
+def test_a_kernel_cannot_remap_its_memory_onto_another_clients(start_daemon, how):
+    """A kernel remaps a page of its own device memory to reach further into the device's
+    segment -- a second, larger mapping (mremap with old size 0) or another file page
+    (remap_file_pages): refused (EPERM), the victim's secret neither read nor changed."""
+    daemon = start_daemon()
+    with client_of(daemon.address) as npu:
+        bait = npu.DeviceBuffer(PAGE)  # first: the victim's block comes after it
+        victim = Victim(daemon.address)
+        try:
+            assert victim.ptr > bait.ptr
+            out = npu.DeviceBuffer(OUT)
+            out.fill(0)
+            module = npu.Module.from_source(REMAPS, "remaps.py")
+            module.function("remap").launch(
+                1, out, bait, victim.ptr, ["mremap", "remap_file_pages"].index(how)
+            )
+            assert synchronize(npu) == 0
+            status, error = (int(value) for value in out.to_numpy(np.int64)[:2])
+            leaked = out.to_numpy().tobytes()
+            assert not [i for i in range(0, SPAN, 8) if victim.secret[i : i + 8] in leaked], (
+                f"the kernel read the victim's secret by {how}"
+            )
+            assert (status, error) == (REFUSED, errno.EPERM), f"{how}: {(status, error)}"
+            assert victim.check() == {"intact": True, "works": True}
+        finally:
+            victim.close()
+
+
+# ---- other processes ---------------------------------------------------------------------------
+ACTS_ON = {
+    "prlimit": "import resource; resource.prlimit(PID, resource.RLIMIT_CPU, (1, 1))",
+    "setpriority": "os.setpriority(os.PRIO_PROCESS, PID, 19)",
+    "sched_setaffinity": "os.sched_setaffinity(PID, {0})",
+    "ioprio_get": """
+        import ctypes
+        libc = ctypes.CDLL(None, use_errno=True)
+        if libc.syscall(252, 1, PID) < 0:
+            raise OSError(ctypes.get_errno(), 'ioprio_get')
+    """,
+}
+
+
+def standing(pid: int) -> tuple:
+    """What the actions of ACTS_ON would change of process `pid`."""
+    import resource
+
+    return (
+        resource.prlimit(pid, resource.RLIMIT_CPU),
+        os.getpriority(os.PRIO_PROCESS, pid),
+        os.sched_getaffinity(pid),
+    )
+
+
+@pytest.mark.parametrize("target", ["daemon", "worker"])
+@pytest.mark.parametrize("action", ACTS_ON)
+def test_a_kernel_cannot_act_on_the_daemon_or_its_workers(daemon, attacker, action, target):
+    """The daemon's pid is no secret (its scratch folder's name holds it); a kernel that
+    sets its CPU limit, priority or affinity, or reads its I/O priority, is refused, and
+    nothing of it changed."""
+    pid = daemon.pid if target == "daemon" else daemon.workers[0]
+    before = standing(pid)
+    code = textwrap.dedent(ACTS_ON[action]).replace("PID", str(pid))
+    assert_refused(attempt(attacker, code), f"{action} on the {target}")
+    assert standing(pid) == before
+    assert daemon.process.poll() is None
+
+
+SECRETS = """
+import ctypes, os, sys
+from simnpu import kernel
+
+
+@kernel("ptr", "u64")
+def secrets(ctx, out, size):
+    \"\"\"Write into out what this process knows of its start: os.environ, sys.argv and the
+    C library's environment (the strings of its initial stack).\"\"\"
+    found = [f"{key}={value}" for key, value in os.environ.items()] + list(sys.argv)
+    table = ctypes.POINTER(ctypes.c_char_p).in_dll(ctypes.CDLL(None), "environ")
+    index = 0
+    while table[index] is not None:
+        found.append(table[index].decode(errors="replace"))
+        index += 1
+    data = "\\n".join(found).encode()[:size]
+    ctx.gm(out, "uint8", len(data))[:] = list(data)
+"""
+
+
+def test_a_kernel_starts_with_a_clean_environment_and_command_line(start_daemon, tmp_path):
+    """The daemon's environment (its token, an autostarting client's variables) and
+    command line (its token file) are nowhere in a kernel's process."""
+    secret = uuid.uuid4().hex
+    token_file = tmp_path / "token"
+    token_file.write_text(uuid.uuid4().hex)
+    daemon = start_daemon(
+        "--token-file", str(token_file), env={"SIMNPU_TOKEN": secret, "MY_SECRET": secret}
+    )
+    size = 1 << 16
+    with client_of(daemon.address) as npu:
+        out = npu.DeviceBuffer(size)
+        out.fill(0)
+        npu.Module.from_source(SECRETS, "secrets.py").function("secrets").launch(1, out, size)
+        assert synchronize(npu) == 0
+        seen = out.to_numpy().tobytes().rstrip(b"\0").decode()
+    assert "PYTHONSAFEPATH=1" in seen  # what the kernel read is its process's environment
+    assert secret not in seen
+    assert str(token_file) not in seen and "--token-file" not in seen
+    assert "MY_SECRET" not in seen

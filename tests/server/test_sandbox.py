@@ -18,7 +18,7 @@ import pytest
 from simnpu.server.units import sandbox
 
 PROBE = """
-import errno, json, os, socket, subprocess, sys, threading
+import ctypes, errno, json, mmap, os, resource, socket, subprocess, sys, threading
 import numpy as np
 from simnpu.server.units import sandbox
 
@@ -54,6 +54,30 @@ attempt("run a program", lambda: subprocess.run(["true"]))
 attempt("signal another process", lambda: os.kill(victim, 0))
 attempt("chmod", lambda: os.chmod(scratch, 0o777))
 attempt("allocate 8 GiB", lambda: np.ones(8 << 30, np.uint8))
+libc = ctypes.CDLL(None, use_errno=True)
+libc.syscall.restype = ctypes.c_long
+
+
+def syscall(number, *args):
+    if libc.syscall(number, *(ctypes.c_long(arg) for arg in args)) < 0:
+        raise OSError(ctypes.get_errno(), f"syscall {number}")
+
+
+attempt("limit another process", lambda: resource.prlimit(victim, resource.RLIMIT_CPU, (1, 1)))
+attempt("read another's limit", lambda: resource.prlimit(victim, resource.RLIMIT_CPU))
+attempt("renice another process", lambda: os.setpriority(os.PRIO_PROCESS, victim, 19))
+attempt("renice a user", lambda: os.setpriority(os.PRIO_USER, 0, 19))
+attempt("pin another process", lambda: os.sched_setaffinity(victim, {0}))
+attempt("read another's I/O priority", lambda: syscall(252, 1, victim))
+attempt("schedule another process", lambda: os.sched_getscheduler(victim))
+attempt("read its own limit", lambda: resource.prlimit(os.getpid(), resource.RLIMIT_CPU))
+attempt("renice itself", lambda: os.setpriority(os.PRIO_PROCESS, 0, 1))
+attempt("read its own affinity", lambda: os.sched_getaffinity(0))
+attempt("read its own I/O priority", lambda: syscall(252, 1, 0))
+pages = mmap.mmap(-1, 2 * mmap.PAGESIZE)
+address = ctypes.addressof(ctypes.c_char.from_buffer(pages))
+attempt("remap its pages", lambda: syscall(25, address, 0, 4 * mmap.PAGESIZE, 1))
+attempt("remap file pages", lambda: syscall(216, address, mmap.PAGESIZE, 0, 1, 0))
 out["numpy"] = float(np.add(np.ones(4), np.ones(4)).sum())
 thread = threading.Thread(target=lambda: out.__setitem__("thread", "ran"))
 thread.start()
@@ -98,6 +122,13 @@ def test_what_a_sandboxed_process_keeps(probe):
     assert out["write in scratch"] == "allowed"
     assert (tmp_path / "scratch" / "out").read_text() == "ok"
     assert out["allocate 8 GiB"] == "MemoryError"  # RLIMIT_AS
+    for action in (
+        "read its own limit",
+        "renice itself",
+        "read its own affinity",
+        "read its own I/O priority",
+    ):
+        assert out[action] == "allowed", (action, out)
 
 
 @pytest.mark.skipif(sandbox.landlock_abi() < 1, reason="the kernel has no Landlock")
@@ -124,6 +155,15 @@ def test_sockets_processes_and_signals_are_refused(probe):
         "run a program",
         "signal another process",
         "chmod",
+        "limit another process",
+        "read another's limit",
+        "renice another process",
+        "renice a user",
+        "pin another process",
+        "read another's I/O priority",
+        "schedule another process",
+        "remap its pages",
+        "remap file pages",
     ):
         assert out[action] == "EPERM", (action, out)
 

@@ -489,7 +489,8 @@ class Session:
         self.outbox.put(CLOSED)
 
     def close(self, on_closed: Callable[[Session], None]) -> None:
-        """The client is gone: drop its queued work, wait for what is running, free all."""
+        """The client is gone: drop its queued work, end its own kernels, wait for the rest
+        of what is running (built-in kernels, copies: bounded), free all."""
         if self.owner.closed:
             return
         self.owner.closed = True
@@ -503,6 +504,8 @@ class Session:
                 self.daemon.jobs.session_closed(self)
             for stream in streams:
                 scheduler.drop_pending(stream)
+            # its own kernels may run for ever (aclrtSetOpExecuteTimeOut): they end now
+            self.daemon.kernels.end_owner(self.id, running_too=True)
             for task in list(self.owner.waiting_callbacks.values()):  # nobody is left to run them
                 task.returned(scheduler)
             self.owner.waiting_callbacks.clear()

@@ -61,6 +61,7 @@ class KernelProcess:
         "busy",
         "conn",
         "doomed",
+        "ended_because",
         "generation",
         "hung_up",
         "loaded",
@@ -81,6 +82,7 @@ class KernelProcess:
         self.busy = False  # it runs a batch
         self.doomed = False  # memory it maps was freed: it ends after its batch
         self.hung_up = False  # its socket was found closed: it is exiting by itself
+        self.ended_because: str | None = None  # the daemon killed it while it ran a batch
         self.conn = conn
         self.pid = pid
         self.pidfd = pidfd
@@ -296,16 +298,21 @@ class KernelProcesses:
             if process.doomed:
                 self._end((process.owner.id, process.unit))
 
-    def end_owner(self, owner_id: int) -> None:
-        """A client is gone, or closed an IPC import: end its kernel processes -- those
-        running a batch once it is done (its session's are cancelled, docs/architecture.md)."""
+    def end_owner(self, owner_id: int, *, running_too: bool = False) -> None:
+        """A client closed an IPC import: end its kernel processes -- those running a batch
+        once it is done. `running_too`: the client is gone, and a process running a batch
+        is killed now (a client may have let its kernels run for ever,
+        aclrtSetOpExecuteTimeOut): its unit reports it lost and is free at once."""
         with self.lock:
             for key, process in list(self._by_key.items()):
                 if key[0] == owner_id:
-                    if process.busy:
-                        process.doomed = True
-                    else:
+                    if not process.busy:
                         self._end(key)
+                        continue
+                    process.doomed = True
+                    if running_too:
+                        process.ended_because = "was ended with its client's session"
+                        process.kill()  # the executor reads its end, then `lost` ends it
 
     def lost(self, process: KernelProcess) -> str:
         """`process` died, is stuck or misbehaved: end it, say how it ended. Blocks until
@@ -314,6 +321,8 @@ class KernelProcesses:
             key = (process.owner.id, process.unit)
             if self._by_key.get(key) is process:
                 self._end(key)
+            if process.ended_because is not None:
+                return process.ended_because
             try:
                 status = self._ask(("ended", process.pid))[1]
             except OSError:  # the zygote died with it: that is how it ended

@@ -32,6 +32,7 @@ from multiprocessing.connection import Connection
 from typing import TYPE_CHECKING, Any
 
 from simnpu.server.core.unit_protocol import Grant, PageSpan
+from simnpu.server.units import kernel_bounds
 from simnpu.server.units.spawning import clean_environment
 
 if TYPE_CHECKING:
@@ -292,10 +293,16 @@ class KernelProcesses:
 
     def batch_done(self, process: KernelProcess) -> None:
         """`process` reported its batch: it is idle, or ends now if memory it maps was freed
-        meanwhile."""
+        meanwhile or its kernel left threads running (the next batch gets a new one)."""
         with self.lock:
             process.busy = False
             if process.doomed:
+                self._end((process.owner.id, process.unit))
+            elif kernel_bounds.threads_of(process.pid) > 1:  # its kernel left threads running
+                log.info(
+                    "the kernel process of %r left threads running after its batch; ending it",
+                    process.owner,
+                )
                 self._end((process.owner.id, process.unit))
 
     def end_owner(self, owner_id: int, *, running_too: bool = False) -> None:
@@ -324,9 +331,11 @@ class KernelProcesses:
             if process.ended_because is not None:
                 return process.ended_because
             try:
-                status = self._ask(("ended", process.pid))[1]
+                _, status, breached = self._ask(("ended", process.pid))
             except OSError:  # the zygote died with it: that is how it ended
                 return "ended with the kernel zygote"
+        if breached is not None:
+            return f"was killed by its zygote: it {breached}"
         return describe_status(status)
 
     @property

@@ -7,7 +7,9 @@ nothing of the daemon's reaches a kernel); it imports numpy and the kernel runne
 the device segments the daemon names first on the socket FD; over that socket the
 daemon asks it to fork a kernel process (server/units/kernel_process_main.py) for a unit,
 a grant and a notify area, passing the new process's socket with the request, and how one
-it reaped ended. It never runs user code (docs/kernel-isolation.md).
+it reaped ended. It looks at its kernel processes every `kernel_bounds.WATCH_S` and kills
+one over a bound of threads or scratch files (server/units/kernel_bounds.py). It never runs
+user code (docs/kernel-isolation.md).
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from multiprocessing.connection import Connection
 import posix_ipc
 
 from simnpu.server.core.unit_protocol import DAEMON_GONE
-from simnpu.server.units import kernel_process_main, sandbox
+from simnpu.server.units import kernel_bounds, kernel_process_main, sandbox
 from simnpu.server.units.daemon_child import end_with_daemon, ignore_group_signals
 
 REAP_WAIT_S = 5.0  # how long a kernel process asked about may take to be reaped
@@ -43,6 +45,8 @@ def main(conn: Connection) -> None:
     memories = [posix_ipc.SharedMemory(name) for name in device_segments]
     readable = _readable_directories()
     ended: dict[int, int] = {}  # pid -> wait status, of kernel processes reaped
+    living: set[int] = set()  # kernel processes not reaped yet
+    breached: dict[int, str] = {}  # pid -> why it was killed, of those over a bound
 
     def reap(signum: int, frame: object) -> None:
         while True:
@@ -53,14 +57,28 @@ def main(conn: Connection) -> None:
             if pid == 0:
                 return
             ended[pid] = status
+            living.discard(pid)
             shutil.rmtree(os.path.join(scratch_root, str(pid)), True)
             while len(ended) > 4096:
                 del ended[next(iter(ended))]
+            while len(breached) > 4096:
+                del breached[next(iter(breached))]
+
+    def watch() -> None:
+        """Kill every kernel process over a bound of kernel_bounds."""
+        for pid in list(living):
+            why = kernel_bounds.breach(pid, os.path.join(scratch_root, str(pid)))
+            if why is not None and pid not in breached:
+                breached[pid] = why
+                os.kill(pid, signal.SIGKILL)  # (a child not reaped yet: its pid is its own)
 
     signal.signal(signal.SIGCHLD, reap)
     conn.send(("ready", sandbox.unavailable()))
     while True:
         try:
+            if living and not conn.poll(kernel_bounds.WATCH_S):
+                watch()
+                continue
             request = conn.recv()
         except DAEMON_GONE:  # the daemon died (SIGKILL): its death signal may come too late
             shutil.rmtree(scratch_root, True)  # to clean up before this process has ended
@@ -90,6 +108,7 @@ def main(conn: Connection) -> None:
                 finally:
                     os._exit(code)
             os.close(sock)
+            living.add(pid)
             pidfd = os.pidfd_open(pid)
             conn.send(("forked", pid))
             reduction.send_handle(conn, pidfd, daemon_pid)
@@ -100,7 +119,7 @@ def main(conn: Connection) -> None:
             while pid not in ended and time.monotonic() < deadline:
                 reap(signal.SIGCHLD, None)
                 time.sleep(0.005)
-            conn.send(("ended", ended.pop(pid, None)))
+            conn.send(("ended", ended.pop(pid, None), breached.pop(pid, None)))
 
 
 def _readable_directories() -> tuple[str, ...]:

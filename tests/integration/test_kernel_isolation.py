@@ -728,3 +728,89 @@ def test_a_kernel_starts_with_a_clean_environment_and_command_line(start_daemon,
     assert secret not in seen
     assert str(token_file) not in seen and "--token-file" not in seen
     assert "MY_SECRET" not in seen
+
+
+# ---- what a kernel leaves behind ---------------------------------------------------------------
+LEAVERS = '''
+import os, threading, time
+from simnpu import kernel
+
+
+@kernel()
+def many_threads(ctx):
+    """Start 200 threads that sleep, then wait: over the bound of threads at once."""
+    threading.stack_size(256 << 10)
+    for _ in range(200):
+        threading.Thread(target=time.sleep, args=(30,), daemon=True).start()
+    time.sleep(30)
+
+
+@kernel()
+def burners(ctx):
+    """Leave three threads burning CPU behind, and return."""
+    def burn():
+        while True:
+            pass
+    for _ in range(3):
+        threading.Thread(target=burn, daemon=True).start()
+
+
+@kernel("u32", "u32")
+def scratch_files(ctx, count, mib):
+    """Write `count` files of `mib` MiB each (each under the cap of one file) in its
+    scratch folder, then wait."""
+    block = os.urandom(1 << 20)
+    for index in range(count):
+        with open(f"file{index}", "wb") as out:
+            for _ in range(mib):
+                out.write(block)
+    time.sleep(30)
+'''
+
+
+def own_kernel_processes(daemon) -> list[int]:
+    """The daemon's kernel processes (its zygote's children)."""
+    from conftest import children_of, descendants
+
+    return sorted(set(descendants(daemon.pid)) - set(children_of(daemon.pid)))
+
+
+@pytest.mark.parametrize(
+    "kernel, args, why",
+    [
+        ("many_threads", (), "it started"),
+        ("scratch_files", (3, 100), "it wrote over 256 MiB in its scratch folder"),
+        ("scratch_files", (5000, 0), "it made over 4096 files in its scratch folder"),
+    ],
+    ids=["threads", "scratch bytes", "scratch files"],
+)
+def test_a_kernel_over_a_bound_is_ended(daemon, attacker, victim, kernel, args, why):
+    """A kernel that starts too many threads at once, or fills its scratch folder past its
+    total, has its process killed by its zygote: its launch fails with 507015, the daemon's
+    log says why, its scratch folder is gone, and its client's next launch and the victim's
+    work are unaffected."""
+    module = attacker.Module.from_source(LEAVERS, "leavers.py")
+    module.function(kernel).launch(1, *args)
+    assert synchronize(attacker) == codes.ACL_ERROR_RT_AICORE_EXCEPTION
+    assert f"was killed by its zygote: {why}" in daemon.output()
+    assert daemon.scratch_directories() and not os.listdir(daemon.scratch_directories()[0])
+    out = attacker.DeviceBuffer(OUT)
+    marks = attacker.Module.from_source(MEMORY_ATTACKS, "attacks.py")
+    marks.function("mark").launch(1, out)
+    assert synchronize(attacker) == 0, "the attacker's next launch failed"
+    assert out.to_numpy(np.int64)[0] == 7
+    assert victim.check() == {"intact": True, "works": True}
+
+
+def test_threads_a_kernel_leaves_running_end_with_its_process(daemon, attacker, victim):
+    """A kernel that returns leaving threads that burn CPU: its launch succeeds, and its
+    process is ended once the batch is done (the next launch gets a new one)."""
+    module = attacker.Module.from_source(LEAVERS, "leavers.py")
+    before = set(own_kernel_processes(daemon))
+    module.function("burners").launch(1)
+    assert synchronize(attacker) == 0
+    deadline = time.monotonic() + 30
+    while set(own_kernel_processes(daemon)) - before:
+        assert time.monotonic() < deadline, "the process of the burners' kernel still runs"
+        time.sleep(0.02)
+    assert victim.check() == {"intact": True, "works": True}

@@ -38,6 +38,7 @@ PROTOCOL = {  # what the daemon and a process it starts may share, and why
     "simnpu.server.units.report_codec": "what a kernel process reports, encoded and checked",
     "simnpu.server.hccl.gloo_exchange_protocol": "the steps an exchange process runs, its reports",
     "simnpu.server.units.gc_tuning": "the collector tuning each process applies to itself",
+    "simnpu.server.units.kernel_bounds": "what a kernel process may hold, counted from outside",
 }
 
 

@@ -12,6 +12,7 @@ from simnpu.proto import codes, service
 from simnpu.proto.observe import parse_checks
 from simnpu.server.control import daemon_config as environment
 from simnpu.server.control.daemon_config import DaemonConfig
+from simnpu.server.core.reserves import parse_reserves
 from simnpu.server.memory.quotas import parse_limit
 from simnpu.shm.sizes import parse_size
 
@@ -157,6 +158,17 @@ def _serve_parser(sub) -> None:
         f"{codes.MAX_EVENTS_PER_DEVICE} of them (default: %(default)s)",
     )
     p.add_argument(
+        "--reserve",
+        action="append",
+        default=[],
+        metavar="KIND=N",
+        help="keep the last N of a resource for processes that start: a process holding "
+        "more than an eighth of the reserve cannot take from it (KIND: memory (SIZE or "
+        "PERCENT of each device's), sessions, streams, events, notifies, cnt_notifies; "
+        "default: memory=6.25%%, sessions=8, streams=64, events=1024, notifies=256, "
+        "cnt_notifies=256; 0 keeps none; docs/security.md)",
+    )
+    p.add_argument(
         "--log-level",
         default=env("SIMNPU_LOG_LEVEL", "INFO"),
         metavar="LEVEL",
@@ -210,6 +222,7 @@ def serve(args) -> int:
     listen = args.listen or environment.environment_listen()
     try:
         memory_limit = parse_limit(args.memory_limit, args.memory)
+        reserves = parse_reserves(args.reserve, args.memory)
         checks = parse_checks(args.check)
         for address in listen:
             _check_address(address)
@@ -240,6 +253,7 @@ def serve(args) -> int:
         hello_timeout_s=args.hello_timeout,
         max_sessions_per_peer=args.max_sessions_per_peer,
         advertise=advertise,
+        reserves=reserves,
     )
     try:
         daemon = Daemon(config)

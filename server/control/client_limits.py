@@ -12,9 +12,10 @@ every client shares, and what all clients of a device may hold together.
     kernel modules  the source of one (--max-module-size): 100003, checked by the parse,
                     whose child process it also bounds (server/kernels/discovery.py)
 
-A client's device memory has its own limit, which the client may lower (--memory-limit,
-server/memory/quotas.py); notifies and count notifies are counted per device by their tables
-(server/core/notifies.py, cnt_notifies.py).
+Of sessions, streams and events -- as of device memory, notifies and count notifies, which
+their own modules count -- the last few are kept for processes that start
+(server/core/reserves.py, --reserve). A client's device memory has its own limit too, which
+the client may lower (--memory-limit, server/memory/quotas.py).
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from simnpu.proto.errors import NpuError
 
 if TYPE_CHECKING:
     from simnpu.server.control.daemon_config import DaemonConfig
+    from simnpu.server.core.reserves import Reserve
     from simnpu.server.core.streams import Context
 
 
@@ -35,13 +37,16 @@ class _Counted:
     the option that says so), what a device has for all of its clients, the code past
     either, and the count of each device (under ClientLimits' lock)."""
 
-    def __init__(self, what: str, limit: int, flag: str, per_device: int, code: int, devices: int):
+    def __init__(
+        self, what: str, limit: int, flag: str, per_device: int, code: int, reserves: list[Reserve]
+    ):
         self.what = what
         self.limit = limit
         self.flag = flag
         self.per_device = per_device
         self.code = code
-        self.counts = [0] * devices
+        self.reserves = reserves  # of each device
+        self.counts = [0] * len(reserves)
 
 
 class ClientLimits:
@@ -52,13 +57,18 @@ class ClientLimits:
         self._config = config
         self.module_bytes = config.max_module_bytes  # a kernel module's source, at most
         self._lock = threading.Lock()
+        reserves = config.reserves
+        self._sessions = reserves.of("sessions", "sessions of the daemon", config.max_sessions)
         self._streams = _Counted(
             "streams",
             config.max_streams_per_client,
             "--max-streams-per-client",
             codes.MAX_STREAMS_PER_DEVICE,
             codes.ACL_ERROR_RT_NO_STREAM_RESOURCE,
-            config.devices,
+            [
+                reserves.of("streams", f"streams of device {d}", codes.MAX_STREAMS_PER_DEVICE)
+                for d in range(config.devices)
+            ],
         )
         self._events = _Counted(
             "events",
@@ -66,7 +76,10 @@ class ClientLimits:
             "--max-events-per-client",
             codes.MAX_EVENTS_PER_DEVICE,
             codes.ACL_ERROR_RT_NO_EVENT_RESOURCE,
-            config.devices,
+            [
+                reserves.of("events", f"events of device {d}", codes.MAX_EVENTS_PER_DEVICE)
+                for d in range(config.devices)
+            ],
         )
 
     def session_refused(self, sessions: int, held: int, peer: str) -> str | None:
@@ -80,7 +93,7 @@ class ClientLimits:
                 f"{peer} already holds {held} sessions, the most one client may "
                 f"(--max-sessions-per-peer {config.max_sessions_per_peer})"
             )
-        return None
+        return self._sessions.refuses(held, sessions)
 
     def add_stream(self, contexts: list[Context], device: int) -> None:
         """A client whose contexts are `contexts` makes a stream on `device`; 207008 past the
@@ -120,4 +133,7 @@ class ClientLimits:
                     kind.code,
                     f"device {device} has all of its {kind.per_device} {kind.what} in use",
                 )
+            refused = kind.reserves[device].refuses(held, kind.counts[device])
+            if refused is not None:
+                raise NpuError(kind.code, refused)
             kind.counts[device] += 1

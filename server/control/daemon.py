@@ -56,9 +56,9 @@ class Daemon:
         self.devices: list[DeviceWithMemory] = []
         self.ipc = IpcMemory(self.devices)  # exported device memory (aclrtIpcMem*)
         self.shareable = ShareableMemory()  # exported physical memory (aclrtMemExport...)
-        self.notifies = Notifies()  # notifies, exported ones by key
+        self.notifies = Notifies(config.reserves)  # notifies, exported ones by key
         self.ipc_events = IpcEvents()  # exported IPC events by handle
-        self.cnt_notifies = CntNotifies()  # count notifies' ids
+        self.cnt_notifies = CntNotifies(config.reserves)  # count notifies' ids
         self.sessions: dict[int, Session] = {}
         self.peers = (
             Peers()
@@ -132,6 +132,7 @@ class Daemon:
                         index * units_per_device,
                         host,
                         windows,
+                        self.config.reserves,
                     )
                 )
             units = [unit for device in self.devices for unit in device.all_units()]

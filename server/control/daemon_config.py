@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import os
 import socket
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
-from simnpu.proto import service
+from simnpu.proto import codes, service
+from simnpu.server.core.cnt_notifies import MAX_CNT_NOTIFIES_PER_DEVICE
+from simnpu.server.core.notifies import MAX_NOTIFIES_PER_DEVICE
+from simnpu.server.core.reserves import Reserves
 from simnpu.shm.addresses import MAX_MEMORY
 
 
@@ -35,6 +38,7 @@ class DaemonConfig:
     hello_timeout_s: float = 10.0  # --hello-timeout: a session silent this long is ended
     max_sessions_per_peer: int = 16  # --max-sessions-per-peer (server/control/credentials.py)
     advertise: str | None = None  # --advertise: this daemon's address for its peer daemons
+    reserves: Reserves = field(default_factory=Reserves)  # --reserve (server/core/reserves.py)
 
     def validate(self) -> None:
         if self.devices < 1:
@@ -61,6 +65,18 @@ class DaemonConfig:
                 f"--max-sessions-per-peer must be from 1 to {self.max_sessions} "
                 "(the daemon's session limit)"
             )
+        reserves = self.reserves
+        for kind, kept, capacity in (
+            ("sessions", reserves.sessions, self.max_sessions),
+            ("streams", reserves.streams, codes.MAX_STREAMS_PER_DEVICE),
+            ("events", reserves.events, codes.MAX_EVENTS_PER_DEVICE),
+            ("notifies", reserves.notifies, MAX_NOTIFIES_PER_DEVICE),
+            ("cnt_notifies", reserves.cnt_notifies, MAX_CNT_NOTIFIES_PER_DEVICE),
+        ):
+            if not 0 <= kept < capacity:
+                raise ValueError(f"--reserve {kind}= must be from 0 to {capacity - 1}")
+        if not 0 <= reserves.memory_share <= 0.5:
+            raise ValueError("--reserve memory= must be at most half of a device's memory")
         tcp = any(service.parse_address(a).path is None for a in self.listen)
         if tcp and not self.token:
             raise ValueError(

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 
 from simnpu.proto import codes
 from simnpu.proto.errors import NpuError, invalid
+from simnpu.server.core.reserves import Reserves
 
 if TYPE_CHECKING:
     from simnpu.server.core.streams import Stream
@@ -32,6 +33,7 @@ class CntNotify:
     id: int  # aclrtCntNotifyGetId: unique among the device's live count notifies
     count: int = 0
     waiting: list[Stream] = field(default_factory=list)  # streams whose head waits on it
+    creator: int = 0  # the id of the client that created it
 
 
 def recorded(count: int, mode: int, value: int) -> int:
@@ -61,12 +63,16 @@ def satisfied(count: int, mode: int, value: int) -> bool:
 class CntNotifies:
     """The daemon's count notifies: the ids in use on each device. Thread-safe."""
 
-    def __init__(self) -> None:
+    def __init__(self, reserves: Reserves | None = None) -> None:
         self._lock = threading.Lock()
         self._ids: dict[int, set[int]] = {}  # device -> ids in use
+        self._held: dict[tuple[int, int], int] = {}  # (creator, device) -> its count notifies
+        self._reserves = reserves or Reserves()
 
-    def create(self, device: int, flags: int) -> CntNotify:
-        """aclrtCntNotifyCreate (flag reserved: 0); 207009 past the device's count notifies."""
+    def create(self, creator: int, device: int, flags: int) -> CntNotify:
+        """aclrtCntNotifyCreate by client `creator` (flag reserved: 0); 207009 past the
+        device's count notifies, or the last of them kept for other processes
+        (server/core/reserves.py)."""
         if flags != 0:
             raise invalid(f"count notify flag {flags:#x}: it is reserved and must be 0")
         with self._lock:
@@ -76,11 +82,24 @@ class CntNotifies:
                     codes.ACL_ERROR_RT_NO_NOTIFY_RESOURCE,
                     f"device {device} has its {MAX_CNT_NOTIFIES_PER_DEVICE} count notifies in use",
                 )
+            held = self._held.get((creator, device), 0)
+            reserve = self._reserves.of(
+                "cnt_notifies", f"count notifies of device {device}", MAX_CNT_NOTIFIES_PER_DEVICE
+            )
+            refused = reserve.refuses(held, len(ids))
+            if refused is not None:
+                raise NpuError(codes.ACL_ERROR_RT_NO_NOTIFY_RESOURCE, refused)
             number = next(n for n in range(len(ids) + 1) if n not in ids)
             ids.add(number)
-        return CntNotify(device, number)
+            self._held[creator, device] = held + 1
+        return CntNotify(device, number, creator=creator)
 
     def release(self, notify: CntNotify) -> None:
         """aclrtCntNotifyDestroy (or its session ended): its id is free again."""
         with self._lock:
-            self._ids[notify.device].discard(notify.id)
+            if notify.id in self._ids[notify.device]:
+                self._ids[notify.device].discard(notify.id)
+                mine = (notify.creator, notify.device)
+                self._held[mine] -= 1
+                if not self._held[mine]:
+                    del self._held[mine]

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING
 
 from simnpu.proto import codes
 from simnpu.proto.errors import NpuError, invalid
+from simnpu.server.core.reserves import Reserves
 
 if TYPE_CHECKING:
     from simnpu.server.core.owner import Owner
@@ -60,23 +61,35 @@ class Notifies:
     """The daemon's notifies: how many each device has, and the exported ones by key.
     Thread-safe (sessions call it from their own threads)."""
 
-    def __init__(self) -> None:
+    def __init__(self, reserves: Reserves | None = None) -> None:
         self._lock = threading.Lock()
         self._counts: dict[int, int] = {}  # device -> its notifies
+        self._held: dict[tuple[int, int], int] = {}  # (creator's id, device) -> its notifies
+        self._reserves = reserves or Reserves()
         self._exports: dict[str, Notify] = {}
         self._numbers = itertools.count(1)
 
     def create(self, owner: Owner, device: int, flags: int) -> Notify:
-        """aclrtCreateNotify; 207009 past the device's notifies."""
+        """aclrtCreateNotify; 207009 past the device's notifies, or the last of them kept
+        for other processes (server/core/reserves.py)."""
         if flags not in CREATE_FLAGS:
             raise invalid(f"notify flags {flags:#x}: use ACL_NOTIFY_DEFAULT or _DEVICE_USE_ONLY")
         with self._lock:
-            if self._counts.get(device, 0) >= MAX_NOTIFIES_PER_DEVICE:
+            in_use = self._counts.get(device, 0)
+            if in_use >= MAX_NOTIFIES_PER_DEVICE:
                 raise NpuError(
                     codes.ACL_ERROR_RT_NO_NOTIFY_RESOURCE,
                     f"device {device} has its {MAX_NOTIFIES_PER_DEVICE} notifies in use",
                 )
-            self._counts[device] = self._counts.get(device, 0) + 1
+            held = self._held.get((owner.id, device), 0)
+            reserve = self._reserves.of(
+                "notifies", f"notifies of device {device}", MAX_NOTIFIES_PER_DEVICE
+            )
+            refused = reserve.refuses(held, in_use)
+            if refused is not None:
+                raise NpuError(codes.ACL_ERROR_RT_NO_NOTIFY_RESOURCE, refused)
+            self._counts[device] = in_use + 1
+            self._held[owner.id, device] = held + 1
         return Notify(device, owner, flags)
 
     def release(self, notify: Notify) -> None:
@@ -85,6 +98,10 @@ class Notifies:
             notify.holders -= 1
             if notify.holders == 0:
                 self._counts[notify.device] -= 1
+                mine = (notify.creator.id, notify.device)
+                self._held[mine] -= 1
+                if not self._held[mine]:
+                    del self._held[mine]
                 if notify.key is not None:
                     self._exports.pop(notify.key, None)
 

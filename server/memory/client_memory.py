@@ -59,7 +59,9 @@ class ClientMemory:
         """aclrtMalloc on `device` under this client's limit: the new block's address."""
         if size <= 0:
             raise NpuError(codes.ACL_ERROR_INVALID_PARAM, f"cannot allocate {size} bytes")
-        address = device.allocate(size, policy, self.owner, self.limits.of(device.index))
+        address = device.allocate(
+            size, policy, self.owner, self.limits.of(device.index), keep_reserve=True
+        )
         self.allocations[address] = device.index
         self.owner.memory_generation += 1  # after the block is listed: see kernel_grant
         return address

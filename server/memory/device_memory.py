@@ -17,6 +17,7 @@ from typing import Protocol
 from simnpu.proto.errors import NpuMemoryError
 from simnpu.server.core.device import Device
 from simnpu.server.core.owner import Owner
+from simnpu.server.core.reserves import Reserves
 from simnpu.server.core.untrusted import escaped
 from simnpu.server.memory.host_memory import HostMemory, committed_failure
 from simnpu.server.memory.virtual_memory import ReservedSpace
@@ -61,6 +62,7 @@ class DeviceWithMemory(Device):
         first_core_id: int,
         host: HostMemory,
         windows: WindowTable | None = None,
+        reserves: Reserves | None = None,
     ):
         region = Region.create(segment_name(f"dev{index}"), memory_bytes, device=True)
         super().__init__(index, region, ai_cores, copy_engines, first_core_id)
@@ -72,18 +74,40 @@ class DeviceWithMemory(Device):
         self.allocator = DeviceAllocator(memory_bytes, align=mmap.PAGESIZE)  # blocks own pages
         self.lock = threading.Lock()  # guards the allocator: sessions allocate concurrently
         self.kernels: BlockMappers | None = None  # the daemon's kernel processes, once they run
+        # the last of its memory, kept for processes that start (server/core/reserves.py)
+        self.reserve = (reserves or Reserves()).memory(index, self.allocator.capacity)
 
     @property
     def capacity(self) -> int:
         return self.allocator.capacity
 
-    def allocate(self, size: int, policy: int, owner: object, limit: int | None = None) -> int:
+    def allocate(
+        self,
+        size: int,
+        policy: int,
+        owner: object,
+        limit: int | None = None,
+        keep_reserve: bool = False,
+    ) -> int:
         """aclrtMalloc on this device: the device address of a new allocation, its pages
-        committed. `limit` caps what `owner` may have reserved in all (its memory quota).
-        Blocks while the pages are committed (outside the device's lock)."""
+        committed. `limit` caps what `owner` may have reserved in all (its memory quota);
+        `keep_reserve`: a client's block, which may not take the device's reserve from
+        other processes (server/core/reserves.py). Blocks while the pages are committed
+        (outside the device's lock)."""
         with self.lock:
             try:
-                allocation = self.allocator.allocate(size, policy, owner, limit)
+                allocator = self.allocator
+                ceiling = None
+                if keep_reserve and self.reserve.kept:
+                    ceiling = self.reserve.ceiling(
+                        allocator.used_by(owner), allocator.capacity - allocator.free_bytes
+                    )
+                if ceiling is None or (limit is not None and limit <= ceiling):
+                    allocation = allocator.allocate(size, policy, owner, limit)
+                elif size > allocator.largest_free_block:  # it fits nowhere: as if no reserve,
+                    allocation = allocator.allocate(size, policy, owner, limit)  # for its report
+                else:
+                    allocation = self._allocate_outside_reserve(size, policy, owner, ceiling)
                 try:
                     self.host.check(allocation.reserved)
                 except NpuMemoryError:
@@ -106,6 +130,21 @@ class DeviceWithMemory(Device):
             log.info("%r: %s", owner, escaped(failure.message))
             raise failure from None
         return device_address(self.index, allocation.offset)
+
+    def _allocate_outside_reserve(
+        self, size: int, policy: int, owner: object, ceiling: int
+    ) -> Allocation:
+        """allocator.allocate with what the reserve leaves `owner` as its limit; refused
+        with 207001 and the reserve's reason (caller holds the lock)."""
+        try:
+            return self.allocator.allocate(size, policy, owner, ceiling)
+        except NpuMemoryError as error:
+            allocator = self.allocator
+            held, in_use = allocator.used_by(owner), allocator.capacity - allocator.free_bytes
+            why = self.reserve.refuses(held, in_use, size)
+            if why is None:
+                raise
+            raise NpuMemoryError(f"cannot allocate {size} bytes: {why}") from error
 
     def free(self, address: int) -> Allocation:
         """aclrtFree on this device (and every other way a block goes back). Kernel

@@ -218,7 +218,9 @@ class VirtualMemory:
         """aclrtMallocPhysical: a block of `size` bytes (rounded up to the granularity), its
         pages committed, under this client's limit."""
         size = _align_up(size, granularity(mem_attr))
-        address = device.allocate(size, _POLICY, self.owner, self._limits.of(device.index))
+        address = device.allocate(
+            size, _POLICY, self.owner, self._limits.of(device.index), keep_reserve=True
+        )
         physical = Physical(device.index, address, size, mem_attr, self.owner)
         self.hold(physical)
         return physical

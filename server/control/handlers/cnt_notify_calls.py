@@ -26,7 +26,7 @@ def create(
 ) -> pb.CntNotifyCreateReply:
     """aclrtCntNotifyCreate on the context's device; 207009 past the device's count notifies."""
     context = session.context(request.context)
-    notify = session.daemon.cnt_notifies.create(context.device, request.flags)
+    notify = session.daemon.cnt_notifies.create(session.owner.id, context.device, request.flags)
     handle = session.handles.add(notify, HandleKind.CNT_NOTIFY)
     return pb.CntNotifyCreateReply(cnt_notify=handle, id=notify.id)
 

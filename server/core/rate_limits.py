@@ -1,6 +1,6 @@
 """Rates a client cannot exceed, however fast it calls: a token bucket (`TokenBucket`), and
-the daemon's log lines about one client (`ClientLog`), which a burst of and then a steady
-rate of pass, the rest counted and reported in one later line (docs/client-bounds.md).
+the daemon's log lines about one client (`ClientLog`): a burst, then a steady rate; the
+rest are counted and reported in one later line (docs/client-bounds.md).
 
 Not launches, copies or collectives: what a client asks the device to do is bounded by
 its streams and its memory, not by a rate. Module loads have a bucket of their own

@@ -30,11 +30,10 @@ from typing import TypeVar
 from simnpu.proto import codes
 from simnpu.proto.errors import NpuError
 from simnpu.server.core.rate_limits import TokenBucket
+from simnpu.server.kernels.discovery import SMALL_MODULE  # (and parsed at a higher priority)
 
 LOAD_OVERHEAD = 16 << 10
 """Bytes a load costs besides its source: the parser's start costs as much as parsing this."""
-SMALL_MODULE = 64 << 10
-"""A module of at most this many bytes may take the slot that large ones may not."""
 REMEMBERED = 1024
 """Clients whose last turn the queue remembers (a client it forgot is served as a newcomer)."""
 MAX_LOAD_WAIT_S = 30.0

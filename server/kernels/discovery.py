@@ -32,6 +32,11 @@ PARSE_MEMORY_PER_BYTE = 512  # ... this much per byte of the largest module acce
 PARSE_CPU_BASE_S = 10  # its CPU time: this, plus ...
 PARSE_CPU_PER_BYTE_S = 30e-6  # ... this much per byte of the largest module accepted
 
+SMALL_MODULE = 64 << 10
+"""A module of more bytes is parsed at LARGE_PARSE_NICE: beside it, a small one's parse
+(mostly the parser's start) gets the CPU first."""
+LARGE_PARSE_NICE = 10
+
 PARSE_MAIN = "simnpu.server.kernels.parse_main"  # the child that parses (never imported here)
 
 log = logging.getLogger("simnpu.kernels")
@@ -60,11 +65,12 @@ def discover(
     Blocks the calling thread (not the GIL) until the parse ends; NpuError(100003) if the
     module is larger than `max_bytes` or cannot be parsed. What a parser that failed said
     goes to `warn(format, *args)` (a client's rate-limited log, from the session)."""
-    module_size(source, filename, max_bytes)
+    size = module_size(source, filename, max_bytes)
     memory = PARSE_MEMORY_BASE + PARSE_MEMORY_PER_BYTE * max_bytes
     cpu_s = PARSE_CPU_BASE_S + round(PARSE_CPU_PER_BYTE_S * max_bytes)
+    nice = LARGE_PARSE_NICE if size > SMALL_MODULE else 0
     child = subprocess.run(
-        [sys.executable, "-P", "-m", PARSE_MAIN, str(memory), str(cpu_s)],
+        [sys.executable, "-P", "-m", PARSE_MAIN, str(memory), str(cpu_s), str(nice)],
         input=json.dumps([filename, source]).encode(),
         capture_output=True,
         check=False,

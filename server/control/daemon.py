@@ -23,12 +23,14 @@ from simnpu.proto.kernel_abi import discover_kernels
 from simnpu.server.control.client_limits import ClientLimits
 from simnpu.server.control.credentials import Peer, Peers
 from simnpu.server.control.daemon_config import DaemonConfig
+from simnpu.server.control.module_loads import ModuleLoads
 from simnpu.server.control.service import NpuServicer
 from simnpu.server.control.session import CLOSED, Session
 from simnpu.server.core.cnt_notifies import CntNotifies
 from simnpu.server.core.functions import Binary
 from simnpu.server.core.ipc_events import IpcEvents
 from simnpu.server.core.notifies import Notifies
+from simnpu.server.core.rate_limits import ClientLog
 from simnpu.server.core.scheduler import Scheduler
 from simnpu.server.hccl.collectives import Collectives
 from simnpu.server.hccl.daemon_links import SERVER_KEEPALIVE
@@ -53,6 +55,10 @@ class Daemon:
         config.validate()
         self.config = config
         self.limits = ClientLimits(config)  # what one client may hold (client_limits.py)
+        # kernel module loads: each client's rate, every client's turn (module_loads.py)
+        self.module_loads = ModuleLoads(config.max_module_bytes)
+        self._lines: dict[str, ClientLog] = {}  # peer key -> its log lines' rate
+        self.query_lines = ClientLog("Query calls")  # the lines about queries, all together
         self.devices: list[DeviceWithMemory] = []
         self.ipc = IpcMemory(self.devices)  # exported device memory (aclrtIpcMem*)
         self.shareable = ShareableMemory()  # exported physical memory (aclrtMemExport...)
@@ -306,10 +312,25 @@ class Daemon:
             if refused is not None:
                 return refused
             session = Session(self, next(self._session_ids), connection)
+            session.owner.lines = self._client_lines(peer.key)
             self.sessions[session.id] = session
             self._peer_of[session.id] = peer
             self._last_activity = time.monotonic()
         return session
+
+    def _client_lines(self, key: str) -> ClientLog:
+        """The log lines of peer `key`, which all its sessions share (under _lock): a peer
+        cannot get a fresh rate by opening another session. Peers without a session whose
+        rate has rested are forgotten, after a line of what was not logged, if anything."""
+        live = {peer.key for peer in self._peer_of.values()}
+        for other, rested in list(self._lines.items()):
+            if other != key and other not in live and rested.rested:
+                rested.settle(log)
+                del self._lines[other]
+        lines = self._lines.get(key)
+        if lines is None:
+            lines = self._lines[key] = ClientLog(key)
+        return lines
 
     def peer_of(self, session: Session) -> Peer:
         """Who `session`'s client is (server/control/credentials.py)."""
@@ -327,7 +348,9 @@ class Daemon:
             self._peer_of.pop(session.id, None)
             self._last_activity = time.monotonic()
         session.outbox.put(CLOSED)
-        log.info("%r ended after %s; its resources are freed", session, session.tally())
+        session.owner.lines.info(
+            log, "%r ended after %s; its resources are freed", session, session.tally()
+        )
 
     # ---- daemon-wide ids and helpers (any thread) ------------------------------------------------
     def next_binary_id(self) -> int:
@@ -367,6 +390,7 @@ class Daemon:
             "devices": [smi_view.device(self, d) for d in self.devices],  # (simnpu smi)
             "processes": [smi_view.process(s) for s in sessions],
             "observe": observer.summary(self.observer),
+            "module_loads": self.module_loads.describe(),
         }
 
 

@@ -20,6 +20,7 @@ from google.protobuf.message import DecodeError
 
 from simnpu.proto import bulk, npu_pb2, peer_credentials, service
 from simnpu.server.control.session import CLOSED
+from simnpu.server.core.untrusted import escaped
 
 log = logging.getLogger("simnpu.service")
 
@@ -121,7 +122,7 @@ class NpuServicer:
         except grpc.RpcError:
             pass  # the client went away; that is how most sessions end
         except Exception:
-            log.exception("%r: reading the session failed", session)
+            session.owner.lines.exception(log, "%r: reading the session failed", session)
         finally:
             hello_watch.cancel()
             self.daemon.close_session(session)
@@ -129,7 +130,9 @@ class NpuServicer:
     def Query(self, request, context):
         self._authorize(context)
         if request is UNPARSED:
-            log.warning("a query from %s does not parse", context.peer())
+            self.daemon.query_lines.warning(
+                log, "a query from %s does not parse", escaped(context.peer())
+            )
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, "simnpu: the query does not parse")
         return npu_pb2.QueryReply(
             json=json.dumps(self.daemon.describe(request.what, request.device))

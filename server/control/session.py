@@ -40,7 +40,7 @@ from simnpu.server.core.notifies import Notify
 from simnpu.server.core.owner import Owner
 from simnpu.server.core.streams import Context, Event, Failure, Stream
 from simnpu.server.core.tasks import Task, TaskState
-from simnpu.server.core.untrusted import escaped
+from simnpu.server.core.untrusted import CALL_SITE, cut, escaped
 from simnpu.server.core.waiters import Waiter
 from simnpu.server.graphs.capture import invalidate_capture
 from simnpu.server.memory.client_memory import ClientMemory
@@ -173,9 +173,10 @@ class Session:
         only requests too big for it, which the ring thread takes in its order."""
         if self.fast_path.takes_stream_items(message.items):
             return
-        if message.site_seqs:  # an observed client's call sites
+        if message.site_seqs:  # an observed client's call sites, each cut to CALL_SITE
+            sites = [cut(site, CALL_SITE) for site in message.sites]
             for subscriber in self.scheduler.subscribers:
-                subscriber.sites(self.owner, self.seq, message.site_seqs, message.sites)
+                subscriber.sites(self.owner, self.seq, message.site_seqs, sites)
         self.bulk = bulk
         for item in message.items:
             self.handle_item(item)
@@ -223,7 +224,7 @@ class Session:
                 self.reject(error)
             return
         except Exception as error:  # a bug of ours: the client gets a code, the daemon lives
-            log.exception("%r: request %s failed", self, case)
+            self.owner.lines.exception(log, "%r: request %s failed", self, case)
             self.respond(
                 request.id,
                 code=codes.ACL_ERROR_RT_INTERNAL_ERROR,
@@ -251,7 +252,7 @@ class Session:
                 for record in commands.decode(piece, ring=True):
                     kind = type(record)
                     if kind is commands.RingSite:  # this call's and the following calls'
-                        self._ring_site = record.site if subscribers else None
+                        self._ring_site = cut(record.site, CALL_SITE) if subscribers else None
                         continue
                     if self._ring_site is not None:
                         for subscriber in subscribers:
@@ -368,7 +369,8 @@ class Session:
         seq = self.seq
         self.rejections += 1
         if self.rejections <= REJECTIONS_LOGGED:
-            log.info(
+            self.owner.lines.info(
+                log,
                 "%r: rejected asynchronous call %d: %s%s",
                 self,
                 seq,
@@ -471,7 +473,9 @@ class Session:
     def undecodable(self) -> None:
         """A message of the session's stream does not parse: what the client meant is lost
         with it, so the session ends."""
-        log.warning("%r: a message of its stream does not parse; ending the session", self)
+        self.owner.lines.warning(
+            log, "%r: a message of its stream does not parse; ending the session", self
+        )
         self.abandon("a message it sent does not parse")
 
     def tally(self) -> str:

@@ -187,10 +187,14 @@ class RingReader:
                 else:
                     ring.sleep(_NAP_S)
             except RingCorrupt as error:  # the client broke the protocol
-                log.warning("%r: %s; ending the session", session, escaped(error))
+                session.owner.lines.warning(
+                    log, "%r: %s; ending the session", session, escaped(error)
+                )
                 session.abandon(f"its submission ring is corrupt ({error})")
                 return
             except Exception:  # a bug of ours: the session cannot go on in order
-                log.exception("%r: handling its submission ring failed", session)
+                session.owner.lines.exception(
+                    log, "%r: handling its submission ring failed", session
+                )
                 session.abandon("the daemon failed to handle its submission ring")
                 return

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from simnpu.server.core.rate_limits import ClientLog
 from simnpu.server.core.unit_protocol import INCOMPLETE, MAX_OUTPUT
 from simnpu.server.core.untrusted import escaped
 
@@ -31,7 +32,10 @@ class Owner:
     def __init__(self, session_id: int, announce: Callable[[int], None]):
         self.id = session_id
         self.pid = 0
-        self.process_name = "?"
+        self.process_name = "?"  # cut to untrusted.PROCESS_NAME characters
+        # the daemon's log lines about the client, rate limited; every session of one peer
+        # shares one (server/control/daemon.py, open_session)
+        self.lines = ClientLog(f"session {session_id}")
         self.announce = announce  # (callback id): tell the client to run a host callback now
         self.op_timeout_s: float | None = None  # aclrtSetOpExecuteTimeOut; None: the daemon's
         self.rejected: Failure | None = (

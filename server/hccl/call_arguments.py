@@ -16,6 +16,7 @@ from simnpu.proto import codes, rank_table
 from simnpu.proto import hccl_types as ht
 from simnpu.proto.errors import NpuError, invalid
 from simnpu.server.core.unit_protocol import Span
+from simnpu.server.core.untrusted import RANK_TABLE, quoted
 from simnpu.server.hccl.collectives import Call
 from simnpu.server.hccl.communicators import HcclFailure
 
@@ -45,8 +46,21 @@ def check_ranks(n_ranks: int, rank: int) -> None:
         raise HcclFailure(ht.HCCL_E_PARA, f"rank {rank} is not in [0, n_ranks={n_ranks})")
 
 
+def check_length(text: str, limit: int, what: str) -> str:
+    """`text` if it has at most `limit` characters; else HcclFailure(HCCL_E_PARA) naming
+    `what` and quoting only its start (server/core/untrusted.py)."""
+    if len(text) > limit:
+        raise HcclFailure(
+            ht.HCCL_E_PARA,
+            f"{what} {quoted(text)} is longer than the {limit:,} characters this daemon takes",
+        )
+    return text
+
+
 def parse_rank_table(text: str) -> rank_table.RankTable:
-    """HcclCommInitClusterInfo's rank table (an HcclFailure if it does not parse)."""
+    """HcclCommInitClusterInfo's rank table (an HcclFailure if it is longer than RANK_TABLE
+    characters or does not parse)."""
+    check_length(text, RANK_TABLE, "the rank table")
     try:
         return rank_table.parse(text)
     except rank_table.RankTableError as error:

@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 from simnpu.proto import hccl_types as ht
 from simnpu.proto import npu_pb2 as pb
 from simnpu.proto.errors import bad_handle
+from simnpu.server.core.rate_limits import log_about
 from simnpu.server.core.waiters import Waiter
 
 if TYPE_CHECKING:
@@ -463,7 +464,10 @@ class Communicators:
         )
         devices = [m.device for m in members if not isinstance(m, RemoteRank)]
         if len(set(devices)) < len(devices):
-            log.info(
+            log_about(  # charged to the client of the first rank (server/core/rate_limits.py)
+                getattr(getattr(members[0], "session", None), "owner", None),
+                log,
+                logging.INFO,
                 "communicator %d: several ranks share a device (%s), a simnpu extension",
                 comm.id,
                 devices,

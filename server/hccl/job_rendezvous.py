@@ -37,6 +37,8 @@ from dataclasses import dataclass, field
 
 from simnpu.proto import hccl_types as ht
 from simnpu.proto import npu_pb2 as pb
+from simnpu.server.core.rate_limits import log_about
+from simnpu.server.core.untrusted import quoted
 from simnpu.server.core.waiters import Waiter
 from simnpu.server.hccl.communicators import RankSession
 from simnpu.server.hccl.daemon_links import Incoming, Link, Outgoing
@@ -179,7 +181,10 @@ class Jobs:
                     rank=rank, world_size=len(ranks), formation=formation, job=job, root_info=info
                 ),
             )
-        log.info(
+        log_about(  # the client that completed it: a job of one, formed in a loop, is its
+            getattr(ranks[-1].session, "owner", None),  # flood (server/core/rate_limits.py)
+            log,
+            logging.INFO,
             "job %r (formation %d): %d ranks, pids %s",
             job,
             formation,
@@ -313,7 +318,7 @@ class Jobs:
 def job_problem(job: str, world_size: int) -> str | None:
     """What is wrong with a job's name or world size (HCCL_E_PARA), or None."""
     if not job or len(job) > MAX_JOB_NAME or not job.isprintable():
-        return f"the job name must be 1..{MAX_JOB_NAME} printable characters, not {job!r}"
+        return f"the job name must be 1..{MAX_JOB_NAME} printable characters, not {quoted(job)}"
     if not 1 <= world_size <= ht.MAX_RANKS:
         return f"job {job!r}: world size {world_size} is not in [1, {ht.MAX_RANKS}]"
     return None

@@ -80,7 +80,9 @@ class ClientMemory:
                 )
             other = self.owner_of(address)
             if other is not None:  # who it belongs to: told the daemon's owner only
-                log.info("%r: aclrtFree of %#x, an allocation of %r", self.owner, address, other)
+                self.owner.lines.info(
+                    log, "%r: aclrtFree of %#x, an allocation of %r", self.owner, address, other
+                )
             raise invalid(
                 f"{address:#x} is not the start of a live allocation of this process"
                 + (" (it belongs to another client)" if other else " (double free or bad pointer)")

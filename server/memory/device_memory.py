@@ -17,6 +17,7 @@ from typing import Protocol
 from simnpu.proto.errors import NpuMemoryError
 from simnpu.server.core.device import Device
 from simnpu.server.core.owner import Owner
+from simnpu.server.core.rate_limits import log_about
 from simnpu.server.core.reserves import Reserves
 from simnpu.server.core.untrusted import escaped
 from simnpu.server.memory.host_memory import HostMemory, committed_failure
@@ -114,7 +115,10 @@ class DeviceWithMemory(Device):
                     self._give_back(allocation.offset, withdraw=True)
                     raise
             except NpuMemoryError as error:  # who holds the memory: told the daemon's owner only
-                log.info(
+                log_about(
+                    owner,
+                    log,
+                    logging.INFO,
                     "%r: %s; top users: %s",
                     owner,
                     escaped(error.message),
@@ -127,7 +131,7 @@ class DeviceWithMemory(Device):
             with self.lock:
                 self._give_back(allocation.offset, withdraw=True)
             failure = committed_failure(allocation.reserved, error)
-            log.info("%r: %s", owner, escaped(failure.message))
+            log_about(owner, log, logging.INFO, "%r: %s", owner, escaped(failure.message))
             raise failure from None
         return device_address(self.index, allocation.offset)
 

@@ -44,6 +44,7 @@ from dataclasses import dataclass, field
 
 from simnpu.proto import codes
 from simnpu.proto.errors import NpuError, invalid
+from simnpu.server.core.rate_limits import log_about
 
 log = logging.getLogger("simnpu.ipc")
 
@@ -176,7 +177,10 @@ class IpcMemory:
             if export.exporter is session and not export.exporter_closed:
                 export.exporter_closed = True
                 if export.importers:
-                    log.warning(
+                    log_about(
+                        session,
+                        log,
+                        logging.WARNING,
                         "%r closed IPC key %s while %s still hold it: ACL wants importers to "
                         "close first; their imports stay valid",
                         session,
@@ -205,7 +209,10 @@ class IpcMemory:
                 del self._by_block[block]
                 return False
             self._held[block] = exports[0].device
-            log.warning(
+            log_about(
+                session,
+                log,
+                logging.WARNING,
                 "%r freed the memory at %#x while %s still hold it through IPC: it is "
                 "released when they close it",
                 session,

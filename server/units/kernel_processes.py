@@ -31,6 +31,7 @@ from multiprocessing import reduction
 from multiprocessing.connection import Connection
 from typing import TYPE_CHECKING, Any
 
+from simnpu.server.core.rate_limits import log_about
 from simnpu.server.core.unit_protocol import Grant, PageSpan
 from simnpu.server.units import kernel_bounds
 from simnpu.server.units.spawning import clean_environment
@@ -299,7 +300,10 @@ class KernelProcesses:
             if process.doomed:
                 self._end((process.owner.id, process.unit))
             elif kernel_bounds.threads_of(process.pid) > 1:  # its kernel left threads running
-                log.info(
+                log_about(  # at the client's rate (server/core/rate_limits.py)
+                    process.owner,
+                    log,
+                    logging.INFO,
                     "the kernel process of %r left threads running after its batch; ending it",
                     process.owner,
                 )

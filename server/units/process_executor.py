@@ -26,6 +26,7 @@ from multiprocessing.process import BaseProcess
 from typing import TYPE_CHECKING, Any
 
 from simnpu.server.core.executor import LOST, Unit, Windows
+from simnpu.server.core.rate_limits import log_about
 from simnpu.server.core.unit_protocol import (
     Cancel,
     ForgetSegment,
@@ -266,7 +267,10 @@ class ProcessExecutor:
         except (EOFError, OSError, BadReport) as error:
             process.hung_up = not isinstance(error, BadReport)
             if isinstance(error, BadReport):
-                log.warning(
+                log_about(  # at the client's rate (server/core/rate_limits.py)
+                    process.owner,
+                    log,
+                    logging.WARNING,
                     "%s: the kernel process of %r sent a bad report (%s); ending it",
                     unit.name,
                     process.owner,

@@ -20,6 +20,7 @@ from simnpu.server.control import model_handles
 from simnpu.server.control.handle_kinds import HandleKind
 from simnpu.server.control.handlers.registry import LATER, handles
 from simnpu.server.control.synchronize import deadline
+from simnpu.server.core.untrusted import MODEL_NAME, check_length
 from simnpu.server.graphs import model_runs
 from simnpu.server.graphs.capture import Lane
 from simnpu.server.graphs.replay_task import ReplayTask
@@ -167,7 +168,7 @@ def model_info(session: Session, request: pb.ModelInfoRequest, reply_to: int) ->
     """aclmdlRIGetId, aclmdlRIGetName, aclmdlRIGetStreams; aclmdlRISetName (`name` set)."""
     graph = model_handles.model(session, request.model)
     if request.HasField("name"):
-        graph.name = request.name
+        graph.name = check_length(request.name, MODEL_NAME, "the model's name")
     return pb.ModelInfoReply(
         id=graph.id, name=graph.name, streams=[lane.handle for lane in graph.lanes]
     )

@@ -16,6 +16,7 @@ from simnpu.proto.errors import NpuError
 from simnpu.proto.service import is_tcp_address
 from simnpu.server.control.handle_kinds import HandleKind
 from simnpu.server.control.handlers.registry import LATER, handles
+from simnpu.server.core.untrusted import JOB_SEED, SERVER_ADDRESSES, quoted
 from simnpu.server.hccl import call_arguments
 from simnpu.server.hccl.collective_task import CollectiveTask
 from simnpu.server.hccl.communicators import HcclFailure, Member, member_of
@@ -83,6 +84,9 @@ def comm_init_cluster(
     """HcclCommInitClusterInfo: the ranks that join with the same rank table form one
     communicator; answers once every rank of the table has joined (or failed)."""
     table = call_arguments.parse_rank_table(request.rank_table)
+    call_arguments.check_length(
+        request.server_addresses, SERVER_ADDRESSES, "SIMNPU_SERVER_ADDRESSES"
+    )
     session.device(request.device)
     communicators = session.collectives.communicators
     entry, addresses = call_arguments.cluster_place(
@@ -152,6 +156,8 @@ def rendezvous(session: Session, request: pb.HcclRendezvousRequest, reply_to: in
     Answers with an HcclResult."""
     job, world_size = request.job, request.world_size
     problem = job_problem(job, world_size)
+    if problem is None and len(request.seed) > JOB_SEED:
+        problem = f"job {job!r}: SIMNPU_JOB_SEED {quoted(request.seed)} is longer than {JOB_SEED}"
     if problem is None and request.seed and not is_tcp_address(request.seed):
         problem = f"job {job!r}: SIMNPU_JOB_SEED {request.seed!r} is not host:port"
     if problem is not None:

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 
 from simnpu.proto import npu_pb2 as pb
 from simnpu.server.control.handlers.registry import handles
+from simnpu.server.core.untrusted import IPC_KEY, check_length
 
 if TYPE_CHECKING:
     from simnpu.server.control.session import Session
@@ -26,15 +27,17 @@ def export(
 
 @handles(pb.IpcMemSetImportPidRequest)
 def set_import_pid(session: Session, request: pb.IpcMemSetImportPidRequest, reply_to: int) -> None:
-    session.daemon.ipc.set_import_pid(session.owner, request.key, list(request.pids))
+    key = check_length(request.key, IPC_KEY, "the IPC key")
+    session.daemon.ipc.set_import_pid(session.owner, key, list(request.pids))
 
 
 @handles(pb.IpcMemImportRequest)
 def import_(
     session: Session, request: pb.IpcMemImportRequest, reply_to: int
 ) -> pb.IpcMemImportReply:
+    key = check_length(request.key, IPC_KEY, "the IPC key")
     export = session.daemon.ipc.import_(
-        session.owner, request.key, request.flags, session.daemon.peer_of(session).pid
+        session.owner, key, request.flags, session.daemon.peer_of(session).pid
     )
     session.memory.imported_now(export.key, export.address, export.size, export.device)
     for subscriber in session.scheduler.subscribers:  # checking: the import's call site
@@ -44,8 +47,9 @@ def import_(
 
 @handles(pb.IpcMemCloseRequest)
 def close(session: Session, request: pb.IpcMemCloseRequest, reply_to: int) -> None:
-    if session.daemon.ipc.close(session.owner, request.key) is not None:
-        session.memory.import_closed(request.key)
+    key = check_length(request.key, IPC_KEY, "the IPC key")
+    if session.daemon.ipc.close(session.owner, key) is not None:
+        session.memory.import_closed(key)
         session.daemon.kernels.end_owner(session.id)  # they mapped what it closed
         for subscriber in session.scheduler.subscribers:
-            subscriber.import_closed(session.owner, request.key)
+            subscriber.import_closed(session.owner, key)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from functools import partial
 from typing import TYPE_CHECKING
 
 from simnpu.proto import codes, commands
@@ -22,7 +23,8 @@ from simnpu.server.control.handlers.registry import handles
 from simnpu.server.core.functions import Binary, Function
 from simnpu.server.core.streams import Stream
 from simnpu.server.core.tasks import ConfiguredKernelTask, KernelTask
-from simnpu.server.kernels.discovery import discover
+from simnpu.server.core.untrusted import KERNEL_NAME, MODULE_FILENAME, check_length
+from simnpu.server.kernels.discovery import discover, log, module_size
 
 if TYPE_CHECKING:
     from simnpu.server.control.session import Session
@@ -35,10 +37,23 @@ def binary_load(
     session: Session, request: pb.BinaryLoadRequest, reply_to: int
 ) -> pb.BinaryLoadReply:
     """aclrtBinaryLoadFromFile / FromData: the kernels are found in the source, none of it runs
-    here. Blocks this session's thread while a child process parses it."""
-    filename = request.filename or "<kernel module>"
-    kernels = discover(request.source, filename, session.daemon.limits.module_bytes)
-    binary = Binary(session.daemon.next_binary_id(), request.source, filename, kernels)
+    here. Blocks this session's thread while the load waits for its client's rate and turn
+    (server/control/module_loads.py) and a child process parses it."""
+    filename = check_length(request.filename, MODULE_FILENAME, "the module's file name")
+    filename = filename or "<kernel module>"
+    daemon = session.daemon
+    size = module_size(request.source, filename, daemon.limits.module_bytes)
+    kernels = daemon.module_loads.load(
+        daemon.peer_of(session).key,
+        size,
+        lambda: discover(
+            request.source,
+            filename,
+            daemon.limits.module_bytes,
+            partial(session.owner.lines.warning, log),
+        ),
+    )
+    binary = Binary(daemon.next_binary_id(), request.source, filename, kernels)
     return pb.BinaryLoadReply(binary=session.handles.add(binary, HandleKind.BINARY))
 
 
@@ -59,6 +74,7 @@ def get_function(
 ) -> pb.GetFunctionReply:
     """aclrtBinaryGetFunction."""
     binary = session.handles.get(request.binary, Binary, "binary")
+    check_length(request.name, KERNEL_NAME, "the kernel's name")
     signature = binary.kernels.get(request.name)
     if signature is None:
         raise NpuError(

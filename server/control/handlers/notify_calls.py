@@ -11,6 +11,7 @@ from simnpu.server.control.handle_kinds import HandleKind
 from simnpu.server.control.handlers.registry import handles
 from simnpu.server.core.notifies import Notify
 from simnpu.server.core.tasks import NotifyRecordTask, NotifyWaitTask
+from simnpu.server.core.untrusted import IPC_KEY, check_length
 
 if TYPE_CHECKING:
     from simnpu.server.control.session import Session
@@ -58,8 +59,9 @@ def set_import_pid(session: Session, request: pb.NotifySetImportPidRequest, repl
 def import_(
     session: Session, request: pb.NotifyImportRequest, reply_to: int
 ) -> pb.NotifyImportReply:
+    key = check_length(request.key, IPC_KEY, "the notify key")
     notify = session.daemon.notifies.import_(
-        session.owner, request.key, request.flags, session.daemon.peer_of(session).pid
+        session.owner, key, request.flags, session.daemon.peer_of(session).pid
     )
     handle = session.handles.add(notify, HandleKind.NOTIFY)
     return pb.NotifyImportReply(notify=handle, device=notify.device)

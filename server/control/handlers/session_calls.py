@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 from simnpu.proto import npu_pb2 as pb
 from simnpu.proto.errors import invalid
 from simnpu.server.control.handlers.registry import handles
+from simnpu.server.core.untrusted import PROCESS_NAME, cut
 from simnpu.server.observation import observer
 from simnpu.shm.region import Region, segment_name
 
@@ -24,7 +25,7 @@ def hello(session: Session, request: pb.HelloRequest, reply_to: int) -> pb.Hello
     # the pid the credentials socket verified (server/control/credentials.py), else the one the
     # client claims: what smi and messages show; IPC whitelists take only a verified one
     owner.pid = session.daemon.peer_of(session).pid or request.pid
-    owner.process_name = request.process_name or "?"
+    owner.process_name = cut(request.process_name, PROCESS_NAME) or "?"  # for display: cut
     if request.memory_limit:  # the client's SIMNPU_MEMORY_LIMIT (server/memory/quotas.py)
         session.memory.limits.set(None, request.memory_limit)
     config = session.daemon.config

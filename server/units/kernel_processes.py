@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Any
 from simnpu.server.core.rate_limits import log_about
 from simnpu.server.core.unit_protocol import Grant, PageSpan
 from simnpu.server.units import kernel_bounds
+from simnpu.server.units.report_channel import ReportChannel
 from simnpu.server.units.spawning import clean_environment
 
 if TYPE_CHECKING:
@@ -77,7 +78,7 @@ class KernelProcess:
     )
 
     def __init__(
-        self, owner: Any, unit: Unit, conn: Connection, pid: int, pidfd: int, grant: Grant
+        self, owner: Any, unit: Unit, conn: ReportChannel, pid: int, pidfd: int, grant: Grant
     ):
         self.owner = owner
         self.unit = unit
@@ -85,7 +86,7 @@ class KernelProcess:
         self.doomed = False  # memory it maps was freed: it ends after its batch
         self.hung_up = False  # its socket was found closed: it is exiting by itself
         self.ended_because: str | None = None  # the daemon killed it while it ran a batch
-        self.conn = conn
+        self.conn = conn  # its socket, read and written without blocking
         self.pid = pid
         self.pidfd = pidfd
         self.generation = grant.generation
@@ -247,7 +248,7 @@ class KernelProcesses:
             ours.close()
             raise OSError(f"no kernel process for {owner!r}: {reply[1]}")
         _, pid, pidfd = reply
-        return KernelProcess(owner, unit, Connection(ours.detach()), pid, pidfd, grant)
+        return KernelProcess(owner, unit, ReportChannel(ours), pid, pidfd, grant)
 
     def _end(self, key: tuple[int, Unit]) -> KernelProcess | None:
         """End the process of `key` and wait until it is gone (caller holds the lock): one

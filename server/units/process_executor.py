@@ -7,6 +7,12 @@ unit whose worker has not reported Ready is handed nothing. The scheduler thread
 `wait`, one poll() over every worker pipe and a wake-up pipe (rebuilt only when a worker is
 replaced), so an idle daemon burns no CPU. Sessions' threads `send` under the scheduler
 lock; only the scheduler thread reads the pipes.
+
+A kernel process is untrusted: its socket is a `ReportChannel` (server/units/report_channel.py),
+read and written without blocking, under the kernel processes' lock. What a send cannot
+write now waits in the channel; the sender wakes the scheduler thread, which polls that
+socket for POLLOUT too and flushes it when it is writable. A report half written waits in
+the channel until it is whole -- or until the batch's operator timeout ends the process.
 """
 
 from __future__ import annotations
@@ -36,7 +42,7 @@ from simnpu.server.core.unit_protocol import (
     RunKernels,
 )
 from simnpu.server.units.kernel_processes import KernelProcess, KernelProcesses
-from simnpu.server.units.report_codec import MAX_REPORT, BadReport, decode_report
+from simnpu.server.units.report_codec import BadReport, decode_report
 from simnpu.server.units.spawning import (
     entry_point,
     keep_working_directory_off_import_path,
@@ -51,6 +57,8 @@ log = logging.getLogger("simnpu.workers")
 _SPAWN = multiprocessing.get_context("spawn")
 _WORKER_MAIN = entry_point("simnpu.server.units.worker_main:main")
 _GROUP_SIGNALS = {signal.SIGINT, signal.SIGTERM}  # what a signal to the daemon's group sends
+_READABLE = select.POLLIN
+_WRITABLE = select.POLLIN | select.POLLOUT
 EXIT_WAIT_S = 2.0  # a worker that closed its pipe has this long to exit before it is killed
 
 
@@ -119,6 +127,10 @@ class ProcessExecutor:
         self._kernels_version = -1  # of the kernel processes the poller watches
         # units whose batch a kernel process runs (or the error of getting one)
         self._running: dict[Unit, KernelProcess | OSError] = {}
+        # kernel processes whose channel has output waiting, for the scheduler thread to
+        # poll for POLLOUT (under the kernel processes' lock)
+        self._flushing: set[KernelProcess] = set()
+        self._writing: set[int] = set()  # descriptors the poll set watches for POLLOUT
 
     def start(self, units: Sequence[Unit]) -> None:
         """Start the kernel zygote and wait until it is ready (blocks), then launch the
@@ -202,22 +214,25 @@ class ProcessExecutor:
             self._running[unit] = process
             if self._kernels_version != self.kernels.version:
                 self.wake()  # the scheduler thread polls the new process from its next wait
-            try:
-                process.conn.send(items)
-            except (OSError, ValueError) as error:
-                raise OSError(str(error)) from None
+            self._to_kernel_process(process, items)
+
+    def _to_kernel_process(self, process: KernelProcess, message: object) -> None:
+        """Send `message` to `process` without blocking (caller holds the kernel processes'
+        lock): what its socket does not take now waits in its channel, and the scheduler
+        thread flushes it when the socket is writable. Raises OSError if it is gone."""
+        if not process.conn.send(message):
+            self._flushing.add(process)
+            self.wake()  # the scheduler thread polls its socket for POLLOUT from its next wait
 
     def cancel(self, unit: Unit, tokens: list[int]) -> None:
         with self.kernels.lock:  # (a kernel process's socket: see _send_to_kernel_process)
             running = self._running.get(unit)
-            if isinstance(running, KernelProcess):
-                conn = running.conn
-            elif unit in self._processes:
-                conn = self._processes[unit].conn
-            else:  # stopped: the workers are gone with what they ran
-                return
             try:
-                conn.send(Cancel(tokens))
+                if isinstance(running, KernelProcess):
+                    self._to_kernel_process(running, Cancel(tokens))
+                elif unit in self._processes:
+                    self._processes[unit].conn.send(Cancel(tokens))
+                # else stopped: the workers are gone with what they ran
             except (OSError, ValueError):  # it died: its results never come; it is replaced
                 pass
 
@@ -225,9 +240,11 @@ class ProcessExecutor:
         if self._poller is None or self._kernels_version != self.kernels.version:
             self._rebuild_poller()
         assert self._poller is not None  # _rebuild_poller sets it
+        if self._flushing:  # (a send that adds one wakes this thread: read without the lock)
+            self._watch_output()
         by_fd = self._by_fd
         reports = []
-        for fd, _ in self._poller.poll(math.ceil(timeout_s * 1000)):
+        for fd, events in self._poller.poll(math.ceil(timeout_s * 1000)):
             if fd == self._wake_r:
                 try:
                     os.read(self._wake_r, 65536)
@@ -238,9 +255,9 @@ class ProcessExecutor:
             if unit is None or process is None:
                 continue
             if isinstance(process, KernelProcess):
-                report = self._kernel_report(unit, process)
-                if report is not None:
-                    reports.append((unit, unit.generation, report))
+                generation = unit.generation  # (a report read after a restart is dropped)
+                for report in self._kernel_reports(unit, process, fd, events):
+                    reports.append((unit, generation, report))
                 continue
             generation = unit.generation
             if self._processes.get(unit) is not process:  # replaced since the poll set was made
@@ -254,38 +271,81 @@ class ProcessExecutor:
             reports.append((unit, generation, report))
         return reports
 
-    def _kernel_report(self, unit: Unit, process: KernelProcess) -> Any:
-        """What `process` reported, checked (it is untrusted), or LOST; None if there is
-        nothing to report (it ended while idle, or it no longer runs the unit's batch)."""
-        running = self._running.get(unit) is process
+    def _kernel_reports(
+        self, unit: Unit, process: KernelProcess, fd: int, events: int
+    ) -> list[Any]:
+        """What `process` (polled on `fd`, which had `events`) reported, checked (it is
+        untrusted): its reports in order, then LOST if it failed; nothing if it has nothing
+        whole to report yet (a report begun waits in its channel) or no longer runs the
+        unit's batch (what it says then is only checked). Writes what waits for it if its
+        socket is writable. Never blocks: its channel reads and writes only what the socket
+        holds or takes now."""
+        failure: Exception | None = None
+        frames: list[bytes] = []
+        with self.kernels.lock:  # (its socket: see _send_to_kernel_process)
+            running = self._running.get(unit) is process
+            conn = process.conn
+            if conn.closed:  # ended meanwhile (the poll set is rebuilt next time)
+                return [LOST] if running else []
+            try:
+                if events & select.POLLOUT and conn.flush() and fd in self._writing:
+                    self._writing.discard(fd)  # all written: it waits for reports only
+                    assert self._poller is not None  # (wait polls it)
+                    self._poller.modify(fd, _READABLE)
+                if events & ~select.POLLOUT:
+                    frames = conn.receive()
+            except (EOFError, OSError, BadReport) as error:
+                failure = error
+        reports: list[Any] = []
         try:
-            with self.kernels.lock:  # (its socket: see _send_to_kernel_process)
-                if process.conn.closed:  # ended meanwhile (the poll set is rebuilt next time)
-                    return LOST if running else None
-                data = process.conn.recv_bytes(MAX_REPORT)
-            report = decode_report(data, process.tokens, process.sent_ns)
-        except (EOFError, OSError, BadReport) as error:
-            process.hung_up = not isinstance(error, BadReport)
-            if isinstance(error, BadReport):
-                log_about(  # at the client's rate (server/core/rate_limits.py)
-                    process.owner,
-                    log,
-                    logging.WARNING,
-                    "%s: the kernel process of %r sent a bad report (%s); ending it",
-                    unit.name,
-                    process.owner,
-                    error,
-                )
-            if running:
-                return LOST
-            self.kernels.lost(process)  # it died idle: its next batch gets a new one
-            return None
-        if not running:
-            return None
-        if report.__class__ is list:  # its batch is done
-            del self._running[unit]
-            self.kernels.batch_done(process)
-        return report
+            for data in frames:
+                report = decode_report(data, process.tokens, process.sent_ns)
+                if not running:
+                    continue
+                reports.append(report)
+                if report.__class__ is list:  # its batch is done
+                    running = False
+                    with self.kernels.lock:
+                        if self._running.get(unit) is process:
+                            del self._running[unit]
+                            self.kernels.batch_done(process)
+                        if process.conn.closed:  # it ended with its batch
+                            break
+        except BadReport as error:
+            failure = error
+        if failure is None:
+            return reports
+        process.hung_up = not isinstance(failure, BadReport)
+        if isinstance(failure, BadReport):
+            log_about(  # at the client's rate (server/core/rate_limits.py)
+                process.owner,
+                log,
+                logging.WARNING,
+                "%s: the kernel process of %r sent a bad report (%s); ending it",
+                unit.name,
+                process.owner,
+                failure,
+            )
+        if running:
+            return [*reports, LOST]
+        self.kernels.lost(process)  # it failed idle: its next batch gets a new one
+        return reports
+
+    def _watch_output(self) -> None:
+        """Poll for POLLOUT the sockets of kernel processes whose channel has output waiting
+        (the scheduler thread, before it polls)."""
+        assert self._poller is not None  # (wait built it)
+        with self.kernels.lock:
+            flushing, self._flushing = self._flushing, set()
+            for process in flushing:
+                conn = process.conn
+                if conn.closed or not conn.pending:
+                    continue
+                fd = conn.fileno()
+                if self._by_fd.get(fd, (None, None))[1] is process and fd not in self._writing:
+                    self._poller.modify(fd, _WRITABLE)
+                    self._writing.add(fd)
+                # else not polled yet: the poll set is rebuilt first, and watches it then
 
     def _rebuild_poller(self) -> None:
         poller = select.poll()
@@ -303,14 +363,19 @@ class ProcessExecutor:
             except OSError:  # closed: stopped meanwhile
                 continue
             by_fd[fd] = (unit, process)
-        for kernel_process in self.kernels.processes():
-            try:
-                by_fd[kernel_process.conn.fileno()] = (kernel_process.unit, kernel_process)
-            except OSError:  # ended meanwhile
-                continue
+        writing = set()
+        with self.kernels.lock:  # (their sockets: see _send_to_kernel_process)
+            for kernel_process in self.kernels.processes():
+                conn = kernel_process.conn
+                if conn.closed:  # ended meanwhile
+                    continue
+                by_fd[conn.fileno()] = (kernel_process.unit, kernel_process)
+                if conn.pending:
+                    writing.add(conn.fileno())
         for fd in by_fd:
-            poller.register(fd, select.POLLIN)
+            poller.register(fd, _WRITABLE if fd in writing else _READABLE)
         self._by_fd = by_fd
+        self._writing = writing
         self._poller = poller
 
     def wake(self) -> None:

@@ -69,17 +69,18 @@ def stall(ctx, out, how, seconds):
     time.sleep(seconds)
 
 
-def hog():
-    time.sleep(0.5)  # the main thread has sent the batch's results and waits for the next
-    note("hogging")
-    ctypes.PyDLL(None).sleep(3600)  # holds the interpreter's lock: the main loop never reads
+def never(*args):
+    ctypes.PyDLL(None).sleep(3600)  # holds the interpreter's lock: nothing else runs
 
 
 @kernel()
-def leave_hog(ctx):
-    """Leave a thread behind that, once this batch has reported, keeps the process's main
-    loop from reading anything the daemon sends."""
-    threading.Thread(target=hog, daemon=True).start()
+def stop_reading(ctx):
+    """Once this batch has reported, the process's main loop never reads anything the
+    daemon sends (no thread is left behind: that would end the process at once)."""
+    from multiprocessing.connection import Connection
+
+    Connection.recv = Connection.recv_bytes = never
+    note("hogging")
 '''
 
 STALLS = ("partial", "header only", "half a long header")
@@ -225,8 +226,8 @@ def test_a_report_longer_than_a_report_may_be_ends_its_process_as_a_bad_report(s
 
 
 def test_a_kernel_process_that_stops_reading_blocks_no_other_client(start_daemon):
-    """A kernel leaves a thread behind that keeps its process from reading; the next batch
-    for it brings a module bigger than its socket holds. The daemon's send returns at once:
+    """A kernel makes its process's main loop stop reading; the next batch for it brings a
+    module bigger than its socket holds. The daemon's send returns at once:
     the bystander's launches complete, the batch fails at its operator timeout (507014),
     the process is ended, the attacker's next launch works, the daemon stops."""
     daemon = start_daemon()
@@ -239,7 +240,7 @@ def test_a_kernel_process_that_stops_reading_blocks_no_other_client(start_daemon
             staller = npu.Module.from_source(STALLER, "staller.py")
             big = npu.Module.from_source(BIG, "big.py")
             out = npu.DeviceBuffer(OUT)  # (before: a malloc later would mean a new process)
-            staller.function("leave_hog").launch(1, stream=stream)
+            staller.function("stop_reading").launch(1, stream=stream)
             assert within(WITHIN_S, settled, stream) == 0
             pid = noted(daemon, "hogging")
             big.function("mark").launch(

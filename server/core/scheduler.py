@@ -587,23 +587,25 @@ def _idle_with_work(
         elif len(ready) == 1:
             yield unit, 0
         else:
-            yield unit, _in_turn(ready, list(range(len(ready))), device)
+            yield unit, _in_turn(ready, range(len(ready)), device)
 
 
-def _in_turn(ready: list[Stream], allowed: list[int], device: int) -> int:
+def _in_turn(ready: list[Stream], allowed: Sequence[int], device: int) -> int:
     """Which of the ready streams at `allowed` (indices into `ready`) a free AI core of
     `device` serves: the client whose turn it is (`pick_client`), then its own streams in
     their order (`pick_stream`)."""
     first = ready[allowed[0]].owner
     for i in allowed:
-        if ready[i].owner is not first:  # several clients wait: the one whose turn it is
-            owners = [ready[i].owner for i in allowed]
-            chosen = owners[pick_client([owner.core_turns.get(device, 0) for owner in owners])]
-            allowed = [i for i in allowed if ready[i].owner is chosen]
+        if ready[i].owner is not first:
             break
-    if len(allowed) == 1:
-        return allowed[0]
-    return allowed[pick_stream([ready[i].priority for i in allowed])]
+    else:  # one client
+        return allowed[pick_stream([ready[i].priority for i in allowed])]
+    turns = [ready[i].owner.core_turns.get(device, 0) for i in allowed]
+    chosen = ready[allowed[pick_client(turns)]].owner
+    mine = [i for i in allowed if ready[i].owner is chosen]
+    if len(mine) == 1:
+        return mine[0]
+    return mine[pick_stream([ready[i].priority for i in mine])]
 
 
 def _bounding(stream: Stream) -> Stream:

@@ -9,24 +9,23 @@ Per stream, tasks run strictly in order: only the head task is ever on a unit (e
 of single-block launches handed to one core at once, which that core also runs in order).
 Control tasks (event record/wait/reset, host callbacks, collectives) run in the scheduler
 when they reach the head; device work (server/core/tasks/) is queued as ready and handed to
-free units of its kind, higher-priority streams first. A free AI core serves the clients
-in turn first, whatever their number of streams (`pick_client`; docs/architecture.md, "Fair
-AI cores"), then that client's streams in that order. Blocked host calls are `Waiter`s
-re-checked as tasks complete, with deadlines. The scheduler knows units only through the
-`Executor` protocol (server/core/executor.py) and its owners only through `Owner` and the
-streams' completion signals (simnpu.shm.notify.StreamSignal): when a stream drains it
-publishes the signal, and when a unit gets the whole tail of a stream it may lend it the
-signal to write (`_lend`, the one place that decides who writes it). Features reach it
-through the core's interfaces only: a stream's recorder takes its tasks (recorder.py), the
-dispatcher's ready work goes out first (dispatcher.py), subscribers see the work
-(subscriber.py).
+free units of its kind, higher-priority streams first -- for an AI core, first among the
+streams of the client whose turn it is: the clients get the free cores in turn, whatever
+their number of streams (`pick_client`; docs/architecture.md, "Fair AI cores"). Blocked
+host calls are `Waiter`s re-checked as tasks complete, with deadlines. The scheduler knows
+units only through the `Executor` protocol (server/core/executor.py) and its owners only
+through `Owner` and the streams' completion signals (simnpu.shm.notify.StreamSignal): when
+a stream drains it publishes the signal, and when a unit gets the whole tail of a stream it
+may lend it the signal to write (`_lend`, the one place that decides who writes it).
+Features reach it through the core's interfaces only: a stream's recorder takes its tasks
+(recorder.py), the dispatcher's ready work goes out first (dispatcher.py), subscribers see
+the work (subscriber.py).
 
 Why one module: everything here is the state behind one lock -- the stream queues, the
 ready lists, the units' books, the waiters and timers -- and every method reads or changes
 it under that lock; its small pure policies (`pick_stream`, `pick_client`, the core-limit
-checks) stay
-beside the loop that calls them on every launch, where a module of their own would be one
-more on every launch's path (bench/launch_path.py).
+checks) stay beside the loop that calls them on every launch, where a module of their own
+would be one more on every launch's path (bench/launch_path.py).
 """
 
 from __future__ import annotations

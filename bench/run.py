@@ -357,6 +357,8 @@ def run(args) -> Table:
                 )
             if selected("graphs"):
                 graph_rows(table, address, quick)
+            if selected("fairness"):
+                fairness_rows(table, address, quick)
             if selected("first_call"):
                 byte_compile_simnpu()
                 limit = baselines.python_startup_ms()
@@ -418,6 +420,80 @@ def signal_rows(table: Table, address: str, quick: bool) -> None:
             )
 
 
+def beside(address: str, name: str, *args) -> tuple[dict, dict]:
+    """(the victim's figures, the other client's): the victim probe
+    (bench/fairness_probes.py) run while the flooder `name` keeps its streams full."""
+    other = subprocess.Popen(
+        [sys.executable, os.path.join(HERE, "fairness_probes.py"), name, *map(str, args)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "SIMNPU_ADDRESS": address, "SIMNPU_AUTOSTART": "0"},
+    )
+    try:
+        if other.stdout.readline().strip() != "ready":
+            raise RuntimeError(f"flooder {name} did not get ready")
+        victim = probe(address, "victim", VICTIM_ROUNDS, script="fairness_probes.py")
+    finally:
+        output = other.communicate(timeout=600)[0]  # (closes its stdin: it stops flooding)
+    return victim, json.loads(output.strip().splitlines()[-1])
+
+
+VICTIM_ROUNDS = 150
+VICTIM = f"victim {VICTIM_ROUNDS} x (1,024-element add + sync)"
+
+
+def fairness_rows(table: Table, address: str, quick: bool) -> None:
+    """A victim's small launches beside another client's flood (docs/performance.md, "Fair
+    AI cores"): its p50 against its p50 beside two CPU-bound processes, measured first in
+    the same run, and its longest launch + synchronize against one of the other client's
+    kernels (that kernel's time alone, between two events)."""
+    loads = [Load(), Load()]
+    try:
+        alone = probe(address, "victim", VICTIM_ROUNDS, script="fairness_probes.py")
+    finally:
+        for load in loads:
+            load.close()
+    table.add(
+        f"{VICTIM}, p50, beside 2 CPU-bound processes",
+        alone["p50_ms"],
+        "ms",
+        alone["p50_ms"],
+        "itself (the baseline of the rows below)",
+        "(printed)",
+        True,
+    )
+    cases = [  # (the flooder, its arguments, what it does, the p50's target)
+        ("flood_adds", (8, 4), "another client's 8 streams of 1M-element adds", 3),
+        # (a core freed is refilled before the victim's next launch: it waits most of one)
+        ("flood_long", (8, 2, 200), "another client's 8 streams of 200 ms own kernels", None),
+    ]
+    for name, args, what, factor in cases[:1] if quick else cases:
+        victim, other = beside(address, name, *args)
+        table.add(
+            f"{VICTIM}, p50, beside {what}",
+            victim["p50_ms"],
+            "ms",
+            alone["p50_ms"],
+            "its p50 beside 2 CPU-bound processes",
+            f"<= {factor}x" if factor else "(printed)",
+            not factor or victim["p50_ms"] <= factor * alone["p50_ms"],
+        )
+        kernel = max(other["kernel_ms"], other["flood_kernel_ms"])
+        wait = victim["max_ms"] - alone["p50_ms"]
+        table.add(
+            f"{VICTIM}, longest less that baseline p50, beside {what}",
+            wait,
+            "ms",
+            kernel,
+            f"one of its kernels: {other['kernel_ms']:.3g} ms alone, "
+            f"{other['flood_kernel_ms']:.3g} ms per core in the flood "
+            f"(victim p99 {victim['p99_ms']:.3g} ms)",
+            "<= 1x",
+            wait <= kernel,
+        )
+
+
 def graph_rows(table: Table, address: str, quick: bool) -> None:
     """Graph capture and replay (bench/graph_probes.py), each beside its eager version."""
     figures = probe(address, "replay_vs_eager", 1000, 5 if quick else 15, script="graph_probes.py")
@@ -469,7 +545,7 @@ def main() -> None:
         "--only",
         nargs="*",
         help="launch round_trip signal_calls throughput copies kernels pipeline clients facade "
-        "graphs first_call",
+        "graphs first_call fairness",
     )
     parser.add_argument("--json", default=os.path.join(HERE, "results", "latest.json"))
     parser.add_argument(

@@ -20,8 +20,11 @@ class Binary:
 
 @dataclass(eq=False)
 class Function:
-    """A kernel looked up by name (aclrtBinaryGetFunction)."""
+    """A kernel looked up by name (aclrtBinaryGetFunction). `ran_ns`: how long it ran the
+    last time a single-block launch of it did, as its unit reported (None: never yet), which
+    task aggregation budgets with (server/core/tasks/kernel.py, `run_budget`)."""
 
     binary: Binary
     name: str
     signature: KernelSignature
+    ran_ns: int | None = None

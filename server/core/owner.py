@@ -55,6 +55,10 @@ class Owner:
         # scheduler reads; a device not listed has no limit
         self.res_limits: dict[int, dict[int, int]] = {}
         self.core_limits: dict[int, int] = {}
+        # device -> the number of the scheduler's latest hand-out of an AI core of the
+        # device to it: the clients with ready work take the free cores in turn by it
+        # (server/core/scheduler.py, pick_client); a device not listed never served it
+        self.core_turns: dict[int, int] = {}
         self.output = PendingOutput()  # what its kernels printed, for its next synchronize
         # aclrtSetDeviceSatMode: True once it chose ACL_RT_OVERFLOW_MODE_SATURATION; each
         # stream takes the mode in force when it is created (Stream.saturation)

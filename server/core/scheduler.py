@@ -9,21 +9,23 @@ Per stream, tasks run strictly in order: only the head task is ever on a unit (e
 of single-block launches handed to one core at once, which that core also runs in order).
 Control tasks (event record/wait/reset, host callbacks, collectives) run in the scheduler
 when they reach the head; device work (server/core/tasks/) is queued as ready and handed to
-free units of its kind, higher-priority streams first. Blocked host calls are `Waiter`s
-re-checked as tasks complete, with deadlines. The scheduler knows units only through the
-`Executor` protocol (server/core/executor.py) and its owners only through `Owner` and the
-streams' completion signals (simnpu.shm.notify.StreamSignal): when a stream drains it
-publishes the signal, and when a unit gets the whole tail of a stream it may lend it the
-signal to write (`_lend`, the one place that decides who writes it). Features reach it
-through the core's interfaces only: a stream's recorder takes its tasks (recorder.py), the
-dispatcher's ready work goes out first (dispatcher.py), subscribers see the work
-(subscriber.py).
+free units of its kind, higher-priority streams first -- for an AI core, first among the
+streams of the client whose turn it is: the clients get the free cores in turn, whatever
+their number of streams (`pick_client`; docs/architecture.md, "Fair AI cores"). Blocked
+host calls are `Waiter`s re-checked as tasks complete, with deadlines. The scheduler knows
+units only through the `Executor` protocol (server/core/executor.py) and its owners only
+through `Owner` and the streams' completion signals (simnpu.shm.notify.StreamSignal): when
+a stream drains it publishes the signal, and when a unit gets the whole tail of a stream it
+may lend it the signal to write (`_lend`, the one place that decides who writes it).
+Features reach it through the core's interfaces only: a stream's recorder takes its tasks
+(recorder.py), the dispatcher's ready work goes out first (dispatcher.py), subscribers see
+the work (subscriber.py).
 
 Why one module: everything here is the state behind one lock -- the stream queues, the
 ready lists, the units' books, the waiters and timers -- and every method reads or changes
-it under that lock; its small pure policies (`pick_stream`, the core-limit checks) stay
-beside the loop that calls them on every launch, where a module of their own would be one
-more on every launch's path (bench/launch_path.py).
+it under that lock; its small pure policies (`pick_stream`, `pick_client`, the core-limit
+checks) stay beside the loop that calls them on every launch, where a module of their own
+would be one more on every launch's path (bench/launch_path.py).
 """
 
 from __future__ import annotations
@@ -42,7 +44,7 @@ from simnpu.server.core.dispatcher import IDLE, Dispatcher
 from simnpu.server.core.executor import LOST, Executor, Unit, UnitKind
 from simnpu.server.core.owner import Owner
 from simnpu.server.core.streams import Failure, Stream
-from simnpu.server.core.tasks import DeviceWork, Task, TaskState
+from simnpu.server.core.tasks import DeviceWork, KernelTask, Task, TaskState
 from simnpu.server.core.unit_protocol import Accesses, Ready, WriteSignal
 from simnpu.server.core.waiters import Waiter
 
@@ -78,6 +80,7 @@ class Scheduler:
         self._dirty: deque[Stream] = deque()  # streams whose head must be looked at again
         self._at_completions: list[Stream] = []  # streams whose head waits on a device word
         self._tokens = itertools.count(1)
+        self._turns = itertools.count(1)  # AI-core hand-outs, numbered (Owner.core_turns)
         self._stopping = False
         self._thread = threading.Thread(target=self._run, name="simnpu-scheduler", daemon=True)
         # work handed out before the streams' (server/core/dispatcher.py): the daemon's is
@@ -366,13 +369,15 @@ class Scheduler:
                 if not ready:
                     continue
                 units = device.units[kind]
-                for unit, index in _idle_with_work(units, ready):
+                for unit, index in _idle_with_work(units, ready, device.index):
                     stream = ready[index]
                     task = stream.tasks[0]
                     assert isinstance(task, DeviceWork)
                     share = len(units)
-                    if kind is UnitKind.AI_CORE and _limited(stream):
-                        share = min(share, _bounding(stream).core_limit(share))
+                    if kind is UnitKind.AI_CORE:  # its client had its turn (pick_client)
+                        stream.owner.core_turns[device.index] = next(self._turns)
+                        if _limited(stream):
+                            share = min(share, _bounding(stream).core_limit(share))
                     items, whole, finished = task.hand_out(self, unit, share)
                     if finished:
                         ready.pop(index)
@@ -438,8 +443,11 @@ class Scheduler:
             unit.lent = None
         inflight = unit.inflight
         for token, code, start_ns, end_ns, message, output, overflow, failed in results:
-            unit.busy_ns += end_ns - start_ns
+            took = end_ns - start_ns
+            unit.busy_ns += took
             work = inflight.pop(token)
+            if isinstance(work, KernelTask) and work.num_blocks == 1:
+                work.function.ran_ns = took  # what task aggregation budgets with
             if failed:  # the failure of a kernel in a run (RunKernels): its own task's
                 work.failed_at(failed)
             if output:  # a kernel printed: its client takes it at its next synchronize
@@ -560,19 +568,43 @@ class Scheduler:
             self._pump()
 
 
-def _idle_with_work(units: Sequence[Unit], ready: list[Stream]) -> Iterator[tuple[Unit, int]]:
+def _idle_with_work(
+    units: Sequence[Unit], ready: list[Stream], device: int
+) -> Iterator[tuple[Unit, int]]:
     """(idle unit, index of the ready stream it should serve) while both remain."""
     for unit in units:
         if not ready:
             return
         if not unit.ready or unit.inflight:
             continue
-        if unit.kind is UnitKind.AI_CORE and any(_limited(s) for s in ready):
+        if unit.kind is not UnitKind.AI_CORE:
+            yield unit, (pick_stream([s.priority for s in ready]) if len(ready) > 1 else 0)
+        elif any(_limited(s) for s in ready):
             allowed = [i for i, s in enumerate(ready) if _may_run(s, unit, len(units))]
             if allowed:
-                yield unit, allowed[pick_stream([ready[i].priority for i in allowed])]
+                yield unit, _in_turn(ready, allowed, device)
+        elif len(ready) == 1:
+            yield unit, 0
         else:
-            yield unit, (pick_stream([s.priority for s in ready]) if len(ready) > 1 else 0)
+            yield unit, _in_turn(ready, range(len(ready)), device)
+
+
+def _in_turn(ready: list[Stream], allowed: Sequence[int], device: int) -> int:
+    """Which of the ready streams at `allowed` (indices into `ready`) a free AI core of
+    `device` serves: the client whose turn it is (`pick_client`), then its own streams in
+    their order (`pick_stream`)."""
+    first = ready[allowed[0]].owner
+    for i in allowed:
+        if ready[i].owner is not first:
+            break
+    else:  # one client
+        return allowed[pick_stream([ready[i].priority for i in allowed])]
+    turns = [ready[i].owner.core_turns.get(device, 0) for i in allowed]
+    chosen = ready[allowed[pick_client(turns)]].owner
+    mine = [i for i in allowed if ready[i].owner is chosen]
+    if len(mine) == 1:
+        return mine[0]
+    return mine[pick_stream([ready[i].priority for i in mine])]
 
 
 def _bounding(stream: Stream) -> Stream:
@@ -600,6 +632,20 @@ def pick_stream(priorities: list[int]) -> int:
     best = 0
     for index in range(1, len(priorities)):
         if priorities[index] < priorities[best]:
+            best = index
+    return best
+
+
+def pick_client(turns: list[int]) -> int:
+    """Index of the ready stream whose client a free AI core serves next, by `turns`: for
+    each ready stream, when its client last got an AI core of the device (0: never). The
+    client that has waited longest since its last turn wins, and among clients never served
+    the one whose stream has been ready longest (the earliest in the list). So every client
+    with ready work gets the next free core in turn, whatever its number of streams; stream
+    priorities order a client's own streams only (`pick_stream`)."""
+    best = 0
+    for index in range(1, len(turns)):
+        if turns[index] < turns[best]:
             best = index
     return best
 

@@ -183,3 +183,35 @@ def test_launch_path_counts_files_in_every_process_and_leaves_nothing(tmp_path):
     assert line(done.stdout, "the count (each file and function once):").endswith(
         f"{result['count']['files']} files, {result['count']['functions']} functions"
     )
+
+
+@pytest.mark.slow
+def test_fairness_rows_stop_their_load_and_flooder(tmp_path):
+    """The victim's rows beside two CPU-bound processes and beside a flooder
+    (bench/fairness_probes.py): each beside its limit, and no process of them left."""
+    result = tmp_path / "fair.json"
+    bench("--quick", "--only", "fairness", "--json", str(result))
+    assert not busy_processes()
+    rows = {r["what"]: r for r in json.loads(result.read_text())["rows"]}
+    victim = "victim 150 x (1,024-element add + sync)"
+    flood = "another client's 8 streams of 1M-element adds"
+    baseline = rows[f"{victim}, p50, beside 2 CPU-bound processes"]["simnpu"]
+    p50 = rows[f"{victim}, p50, beside {flood}"]
+    assert p50["limit"] == baseline > 0 and p50["target"] == "<= 3x"
+    longest = rows[f"{victim}, longest less that baseline p50, beside {flood}"]
+    assert longest["limit"] > 0 and longest["target"] == "<= 1x"
+    assert "one of its kernels" in longest["limit_what"]
+    leftovers = [
+        entry
+        for entry in os.listdir("/proc")
+        if entry.isdigit() and b"fairness_probes.py" in _cmdline(entry)
+    ]
+    assert not leftovers
+
+
+def _cmdline(pid: str) -> bytes:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as handle:
+            return handle.read()
+    except OSError:
+        return b""

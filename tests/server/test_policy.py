@@ -1,14 +1,20 @@
 """Scheduling policies on plain lists (the scheduler's and its task kinds'): which ready
-stream goes first, how blocks are split, how many single-block launches ride along, how
-copies are cut."""
+stream goes first, which client a free AI core serves, how blocks are split, how many
+single-block launches ride along, how copies are cut."""
 
 import itertools
 
 import pytest
 
-from simnpu.server.core.scheduler import pick_stream
+from simnpu.server.core.scheduler import pick_client, pick_stream
 from simnpu.server.core.tasks.copy import MIN_COPY_PIECE, copy_pieces, piece_range
-from simnpu.server.core.tasks.kernel import MAX_RUN, block_chunk, run_length
+from simnpu.server.core.tasks.kernel import (
+    MAX_RUN,
+    RUN_BUDGET_NS,
+    block_chunk,
+    run_budget,
+    run_length,
+)
 
 
 class TestPickStream:
@@ -37,6 +43,60 @@ class TestPickStream:
         priorities = [3, 0, 2]
         pick_stream(priorities)
         assert priorities == [3, 0, 2]
+
+
+class TestPickClient:
+    """`turns`: per ready stream, when its client last got an AI core (0: never)."""
+
+    def test_the_client_served_longest_ago_goes_next(self):
+        assert pick_client([9, 9, 9, 4]) == 3  # one stream of its own against three
+        assert pick_client([7, 3, 7, 3]) == 1
+
+    def test_a_client_never_served_goes_before_any_served(self):
+        assert pick_client([5, 8, 0]) == 2
+
+    def test_among_clients_never_served_the_one_ready_longest(self):
+        assert pick_client([0, 0, 6]) == 0
+        assert pick_client([6, 0, 0]) == 1
+
+    def test_turns_rotate_whatever_the_number_of_streams(self):
+        """Three clients of 5, 1 and 2 ready streams, always ready, take a free core in
+        turn: the one served is given the next turn number."""
+        clients = [0] * 5 + [1] + [2] * 2
+        last = {0: 0, 1: 0, 2: 0}
+        served = []
+        for turn in range(1, 10):
+            client = clients[pick_client([last[c] for c in clients])]
+            last[client] = turn
+            served.append(client)
+        assert served == [0, 1, 2] * 3
+
+
+class TestRunBudget:
+    """`ran_ns`: how long the head launch, then each kernel queued behind it, ran last."""
+
+    def test_tiny_kernels_ride_along_up_to_the_budget(self):
+        assert run_budget([10_000] * 64) == 63
+        assert run_budget([400_000, 400_000, 400_000]) == 1
+        assert run_budget([100, 200, 300], budget_ns=600) == 2
+        assert run_budget([100, 200, 301], budget_ns=600) == 1
+
+    def test_a_head_over_the_budget_runs_alone(self):
+        assert run_budget([RUN_BUDGET_NS + 1, 10]) == 0
+        assert run_budget([200_000_000]) == 0
+
+    def test_a_kernel_never_seen_to_run_ends_the_run(self):
+        assert run_budget([None, 10, 10]) == 0
+        assert run_budget([10, 10, None, 10]) == 1
+
+    def test_nothing_queued(self):
+        assert run_budget([10]) == 0
+        assert run_budget([]) == 0
+
+    def test_the_budget_is_about_a_millisecond(self):
+        """Long enough for a full run of empty kernels, short beside the kernels of a real
+        workload: the longest a client waits for a core behind another's run."""
+        assert 500_000 <= RUN_BUDGET_NS <= 2_000_000
 
 
 class TestBlockChunk:

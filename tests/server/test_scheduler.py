@@ -1,6 +1,7 @@
 """The scheduler on its own, on units that are threads of this process (thread_executor.py):
-stream order, concurrency between streams, events, failure modes, priorities, task
-aggregation, block chunks and operator timeouts -- no daemon, no socket, no process."""
+stream order, concurrency between streams, events, failure modes, priorities, clients in
+turn, task aggregation, block chunks and operator timeouts -- no daemon, no socket, no
+process."""
 
 from __future__ import annotations
 
@@ -120,19 +121,30 @@ class Rig:
         self.context = Context(1, 0, self.owner)
         self.owner.contexts.append(self.context)
         self.binary = Binary(2, KERNELS, "<test kernels>", discover_kernels(KERNELS))
+        self.functions: dict[str, Function] = {}  # one aclrtBinaryGetFunction per kernel
         self.seq = 0
         self.streams = 0
         self.cells = 0
+        self.clients = 1
 
     def close(self) -> None:
         self.scheduler.stop()
         self.executor.stop()
 
-    def stream(self, priority: int = 0) -> Stream:
+    def stream(self, priority: int = 0, context: Context | None = None) -> Stream:
         self.streams += 1
-        stream = Stream(self.streams, self.context, priority)
-        self.context.streams.append(stream)
+        context = context or self.context
+        stream = Stream(self.streams, context, priority)
+        context.streams.append(stream)
         return stream
+
+    def client(self) -> Context:
+        """The context of another client of the device (an Owner of its own)."""
+        self.clients += 1
+        owner = Owner(self.clients, self.announced.append)
+        context = Context(owner.id, 0, owner)
+        owner.contexts.append(context)
+        return context
 
     def cell(self, value: int = 0) -> int:
         """The device address of a fresh int64 holding `value`."""
@@ -147,13 +159,16 @@ class Rig:
         )
 
     def kernel(self, stream: Stream, name: str, *args, blocks: int = 1) -> KernelTask:
-        signature = self.binary.kernels[name]
+        function = self.functions.get(name)
+        if function is None:
+            function = Function(self.binary, name, self.binary.kernels[name])
+            self.functions[name] = function
         self.seq += 1
         return self.submit(
             KernelTask(
                 self.seq,
                 stream,
-                Function(self.binary, name, signature),
+                function,
                 blocks,
                 tuple(args),
                 EightBytesEach(),
@@ -295,21 +310,104 @@ def test_the_higher_priority_stream_is_served_first():
         rig.close()
 
 
+# ---- clients in turn ------------------------------------------------------------------------
+def served(rig: Rig) -> list[int]:
+    """The arguments of the `sleep_ms` kernels the AI cores got, in order: the tests below
+    name a kernel's client (or its place) by it."""
+    return [
+        RunKernel.unpack(item).args[0]
+        for _, batch in rig.executor.batches
+        for item in batch
+        if item[0] == RunKernel.TAG and RunKernel.unpack(item).name == "sleep_ms"
+    ]
+
+
+def test_a_free_ai_core_serves_the_clients_in_turn_whatever_their_streams():
+    """Client 2 has three streams of two kernels queued, client 3 one stream of three:
+    once the core frees, they alternate -- client 3 first, since client 2 had the core
+    last -- until client 3 has nothing left; each client's streams in their order."""
+    rig = Rig(ai_cores=1)
+    try:
+        many, one = rig.client(), rig.client()
+        blocker_stream = rig.stream(context=many)
+        flag = rig.cell()
+        blocker = rig.kernel(blocker_stream, "wait_for", flag)
+        rig.until(lambda: blocker.state == TaskState.DISPATCHED)
+        streams = [rig.stream(context=many) for _ in range(3)]
+        for stream in streams:  # 2 ms each: over the run budget, one kernel per batch
+            rig.kernel(stream, "sleep_ms", 2)
+            rig.kernel(stream, "sleep_ms", 2)
+        lone = rig.stream(context=one)
+        for _ in range(3):
+            rig.kernel(lone, "sleep_ms", 3)
+        np.frombuffer(rig.memory.maps[0], np.int64, 1, flag - device_address(0, 0))[0] = 1
+        rig.drain(blocker_stream, lone, *streams)
+        assert served(rig) == [3, 2, 3, 2, 3, 2, 2, 2, 2]
+    finally:
+        rig.close()
+
+
+def test_stream_priorities_order_a_clients_own_streams_only():
+    """A client's high-priority stream goes before its other streams, not before the
+    turn of another client."""
+    rig = Rig(ai_cores=1)
+    try:
+        first, second = rig.client(), rig.client()
+        blocker_stream = rig.stream(context=second)
+        flag = rig.cell()
+        blocker = rig.kernel(blocker_stream, "wait_for", flag)
+        rig.until(lambda: blocker.state == TaskState.DISPATCHED)
+        low = rig.stream(priority=7, context=first)
+        rig.kernel(low, "sleep_ms", 1)
+        urgent = rig.stream(priority=0, context=second)
+        rig.kernel(urgent, "sleep_ms", 2)
+        also_low = rig.stream(priority=7, context=second)
+        rig.kernel(also_low, "sleep_ms", 3)
+        np.frombuffer(rig.memory.maps[0], np.int64, 1, flag - device_address(0, 0))[0] = 1
+        rig.drain(blocker_stream, low, urgent, also_low)
+        assert served(rig) == [1, 2, 3]  # first's turn, then second's urgent
+    finally:
+        rig.close()
+
+
+def kernels_per_batch(rig: Rig) -> list[int]:
+    return [sum(item[0] == RunKernel.TAG for item in batch) for _, batch in rig.executor.batches]
+
+
 def test_single_block_launches_of_a_stream_go_to_one_core_in_one_batch():
     rig = Rig(ai_cores=1)
     try:
         stream = rig.stream()
         flag = rig.cell()
+        rig.kernel(stream, "empty")  # it has run once: its launches' time is known
+        rig.drain(stream)
+        rig.executor.batches.clear()
         rig.kernel(stream, "wait_for", flag)  # the rest queue up behind it
         rig.until(lambda: stream.tasks[0].state == TaskState.DISPATCHED)
         for _ in range(10):
             rig.kernel(stream, "empty")
         np.frombuffer(rig.memory.maps[0], np.int64, 1, flag - device_address(0, 0))[0] = 1
         rig.drain(stream)
-        kernels_per_batch = [
-            sum(item[0] == RunKernel.TAG for item in batch) for _, batch in rig.executor.batches
-        ]
-        assert kernels_per_batch == [1, 10]
+        assert kernels_per_batch(rig) == [1, 10]
+    finally:
+        rig.close()
+
+
+def test_a_run_holds_a_core_for_about_a_millisecond_of_kernels():
+    """Kernels never seen to run, and kernels that took more than the budget, go one at a
+    time; tiny ones as many as fit in it (tests/server/test_policy.py: run_budget)."""
+    rig = Rig(ai_cores=1)
+    try:
+        stream = rig.stream()
+        flag = rig.cell()
+        rig.kernel(stream, "wait_for", flag)
+        rig.until(lambda: stream.tasks[0].state == TaskState.DISPATCHED)
+        for _ in range(4):
+            rig.kernel(stream, "sleep_ms", 2)  # never ran yet, then 2 ms: over the budget
+        np.frombuffer(rig.memory.maps[0], np.int64, 1, flag - device_address(0, 0))[0] = 1
+        rig.drain(stream)
+        assert kernels_per_batch(rig) == [1, 1, 1, 1, 1]
+        assert rig.functions["sleep_ms"].ran_ns >= 2_000_000
     finally:
         rig.close()
 

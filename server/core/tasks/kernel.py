@@ -3,8 +3,11 @@
 A launch's blocks go out in chunks (`block_chunk` below) to whichever AI cores of its
 device are free. Consecutive single-block launches of a stream go to one core in one batch
 (`run_length` below, task aggregation): stream order makes them run one
-after the other anyway. Arguments that lie in device memory (aclrtLaunchKernel) are read
-when the launch reaches the head of its stream, so tasks before it may still write them.
+after the other anyway -- as many as ran in about a millisecond the last time
+(`run_budget`), so that a run holds a core from the other clients no longer than that, or
+than one kernel (docs/architecture.md, "Fair AI cores"). Arguments that lie in device
+memory (aclrtLaunchKernel) are read when the launch reaches the head of its stream, so
+tasks before it may still write them.
 Pointer arguments are resolved (translated, and the allocations they reach found) by the
 `ArgumentResolver` the launch is given: its client's memory (server/memory/launch_arguments.py).
 """
@@ -71,6 +74,29 @@ def run_length(num_blocks_of_following: list[int], limit: int = MAX_RUN) -> int:
             break
         count += 1
     return count
+
+
+RUN_BUDGET_NS = 1_000_000
+
+
+def run_budget(ran_ns: list[int | None], budget_ns: int = RUN_BUDGET_NS) -> int:
+    """How many of the kernels queued behind a single-block launch may ride along with it,
+    by how long each ran the last time (`ran_ns`: the launch's own first, then theirs; None:
+    never yet): as many as fit with it in `budget_ns` of one core, none if it alone does
+    not, and none past a kernel never seen to run.
+
+    A run is the one thing besides a single kernel that holds a core from the other
+    clients waiting for their turn (server/core/scheduler.py, `pick_client`): budgeted, the
+    longest they wait for a core is about one kernel, or `budget_ns` of tiny ones, while a
+    run of empty kernels still fills its message (MAX_RUN)."""
+    spent = 0
+    for index, ns in enumerate(ran_ns):
+        if ns is None:
+            return max(0, index - 1)
+        spent += ns
+        if spent > budget_ns:
+            return max(0, index - 1)
+    return max(0, len(ran_ns) - 1)
 
 
 class KernelTask(DeviceWork):
@@ -176,8 +202,12 @@ class KernelTask(DeviceWork):
     def _add_run(self, scheduler: Scheduler, unit: Unit, items: list) -> KernelTask:
         """Add the single-block launches queued behind this one to the unit's items; the
         last task of the run."""
+        own_ns = self.function.ran_ns
+        if own_ns is None or own_ns > RUN_BUDGET_NS:
+            return self  # (it alone is the budget: run_budget would say 0)
         following: list[KernelTask] = []
         blocks: list[int] = []
+        ran_ns: list[int | None] = [own_ns]
         tenant = self.tenant
         for task in itertools.islice(self.stream.tasks, 1, MAX_RUN):
             if (
@@ -190,7 +220,8 @@ class KernelTask(DeviceWork):
                 break
             following.append(task)
             blocks.append(task.num_blocks)
-        count = run_length(blocks)
+            ran_ns.append(task.function.ran_ns)
+        count = min(run_length(blocks), run_budget(ran_ns))
         for task in following[:count]:
             task._add_item(scheduler, unit, 0, 1, items)
         return following[count - 1] if count else self

@@ -161,12 +161,12 @@ def _serve_parser(sub) -> None:
         "--reserve",
         action="append",
         default=[],
-        metavar="KIND=N",
-        help="keep the last N of a resource for processes that start: a process holding "
-        "more than an eighth of the reserve cannot take from it (KIND: memory (SIZE or "
-        "PERCENT of each device's), sessions, streams, events, notifies, cnt_notifies; "
-        "default: memory=6.25%%, sessions=8, streams=64, events=1024, notifies=256, "
-        "cnt_notifies=256; 0 keeps none; docs/security.md)",
+        metavar="RESERVE",
+        help="KIND=N: keep the last N of a resource for processes that start, which a process "
+        "that holds more than an eighth of it cannot take; KIND is memory (a SIZE or PERCENT "
+        "of each device's), sessions, streams, events, notifies or cnt_notifies; 0 keeps "
+        "none; repeat for several (docs/security.md) (default: memory=6.25%%, sessions=8, "
+        "streams=64, events=1024, notifies=256, cnt_notifies=256)",
     )
     p.add_argument(
         "--log-level",

@@ -73,6 +73,7 @@ class KernelProcess:
         "pidfd",
         "sent_ns",
         "spans",
+        "threads",
         "tokens",
         "unit",
     )
@@ -89,6 +90,7 @@ class KernelProcess:
         self.conn = conn  # its socket, read and written without blocking
         self.pid = pid
         self.pidfd = pidfd
+        self.threads = kernel_bounds.open_threads(pid)  # its thread folder, to count them
         self.generation = grant.generation
         self.spans = grant.spans
         self.loaded: set[int] = set()  # binaries whose module it has executed
@@ -248,7 +250,12 @@ class KernelProcesses:
             ours.close()
             raise OSError(f"no kernel process for {owner!r}: {reply[1]}")
         _, pid, pidfd = reply
-        return KernelProcess(owner, unit, ReportChannel(ours), pid, pidfd, grant)
+        try:
+            return KernelProcess(owner, unit, ReportChannel(ours), pid, pidfd, grant)
+        except OSError as error:  # it died at once: its thread folder is gone
+            ours.close()
+            os.close(pidfd)
+            raise OSError(f"no kernel process for {owner!r}: {error}") from None
 
     def _end(self, key: tuple[int, Unit]) -> KernelProcess | None:
         """End the process of `key` and wait until it is gone (caller holds the lock): one
@@ -262,6 +269,7 @@ class KernelProcesses:
                 process.gone(END_WAIT_S)
             process.conn.close()
             os.close(process.pidfd)
+            os.close(process.threads)
             self._settle(process)
         return process
 
@@ -300,7 +308,7 @@ class KernelProcesses:
             process.busy = False
             if process.doomed:
                 self._end((process.owner.id, process.unit))
-            elif kernel_bounds.threads_of(process.pid) > 1:  # its kernel left threads running
+            elif kernel_bounds.threads_in(process.threads) > 1:  # its kernel left threads running
                 log_about(  # at the client's rate (server/core/rate_limits.py)
                     process.owner,
                     log,

@@ -39,7 +39,8 @@ def parse(address: str, source: str = "address") -> service.Address:
 
 def token() -> str | None:
     """The token a TCP listener wants: SIMNPU_TOKEN, else what the file SIMNPU_TOKEN_FILE
-    holds (e.g. a compose secret); None if neither is set. OSError if the file is unreadable."""
+    holds (its first entry: e.g. a compose secret); None if neither is set. OSError if the
+    file is unreadable, ValueError if it is malformed."""
     value = os.environ.get("SIMNPU_TOKEN")
     if value:
         return value

@@ -269,7 +269,7 @@ class Connection:
         self.address = address or config.address()
         try:
             self.token = token if token is not None else config.token()
-        except OSError as error:  # SIMNPU_TOKEN_FILE names a file we cannot read
+        except (OSError, ValueError) as error:  # SIMNPU_TOKEN_FILE: unreadable, malformed
             raise NpuError(
                 codes.ACL_ERROR_RT_NO_PERMISSION, f"SIMNPU_TOKEN_FILE: {error}"
             ) from None

@@ -75,10 +75,49 @@ def default_address(runtime_dir: str | None, uid: int) -> str:
     return f"unix://{base}/simnpu.sock"
 
 
-def read_token_file(path: str) -> str:
-    """The token a token file holds (surrounding white space stripped); OSError if unreadable."""
+OPERATOR_NAME = "operator"  # the name of a token file's first entry when it gives none
+MAX_TENANT_NAME = 64
+
+
+def token_entries(text: str) -> list[tuple[str, str]]:
+    """The (name, token) entries of a token file's text, one per line: `TOKEN`, or
+    `NAME TOKEN` (blank lines and lines starting with # are skipped). The first entry is the
+    operator's (named OPERATOR_NAME unless it names itself); every later one is a tenant's
+    and must be named (docs/security.md). ValueError, naming the line, for a line of more
+    than two words, a later entry without a name, a name that is not printable or is longer
+    than MAX_TENANT_NAME, or a name or token given twice."""
+    entries: list[tuple[str, str]] = []
+    for number, line in enumerate(text.splitlines(), 1):
+        words = line.split()
+        if not words or words[0].startswith("#"):
+            continue
+        if len(words) > 2:
+            raise ValueError(f"line {number}: expected TOKEN or NAME TOKEN, not {len(words)} words")
+        if len(words) == 1 and entries:
+            raise ValueError(f"line {number}: a tenant's entry needs a name: NAME TOKEN")
+        name, token = (OPERATOR_NAME, words[0]) if len(words) == 1 else (words[0], words[1])
+        if len(name) > MAX_TENANT_NAME or not name.isprintable():
+            raise ValueError(f"line {number}: a name is 1..{MAX_TENANT_NAME} printable characters")
+        if any(name == n for n, _ in entries):
+            raise ValueError(f"line {number}: the name {name!r} is given twice")
+        if any(token == t for _, t in entries):
+            raise ValueError(f"line {number}: this token is given twice")
+        entries.append((name, token))
+    return entries
+
+
+def read_token_entries(path: str) -> list[tuple[str, str]]:
+    """The entries of the token file at `path` (token_entries); OSError if it cannot be
+    read, ValueError if it is malformed."""
     with open(path, encoding="utf-8") as handle:
-        return handle.read().strip()
+        return token_entries(handle.read())
+
+
+def read_token_file(path: str) -> str:
+    """The token a client sends from the token file at `path`: its first entry's ("" if it
+    has none); OSError if unreadable, ValueError if malformed."""
+    entries = read_token_entries(path)
+    return entries[0][1] if entries else ""
 
 
 def is_tcp_address(address: str) -> bool:

@@ -28,7 +28,7 @@ def check(address: str, what: str = service.SERVICE, timeout: float = 5.0) -> st
     ..., or "UNREACHABLE: <what failed, and a hint>" (one line). Blocks up to `timeout`."""
     try:
         token = config.token()
-    except OSError:
+    except (OSError, ValueError):
         token = None  # the health service does not need it
     metadata = [(service.TOKEN_METADATA_KEY, token)] if token else None
     with grpc.insecure_channel(address, options=service.CLIENT_CHANNEL_OPTIONS) as channel:

@@ -74,7 +74,7 @@ def query(what: str, device: int = 0, address: str | None = None, token: str | N
     if token is None:
         try:
             token = config.token()
-        except OSError as error:  # SIMNPU_TOKEN_FILE names a file we cannot read
+        except (OSError, ValueError) as error:  # SIMNPU_TOKEN_FILE: unreadable, malformed
             raise ToolError(f"SIMNPU_TOKEN_FILE: {error}") from None
     metadata = [(service.TOKEN_METADATA_KEY, token)] if token else None
     with grpc.insecure_channel(address, options=service.CLIENT_CHANNEL_OPTIONS) as channel:

@@ -81,8 +81,9 @@ def _serve_parser(sub) -> None:
     p.add_argument(
         "--token-file",
         metavar="FILE",
-        help="file holding the shared token TCP clients must send "
-        "(default: $SIMNPU_TOKEN, else the file $SIMNPU_TOKEN_FILE)",
+        help="file holding the tokens TCP clients may send: the operator's on its first "
+        "line, then a line NAME TOKEN per tenant (docs/security.md; default: $SIMNPU_TOKEN, "
+        "else the file $SIMNPU_TOKEN_FILE)",
     )
     p.add_argument(
         "--create-token",
@@ -215,8 +216,8 @@ def serve(args) -> int:
     try:
         if args.create_token:
             create_token_file(args.token_file)
-        token = environment.read_token(args.token_file)
-    except OSError as error:
+        tokens = environment.read_tokens(args.token_file)
+    except (OSError, ValueError) as error:
         print(f"simnpu: cannot read the token file: {error}", file=sys.stderr)
         return 2
     listen = args.listen or environment.environment_listen()
@@ -239,7 +240,8 @@ def serve(args) -> int:
         ai_cores=args.ai_cores,
         copy_engines=args.copy_engines,
         staging_bytes=args.staging,
-        token=token,
+        token=tokens[0][1] if tokens else None,
+        tenants=tuple(tokens[1:]),
         idle_exit_s=args.idle_exit,
         op_timeout_s=args.op_timeout,
         memory_limit=memory_limit,

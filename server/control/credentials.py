@@ -1,13 +1,20 @@
 """Who is at the other end of a session: the credentials sockets (simnpu.proto.
-peer_credentials), their one-time tickets, and the peer a session is counted against.
+peer_credentials), their one-time tickets, the peer a session is counted against, and the
+tenant it belongs to.
 
 A peer is what the per-peer session limit counts (--max-sessions-per-peer): a process
 (uid and pid from SO_PEERCRED) when the client presented a ticket, else the remote host of
 a TCP connection, else "a Unix client without credentials" as one peer.
+
+A tenant (server/core/tenants.py) is whose the client is: on TCP, the token file's entry
+whose token it sent (the first entry is the operator's); on the Unix socket, its uid (the
+daemon's own uid and root are the operator, as is a client without credentials: only
+whom the socket's file mode lets in can connect).
 """
 
 from __future__ import annotations
 
+import hmac
 import logging
 import os
 import secrets
@@ -18,6 +25,7 @@ import time
 from dataclasses import dataclass
 
 from simnpu.proto import peer_credentials
+from simnpu.server.core.tenants import OPERATOR, Tenant
 
 log = logging.getLogger("simnpu.peers")
 
@@ -29,6 +37,31 @@ MAX_OUTSTANDING_TICKETS = 4096  # tickets issued and not yet presented (the olde
 class Peer:
     key: str  # what the per-peer session limit counts, for messages too
     pid: int  # the client's process as the daemon sees it (SO_PEERCRED); 0: not verified
+    uid: int | None = None  # its uid (SO_PEERCRED); None: not verified
+
+
+class Tenancy:
+    """The tenants of a daemon: the tokens TCP clients may send, and the daemon's uid."""
+
+    def __init__(self, operator_token: str | None, tenants: tuple[tuple[str, str], ...]):
+        self._tokens = [(OPERATOR, operator_token)] if operator_token else []
+        self._tokens += [(Tenant(f"token {name}"), token) for name, token in tenants]
+        self._uid = os.getuid()
+
+    def of_token(self, presented: str) -> Tenant | None:
+        """The tenant whose token `presented` is (None: nobody's). Compares with every
+        token, each in constant time."""
+        found = None
+        for tenant, token in self._tokens:
+            if hmac.compare_digest(presented.encode(), token.encode()):
+                found = tenant
+        return found
+
+    def of_unix(self, peer: Peer) -> Tenant:
+        """The tenant of a Unix-socket client `peer`."""
+        if peer.uid is None or peer.uid in (self._uid, 0):
+            return OPERATOR
+        return Tenant(f"uid {peer.uid}")
 
 
 @dataclass(frozen=True)
@@ -85,9 +118,9 @@ class Peers:
         `ticket` the one it presented (hex; "" if none)."""
         found = self._redeem(ticket)
         if found is not None and found.pid:
-            return Peer(f"uid {found.uid} pid {found.pid}", found.pid)
+            return Peer(f"uid {found.uid} pid {found.pid}", found.pid, found.uid)
         if found is not None:
-            return Peer(f"uid {found.uid} (a process this daemon cannot see)", 0)
+            return Peer(f"uid {found.uid} (a process this daemon cannot see)", 0, found.uid)
         if peer.startswith("unix:"):
             return Peer("Unix clients without credentials", 0)
         host = peer.rsplit(":", 1)[0]  # ipv4:10.0.0.2:53422 -> ipv4:10.0.0.2

@@ -21,7 +21,7 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from simnpu.proto import npu_pb2, observe, service, socket_folder
 from simnpu.proto.kernel_abi import discover_kernels
 from simnpu.server.control.client_limits import ClientLimits
-from simnpu.server.control.credentials import Peer, Peers
+from simnpu.server.control.credentials import Peer, Peers, Tenancy
 from simnpu.server.control.daemon_config import DaemonConfig
 from simnpu.server.control.module_loads import ModuleLoads
 from simnpu.server.control.service import NpuServicer
@@ -32,6 +32,7 @@ from simnpu.server.core.ipc_events import IpcEvents
 from simnpu.server.core.notifies import Notifies
 from simnpu.server.core.rate_limits import ClientLog
 from simnpu.server.core.scheduler import Scheduler
+from simnpu.server.core.tenants import Tenant
 from simnpu.server.hccl.collectives import Collectives
 from simnpu.server.hccl.daemon_links import SERVER_KEEPALIVE
 from simnpu.server.hccl.job_rendezvous import Jobs
@@ -66,9 +67,8 @@ class Daemon:
         self.ipc_events = IpcEvents()  # exported IPC events by handle
         self.cnt_notifies = CntNotifies(config.reserves)  # count notifies' ids
         self.sessions: dict[int, Session] = {}
-        self.peers = (
-            Peers()
-        )  # the credentials sockets: who a client is (server/control/credentials.py)
+        self.peers = Peers()  # the credentials sockets: who a client is (credentials.py)
+        self.tenancy = Tenancy(config.token, config.tenants)  # whose a client is (likewise)
         self._peer_of: dict[int, Peer] = {}  # session id -> its peer
         self._session_ids = itertools.count(1)
         self._binary_ids = itertools.count(2)
@@ -301,9 +301,10 @@ class Daemon:
         assert self.executor is not None, "the daemon runs"
         self.executor.launch(device.all_units())
 
-    def open_session(self, connection: str, peer: Peer) -> Session | str:
-        """A new session of `peer` (on gRPC's `connection`), or why there is none: the
-        daemon's session limit, or the peer's (--max-sessions-per-peer: client_limits.py)."""
+    def open_session(self, connection: str, peer: Peer, tenant: Tenant) -> Session | str:
+        """A new session of `peer`, of `tenant` (on gRPC's `connection`), or why there is
+        none: the daemon's session limit, or the peer's (--max-sessions-per-peer:
+        client_limits.py)."""
         with self._lock:
             if self._stopping:
                 return "the daemon is shutting down"
@@ -311,7 +312,7 @@ class Daemon:
             refused = self.limits.session_refused(len(self.sessions), held, peer.key)
             if refused is not None:
                 return refused
-            session = Session(self, next(self._session_ids), connection)
+            session = Session(self, next(self._session_ids), connection, tenant)
             session.owner.lines = self._client_lines(peer.key)
             self.sessions[session.id] = session
             self._peer_of[session.id] = peer
@@ -369,22 +370,30 @@ class Daemon:
             for unit in device.all_units():
                 unit.forget.append(name)
 
-    def describe(self, what: str, device_index: int) -> object:
-        """Read-only views for tools (the Query RPC)."""
+    def describe(self, what: str, device_index: int, viewer: Tenant) -> object:
+        """Read-only views for tools (the Query RPC), as tenant `viewer` may see them: its
+        own processes, jobs and memory; the operator sees everything, and alone the
+        timeline and the checkers' findings (docs/security.md)."""
         if what == "jobs":  # processes waiting in a job rendezvous (server/hccl/job_rendezvous.py)
-            return self.jobs.describe() if self.jobs is not None else {}
+            return self.jobs.describe(viewer) if self.jobs is not None else {}
         if what in ("memory_stats", "memory_snapshot"):
             if not 0 <= device_index < len(self.devices):
                 return {
                     "error": f"device {device_index} does not exist "
                     f"(this daemon simulates {len(self.devices)})"
                 }
-            view = memory_stats if what == "memory_stats" else memory_snapshot
-            return view(self, self.devices[device_index])
+            if what == "memory_stats":
+                return memory_stats(self, self.devices[device_index])
+            return memory_snapshot(self, self.devices[device_index], viewer)
         if what in ("trace", "check_report"):
+            if not viewer.operator:
+                return {
+                    "error": f"the {what.replace('_', ' ')} shows every client's work: "
+                    "only the operator may ask for it (docs/security.md)"
+                }
             return observer.query(self.observer, what)
         with self._lock:
-            sessions = list(self.sessions.values())
+            sessions = [s for s in self.sessions.values() if viewer.sees(s.tenant)]
         return {
             "pid": os.getpid(),
             "devices": [smi_view.device(self, d) for d in self.devices],  # (simnpu smi)

@@ -21,7 +21,8 @@ class DaemonConfig:
     ai_cores: int = 2
     copy_engines: int = 2
     staging_bytes: int = 32 << 20
-    token: str | None = None
+    token: str | None = None  # the operator's TCP token (a token file's first entry)
+    tenants: tuple[tuple[str, str], ...] = ()  # (name, token) of the other TCP tenants
     idle_exit_s: float | None = None  # exit this long after the last session ends
     op_timeout_s: float = 300.0  # default operator execution timeout (aclrtSetOpExecuteTimeOut)
     max_sessions: int = 64
@@ -78,6 +79,8 @@ class DaemonConfig:
         if not 0 <= reserves.memory_share <= 0.5:
             raise ValueError("--reserve memory= must be at most half of a device's memory")
         tcp = any(service.parse_address(a).path is None for a in self.listen)
+        if self.tenants and not self.token:
+            raise ValueError("tenants' tokens need the operator's token first (docs/security.md)")
         if tcp and not self.token:
             raise ValueError(
                 "a TCP listener needs a shared token: set SIMNPU_TOKEN or --token-file"
@@ -106,11 +109,15 @@ def token_file(flag: str | None) -> str | None:
     return flag or (None if os.environ.get("SIMNPU_TOKEN") else os.environ.get("SIMNPU_TOKEN_FILE"))
 
 
-def read_token(flag: str | None) -> str | None:
-    """The shared token of TCP listeners (see token_file); None if none is set. OSError if
-    the file cannot be read."""
+def read_tokens(flag: str | None) -> list[tuple[str, str]]:
+    """The (name, token) entries TCP clients may present (see token_file): the operator's
+    first, then the tenants' (service.token_entries); empty if none is set. OSError if the
+    file cannot be read, ValueError if it is malformed."""
     path = token_file(flag)
-    return service.read_token_file(path) if path else os.environ.get("SIMNPU_TOKEN") or None
+    if path:
+        return service.read_token_entries(path)
+    token = os.environ.get("SIMNPU_TOKEN")
+    return [(service.OPERATOR_NAME, token)] if token else []
 
 
 def default_advertise(listen: list[str]) -> str | None:

@@ -8,7 +8,6 @@ its host), within the daemon's limits; one whose client has not said hello withi
 
 from __future__ import annotations
 
-import hmac
 import json
 import logging
 import threading
@@ -20,6 +19,7 @@ from google.protobuf.message import DecodeError
 
 from simnpu.proto import bulk, npu_pb2, peer_credentials, service
 from simnpu.server.control.session import CLOSED
+from simnpu.server.core.tenants import OPERATOR, Tenant
 from simnpu.server.core.untrusted import escaped
 
 log = logging.getLogger("simnpu.service")
@@ -53,23 +53,27 @@ class NpuServicer:
             },
         )
 
-    def _authorize(self, context) -> None:
-        """TCP peers must present the shared token; Unix-socket peers rely on file permissions."""
+    def _authorize(self, context) -> Tenant | None:
+        """The tenant whose token a TCP peer presented (server/control/credentials.py; it
+        is refused without one); None for a Unix-socket peer (file permissions let it in)."""
         if context.peer().startswith("unix:"):
-            return
+            return None
         presented = dict(context.invocation_metadata()).get(service.TOKEN_METADATA_KEY, "")
-        expected = self.daemon.config.token or ""
-        if not expected or not hmac.compare_digest(presented.encode(), expected.encode()):
+        tenant = self.daemon.tenancy.of_token(presented)
+        if tenant is None:
             context.abort(
                 grpc.StatusCode.UNAUTHENTICATED,
                 "simnpu: missing or wrong token (set SIMNPU_TOKEN to the daemon's token)",
             )
+        return tenant
 
     def Session(self, request_iterator, context):
-        self._authorize(context)
+        tenant = self._authorize(context)
         ticket = dict(context.invocation_metadata()).get(peer_credentials.TICKET_METADATA_KEY, "")
         peer = self.daemon.peers.identify(context.peer(), ticket)
-        session = self.daemon.open_session(context.peer(), peer)
+        if tenant is None:
+            tenant = self.daemon.tenancy.of_unix(peer)
+        session = self.daemon.open_session(context.peer(), peer, tenant)
         if isinstance(session, str):
             context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, f"simnpu: {session}")
         timeout_s = self.daemon.config.hello_timeout_s
@@ -128,19 +132,25 @@ class NpuServicer:
             self.daemon.close_session(session)
 
     def Query(self, request, context):
-        self._authorize(context)
+        viewer = self._authorize(context) or OPERATOR  # (Unix: whom the socket's mode lets in)
         if request is UNPARSED:
             self.daemon.query_lines.warning(
                 log, "a query from %s does not parse", escaped(context.peer())
             )
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, "simnpu: the query does not parse")
         return npu_pb2.QueryReply(
-            json=json.dumps(self.daemon.describe(request.what, request.device))
+            json=json.dumps(self.daemon.describe(request.what, request.device, viewer))
         )
 
     def Peer(self, request_iterator, context):
-        """A member daemon's stream for one world across hosts (server/hccl/world_membership.py)."""
-        self._authorize(context)
+        """A member daemon's stream for one world across hosts (server/hccl/world_membership.py).
+        Only the operator's token opens one: its messages speak for any tenant's ranks."""
+        tenant = self._authorize(context)
+        if tenant is not None and not tenant.operator:
+            context.abort(
+                grpc.StatusCode.PERMISSION_DENIED,
+                "simnpu: only the operator's token links daemons (docs/security.md)",
+            )
         first = next(request_iterator, None)
         if first is UNPARSED or first is None or first.WhichOneof("body") != "hello":
             context.abort(

@@ -40,6 +40,7 @@ from simnpu.server.core.notifies import Notify
 from simnpu.server.core.owner import Owner
 from simnpu.server.core.streams import Context, Event, Failure, Stream
 from simnpu.server.core.tasks import Task, TaskState
+from simnpu.server.core.tenants import Tenant
 from simnpu.server.core.untrusted import CALL_SITE, cut, escaped
 from simnpu.server.core.waiters import Waiter
 from simnpu.server.graphs.capture import invalidate_capture
@@ -116,7 +117,7 @@ class Handles:
 
 # ---- the session ---------------------------------------------------------------------------------
 class Session:
-    def __init__(self, daemon: Daemon, session_id: int, peer: str):
+    def __init__(self, daemon: Daemon, session_id: int, peer: str, tenant: Tenant):
         self.daemon = daemon
         assert daemon.scheduler is not None, "sessions open once the daemon runs"
         assert daemon.collectives is not None, "sessions open once the daemon runs"
@@ -124,6 +125,7 @@ class Session:
         self.collectives: Collectives = daemon.collectives  # HCCL (server/hccl/collectives.py)
         self.id = session_id
         self.peer = peer
+        self.tenant = tenant  # whose client it is (server/core/tenants.py)
         self.owner = Owner(session_id, self._announce)
         self.outbox: queue.SimpleQueue = queue.SimpleQueue()  # replies, notices, CLOSED
         self.seq = 0  # the sequence number of the call being handled

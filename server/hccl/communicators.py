@@ -18,9 +18,12 @@ state here. What runs on a formed communicator is server/hccl/collectives.py.
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import itertools
 import logging
 import os
+import secrets
 import struct
 import time
 from collections import OrderedDict
@@ -31,6 +34,7 @@ from simnpu.proto import hccl_types as ht
 from simnpu.proto import npu_pb2 as pb
 from simnpu.proto.errors import bad_handle
 from simnpu.server.core.rate_limits import log_about
+from simnpu.server.core.tenants import Tenant
 from simnpu.server.core.waiters import Waiter
 
 if TYPE_CHECKING:
@@ -43,11 +47,12 @@ log = logging.getLogger("simnpu.collectives")
 ENDED_KEPT = 4096  # ended rendezvous remembered, to tell a late joiner what became of its id
 UNJOINED_PER_SESSION = 1024  # root infos a session issued that nobody joined yet, at most
 ROOT_MAGIC = b"simnpu-hccl-root"
-ROOT_VERSION = 2
+ROOT_VERSION = 3
 ROOT_LAYOUT = struct.Struct(
-    "<16sIQI16sIH"
-)  # magic, version, comm id, daemon pid, daemon nonce, root device, address length;
-# then the daemon's advertised address (UTF-8; empty: none)
+    "<16sIQI16s16sIH"
+)  # magic, version, comm id, daemon pid, daemon nonce, communicator secret, root device,
+# address length; then the daemon's advertised address (UTF-8; empty: none)
+SECRET_BYTES = 16
 
 
 class HcclFailure(Exception):
@@ -77,6 +82,9 @@ class RankSession(Protocol):
 
     @property
     def pid(self) -> int: ...
+
+    @property
+    def tenant(self) -> Tenant: ...
 
     @property
     def closed(self) -> bool: ...
@@ -156,7 +164,9 @@ class Rendezvous:
     exec_timeout_s: float
     root_pid: int
     root_device: int
+    tenant: Tenant  # whose ranks may join: the root info's issuer's, or the rank table's
     issuer: object = None  # the Session that asked for the root info (None: a rank table's)
+    secret: bytes = b""  # what its root info's joiners present (a rank table's: none)
     n_ranks: int | None = None
     table_key: bytes | None = None  # formed from a rank table: its key (proto/rank_table.py)
     joined: dict = field(default_factory=dict)  # rank -> (member, waiter, request id)
@@ -172,6 +182,7 @@ class RootInfo:
     comm_id: int
     pid: int
     nonce: bytes
+    secret: bytes  # the communicator's: a root info cannot be made up from its id
     address: str  # the issuing daemon's advertised address ("" if none)
 
 
@@ -207,6 +218,12 @@ class Communicator:
         if key[0] == "c":
             return f"collective #{key[1]} on communicator {self.id}"
         return f"send/recv #{key[3]} from rank {key[1]} to rank {key[2]} on communicator {self.id}"
+
+
+def tenant_table_key(table_key: bytes, tenant: Tenant) -> bytes:
+    """A rank table's key (proto/rank_table.py) within `tenant`: ranks of different tenants
+    that join with the same table form different communicators."""
+    return hashlib.sha256(tenant.key.encode() + b"\0" + table_key).digest()
 
 
 def member_of(session, handle: int) -> Member:
@@ -245,15 +262,19 @@ class Communicators:
         self._members: dict = {}  # session -> [Member]
 
     def issue_root_info(
-        self, issuer: object, pid: int, device: int, exec_timeout_s: float
+        self, issuer: object, pid: int, device: int, exec_timeout_s: float, tenant: Tenant
     ) -> bytes:
         """A new communicator id as root info bytes (scheduler): for HcclGetRootInfo, and for
         a job's rendezvous (server/hccl/job_rendezvous.py) on behalf of its rank 0, process `pid`.
+        Only ranks of `tenant` that present its secret (in the bytes) may join it.
         It lives while its issuer does (a session, or the Peer link a remote rank 0 came
         on: forget_issuer), or once a rank joined it; an issuer holds at most
         UNJOINED_PER_SESSION that nobody joined: beyond, its oldest is forgotten."""
         comm_id = next(self._ids)
-        self.rendezvous[comm_id] = Rendezvous(comm_id, exec_timeout_s, pid, device, issuer=issuer)
+        secret = secrets.token_bytes(SECRET_BYTES)
+        self.rendezvous[comm_id] = Rendezvous(
+            comm_id, exec_timeout_s, pid, device, tenant, issuer=issuer, secret=secret
+        )
         unjoined = self._unjoined.setdefault(issuer, OrderedDict())
         unjoined[comm_id] = None
         if len(unjoined) > UNJOINED_PER_SESSION:
@@ -261,19 +282,20 @@ class Communicators:
             del self.rendezvous[oldest]
         address = (self.worlds.advertise or "").encode()
         info = ROOT_LAYOUT.pack(
-            ROOT_MAGIC, ROOT_VERSION, comm_id, self.pid, self.nonce, device, len(address)
+            ROOT_MAGIC, ROOT_VERSION, comm_id, self.pid, self.nonce, secret, device, len(address)
         )
         return (info + address).ljust(ht.HCCL_ROOT_INFO_BYTES, b"\0")
 
-    def table_comm_id(self, table_key: bytes, pid: int, device: int) -> int:
-        """The communicator id that the ranks joining with the rank table `table_key` form
-        now (scheduler): that of its open rendezvous, else a new one. A table forms one
-        communicator at a time; once formed (or failed), the next joiner starts another."""
+    def table_comm_id(self, table_key: bytes, pid: int, device: int, tenant: Tenant) -> int:
+        """The communicator id that the ranks of `tenant` joining with the rank table
+        `table_key` (tenant_table_key's) form now (scheduler): that of its open rendezvous,
+        else a new one. A table forms one communicator at a time; once formed (or failed),
+        the next joiner starts another."""
         comm_id = self._tables.get(table_key)
         if comm_id is None:
             comm_id = next(self._ids)
             self.rendezvous[comm_id] = Rendezvous(
-                comm_id, ht.DEFAULT_EXEC_TIMEOUT_S, pid, device, table_key=table_key
+                comm_id, ht.DEFAULT_EXEC_TIMEOUT_S, pid, device, tenant, table_key=table_key
             )
             self._tables[table_key] = comm_id
         return comm_id
@@ -287,7 +309,7 @@ class Communicators:
                 f"not a simnpu HCCL root info ({len(data)} bytes; "
                 f"expected {ht.HCCL_ROOT_INFO_BYTES} from get_root_info)",
             )
-        _, version, comm_id, pid, nonce, _, length = ROOT_LAYOUT.unpack_from(data)
+        _, version, comm_id, pid, nonce, secret, _, length = ROOT_LAYOUT.unpack_from(data)
         address = data[ROOT_LAYOUT.size : ROOT_LAYOUT.size + length]
         if version != ROOT_VERSION or (nonce != self.nonce and not address):
             raise HcclFailure(
@@ -297,7 +319,7 @@ class Communicators:
                 "(docs/multihost.md)",
             )
         try:
-            return RootInfo(comm_id, pid, nonce, address.decode())
+            return RootInfo(comm_id, pid, nonce, secret, address.decode())
         except UnicodeDecodeError:
             raise HcclFailure(ht.HCCL_E_PARA, "the root info's address is not UTF-8") from None
 
@@ -305,10 +327,40 @@ class Communicators:
         return info.nonce == self.nonce
 
     # ==== init (scheduler thread) ================================================================
-    def join(self, member: Member, connect_timeout_s: float, request_id: int) -> None:
-        """HcclCommInitRootInfo of `member` (under the scheduler): it waits for the others."""
+    def join(
+        self, member: Member, connect_timeout_s: float, request_id: int, secret: bytes | None
+    ) -> None:
+        """HcclCommInitRootInfo of `member` with its root info's `secret` (None:
+        HcclCommInitClusterInfo's, whose table key is its tenant's) (under the scheduler): it
+        waits for the others."""
         self._members.setdefault(member.session, []).append(member)
+        if secret is not None:
+            problem = self.admission_problem(member.comm_id, secret, member.session.tenant)
+            if problem is not None:
+                self.reject(member, request_id, *problem)
+                return
         self._join(member, connect_timeout_s, request_id)
+
+    def admission_problem(
+        self, comm_id: int, secret: bytes, tenant: Tenant
+    ) -> tuple[int, str] | None:
+        """Why ranks of `tenant` presenting `secret` may not join the open rendezvous
+        `comm_id` (None: they may, or it is not open: _join says what became of it)."""
+        rendezvous = self.rendezvous.get(comm_id)
+        if rendezvous is None:
+            return None
+        if (
+            rendezvous.table_key is not None
+            or not hmac.compare_digest(rendezvous.secret, secret)
+            or rendezvous.tenant != tenant
+        ):
+            return (
+                ht.HCCL_E_PARA,
+                f"the root info of communicator {comm_id} was made up, or issued to another "
+                "tenant: a rank joins with the bytes HcclGetRootInfo gave a process of its own "
+                "tenant (docs/security.md)",
+            )
+        return None
 
     def join_remote(self, remote: RemoteRank, connect_timeout_s: float) -> None:
         """At the coordinator: a rank of another host joined the rendezvous of one of this
@@ -321,7 +373,9 @@ class Communicators:
         """HcclCommInitRootInfo with another daemon's root info: a world across hosts."""
         self._members.setdefault(member.session, []).append(member)
         try:
-            self.worlds.join_remote(member, info.address, info.nonce, connect_timeout_s, request_id)
+            self.worlds.join_remote(
+                member, info.address, info.nonce, connect_timeout_s, request_id, info.secret
+            )
         except Exception as error:  # noqa: BLE001 - HcclFailure, or the address is bad
             result = getattr(error, "result", ht.HCCL_E_PARA)
             self.reject(member, request_id, result, getattr(error, "message", str(error)))
@@ -353,11 +407,16 @@ class Communicators:
             self.reject(member, request_id, result, getattr(error, "message", str(error)))
 
     def join_remote_table(
-        self, remote: RemoteRank, table_key: bytes, connect_timeout_s: float, exec_s: float
+        self,
+        remote: RemoteRank,
+        table_key: bytes,
+        tenant: Tenant,
+        connect_timeout_s: float,
+        exec_s: float,
     ) -> None:
-        """At the coordinator: a rank of another host joined with a rank table whose first
-        server is this daemon's."""
-        remote.comm_id = self.table_comm_id(table_key, remote.pid, remote.device)
+        """At the coordinator: a rank of another host, of `tenant`, joined with a rank table
+        (`table_key`: tenant_table_key's) whose first server is this daemon's."""
+        remote.comm_id = self.table_comm_id(table_key, remote.pid, remote.device, tenant)
         if remote.rank == 0 and exec_s > 0:
             self.rendezvous[remote.comm_id].exec_timeout_s = exec_s
         self._join(remote, connect_timeout_s, 0)
@@ -428,8 +487,11 @@ class Communicators:
         member.session.handles.remove(member.handle)
         member.session.respond(request_id, code=result, message=message)
 
-    def remote_problem(self, comm_id: int, nonce: bytes) -> tuple[int, str] | None:
-        """Why a member daemon cannot join communicator `comm_id` here (None: it can)."""
+    def remote_problem(
+        self, comm_id: int, nonce: bytes, secret: bytes, tenant: Tenant
+    ) -> tuple[int, str] | None:
+        """Why a member daemon's ranks of `tenant`, presenting `secret`, cannot join
+        communicator `comm_id` here (None: they can)."""
         if nonce != self.nonce:
             return (
                 ht.HCCL_E_PARA,
@@ -441,7 +503,7 @@ class Communicators:
                 ht.HCCL_E_PARA,
                 f"communicator id {comm_id} is unknown to the daemon at {self.worlds.advertise}",
             )
-        return None
+        return self.admission_problem(comm_id, secret, tenant)
 
     def fail_open(self, comm_id: int, result: int, message: str, host: str | None = None) -> None:
         """At the coordinator: the open rendezvous `comm_id` fails (a member daemon reported

@@ -13,6 +13,8 @@ starts over at 1.
 
 - A waiting process that ends (exit, crash, SIGKILL) gives up its place: a replacement can
   take it, and nobody gets a rank until the world is complete.
+- A job name is its tenant's (server/core/tenants.py): processes of different tenants that
+  ask for the same name wait in different jobs, and a tenant sees only its own jobs.
 - Waiting processes of one job must agree on the world size (else HCCL_E_PARA, naming them).
 - A process waits at most its own timeout (HCCL_CONNECT_TIMEOUT); then HCCL_E_TIMEOUT says
   how many of the job had arrived.
@@ -38,6 +40,7 @@ from dataclasses import dataclass, field
 from simnpu.proto import hccl_types as ht
 from simnpu.proto import npu_pb2 as pb
 from simnpu.server.core.rate_limits import log_about
+from simnpu.server.core.tenants import Tenant
 from simnpu.server.core.untrusted import quoted
 from simnpu.server.core.waiters import Waiter
 from simnpu.server.hccl.communicators import RankSession
@@ -48,6 +51,8 @@ log = logging.getLogger("simnpu.rendezvous")
 MAX_JOB_NAME = 256
 JOBS_COUNTED = 4096  # job names whose formations are counted: the most recently formed
 ROOT_DEVICE = 0  # rank 0 uses device 0 whatever the device count (rank % devices)
+
+JobKey = tuple[Tenant, str]  # a job: its tenant and its name
 
 
 @dataclass(eq=False)
@@ -81,6 +86,7 @@ class Arrival:
     request_id: int
     world_size: int
     exec_timeout_s: float
+    tenant: Tenant  # whose job it asks for: the session's, or what its daemon said
     waiter: Waiter | None = None
 
     def describe(self) -> str:
@@ -108,24 +114,25 @@ class Jobs:
     def __init__(self, scheduler, collectives):
         self.scheduler = scheduler
         self.collectives = collectives  # the daemon's (server/hccl/collectives.py)
-        self.waiting: dict[str, list[Arrival]] = {}
+        self.waiting: dict[JobKey, list[Arrival]] = {}
         # job -> how many communicators it has formed, the most recently formed last
-        self.formed: OrderedDict[str, int] = OrderedDict()
+        self.formed: OrderedDict[JobKey, int] = OrderedDict()
         self._seeds: dict[str, Link] = {}  # at a member: the stream to each seed
         self._forwarded: dict[int, _Forwarded] = {}  # at a member: by id, waiting at a seed
         self._ids = itertools.count(1)
         self._remote: dict[Link, dict[int, RemoteProcess]] = {}  # at the seed: by member
 
-    def describe(self) -> dict:
-        """{job: {"world_size": n, "waiting": [pid, ...]}} of the processes waiting now, for
-        the Query RPC ("jobs"). Any thread."""
+    def describe(self, viewer: Tenant) -> dict:
+        """{job: {"world_size": n, "waiting": [pid, ...]}} of the processes waiting now in
+        the jobs tenant `viewer` may see, for the Query RPC ("jobs"); another tenant's job
+        (the operator's view) as "job (tenant)". Any thread."""
         view: dict = {}
 
         def read():
-            for job, waiting in self.waiting.items():
+            for (tenant, job), waiting in self.waiting.items():
                 live = [a for a in waiting if not a.session.closed]
-                if live:
-                    view[job] = {
+                if live and viewer.sees(tenant):
+                    view[job if tenant == viewer else f"{job} ({tenant})"] = {
                         "world_size": live[0].world_size,
                         "waiting": [a.session.pid for a in live],
                     }
@@ -135,12 +142,13 @@ class Jobs:
 
     # ==== scheduler ===============================================================================
     def arrive(self, job: str, arrival: Arrival, timeout_s: float) -> None:
-        """A process of `job` asks for its rank (under the scheduler)."""
+        """A process of `job` (its tenant's) asks for its rank (under the scheduler)."""
+        key = (arrival.tenant, job)
         # processes that ended while they waited have given up their place
-        waiting = [a for a in self.waiting.get(job, []) if not a.session.closed]
+        waiting = [a for a in self.waiting.get(key, []) if not a.session.closed]
         disagree = [a for a in waiting if a.world_size != arrival.world_size]
         if disagree:
-            self.waiting[job] = waiting
+            self.waiting[key] = waiting
             others = ", ".join(a.describe() for a in disagree)
             arrival.session.respond(
                 arrival.request_id,
@@ -151,7 +159,7 @@ class Jobs:
             return
         waiting.append(arrival)
         if len(waiting) < arrival.world_size:
-            self.waiting[job] = waiting
+            self.waiting[key] = waiting
             arrival.waiter = Waiter(
                 lambda: False,
                 lambda timed_out: self._expire(job, arrival, timeout_s),
@@ -159,17 +167,18 @@ class Jobs:
             )
             self.scheduler.watch(arrival.waiter)
             return
-        self.waiting.pop(job, None)
+        self.waiting.pop(key, None)
         self._form(job, waiting)
 
     def _form(self, job: str, ranks: list[Arrival]) -> None:
         root = ranks[0]
         issuer = root.session.link if isinstance(root.session, RemoteProcess) else root.session
         info = self.collectives.communicators.issue_root_info(
-            issuer, root.session.pid, ROOT_DEVICE, root.exec_timeout_s
+            issuer, root.session.pid, ROOT_DEVICE, root.exec_timeout_s, root.tenant
         )
-        formation = self.formed.pop(job, 0) + 1
-        self.formed[job] = formation
+        key = (root.tenant, job)
+        formation = self.formed.pop(key, 0) + 1
+        self.formed[key] = formation
         if len(self.formed) > JOBS_COUNTED:
             self.formed.popitem(last=False)
         for rank, arrival in enumerate(ranks):
@@ -193,12 +202,13 @@ class Jobs:
         )
 
     def _expire(self, job: str, arrival: Arrival, timeout_s: float) -> None:
-        waiting = self.waiting.get(job, [])
+        key = (arrival.tenant, job)
+        waiting = self.waiting.get(key, [])
         if arrival not in waiting:
             return
         waiting.remove(arrival)
         if not waiting:
-            del self.waiting[job]
+            del self.waiting[key]
         present = [a for a in waiting if not a.session.closed]
         arrival.session.respond(
             arrival.request_id,
@@ -241,6 +251,7 @@ class Jobs:
                     exec_timeout_s=arrival.exec_timeout_s,
                     timeout_s=timeout_s,
                     pid=arrival.session.pid,
+                    tenant=arrival.tenant.key,
                 )
             )
         )
@@ -302,7 +313,8 @@ class Jobs:
                 process.respond(0, code=ht.HCCL_E_PARA, message=problem)
                 return
             processes[arrive.id] = process
-            arrival = Arrival(process, 0, arrive.world_size, arrive.exec_timeout_s)
+            tenant = Tenant(arrive.tenant)  # (a member daemon speaks with the operator's token)
+            arrival = Arrival(process, 0, arrive.world_size, arrive.exec_timeout_s, tenant)
             self.arrive(arrive.job, arrival, arrive.timeout_s)
         elif body == "depart":
             departed = processes.pop(message.depart.id, None)

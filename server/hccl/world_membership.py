@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING
 
 from simnpu.proto import hccl_types as ht
 from simnpu.proto import npu_pb2 as pb
+from simnpu.server.core.tenants import Tenant
 from simnpu.server.hccl.communicators import HcclFailure, RemoteRank
 from simnpu.server.hccl.daemon_links import Incoming, Link, Outgoing
 from simnpu.server.hccl.failure_codes import MISMATCH, REMOTE, TIMEOUT
@@ -50,6 +51,7 @@ class _Joining:
     comm_id: int
     link: Link
     cluster: bool  # joined with a rank table (HcclCommInitClusterInfo), not a root info
+    admits: tuple[bytes, Tenant]  # the (root info secret, tenant) its link presented
     members: dict = field(default_factory=dict)  # rank -> (Member, request id)
 
 
@@ -63,7 +65,8 @@ class Worlds:
         self._joining: dict[tuple, _Joining] = {}  # (coordinator, comm id or table key) ->
         self._incoming: dict[int, list[Link]] = {}  # comm id -> member links (coordinator)
         self._comm_of: dict[Link, int] = {}  # a member link -> the comm id it joins
-        self._tables: dict[Link, bytes] = {}  # a member link -> its rank table's key
+        # a member link -> its rank table's key and tenant
+        self._tables: dict[Link, tuple[bytes, Tenant]] = {}
         self.formed: dict[int, World] = {}  # local communicator id -> its world
         self.stopped = False  # the daemon stops: device memory goes with it
 
@@ -82,11 +85,14 @@ class Worlds:
         nonce: bytes,
         connect_timeout_s: float,
         request_id: int,
+        secret: bytes = b"",
         table_key: bytes = b"",
         exec_timeout_s: float = 0.0,
     ) -> None:
-        """A local rank joins a world that forms at another daemon: the root info's, or
-        (`table_key`) the first server's of a rank table."""
+        """A local rank joins a world that forms at another daemon: the root info's (with
+        its `secret`), or (`table_key`: its tenant's) the first server's of a rank table.
+        Its tenant and the secret go with the link's hello: the coordinator admits the link
+        or not, so a later rank of this daemon on the same link must present the same."""
         if self.advertise is None:
             raise HcclFailure(
                 ht.HCCL_E_PARA,
@@ -95,9 +101,22 @@ class Worlds:
             )
         key = (coordinator, table_key or member.comm_id)
         joining = self._joining.get(key)
+        admits = (secret, member.session.tenant)
+        if joining is not None and joining.admits != admits:
+            raise HcclFailure(
+                ht.HCCL_E_PARA,
+                f"the root info of communicator {member.comm_id} was made up, or issued to "
+                "another tenant: a rank joins with the bytes HcclGetRootInfo gave a process "
+                "of its own tenant (docs/security.md)",
+            )
         if joining is None:
             hello = pb.PeerHello(
-                comm_id=member.comm_id, nonce=nonce, address=self.advertise, table_key=table_key
+                comm_id=member.comm_id,
+                nonce=nonce,
+                address=self.advertise,
+                table_key=table_key,
+                secret=secret,
+                tenant=member.session.tenant.key,
             )
             link = Outgoing(
                 coordinator,
@@ -107,7 +126,7 @@ class Worlds:
                 lambda link, reason: self._call(self._member_link_ended, key, reason),
             )
             joining = self._joining[key] = _Joining(
-                coordinator, member.comm_id, link, cluster=bool(table_key)
+                coordinator, member.comm_id, link, cluster=bool(table_key), admits=admits
             )
         joining.members[member.rank] = (member, request_id)
         join = pb.PeerJoin(
@@ -236,12 +255,13 @@ class Worlds:
         return link
 
     def _accepted(self, link: Link, hello: pb.PeerHello) -> None:
+        tenant = Tenant(hello.tenant)  # (a member daemon speaks with the operator's token)
         if hello.table_key:  # its rendezvous: the table's open one, else a new one
-            comm_id = self.communicators.table_comm_id(hello.table_key, 0, 0)
-            self._tables[link] = hello.table_key
+            comm_id = self.communicators.table_comm_id(hello.table_key, 0, 0, tenant)
+            self._tables[link] = (hello.table_key, tenant)
         else:
             comm_id = hello.comm_id
-            problem = self.communicators.remote_problem(comm_id, hello.nonce)
+            problem = self.communicators.remote_problem(comm_id, hello.nonce, hello.secret, tenant)
             if problem is not None:
                 failed = pb.PeerFailed(result=problem[0], message=problem[1])
                 link.send(pb.PeerMessage(failed=failed))
@@ -259,12 +279,12 @@ class Worlds:
             remote = RemoteRank(
                 join.rank, join.n_ranks, join.device, join.pid, link.address, comm_id, link
             )
-            table_key = self._tables.get(link)
-            if table_key is None:
+            table = self._tables.get(link)
+            if table is None:
                 self.communicators.join_remote(remote, join.connect_timeout_s)
             else:
                 self.communicators.join_remote_table(
-                    remote, table_key, join.connect_timeout_s, join.exec_timeout_s
+                    remote, *table, join.connect_timeout_s, join.exec_timeout_s
                 )
         elif body == "failed":
             failed = message.failed

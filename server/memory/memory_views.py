@@ -7,6 +7,7 @@ is documented in docs/memory.md.
 
 from __future__ import annotations
 
+from simnpu.server.core.tenants import Tenant
 from simnpu.shm.addresses import device_address
 
 
@@ -23,16 +24,19 @@ def memory_stats(daemon, device) -> dict:
     return stats
 
 
-def memory_snapshot(daemon, device, viewer: object = None) -> list[dict]:
-    """Live blocks in address order: where, how big, whose (session, pid, process), how
-    they are shared (IPC keys only to their exporter: `viewer` is the asking client's
-    Owner, None for a tool), and for physical memory (aclrtMallocPhysical) where it is
-    mapped."""
+def memory_snapshot(daemon, device, viewer: Tenant, client: object = None) -> list[dict]:
+    """Live blocks in address order, those of tenant `viewer`'s clients (the operator: all):
+    where, how big, whose (session, pid, process), how they are shared (IPC keys only to
+    their exporter: `client` is the asking client's Owner, None for a tool), and for
+    physical memory (aclrtMallocPhysical) where it is mapped."""
     with device.lock:
         blocks = device.allocator.snapshot()
     out = []
     for block in blocks:
         owner = block.pop("owner")
+        session = daemon.sessions.get(getattr(owner, "id", None))
+        if not viewer.operator and (session is None or session.tenant != viewer):
+            continue
         address = device_address(device.index, block["offset"])
         entry = {
             "address": address,
@@ -41,10 +45,9 @@ def memory_snapshot(daemon, device, viewer: object = None) -> list[dict]:
             "session": getattr(owner, "id", None),
             "pid": getattr(owner, "pid", None),
         }
-        shared = daemon.ipc.describe(address, viewer)
+        shared = daemon.ipc.describe(address, client)
         if shared is not None:
             entry["ipc"] = shared
-        session = daemon.sessions.get(getattr(owner, "id", None))
         pool = session.memory.pool_of(address) if session is not None else None
         if pool is not None:
             entry["pool"] = pool

@@ -62,6 +62,7 @@ def process(session) -> dict:
         "session": session.id,
         "pid": session.pid,
         "name": session.process_name,
+        "tenant": str(session.tenant),
         "memory": sum(e["memory"] for e in per_device.values()),
         "streams": sum(e["streams"] for e in per_device.values()),
         "graphs": sum(e["graphs"] for e in per_device.values()),

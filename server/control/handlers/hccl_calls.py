@@ -19,7 +19,7 @@ from simnpu.server.control.handlers.registry import LATER, handles
 from simnpu.server.core.untrusted import JOB_SEED, SERVER_ADDRESSES, quoted
 from simnpu.server.hccl import call_arguments
 from simnpu.server.hccl.collective_task import CollectiveTask
-from simnpu.server.hccl.communicators import HcclFailure, Member, member_of
+from simnpu.server.hccl.communicators import HcclFailure, Member, member_of, tenant_table_key
 from simnpu.server.hccl.job_rendezvous import Arrival, job_problem
 
 if TYPE_CHECKING:
@@ -53,7 +53,9 @@ def get_root_info(session: Session, request: pb.HcclGetRootInfoRequest, reply_to
     communicators = session.collectives.communicators
 
     def issue() -> None:
-        info = communicators.issue_root_info(session, session.pid, request.device, timeout_s)
+        info = communicators.issue_root_info(
+            session, session.pid, request.device, timeout_s, session.tenant
+        )
         session.respond(reply_to, pb.HcclGetRootInfoReply(root_info=info))
 
     session.post(issue)
@@ -71,7 +73,7 @@ def comm_init(session: Session, request: pb.HcclCommInitRequest, reply_to: int) 
     member.handle = session.handles.add(member, HandleKind.COMMUNICATOR)
     connect_timeout_s = call_arguments.connect_timeout_s(request.connect_timeout_ms)
     if communicators.is_local(info):
-        session.post(communicators.join, member, connect_timeout_s, reply_to)
+        session.post(communicators.join, member, connect_timeout_s, reply_to, info.secret)
     else:  # another daemon's root info: a world across hosts (docs/multihost.md)
         session.post(communicators.join_elsewhere, member, info, connect_timeout_s, reply_to)
 
@@ -100,19 +102,22 @@ def comm_init_cluster(
     exec_timeout_s = call_arguments.exec_timeout_s(request.exec_timeout_ms)
     member = Member(session, entry.rank, len(table.ranks), request.device, comm_id=0)
     member.handle = session.handles.add(member, HandleKind.COMMUNICATOR)
+    table_key = tenant_table_key(table.key, session.tenant)
 
     def join() -> None:
         if addresses and addresses[0] != communicators.worlds.advertise:
             communicators.join_table_elsewhere(
-                member, addresses[0], table.key, connect_timeout_s, exec_timeout_s, reply_to
+                member, addresses[0], table_key, connect_timeout_s, exec_timeout_s, reply_to
             )
             return
-        member.comm_id = communicators.table_comm_id(table.key, session.pid, request.device)
+        member.comm_id = communicators.table_comm_id(
+            table_key, session.pid, request.device, session.tenant
+        )
         rendezvous = communicators.rendezvous[member.comm_id]
         rendezvous.host_order = addresses
         if member.rank == 0:  # rank 0's HCCL_EXEC_TIMEOUT becomes the communicator's
             rendezvous.exec_timeout_s = exec_timeout_s
-        communicators.join(member, connect_timeout_s, reply_to)
+        communicators.join(member, connect_timeout_s, reply_to, None)
 
     session.post(join)
 
@@ -165,7 +170,7 @@ def rendezvous(session: Session, request: pb.HcclRendezvousRequest, reply_to: in
         return LATER
     exec_timeout_s = call_arguments.exec_timeout_s(request.exec_timeout_ms)
     timeout_s = call_arguments.connect_timeout_s(request.timeout_ms)
-    arrival = Arrival(session, reply_to, world_size, exec_timeout_s)
+    arrival = Arrival(session, reply_to, world_size, exec_timeout_s, session.tenant)
     jobs = session.daemon.jobs
     assert jobs is not None, "jobs exist once the daemon runs"
     if request.seed and request.seed != session.collectives.worlds.advertise:

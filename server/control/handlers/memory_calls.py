@@ -62,7 +62,9 @@ def snapshot(
 ) -> pb.MemorySnapshotReply:
     return pb.MemorySnapshotReply(
         json=json.dumps(
-            memory_snapshot(session.daemon, session.device(request.device), session.owner)
+            memory_snapshot(
+                session.daemon, session.device(request.device), session.tenant, session.owner
+            )
         )
     )
 

@@ -1,10 +1,11 @@
 """HCCL communicators: root infos, the init rendezvous, destroy, and the requests that
 drive them (HcclGetRootInfo, HcclCommInitRootInfo, HcclCommDestroy, HcclGetCommAsyncError).
 
-- Root info: the daemon issues a communicator id to the root rank's process and records
-  that process's HCCL_EXEC_TIMEOUT; the 4108 bytes carry the id, the daemon's identity
-  (pid and a random nonce) and its advertised address, if it has one. A rank that joins
-  with another daemon's root info joins a world across hosts through that address
+- Root info: the daemon issues a communicator id to the root rank's process, of its
+  tenant, and records that process's HCCL_EXEC_TIMEOUT; the bytes (server/hccl/root_infos.py)
+  carry the id, the communicator's secret, the daemon's identity and its advertised
+  address. A rank joins only with the secret, as a process of the same tenant. A rank that
+  joins with another daemon's root info joins a world across hosts through that address
   (server/hccl/world_membership.py); without an address it is refused.
 - Init: each rank's HcclCommInitRootInfo is a deferred request; the replies go out when
   every rank has joined, or with HCCL_E_TIMEOUT (naming the missing ranks) when a rank's
@@ -18,13 +19,10 @@ state here. What runs on a formed communicator is server/hccl/collectives.py.
 
 from __future__ import annotations
 
-import hashlib
 import hmac
 import itertools
 import logging
 import os
-import secrets
-import struct
 import time
 from collections import OrderedDict
 from dataclasses import dataclass, field
@@ -36,6 +34,8 @@ from simnpu.proto.errors import bad_handle
 from simnpu.server.core.rate_limits import log_about
 from simnpu.server.core.tenants import Tenant
 from simnpu.server.core.waiters import Waiter
+from simnpu.server.hccl import root_infos
+from simnpu.server.hccl.root_infos import RootInfo
 
 if TYPE_CHECKING:
     from google.protobuf.message import Message
@@ -46,13 +46,6 @@ log = logging.getLogger("simnpu.collectives")
 
 ENDED_KEPT = 4096  # ended rendezvous remembered, to tell a late joiner what became of its id
 UNJOINED_PER_SESSION = 1024  # root infos a session issued that nobody joined yet, at most
-ROOT_MAGIC = b"simnpu-hccl-root"
-ROOT_VERSION = 3
-ROOT_LAYOUT = struct.Struct(
-    "<16sIQI16s16sIH"
-)  # magic, version, comm id, daemon pid, daemon nonce, communicator secret, root device,
-# address length; then the daemon's advertised address (UTF-8; empty: none)
-SECRET_BYTES = 16
 
 
 class HcclFailure(Exception):
@@ -175,17 +168,6 @@ class Rendezvous:
     host_order: tuple = ()  # a rank table's daemon addresses in server order (across hosts)
 
 
-@dataclass(frozen=True)
-class RootInfo:
-    """What HcclGetRootInfo's bytes say (parse_root_info)."""
-
-    comm_id: int
-    pid: int
-    nonce: bytes
-    secret: bytes  # the communicator's: a root info cannot be made up from its id
-    address: str  # the issuing daemon's advertised address ("" if none)
-
-
 @dataclass(eq=False)
 class Communicator:
     id: int
@@ -218,12 +200,6 @@ class Communicator:
         if key[0] == "c":
             return f"collective #{key[1]} on communicator {self.id}"
         return f"send/recv #{key[3]} from rank {key[1]} to rank {key[2]} on communicator {self.id}"
-
-
-def tenant_table_key(table_key: bytes, tenant: Tenant) -> bytes:
-    """A rank table's key (proto/rank_table.py) within `tenant`: ranks of different tenants
-    that join with the same table form different communicators."""
-    return hashlib.sha256(tenant.key.encode() + b"\0" + table_key).digest()
 
 
 def member_of(session, handle: int) -> Member:
@@ -271,7 +247,7 @@ class Communicators:
         on: forget_issuer), or once a rank joined it; an issuer holds at most
         UNJOINED_PER_SESSION that nobody joined: beyond, its oldest is forgotten."""
         comm_id = next(self._ids)
-        secret = secrets.token_bytes(SECRET_BYTES)
+        secret = root_infos.new_secret()
         self.rendezvous[comm_id] = Rendezvous(
             comm_id, exec_timeout_s, pid, device, tenant, issuer=issuer, secret=secret
         )
@@ -280,11 +256,8 @@ class Communicators:
         if len(unjoined) > UNJOINED_PER_SESSION:
             oldest, _ = unjoined.popitem(last=False)
             del self.rendezvous[oldest]
-        address = (self.worlds.advertise or "").encode()
-        info = ROOT_LAYOUT.pack(
-            ROOT_MAGIC, ROOT_VERSION, comm_id, self.pid, self.nonce, secret, device, len(address)
-        )
-        return (info + address).ljust(ht.HCCL_ROOT_INFO_BYTES, b"\0")
+        info = RootInfo(comm_id, self.pid, self.nonce, secret, self.worlds.advertise or "")
+        return root_infos.pack(info, device)
 
     def table_comm_id(self, table_key: bytes, pid: int, device: int, tenant: Tenant) -> int:
         """The communicator id that the ranks of `tenant` joining with the rank table
@@ -303,25 +276,17 @@ class Communicators:
     def parse_root_info(self, data: bytes) -> RootInfo:
         """The root info's fields; HCCL_E_PARA if it is not one, or is another daemon's
         that carries no address."""
-        if len(data) != ht.HCCL_ROOT_INFO_BYTES or not data.startswith(ROOT_MAGIC):
+        info = root_infos.parse(data)
+        if isinstance(info, str):
+            raise HcclFailure(ht.HCCL_E_PARA, info)
+        if info.nonce != self.nonce and not info.address:
             raise HcclFailure(
                 ht.HCCL_E_PARA,
-                f"not a simnpu HCCL root info ({len(data)} bytes; "
-                f"expected {ht.HCCL_ROOT_INFO_BYTES} from get_root_info)",
-            )
-        _, version, comm_id, pid, nonce, secret, _, length = ROOT_LAYOUT.unpack_from(data)
-        address = data[ROOT_LAYOUT.size : ROOT_LAYOUT.size + length]
-        if version != ROOT_VERSION or (nonce != self.nonce and not address):
-            raise HcclFailure(
-                ht.HCCL_E_PARA,
-                f"the root info was issued by another simnpu daemon (pid {pid}), "
+                f"the root info was issued by another simnpu daemon (pid {info.pid}), "
                 f"not this one (pid {self.pid}), which advertises no address to join it by "
                 "(docs/multihost.md)",
             )
-        try:
-            return RootInfo(comm_id, pid, nonce, secret, address.decode())
-        except UnicodeDecodeError:
-            raise HcclFailure(ht.HCCL_E_PARA, "the root info's address is not UTF-8") from None
+        return info
 
     def is_local(self, info: RootInfo) -> bool:
         return info.nonce == self.nonce

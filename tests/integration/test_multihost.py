@@ -16,7 +16,7 @@ import pytest
 from conftest import DaemonProcess
 from hccl_ranks import assert_all_ok, run_ranks
 
-from simnpu.server.hccl.communicators import ROOT_LAYOUT
+from simnpu.server.hccl.root_infos import ROOT_LAYOUT
 
 pytest.importorskip("torch", reason="the multihost extra (torch) is not installed")
 

@@ -19,8 +19,9 @@ from simnpu.server.control.handlers.registry import LATER, handles
 from simnpu.server.core.untrusted import JOB_SEED, SERVER_ADDRESSES, quoted
 from simnpu.server.hccl import call_arguments
 from simnpu.server.hccl.collective_task import CollectiveTask
-from simnpu.server.hccl.communicators import HcclFailure, Member, member_of, tenant_table_key
+from simnpu.server.hccl.communicators import HcclFailure, Member, member_of
 from simnpu.server.hccl.job_rendezvous import Arrival, job_problem
+from simnpu.server.hccl.root_infos import tenant_table_key
 
 if TYPE_CHECKING:
     from simnpu.server.control.session import Session

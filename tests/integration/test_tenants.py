@@ -275,6 +275,59 @@ def test_only_the_operators_token_links_daemons(tenants_daemon):
     assert outcomes == {"bob": grpc.StatusCode.PERMISSION_DENIED, "operator": []}
 
 
+@pytest.fixture
+def tenant_hosts(start_daemon, tmp_path):
+    """Two daemons ("hosts" a and b) on loopback TCP that advertise their addresses, with
+    the same token file: the operator, alice and bob."""
+    token_file = tmp_path / "tokens"
+    token_file.write_text(f"{TOKENS['operator']}\nalice {TOKENS['alice']}\nbob {TOKENS['bob']}\n")
+    hosts = []
+    for _ in range(2):
+        address = f"127.0.0.1:{free_port()}"
+        hosts.append(
+            start_daemon(
+                "--listen",
+                address,
+                "--advertise",
+                address,
+                "--token-file",
+                token_file,
+                env={"SIMNPU_TOKEN": "", "SIMNPU_TOKEN_FILE": ""},
+                address=address,
+            )
+        )
+    return hosts
+
+
+def test_across_hosts_a_root_info_and_a_job_stay_their_tenants(tenant_hosts):
+    """The coordinator refuses bob's rank, joining from host b with alice's root info of
+    host a; alice's ranks on both hosts form her world. Arrivals forwarded to a job's seed
+    keep their tenant: bob's "train" at host b does not complete alice's at host a."""
+    a, b = tenant_hosts
+    holder = spawn(a, "alice", ROOT_HOLDER)
+    try:
+        info = holder.stdout.readline().strip()
+        assert info, holder.stderr.read()
+        intruder = finish(spawn(b, "bob", JOINER, info, 1))
+        assert intruder["ret"] == ht.HCCL_E_PARA and "another tenant" in intruder["message"]
+        joiners = [spawn(a, "alice", JOINER, info, 0), spawn(b, "alice", JOINER, info, 1)]
+        assert [finish(j)["ret"] for j in joiners] == [ht.HCCL_SUCCESS] * 2
+    finally:
+        holder.communicate("", timeout=60)
+
+    seed = {"SIMNPU_JOB_SEED": a.address}
+    bob = spawn(b, "bob", JOB_RANK, "train", env={**seed, "HCCL_CONNECT_TIMEOUT": "20"})
+    try:
+        wait_for(lambda: ask(a, "operator", "jobs").get("train (token bob)"), "bob at the seed")
+        ranks = [spawn(host, "alice", JOB_RANK, "train", env=seed) for host in (a, b)]
+        results = [finish(rank) for rank in ranks]
+    finally:
+        _, err = bob.communicate(timeout=60)
+    assert sorted(r["rank"] for r in results) == [0, 1]
+    assert all(r["total"] == 3 for r in results)
+    assert bob.returncode != 0 and "1 of 2 processes had arrived" in err  # alone, timed out
+
+
 NOBODY = 65534
 SETPRIV = shutil.which("setpriv") or "setpriv"
 

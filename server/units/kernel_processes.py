@@ -47,7 +47,7 @@ SCRATCH_PREFIX = "simnpu-kernels-"
 """The zygote's scratch root, in the temporary directory: this, the daemon's pid, "-", and a
 random part; kernel process `pid` writes in `<root>/<pid>` only."""
 END_WAIT_S = 5.0  # how long a killed kernel process may take to be gone
-EXIT_WAIT_S = 2.0  # how long one that closed its socket has to exit by itself
+EXIT_WAIT_S = 2.0  # how long a zygote found gone has to exit by itself
 ZYGOTE_MAIN = "simnpu.server.units.zygote_main"
 """The zygote's program (`python -P -m`, in a clean environment: never imported here)."""
 
@@ -85,7 +85,7 @@ class KernelProcess:
         self.unit = unit
         self.busy = False  # it runs a batch
         self.doomed = False  # memory it maps was freed: it ends after its batch
-        self.hung_up = False  # its socket was found closed: it is exiting by itself
+        self.hung_up = False  # its socket was found closed: it exits, or its kernel closed it
         self.ended_because: str | None = None  # the daemon killed it while it ran a batch
         self.conn = conn  # its socket, read and written without blocking
         self.pid = pid
@@ -258,15 +258,15 @@ class KernelProcesses:
             raise OSError(f"no kernel process for {owner!r}: {error}") from None
 
     def _end(self, key: tuple[int, Unit]) -> KernelProcess | None:
-        """End the process of `key` and wait until it is gone (caller holds the lock): one
-        that hung up may take EXIT_WAIT_S to exit by itself (so its own exit status tells
-        how it ended), then it is killed."""
+        """Kill the process of `key` and wait until it is gone (caller holds the lock: the
+        wait is that of a SIGKILL, not of anything the kernel does). One that hung up
+        because it is exiting keeps its own exit status: the kernel drops a signal sent to
+        a process that is exiting; one whose kernel closed its socket is killed at once."""
         process = self._by_key.pop(key, None)
         if process is not None:
             self.version += 1
-            if not (process.hung_up and process.gone(EXIT_WAIT_S)):
-                process.kill()
-                process.gone(END_WAIT_S)
+            process.kill()
+            process.gone(END_WAIT_S)
             process.conn.close()
             os.close(process.pidfd)
             os.close(process.threads)
@@ -349,6 +349,8 @@ class KernelProcesses:
                 return "ended with the kernel zygote"
         if breached is not None:
             return f"was killed by its zygote: it {breached}"
+        if process.hung_up and status is not None and _killed(status):
+            return "closed its socket to the daemon while it still ran, and was ended"
         return describe_status(status)
 
     @property
@@ -395,6 +397,10 @@ def _exit_of(code: int | None) -> str:
     if code < 0:
         return describe_status(-code)  # a signal number is its own wait status
     return f"exited with code {code}"
+
+
+def _killed(status: int) -> bool:
+    return os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGKILL
 
 
 def describe_status(status: int | None) -> str:

@@ -69,6 +69,14 @@ def stall(ctx, out, how, seconds):
     time.sleep(seconds)
 
 
+@kernel("ptr", "f64")
+def hang_up(ctx, out, seconds):
+    """Write this process's pid into out, close its socket to the daemon, then sleep."""
+    ctx.gm(out, "int64", 1)[0] = os.getpid()
+    os.close(daemon_socket())
+    time.sleep(seconds)
+
+
 def never(*args):
     ctypes.PyDLL(None).sleep(3600)  # holds the interpreter's lock: nothing else runs
 
@@ -273,3 +281,28 @@ def test_the_daemon_stops_while_a_report_stalls(start_daemon):
         if not stopped:
             raise
     assert not alive(pid)
+
+
+def test_a_kernel_that_closes_its_socket_is_ended_at_once(start_daemon):
+    """A kernel closes its process's socket to the daemon and sleeps: the daemon kills the
+    process rather than wait for it to exit (the scheduler would wait with it, and every
+    client's launches too), and says so to the attacker alone; the bystander is unhurt, the
+    attacker's next launch works."""
+    daemon = start_daemon()
+    victim = Victim(daemon.address)
+    try:
+        with client_of(daemon.address) as npu, killed_if_failing(daemon):
+            limited_to_one_core(npu)
+            stream = npu.Stream()
+            module = npu.Module.from_source(STALLER, "staller.py")
+            out = npu.DeviceBuffer(8)
+            module.function("hang_up").launch(1, out, 3600.0, stream=stream)
+            with pytest.raises(NpuError) as failed:
+                within(WITHIN_S, stream.synchronize)
+            assert "closed its socket to the daemon while it still ran" in str(failed.value)
+            assert_gone(int(out.to_numpy(np.int64)[0]))
+            assert_unhurt(victim)
+            assert_next_launch_works(npu, stream)
+    finally:
+        victim.close()
+    assert daemon.stop() == 0, daemon.output()

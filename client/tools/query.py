@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import os
 
-from simnpu.client import autostart, config
+from simnpu.client import autostart, config, peer_credentials
 
 config.prefer_fast_grpc()
 
@@ -76,7 +76,8 @@ def query(what: str, device: int = 0, address: str | None = None, token: str | N
             token = config.token()
         except (OSError, ValueError) as error:  # SIMNPU_TOKEN_FILE: unreadable, malformed
             raise ToolError(f"SIMNPU_TOKEN_FILE: {error}") from None
-    metadata = [(service.TOKEN_METADATA_KEY, token)] if token else None
+    metadata = [(service.TOKEN_METADATA_KEY, token)] if token else []
+    metadata += peer_credentials.ask(address)[1]  # on a Unix socket: who it is (its tenant)
     with grpc.insecure_channel(address, options=service.CLIENT_CHANNEL_OPTIONS) as channel:
         call = channel.unary_unary(
             service.QUERY_METHOD,

@@ -8,8 +8,9 @@ a TCP connection, else "a Unix client without credentials" as one peer.
 
 A tenant (server/core/tenants.py) is whose the client is: on TCP, the token file's entry
 whose token it sent (the first entry is the operator's); on the Unix socket, its uid (the
-daemon's own uid and root are the operator, as is a client without credentials: only
-whom the socket's file mode lets in can connect).
+daemon's own uid and root are the operator); Unix clients without credentials are one
+tenant of their own (a uid the operator let in could otherwise pass for the operator by
+presenting no ticket).
 """
 
 from __future__ import annotations
@@ -26,6 +27,8 @@ from dataclasses import dataclass
 
 from simnpu.proto import peer_credentials
 from simnpu.server.core.tenants import OPERATOR, Tenant
+
+UNVERIFIED = Tenant("unix without credentials")  # Unix clients that presented no ticket
 
 log = logging.getLogger("simnpu.peers")
 
@@ -59,7 +62,9 @@ class Tenancy:
 
     def of_unix(self, peer: Peer) -> Tenant:
         """The tenant of a Unix-socket client `peer`."""
-        if peer.uid is None or peer.uid in (self._uid, 0):
+        if peer.uid is None:
+            return UNVERIFIED
+        if peer.uid in (self._uid, 0):
             return OPERATOR
         return Tenant(f"uid {peer.uid}")
 

@@ -19,7 +19,7 @@ from google.protobuf.message import DecodeError
 
 from simnpu.proto import bulk, npu_pb2, peer_credentials, service
 from simnpu.server.control.session import CLOSED
-from simnpu.server.core.tenants import OPERATOR, Tenant
+from simnpu.server.core.tenants import Tenant
 from simnpu.server.core.untrusted import escaped
 
 log = logging.getLogger("simnpu.service")
@@ -132,7 +132,12 @@ class NpuServicer:
             self.daemon.close_session(session)
 
     def Query(self, request, context):
-        viewer = self._authorize(context) or OPERATOR  # (Unix: whom the socket's mode lets in)
+        viewer = self._authorize(context)
+        if viewer is None:  # a Unix client: by its credentials ticket, as a session's
+            ticket = dict(context.invocation_metadata()).get(
+                peer_credentials.TICKET_METADATA_KEY, ""
+            )
+            viewer = self.daemon.tenancy.of_unix(self.daemon.peers.identify(context.peer(), ticket))
         if request is UNPARSED:
             self.daemon.query_lines.warning(
                 log, "a query from %s does not parse", escaped(context.peer())

@@ -358,6 +358,14 @@ def test_another_uid_on_the_unix_socket_has_job_names_of_its_own(start_daemon):
             lambda: query("jobs", address=daemon.address).get(f"train (uid {NOBODY})"), "uid"
         )
         assert waiting["waiting"] == [other.pid]
+        # the tool as that uid sees its own job only; a query without a ticket, none
+        look = (
+            "import json; from simnpu.client.tools.query import query; "
+            "print(json.dumps(query('jobs')))"
+        )
+        seen = spawn_as(NOBODY, look, env).communicate(timeout=60)[0]
+        assert json.loads(seen) == {"train": {"world_size": 2, "waiting": [other.pid]}}
+        assert unverified_jobs(daemon.address) == {}
         assert finish(other)["ret"] == ht.HCCL_E_TIMEOUT
         second = spawn_as(None, rendezvous, env)
         results = [finish(operator), finish(second)]
@@ -365,6 +373,17 @@ def test_another_uid_on_the_unix_socket_has_job_names_of_its_own(start_daemon):
         assert all(r["ret"] == ht.HCCL_SUCCESS for r in results)
     finally:
         shutil.rmtree(folder, ignore_errors=True)
+
+
+def unverified_jobs(address: str) -> dict:
+    """The "jobs" query without a credentials ticket."""
+    with grpc.insecure_channel(address) as channel:
+        call = channel.unary_unary(
+            service.QUERY_METHOD,
+            request_serializer=npu_pb2.QueryRequest.SerializeToString,
+            response_deserializer=npu_pb2.QueryReply.FromString,
+        )
+        return json.loads(call(npu_pb2.QueryRequest(what="jobs"), timeout=30).json)
 
 
 def spawn_as(uid: int | None, code: str, env: dict) -> subprocess.Popen:

@@ -9,7 +9,7 @@ import os
 import pytest
 
 from simnpu.proto import service
-from simnpu.server.control.credentials import Peer, Tenancy
+from simnpu.server.control.credentials import UNVERIFIED, Peer, Tenancy
 from simnpu.server.control.daemon_config import DaemonConfig
 from simnpu.server.core.tenants import OPERATOR, Tenant
 
@@ -62,7 +62,7 @@ def test_a_unix_client_is_the_operator_only_as_the_daemons_uid_or_root():
     other = os.getuid() + 1000
     assert tenancy.of_unix(Peer("p", 1, os.getuid())) == OPERATOR
     assert tenancy.of_unix(Peer("p", 1, 0)) == OPERATOR
-    assert tenancy.of_unix(Peer("p", 0, None)) == OPERATOR  # the socket's mode let it in
+    assert tenancy.of_unix(Peer("p", 0, None)) == UNVERIFIED  # no ticket: not the operator
     assert tenancy.of_unix(Peer("p", 1, other)) == Tenant(f"uid {other}")
 
 

@@ -131,13 +131,17 @@ class NpuServicer:
             hello_watch.cancel()
             self.daemon.close_session(session)
 
+    def _tenant(self, context) -> Tenant:
+        """The caller's tenant: by its token on TCP (refused without one), by its
+        credentials ticket on the Unix socket, as a session's."""
+        tenant = self._authorize(context)
+        if tenant is not None:
+            return tenant
+        ticket = dict(context.invocation_metadata()).get(peer_credentials.TICKET_METADATA_KEY, "")
+        return self.daemon.tenancy.of_unix(self.daemon.peers.identify(context.peer(), ticket))
+
     def Query(self, request, context):
-        viewer = self._authorize(context)
-        if viewer is None:  # a Unix client: by its credentials ticket, as a session's
-            ticket = dict(context.invocation_metadata()).get(
-                peer_credentials.TICKET_METADATA_KEY, ""
-            )
-            viewer = self.daemon.tenancy.of_unix(self.daemon.peers.identify(context.peer(), ticket))
+        viewer = self._tenant(context)
         if request is UNPARSED:
             self.daemon.query_lines.warning(
                 log, "a query from %s does not parse", escaped(context.peer())
@@ -149,9 +153,8 @@ class NpuServicer:
 
     def Peer(self, request_iterator, context):
         """A member daemon's stream for one world across hosts (server/hccl/world_membership.py).
-        Only the operator's token opens one: its messages speak for any tenant's ranks."""
-        tenant = self._authorize(context)
-        if tenant is not None and not tenant.operator:
+        Only the operator opens one: its messages speak for any tenant's ranks."""
+        if not self._tenant(context).operator:
             context.abort(
                 grpc.StatusCode.PERMISSION_DENIED,
                 "simnpu: only the operator's token links daemons (docs/security.md)",

@@ -255,23 +255,29 @@ def test_a_tenant_sees_only_its_own_processes_and_memory(tenants_daemon):
             assert process.returncode == 0
 
 
+def peer_stream(address: str, metadata: tuple) -> list | grpc.StatusCode:
+    """Open a Peer stream (a member daemon's job stream) at `address` with `metadata`:
+    what it answered, or the status it was refused with."""
+    hello = npu_pb2.PeerMessage(hello=npu_pb2.PeerHello(jobs=True, address="127.0.0.1:1"))
+    with grpc.insecure_channel(address) as channel:
+        peer = channel.stream_stream(
+            f"/{service.SERVICE}/Peer",
+            request_serializer=npu_pb2.PeerMessage.SerializeToString,
+            response_deserializer=npu_pb2.PeerMessage.FromString,
+        )
+        try:
+            return list(peer(iter([hello]), metadata=metadata, timeout=30))
+        except grpc.RpcError as error:
+            return error.code()
+
+
 def test_only_the_operators_token_links_daemons(tenants_daemon):
     """A Peer stream speaks for any tenant's ranks: a tenant's token is refused; the
     operator's opens one (a job stream to this seed, which ends with its messages)."""
-    hello = npu_pb2.PeerMessage(hello=npu_pb2.PeerHello(jobs=True, address="127.0.0.1:1"))
-    outcomes = {}
-    for tenant in ("bob", "operator"):
-        with grpc.insecure_channel(tenants_daemon.address) as channel:
-            peer = channel.stream_stream(
-                f"/{service.SERVICE}/Peer",
-                request_serializer=npu_pb2.PeerMessage.SerializeToString,
-                response_deserializer=npu_pb2.PeerMessage.FromString,
-            )
-            metadata = ((service.TOKEN_METADATA_KEY, TOKENS[tenant]),)
-            try:
-                outcomes[tenant] = list(peer(iter([hello]), metadata=metadata, timeout=30))
-            except grpc.RpcError as error:
-                outcomes[tenant] = error.code()
+    outcomes = {
+        tenant: peer_stream(tenants_daemon.address, ((service.TOKEN_METADATA_KEY, TOKENS[tenant]),))
+        for tenant in ("bob", "operator")
+    }
     assert outcomes == {"bob": grpc.StatusCode.PERMISSION_DENIED, "operator": []}
 
 
@@ -366,6 +372,7 @@ def test_another_uid_on_the_unix_socket_has_job_names_of_its_own(start_daemon):
         seen = spawn_as(NOBODY, look, env).communicate(timeout=60)[0]
         assert json.loads(seen) == {"train": {"world_size": 2, "waiting": [other.pid]}}
         assert unverified_jobs(daemon.address) == {}
+        assert peer_stream(daemon.address, ()) == grpc.StatusCode.PERMISSION_DENIED
         assert finish(other)["ret"] == ht.HCCL_E_TIMEOUT
         second = spawn_as(None, rendezvous, env)
         results = [finish(operator), finish(second)]

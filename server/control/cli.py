@@ -82,8 +82,8 @@ def _serve_parser(sub) -> None:
         "--token-file",
         metavar="FILE",
         help="file holding the tokens TCP clients may send: the operator's on its first "
-        "line, then a line NAME TOKEN per tenant (docs/security.md; default: $SIMNPU_TOKEN, "
-        "else the file $SIMNPU_TOKEN_FILE)",
+        "line, then a line NAME TOKEN per tenant, as docs/security.md says "
+        "(default: $SIMNPU_TOKEN, else the file $SIMNPU_TOKEN_FILE)",
     )
     p.add_argument(
         "--create-token",

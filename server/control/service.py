@@ -154,11 +154,7 @@ class NpuServicer:
     def Peer(self, request_iterator, context):
         """A member daemon's stream for one world across hosts (server/hccl/world_membership.py).
         Only the operator opens one: its messages speak for any tenant's ranks."""
-        if not self._tenant(context).operator:
-            context.abort(
-                grpc.StatusCode.PERMISSION_DENIED,
-                "simnpu: only the operator's token links daemons (docs/security.md)",
-            )
+        tenant = self._tenant(context)
         first = next(request_iterator, None)
         if first is UNPARSED or first is None or first.WhichOneof("body") != "hello":
             context.abort(
@@ -170,6 +166,11 @@ class NpuServicer:
             context.abort(
                 grpc.StatusCode.FAILED_PRECONDITION,
                 "simnpu: this daemon takes part in no worlds across hosts (no --advertise)",
+            )
+        if not tenant.operator:
+            context.abort(
+                grpc.StatusCode.PERMISSION_DENIED,
+                "simnpu: only the operator links daemons (docs/security.md)",
             )
         assert first is not None and first is not UNPARSED  # (abort raised otherwise)
         hello = first.hello

@@ -47,7 +47,7 @@ SCRATCH_PREFIX = "simnpu-kernels-"
 """The zygote's scratch root, in the temporary directory: this, the daemon's pid, "-", and a
 random part; kernel process `pid` writes in `<root>/<pid>` only."""
 END_WAIT_S = 5.0  # how long a killed kernel process may take to be gone
-EXIT_WAIT_S = 2.0  # how long a zygote found gone has to exit by itself
+ZYGOTE_EXIT_WAIT_S = 2.0  # how long a zygote found gone has to exit by itself
 ZYGOTE_MAIN = "simnpu.server.units.zygote_main"
 """The zygote's program (`python -P -m`, in a clean environment: never imported here)."""
 
@@ -187,7 +187,7 @@ class KernelProcesses:
         """The zygote died (its kernel processes die with it): start another."""
         assert self._conn is not None and self._zygote is not None, "started"
         self._conn.close()
-        _end_zygote(self._zygote, EXIT_WAIT_S)
+        _end_zygote(self._zygote, ZYGOTE_EXIT_WAIT_S)
         log.error("the kernel zygote %s; starting another", _exit_of(self._zygote.returncode))
         self._retire.set()
         shutil.rmtree(self._scratch, True)
@@ -226,7 +226,11 @@ class KernelProcesses:
             grant = grant_of()
             process = self._by_key.get(key)
             if process is not None:
-                if process.generation == grant.generation and not process.doomed:
+                if (
+                    process.generation == grant.generation
+                    and not process.doomed
+                    and not process.hung_up
+                ):
                     return process, False
                 self._end(key)
             process = self._fork(owner, unit, grant)
@@ -259,9 +263,10 @@ class KernelProcesses:
 
     def _end(self, key: tuple[int, Unit]) -> KernelProcess | None:
         """Kill the process of `key` and wait until it is gone (caller holds the lock: the
-        wait is that of a SIGKILL, not of anything the kernel does). One that hung up
-        because it is exiting keeps its own exit status: the kernel drops a signal sent to
-        a process that is exiting; one whose kernel closed its socket is killed at once."""
+        wait is that of a SIGKILL, not of anything the kernel does). One that hung up was
+        given its time to exit by itself before (the executor polls its pidfd meanwhile);
+        if it is exiting now it keeps its own exit status: the kernel drops a signal sent
+        to a process that is exiting."""
         process = self._by_key.pop(key, None)
         if process is not None:
             self.version += 1
@@ -349,8 +354,6 @@ class KernelProcesses:
                 return "ended with the kernel zygote"
         if breached is not None:
             return f"was killed by its zygote: it {breached}"
-        if process.hung_up and status is not None and _killed(status):
-            return "closed its socket to the daemon while it still ran, and was ended"
         return describe_status(status)
 
     @property
@@ -397,10 +400,6 @@ def _exit_of(code: int | None) -> str:
     if code < 0:
         return describe_status(-code)  # a signal number is its own wait status
     return f"exited with code {code}"
-
-
-def _killed(status: int) -> bool:
-    return os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGKILL
 
 
 def describe_status(status: int | None) -> str:

@@ -59,7 +59,7 @@ _WORKER_MAIN = entry_point("simnpu.server.units.worker_main:main")
 _GROUP_SIGNALS = {signal.SIGINT, signal.SIGTERM}  # what a signal to the daemon's group sends
 _READABLE = select.POLLIN
 _WRITABLE = select.POLLIN | select.POLLOUT
-EXIT_WAIT_S = 2.0  # a worker that closed its pipe has this long to exit before it is killed
+EXIT_WAIT_S = 2.0  # a worker or kernel process whose pipe closed has this long to exit by itself
 
 
 class WorkerProcess:
@@ -131,6 +131,9 @@ class ProcessExecutor:
         # poll for POLLOUT (under the kernel processes' lock)
         self._flushing: set[KernelProcess] = set()
         self._writing: set[int] = set()  # descriptors the poll set watches for POLLOUT
+        # kernel processes whose socket closed, by when they must have exited by themselves
+        # (time.monotonic()); the poll set watches their pidfds (the scheduler thread's)
+        self._exiting: dict[KernelProcess, float] = {}
 
     def start(self, units: Sequence[Unit]) -> None:
         """Start the kernel zygote and wait until it is ready (blocks), then launch the
@@ -242,8 +245,10 @@ class ProcessExecutor:
         assert self._poller is not None  # _rebuild_poller sets it
         if self._flushing:  # (a send that adds one wakes this thread: read without the lock)
             self._watch_output()
+        if self._exiting:
+            timeout_s = min(timeout_s, self._kill_late_exits())
         by_fd = self._by_fd
-        reports = []
+        reports: list[tuple[Unit, int, Any]] = []
         for fd, events in self._poller.poll(math.ceil(timeout_s * 1000)):
             if fd == self._wake_r:
                 try:
@@ -256,6 +261,9 @@ class ProcessExecutor:
                 continue
             if isinstance(process, KernelProcess):
                 generation = unit.generation  # (a report read after a restart is dropped)
+                if process.hung_up:  # its pidfd: it has exited (or was ended meanwhile)
+                    reports.extend((unit, generation, r) for r in self._exited(unit, process))
+                    continue
                 for report in self._kernel_reports(unit, process, fd, events):
                     reports.append((unit, generation, report))
                 continue
@@ -315,21 +323,63 @@ class ProcessExecutor:
             failure = error
         if failure is None:
             return reports
-        process.hung_up = not isinstance(failure, BadReport)
-        if isinstance(failure, BadReport):
-            log_about(  # at the client's rate (server/core/rate_limits.py)
-                process.owner,
-                log,
-                logging.WARNING,
-                "%s: the kernel process of %r sent a bad report (%s); ending it",
-                unit.name,
-                process.owner,
-                failure,
-            )
+        if not isinstance(failure, BadReport):  # its socket closed: it is exiting, or its
+            self._watch_exit(process, fd)  # kernel closed it; told by its pidfd, not waited for
+            return reports
+        log_about(  # at the client's rate (server/core/rate_limits.py)
+            process.owner,
+            log,
+            logging.WARNING,
+            "%s: the kernel process of %r sent a bad report (%s); ending it",
+            unit.name,
+            process.owner,
+            failure,
+        )
         if running:
             return [*reports, LOST]
         self.kernels.lost(process)  # it failed idle: its next batch gets a new one
         return reports
+
+    def _watch_exit(self, process: KernelProcess, fd: int) -> None:
+        """`process` closed its socket (polled on `fd`): poll its pidfd instead, which
+        tells when it has exited; one still running EXIT_WAIT_S later is killed
+        (_kill_late_exits). Waiting here would hold every client's work meanwhile."""
+        process.hung_up = True
+        self._exiting[process] = time.monotonic() + EXIT_WAIT_S
+        assert self._poller is not None  # (wait polls it)
+        self._poller.unregister(fd)
+        self._writing.discard(fd)
+        unit_and_process = self._by_fd.pop(fd)
+        self._by_fd[process.pidfd] = unit_and_process
+        self._poller.register(process.pidfd, select.POLLIN)
+
+    def _kill_late_exits(self) -> float:
+        """Kill the processes that hung up EXIT_WAIT_S ago and still run; how long until
+        the next of the others is due (seconds)."""
+        now = time.monotonic()
+        due = math.inf
+        for process, deadline in list(self._exiting.items()):
+            if deadline <= now:
+                self._exiting[process] = math.inf
+                if not process.gone(0):  # (exited just now: its own status tells)
+                    process.ended_because = "closed its socket to the daemon while it still ran"
+                    process.kill()  # (its pidfd tells when it is gone)
+            else:
+                due = min(due, deadline - now)
+        return due
+
+    def _exited(self, unit: Unit, process: KernelProcess) -> list[Any]:
+        """`process`, which hung up, has exited (or was ended meanwhile): LOST if it ran
+        the unit's batch; ended without a word if it was idle."""
+        self._exiting.pop(process, None)
+        with self.kernels.lock:
+            if process.conn.closed:  # ended meanwhile by another thread: the poll set is
+                return []  # rebuilt next time (a batch it ran was told LOST then)
+            running = self._running.get(unit) is process
+        if running:
+            return [LOST]
+        self.kernels.lost(process)  # its next batch gets a new one
+        return []
 
     def _watch_output(self) -> None:
         """Poll for POLLOUT the sockets of kernel processes whose channel has output waiting
@@ -369,11 +419,16 @@ class ProcessExecutor:
                 conn = kernel_process.conn
                 if conn.closed:  # ended meanwhile
                     continue
+                if kernel_process.hung_up:  # waited for by its pidfd (_watch_exit)
+                    by_fd[kernel_process.pidfd] = (kernel_process.unit, kernel_process)
+                    continue
                 by_fd[conn.fileno()] = (kernel_process.unit, kernel_process)
                 if conn.pending:
                     writing.add(conn.fileno())
         for fd in by_fd:
             poller.register(fd, _WRITABLE if fd in writing else _READABLE)
+        live = {process for _, process in by_fd.values()}
+        self._exiting = {p: due for p, due in self._exiting.items() if p in live}
         self._by_fd = by_fd
         self._writing = writing
         self._poller = poller

@@ -348,7 +348,15 @@ def test_another_uid_on_the_unix_socket_has_job_names_of_its_own(start_daemon):
     folder = tempfile.mkdtemp(prefix="simnpu-tenants-")
     try:
         os.chmod(folder, 0o755)
-        daemon = start_daemon(address=f"unix://{folder}/npu.sock")
+        tcp = f"127.0.0.1:{free_port()}"  # (and TCP: a daemon that takes Peer streams)
+        daemon = start_daemon(
+            "--listen",
+            tcp,
+            "--advertise",
+            tcp,
+            env={"SIMNPU_TOKEN": TOKENS["operator"]},
+            address=f"unix://{folder}/npu.sock",
+        )
         for name in os.listdir(folder):  # the session and credentials sockets
             os.chmod(os.path.join(folder, name), 0o666)
         rendezvous = (

@@ -6,6 +6,7 @@ its own processes, jobs and memory; only the operator's token links daemons.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -18,6 +19,7 @@ import time
 
 import grpc
 import pytest
+from test_hccl_rank_table import write_table
 
 from simnpu.client.tools.query import ToolError, query
 from simnpu.proto import hccl_types as ht
@@ -122,6 +124,20 @@ def finish(process: subprocess.Popen, timeout: float = 90) -> dict:
     return json.loads(out.splitlines()[-1])
 
 
+@contextlib.contextmanager
+def issued_root_info(daemon, tenant: str):
+    """A root info (hex) that a process of `tenant` was issued and holds while in the
+    block."""
+    holder = spawn(daemon, tenant, ROOT_HOLDER)
+    try:
+        info = holder.stdout.readline().strip()
+        assert info, holder.stderr.read()
+        yield info
+    finally:
+        holder.communicate("", timeout=60)
+    assert holder.returncode == 0
+
+
 def ask(daemon, tenant: str, what: str = ""):
     return query(what, address=daemon.address, token=TOKENS[tenant])
 
@@ -169,51 +185,26 @@ def test_a_job_name_is_its_tenants(tenants_daemon):
 def test_another_tenants_root_info_does_not_let_a_rank_in(tenants_daemon):
     """bob presents alice's root info, and his own with alice's communicator id: both are
     refused, and alice's two ranks then form their world."""
-    holder = spawn(tenants_daemon, "alice", ROOT_HOLDER)
-    try:
-        alice_info = holder.stdout.readline().strip()
-        assert alice_info, holder.stderr.read()
+    with issued_root_info(tenants_daemon, "alice") as alice_info:
         leaked = finish(spawn(tenants_daemon, "bob", JOINER, alice_info, 1))
         assert leaked["ret"] == ht.HCCL_E_PARA and "another tenant" in leaked["message"]
 
-        own = spawn(tenants_daemon, "bob", ROOT_HOLDER)
-        bob_info = bytearray.fromhex(own.stdout.readline().strip())
-        comm_id = slice(20, 28)  # after the magic and the version (ROOT_LAYOUT)
-        bob_info[comm_id] = bytes.fromhex(alice_info)[comm_id]
-        forged = finish(spawn(tenants_daemon, "bob", JOINER, bob_info.hex(), 1))
-        own.communicate("", timeout=60)
+        with issued_root_info(tenants_daemon, "bob") as own:
+            bob_info = bytearray.fromhex(own)
+            comm_id = slice(20, 28)  # after the magic and the version (ROOT_LAYOUT)
+            bob_info[comm_id] = bytes.fromhex(alice_info)[comm_id]
+            forged = finish(spawn(tenants_daemon, "bob", JOINER, bob_info.hex(), 1))
         assert forged["ret"] == ht.HCCL_E_PARA and "made up" in forged["message"]
 
         # the world is still alice's to form: her two ranks join it
         joiners = [spawn(tenants_daemon, "alice", JOINER, alice_info, r) for r in (0, 1)]
         assert [finish(j)["ret"] for j in joiners] == [ht.HCCL_SUCCESS] * 2
-    finally:
-        holder.communicate("", timeout=60)
-    assert holder.returncode == 0
 
 
 def test_a_rank_table_is_its_tenants(tenants_daemon, tmp_path):
     """Ranks of alice and bob joining with the same rank table form two communicators: bob's
     rank 1 does not complete alice's."""
-    table = tmp_path / "table.json"
-    table.write_text(
-        json.dumps(
-            {
-                "version": "1.0",
-                "server_count": "1",
-                "server_list": [
-                    {
-                        "server_id": "node_0",
-                        "device": [
-                            {"device_id": "0", "device_ip": "192.168.0.1", "rank_id": "0"},
-                            {"device_id": "1", "device_ip": "192.168.0.2", "rank_id": "1"},
-                        ],
-                    }
-                ],
-                "status": "completed",
-            }
-        )
-    )
+    table = write_table(tmp_path / "table.json", [0, 1])  # rank r on device r
     join = (
         "import json, sys, hccl, simnpu.client as npu\nnpu.Device(int(sys.argv[2]))\n"
         "comm, ret = hccl.comm_init_cluster_info(sys.argv[1], int(sys.argv[2]))\n"
@@ -310,16 +301,11 @@ def test_across_hosts_a_root_info_and_a_job_stay_their_tenants(tenant_hosts):
     host a; alice's ranks on both hosts form her world. Arrivals forwarded to a job's seed
     keep their tenant: bob's "train" at host b does not complete alice's at host a."""
     a, b = tenant_hosts
-    holder = spawn(a, "alice", ROOT_HOLDER)
-    try:
-        info = holder.stdout.readline().strip()
-        assert info, holder.stderr.read()
+    with issued_root_info(a, "alice") as info:
         intruder = finish(spawn(b, "bob", JOINER, info, 1))
         assert intruder["ret"] == ht.HCCL_E_PARA and "another tenant" in intruder["message"]
         joiners = [spawn(a, "alice", JOINER, info, 0), spawn(b, "alice", JOINER, info, 1)]
         assert [finish(j)["ret"] for j in joiners] == [ht.HCCL_SUCCESS] * 2
-    finally:
-        holder.communicate("", timeout=60)
 
     seed = {"SIMNPU_JOB_SEED": a.address}
     bob = spawn(b, "bob", JOB_RANK, "train", env={**seed, "HCCL_CONNECT_TIMEOUT": "20"})

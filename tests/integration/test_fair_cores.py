@@ -50,11 +50,12 @@ with npu.Device(0) as device:
 def test_a_clients_launches_wait_for_one_kernel_of_another_not_for_its_streams(daemon, npu):
     """Another client keeps both AI cores busy with 8 streams of 100 ms kernels, 6 queued
     on each (2.4 s of work per core). Each of this client's launches, from the call to its
-    synchronize's return, sees at most 3 of the other's kernels start: the core it waits
+    synchronize's return, sees at most 4 of the other's kernels start: the core it waits
     for goes to it next, and while it runs the other core may start one and then its own
-    core the next (plus one whose start raced the launch on its way to the daemon). Served
-    by stream instead, it would wait behind the heads of all 8 streams (and the runs queued
-    behind them)."""
+    core the next; before that, each core may have started one while the launch was on its
+    way to the daemon (both, when the other client's kernels run in step on the two cores,
+    as they come to). Served by stream instead, it would wait behind the heads of all 8
+    streams (and the runs queued behind them)."""
     flooder = start_client(
         daemon.address,
         FLOODER.replace("STREAMS", str(FLOOD_STREAMS))
@@ -85,6 +86,6 @@ def test_a_clients_launches_wait_for_one_kernel_of_another_not_for_its_streams(d
     starts = json.loads(output.strip().splitlines()[-1])  # CLOCK_MONOTONIC, the device's clock
     assert all(starts), "every kernel of the other client ran"
     started_within = [sum(begin < s < end for s in starts) for begin, end in windows]
-    assert max(started_within) <= 3, started_within
+    assert max(started_within) <= 4, started_within
     # and the other client still had kernels queued on its streams after this client's last
     assert sum(start > windows[-1][1] for start in starts) >= FLOOD_STREAMS

@@ -44,7 +44,7 @@ class Region:
         self.name = name
         self.owner = owner
         self.size = memory.size
-        self.fd = -1  # kept open for a device's window: physical blocks are mapped into it
+        self.fd = -1  # kept open for a device's window: its pages are mapped into it again
         self._mapped: set[window.Entry] = set()  # what its reserved half maps
         flags = mmap.MAP_SHARED | (mmap.MAP_POPULATE if populate else 0)
         try:
@@ -66,7 +66,7 @@ class Region:
         source offset, source: simnpu.shm.window.Entry), mapped over what they replace since
         the last call.
         Never blocks on anything but the kernel."""
-        window.remap_reserved(self.address(), self.fd, self._mapped, mappings)
+        window.remap_reserved(self.address(), self._mapped, mappings)
         self._mapped = mappings
 
     def commit(self, offset: int, length: int) -> None:

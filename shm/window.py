@@ -38,9 +38,12 @@ Mapping = tuple[int, int, int]
 """(offset in the window, length, offset in the segment): whole pages."""
 Entry = tuple[int, int, int, str]
 """A mapping of a window's reserved half: (offset in the window, length, offset in the
-source, source), whole pages. The source is the device's own segment (""), a host segment
-by name (registered pinned memory), or RETIRED."""
+source, source), whole pages. The source is a segment by name (the file of a client's
+device memory, registered pinned memory), or RETIRED."""
 OWN = ""
+"""The source of a physical block as the daemon's memory calls name it: the device's own
+memory, which the device translates into the files that back the block
+(server/memory/device_backing.py)."""
 RETIRED = "-"
 """The source of an entry whose memory went (an unregistered host range): fresh private
 zero pages, so that work outliving it touches nothing shared and never a PROT_NONE page."""
@@ -74,16 +77,20 @@ def map_shared(base: int, fd: int, mappings: Iterable[Mapping]) -> None:
         _mmap(base + offset, length, _PROT_RW, mmap.MAP_SHARED | _MAP_FIXED, fd, file_offset)
 
 
-def remap_reserved(base: int, fd: int, old: set[Entry], new: set[Entry]) -> None:
+def remap_reserved(base: int, old: set[Entry], new: set[Entry]) -> None:
     """Change the window's upper half (the reserved ranges) from mapping `old` to `new`:
-    map what came (over what it replaces); `fd` is the device's own segment. Nothing mapped
-    there is ever made PROT_NONE again (docs/device-memory.md: work that outlives an
-    unmap); a host segment already unlinked is mapped as RETIRED."""
+    map what came (over what it replaces). Nothing mapped there is ever made PROT_NONE
+    again (docs/device-memory.md: work that outlives an unmap); a source already unlinked
+    is mapped as RETIRED."""
     for offset, length, file_offset, source in new - old:
-        if source == OWN:
-            map_shared(base, fd, [(offset, length, file_offset)])
-        elif source == RETIRED or not map_segment(base, source, [(offset, length, file_offset)]):
-            _mmap(base + offset, length, _PROT_RW, _RESERVE | _MAP_FIXED, -1, 0)
+        map_source(base, source, offset, length, file_offset)
+
+
+def map_source(base: int, source: str, offset: int, length: int, file_offset: int) -> None:
+    """Map `[file_offset, +length)` of the segment `source` at window offset `offset`;
+    fresh private zero pages if it is RETIRED or gone (unlinked)."""
+    if source == RETIRED or not map_segment(base, source, [(offset, length, file_offset)]):
+        _mmap(base + offset, length, _PROT_RW, _RESERVE | _MAP_FIXED, -1, 0)
 
 
 def map_segment(base: int, name: str, mappings: Iterable[Mapping]) -> bool:

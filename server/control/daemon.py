@@ -36,6 +36,7 @@ from simnpu.server.core.tenants import Tenant
 from simnpu.server.hccl.collectives import Collectives
 from simnpu.server.hccl.daemon_links import SERVER_KEEPALIVE
 from simnpu.server.hccl.job_rendezvous import Jobs
+from simnpu.server.memory.device_backing import BackingLog
 from simnpu.server.memory.device_memory import DeviceWithMemory
 from simnpu.server.memory.host_memory import HostMemory
 from simnpu.server.memory.ipc_memory import IpcMemory
@@ -126,6 +127,7 @@ class Daemon:
         check_shm_space(self.config.staging_bytes)  # device memory costs nothing until used
         host = HostMemory()
         windows = WindowTable()  # what every device maps at reserved addresses
+        backing = BackingLog()  # which file backs each page of every device's memory
         try:
             units_per_device = self.config.ai_cores + self.config.copy_engines
             for index in range(self.config.devices):
@@ -139,11 +141,12 @@ class Daemon:
                         host,
                         windows,
                         self.config.reserves,
+                        backing,
                     )
                 )
             units = [unit for device in self.devices for unit in device.all_units()]
             self.executor = ProcessExecutor(
-                units, [device.region.name for device in self.devices], windows
+                units, [device.region.name for device in self.devices], windows, backing
             )
             first = self.devices[0]
             first.started = True  # nearly every client uses it; the others start on first use

@@ -42,6 +42,7 @@ class Unit:
         "ready",
         "restarts",
         "windows",
+        "backing",
     )
 
     def __init__(self, kind: UnitKind, device: int, index: int, core_id: int):
@@ -63,6 +64,7 @@ class Unit:
         # what the executor sends a trusted unit before its next batch (Executor.send):
         self.forget: list[str] = []  # unlinked segments to unmap
         self.windows = -1  # the version of the window table it maps (Windows)
+        self.backing = -1  # the version of the backing log it maps (BackingChanges)
         self.lent: StreamSignal | None = None  # the signal it writes after its batch, if any
 
     @property
@@ -83,9 +85,10 @@ class Executor(Protocol):
         """Hand `unit` a batch (server/core/unit_protocol.py); a batch of `tenant`'s own kernels
         runs in a process of that client alone (server/units/kernel_processes.py). A trusted
         unit (no tenant) gets first what it must map: the segments it must forget
-        (`Unit.forget`, ForgetSegment) and the window table if it changed since its last
-        batch (`Windows`, MapWindows), so an aclrtMapMem is visible to the next batch of every
-        unit. Raises OSError if the unit (or the tenant's process) is gone."""
+        (`Unit.forget`, ForgetSegment), the changes of which file backs device memory since
+        its last batch (`BackingChanges`, MapBacking), and the window table if it changed
+        (`Windows`, MapWindows), so a new block and an aclrtMapMem are visible to the next
+        batch of every unit. Raises OSError if the unit (or the tenant's process) is gone."""
 
     def cancel(self, unit: Unit, tokens: list[int]) -> None:
         """Ask `unit` to skip kernels of its running batch (best effort)."""
@@ -116,6 +119,18 @@ class Windows(Protocol):
 
     @property
     def entries(self) -> tuple[tuple[int, int, int, int, str], ...]: ...
+
+
+class BackingChanges(Protocol):
+    """Which file backs each page run of device memory, as a log of changes
+    (server/memory/device_backing.py's BackingLog): `Unit.backing` is the version a unit
+    has applied."""
+
+    @property
+    def version(self) -> int: ...
+
+    def since(self, version: int) -> tuple[int, tuple[Any, ...], bool]:
+        """(the version now, the changes after `version`, whether they are the whole map)."""
 
 
 LOST = object()  # the report of a unit whose process (or thread) is gone

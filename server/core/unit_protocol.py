@@ -2,10 +2,10 @@
 a batch, and what a unit reports back.
 
 A batch is a list of items that the unit runs in order. Items with a `token` report one
-result each; the others (LoadModule, ForgetSegment, WriteSignal, MapWindows) report nothing. While a
-batch runs the scheduler may send `Cancel`: kernels of the batch not started yet are
-skipped (reported done, without running), and a kernel running a chunk of blocks starts no
-more of them (its session ended). A unit reports `Ready` once it can take work,
+result each; the others (LoadModule, ForgetSegment, WriteSignal, MapWindows, MapBacking)
+report nothing. While a batch runs the scheduler may send `Cancel`: kernels of the batch
+not started yet are skipped (reported done, without running), and a kernel running a chunk
+of blocks starts no more of them (its session ended). A unit reports `Ready` once it can take work,
 and `Accesses` of a checked kernel before the batch's results.
 
 Items and results are the hot path to the units, so they travel as the command records of
@@ -310,6 +310,22 @@ class MapWindows(_MapWindowsFields, _Item):
     TAG = 10
 
 
+class _MapBackingFields(NamedTuple):
+    # (device segment, offset, length, source): page run [offset, +length) of the device
+    # is mapped from the segment `source` at the same offset, in this order
+    # (server/memory/device_backing.py's Backing)
+    changes: tuple[tuple[str, int, int, str], ...]
+
+
+class MapBacking(_MapBackingFields, _Item):
+    """The device windows' page runs now come from these files (a client's blocks live in
+    a file of its own: docs/kernel-isolation.md): sent before a batch with what changed
+    since the unit last saw the daemon's log."""
+
+    __slots__ = ()
+    TAG = 11
+
+
 ITEMS: tuple[type, ...] = (
     LoadModule,
     ForgetSegment,
@@ -322,6 +338,7 @@ ITEMS: tuple[type, ...] = (
     RandomNumbers,
     RunKernels,
     MapWindows,
+    MapBacking,
 )
 """Every item kind, by TAG."""
 assert all(kind.TAG == tag for tag, kind in enumerate(ITEMS))  # type: ignore[attr-defined]
@@ -397,16 +414,17 @@ class Accesses(NamedTuple):
 PAGE = mmap.PAGESIZE
 PageSpan = tuple[int, int, int]  # (device, offset, length): whole pages of a device's segment
 Mapping = tuple[int, int, int, int, str]
-"""(device, reserved offset, length, source offset, source): a physical block mapped at a
-reserved device address (aclrtMapMem; source window.OWN, the device's segment), or
-registered host memory (source: its segment's name), whole pages."""
+"""(device, device offset, length, source offset, source): whole pages of the segment
+`source` mapped at a device offset -- a block at its own offset in the file of its owner's
+memory (server/memory/device_backing.py), a physical block at a reserved address
+(aclrtMapMem), registered host memory at its alias."""
 
 
 @dataclass(frozen=True)
 class Grant:
-    """The device memory a client's kernel processes map: whole pages, sorted and merged,
-    and its mappings of physical blocks at reserved addresses. `generation` changes whenever
-    the client's memory does."""
+    """The device memory a client's kernel processes map: the device ranges they reach
+    (`spans`: whole pages, sorted and merged), and the segments they map there
+    (`mappings`). `generation` changes whenever the client's memory does."""
 
     generation: int
     spans: tuple[PageSpan, ...]

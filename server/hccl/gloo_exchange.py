@@ -13,10 +13,12 @@ from collections.abc import Callable
 from multiprocessing.connection import Connection
 from multiprocessing.process import BaseProcess
 
+from simnpu.server.core.executor import BackingChanges
 from simnpu.server.hccl.gloo_exchange_protocol import (
     ExchangeLost,
     ExchangeSetup,
     Finish,
+    Rebacked,
     Report,
     Step,
 )
@@ -32,9 +34,16 @@ class ExchangeProcess:
     (first host only), `Formed`, then one `StepDone` or `StepFailed` per step, and last
     `ExchangeLost`. Steps may be submitted before the world has formed; they run after."""
 
-    def __init__(self, setup: ExchangeSetup, on_report: Callable[[Report], None]):
+    def __init__(
+        self,
+        setup: ExchangeSetup,
+        on_report: Callable[[Report], None],
+        backing: BackingChanges,
+    ):
         self.setup = setup
         self._on_report = on_report
+        self._backing = backing  # which files back device memory: sent before each step
+        self._backing_version = -1
         self._conn: Connection | None = None
         self._process: BaseProcess | None = None
         self._send_lock = threading.Lock()
@@ -59,6 +68,11 @@ class ExchangeProcess:
         assert self._conn is not None, "ExchangeProcess.start first"
         with self._send_lock:
             try:
+                if self._backing_version != self._backing.version:
+                    self._backing_version, changes, whole = self._backing.since(
+                        self._backing_version
+                    )
+                    self._conn.send(Rebacked(changes, whole))
                 self._conn.send(step)
             except OSError:
                 pass

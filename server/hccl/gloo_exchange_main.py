@@ -25,7 +25,7 @@ import struct
 import threading
 import time
 import traceback
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from multiprocessing.connection import Connection
 from typing import Any, NoReturn
 
@@ -42,6 +42,7 @@ from simnpu.server.hccl.gloo_exchange_protocol import (
     Match,
     Mismatch,
     Range,
+    Rebacked,
     Reduce,
     Step,
     StepDone,
@@ -51,6 +52,7 @@ from simnpu.server.hccl.gloo_exchange_protocol import (
 )
 from simnpu.server.units import collective_pieces
 from simnpu.server.units.daemon_child import end_with_daemon
+from simnpu.shm import window
 from simnpu.shm.region import Region
 
 
@@ -96,6 +98,7 @@ class _Gloo:
         self._reports = reports
         self._regions = {setup.segment: region}
         self._segments = {setup.segment: _bytes_of(region)}
+        self._backing: list[tuple[str, int, int, str]] = []  # every change of backing so far
         self._bytes = self._segments[setup.segment]
         self._scratch: dict[tuple[int, int], Any] = {}  # (range index, peer) -> its buffer
         self._transfers: list[threading.Thread] = []
@@ -224,7 +227,22 @@ class _Gloo:
         if data is None:  # another device of this host
             region = self._regions[name] = Region.attach(name, device=True)
             data = self._segments[name] = _bytes_of(region)
+            self._map_backing(self._backing, {name: region})
         return data
+
+    def rebacked(self, changes: Rebacked) -> None:
+        """Map page runs of the device windows from the files that back them now."""
+        if changes.whole:
+            self._backing.clear()
+        self._backing += changes.changes
+        self._map_backing(changes.changes, self._regions)
+
+    @staticmethod
+    def _map_backing(changes: Iterable[tuple[str, int, int, str]], regions: dict) -> None:
+        for segment, offset, length, source in changes:
+            region = regions.get(segment)
+            if region is not None:
+                window.map_source(region.address(), source, offset, length, offset)
 
     def start_transfer(self, step: Transfer) -> None:
         """Post a Transfer's header (and, sending, its data); a thread waits for the rest."""
@@ -393,6 +411,9 @@ def main(conn: Connection, setup: ExchangeSetup) -> None:
                 runner.join()
                 gloo.wait_for_transfers()
                 return
+            if isinstance(step, Rebacked):
+                gloo.rebacked(step)
+                continue
             seq = step.seq
             if isinstance(step, Transfer):
                 gloo.start_transfer(step)

@@ -127,6 +127,16 @@ def transfer_tag(source: int, destination: int, index: int, n_ranks: int) -> int
 
 
 @dataclass(frozen=True)
+class Rebacked:
+    """Before the steps that follow: page runs of this host's devices are now mapped from
+    other files (server/memory/device_backing.py's Backing: segment, offset, length,
+    source); `whole`: they are the whole map, and earlier changes are void."""
+
+    changes: tuple[tuple[str, int, int, str], ...]
+    whole: bool
+
+
+@dataclass(frozen=True)
 class Finish:
     """No more steps: the exchange process ends once the steps before are done."""
 

@@ -134,7 +134,7 @@ class World:
         )
         scheduler = self.worlds.collectives.scheduler
         self.exchange = ExchangeProcess(
-            setup, lambda report: scheduler.call(self._exchange_report, report)
+            setup, lambda report: scheduler.call(self._exchange_report, report), device.backing.log
         )
         self.exchange.start()
         for step in self.unsent:

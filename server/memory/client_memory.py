@@ -112,6 +112,8 @@ class ClientMemory:
         self.imported.clear()
         self.virtual.release_all()
         self.registered.release_all()
+        for each in self._devices:  # the files of its memory go (once IPC lets them)
+            each.owner_gone(self.owner)
 
     def imported_now(self, key: str, address: int, size: int, device: int) -> None:
         """aclrtIpcMemImportByKey succeeded: `[address, +size)` of `device` is usable."""
@@ -138,9 +140,18 @@ class ClientMemory:
                 ranges.append((device, allocation.offset, allocation.reserved))
         for address, size, device in list(self.imported.values()):
             ranges.append((device, split_device_address(address)[1], size))
-        blocks, mappings = self.virtual.grant()
+        blocks, physical = self.virtual.grant()
+        spans = page_spans(ranges + blocks)
+        mappings = [  # from the files that back them: nobody else's pages come with them
+            (device, start, size, start, file)
+            for device, offset, length in spans
+            for start, size, file in self._devices[device].backing.sources(offset, length)
+        ]
+        for device, offset, length, block, _ in physical:
+            for start, size, file in self._devices[device].backing.sources(block, length):
+                mappings.append((device, offset + start - block, size, start, file))
         mappings += self.registered.grant()
-        self._grant = Grant(generation, page_spans(ranges + blocks), tuple(mappings))
+        self._grant = Grant(generation, spans, tuple(mappings))
         return self._grant
 
     # ---- addresses -------------------------------------------------------------------------------

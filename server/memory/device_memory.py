@@ -20,6 +20,7 @@ from simnpu.server.core.owner import Owner
 from simnpu.server.core.rate_limits import log_about
 from simnpu.server.core.reserves import Reserves
 from simnpu.server.core.untrusted import escaped
+from simnpu.server.memory.device_backing import BackingLog, DeviceBacking
 from simnpu.server.memory.host_memory import HostMemory, committed_failure
 from simnpu.server.memory.virtual_memory import ReservedSpace
 from simnpu.server.memory.window_table import WindowTable
@@ -64,9 +65,15 @@ class DeviceWithMemory(Device):
         host: HostMemory,
         windows: WindowTable | None = None,
         reserves: Reserves | None = None,
+        backing: BackingLog | None = None,
     ):
         region = Region.create(segment_name(f"dev{index}"), memory_bytes, device=True)
         super().__init__(index, region, ai_cores, copy_engines, first_core_id)
+        # the file of each page run: a client's blocks live in a file of its own
+        self.backing = DeviceBacking(
+            index, region, backing if backing is not None else BackingLog()
+        )
+        self._gone: set[object] = set()  # ended owners that still hold blocks (IPC imports)
         self.reserved = ReservedSpace()  # aclrtReserveMemAddress's ranges (docs/device-memory.md)
         self.windows = windows if windows is not None else WindowTable()
         self._mapped: dict[int, tuple[int, int, str]] = {}  # reserved offset -> (length,
@@ -114,6 +121,11 @@ class DeviceWithMemory(Device):
                 except NpuMemoryError:
                     self._give_back(allocation.offset, withdraw=True)
                     raise
+                try:
+                    self.backing.assign(allocation.offset, allocation.reserved, owner)
+                except OSError as error:  # no file for its memory: the host is out of them
+                    self._give_back(allocation.offset, withdraw=True)
+                    raise committed_failure(allocation.reserved, error) from None
             except NpuMemoryError as error:  # who holds the memory: told the daemon's owner only
                 log_about(
                     owner,
@@ -190,7 +202,20 @@ class DeviceWithMemory(Device):
         start, size = self.allocator.freed_block
         if size >= DECOMMIT_MIN:
             self.region.decommit(start, size)  # (the host's estimate catches up by itself)
+        owner = allocation.owner
+        if owner in self._gone and not allocator.used_by(owner):
+            self._gone.discard(owner)
+            self.backing.owner_gone(owner)
         return allocation
+
+    def owner_gone(self, owner: object) -> None:
+        """`owner`'s session ended: its file of this device's memory goes once it holds no
+        block here (server/memory/device_backing.py). Never blocks on other clients."""
+        with self.lock:
+            if self.allocator.used_by(owner):
+                self._gone.add(owner)
+            else:
+                self.backing.owner_gone(owner)
 
     def map_window(self, offset: int, length: int, block: int, source: str = window.OWN) -> None:
         """aclrtMapMem: the block at `block` (of `source`: this device's segment, or a host
@@ -205,7 +230,11 @@ class DeviceWithMemory(Device):
             self._mapped = {
                 o: entry for o, entry in self._mapped.items() if o + entry[0] <= offset or end <= o
             }
-            self._mapped[offset] = (length, block, source)
+            if source == window.OWN:  # from the files of the block's pages
+                for start, size, file in self.backing.sources(block, length):
+                    self._mapped[offset + start - block] = (size, start, file)
+            else:
+                self._mapped[offset] = (length, block, source)
             mappings = {(o, n, b, s) for o, (n, b, s) in self._mapped.items()}
             self.region.map_reserved(mappings)
             self.windows.update(self.index, mappings)
@@ -222,6 +251,7 @@ class DeviceWithMemory(Device):
             return self.allocator.lookup(offset)
 
     def close(self) -> None:
+        self.backing.close()
         self.region.close()
 
 

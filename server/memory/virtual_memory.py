@@ -340,7 +340,7 @@ class VirtualMemory:
 
     def grant(self) -> tuple[list[tuple[int, int, int]], list[tuple[int, int, int, int, str]]]:
         """For its kernel processes: the blocks (device, offset, size) and the mappings
-        (device, reserved offset, size, block offset, window.OWN)."""
+        (device, reserved offset, size, block offset, window.OWN: the device's memory)."""
         blocks = [(p.device, split_device_address(p.address)[1], p.size) for p in self._held()]
         mappings = [
             (

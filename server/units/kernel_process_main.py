@@ -2,8 +2,9 @@
 only that client's device memory (docs/kernel-isolation.md).
 
 Forked by the kernel zygote (server/units/zygote_main.py) for one (client, AI core): it
-maps exactly the pages of its client's grant (its blocks, its IPC imports) into one window
-per device whose other pages stay PROT_NONE, closes every descriptor but its socket to the
+maps exactly the pages of its client's grant (its blocks, its IPC imports), from the files
+that hold them and nobody else's memory, into one window per device whose other pages stay
+PROT_NONE, closes every descriptor but its socket to the
 daemon, enters the sandbox (server/units/sandbox.py), then runs batches like a worker
 (server/units/runner.py). Untrusted once it has run a kernel: it reports in JSON
 (server/units/report_codec.py), which the daemon checks.
@@ -28,46 +29,38 @@ from simnpu.shm.notify import NotifyArea
 from simnpu.shm.region import Region
 
 if TYPE_CHECKING:
-    from simnpu.server.core.unit_protocol import Mapping, PageSpan
+    from simnpu.server.core.unit_protocol import Mapping
 
 KERNEL_MEMORY = 2 << 30
 """What a kernel process may map beyond its windows and what it had at start (RLIMIT_AS)."""
 
 
-def map_windows(
-    fds: list[int], spans: Iterable[PageSpan], mappings: Iterable[Mapping] = ()
-) -> list[Any]:
-    """One window per device (simnpu.shm.window), PROT_NONE but for the spans of the
-    device's segment (descriptor `fds[device]`), mapped shared at their own offsets, and
-    the mappings (device, reserved offset, length, source offset, source) at their reserved
-    offsets: a buffer per device that kernels' views index like the device's address span.
-    A host segment gone meanwhile (unregistered) stays PROT_NONE: touching it faults."""
-    bases = [window.reserve() for _ in fds]
-    for device, offset, length in spans:
-        window.map_shared(bases[device], fds[device], [(offset, length, offset)])
+def map_windows(devices: int, mappings: Iterable[Mapping]) -> list[Any]:
+    """One window per device (simnpu.shm.window), PROT_NONE but for the mappings (device,
+    device offset, length, source offset, source segment): a buffer per device that
+    kernels' views index like the device's address span. A segment gone meanwhile (an
+    unregistered host range, the memory of a client that ended) stays PROT_NONE: touching
+    it faults."""
+    bases = [window.reserve() for _ in range(devices)]
     for device, offset, length, file_offset, source in mappings:
-        if source == window.OWN:
-            window.map_shared(bases[device], fds[device], [(offset, length, file_offset)])
-        else:
-            window.map_segment(bases[device], source, [(offset, length, file_offset)])
+        window.map_segment(bases[device], source, [(offset, length, file_offset)])
     return [(ctypes.c_char * DEVICE_SPAN).from_address(base) for base in bases]
 
 
 def main(
     sock: int,
     core_id: int,
-    spans: tuple[PageSpan, ...],
+    devices: int,
     mappings: tuple[Mapping, ...],
     notify: str | None,
-    memories: list,
     readable: tuple[str, ...],
     scratch: str,
 ) -> None:
     """A forked kernel process, from its mapping to its end: run batches for `core_id`
-    from the daemon on socket `sock` with the device segments `memories` (the zygote's,
-    open) mapped as `spans` and `mappings` say, write the completion signals of the notify
-    area `notify`, read only `readable`, write only in `scratch`."""
-    maps = map_windows([memory.fd for memory in memories], spans, mappings)
+    from the daemon on socket `sock` with its client's memory of `devices` devices mapped
+    as `mappings` say (server/core/unit_protocol.py's Grant), write the completion signals
+    of the notify area `notify`, read only `readable`, write only in `scratch`."""
+    maps = map_windows(devices, mappings)
     area = NotifyArea(Region.attach(notify).map) if notify else None
     null = os.open(os.devnull, os.O_RDWR)
     for fd in (0, 1, 2):  # never into the daemon's log (a kernel module's print is device

@@ -114,8 +114,8 @@ class KernelProcesses:
     """The daemon's kernel processes and their zygote. `lock` orders every change of which
     process maps what against frees of device memory (Device.free takes it first)."""
 
-    def __init__(self, device_segments: list[str]):
-        self._segments = device_segments
+    def __init__(self, devices: int):
+        self._devices = devices
         self.lock = threading.RLock()
         self._by_key: dict[tuple[int, Unit], KernelProcess] = {}
         self._zygote: subprocess.Popen | None = None
@@ -172,7 +172,7 @@ class KernelProcesses:
             theirs.close()
         parent = self._conn = Connection(ours.detach())
         try:
-            parent.send((self._segments, self._scratch))
+            parent.send((self._devices, self._scratch))
             if not parent.poll(START_TIMEOUT_S):
                 raise OSError(f"the kernel zygote did not start within {START_TIMEOUT_S:.0f} s")
             _, missing = parent.recv()
@@ -242,9 +242,7 @@ class KernelProcesses:
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         notify = owner.signals.name if owner.signals is not None else None
         try:
-            reply = self._ask(
-                ("fork", unit.core_id, grant.spans, grant.mappings, notify), theirs.fileno()
-            )
+            reply = self._ask(("fork", unit.core_id, grant.mappings, notify), theirs.fileno())
         except OSError:
             ours.close()
             raise

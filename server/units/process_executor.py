@@ -31,12 +31,13 @@ from multiprocessing.connection import Connection
 from multiprocessing.process import BaseProcess
 from typing import TYPE_CHECKING, Any
 
-from simnpu.server.core.executor import LOST, Unit, Windows
+from simnpu.server.core.executor import LOST, BackingChanges, Unit, Windows
 from simnpu.server.core.rate_limits import log_about
 from simnpu.server.core.unit_protocol import (
     Cancel,
     ForgetSegment,
     LoadModule,
+    MapBacking,
     MapWindows,
     RunKernel,
     RunKernels,
@@ -105,13 +106,20 @@ class WorkerProcess:
 
 
 class ProcessExecutor:
-    """Worker processes for `units`, each mapping the device segments `segments` and the
-    windows of `windows`."""
+    """Worker processes for `units`, each mapping the device segments `segments` from the
+    files `backing` names, and the windows of `windows`."""
 
-    def __init__(self, units: Sequence[Unit], segments: list[str], windows: Windows):
+    def __init__(
+        self,
+        units: Sequence[Unit],
+        segments: list[str],
+        windows: Windows,
+        backing: BackingChanges,
+    ):
         self.units = units
         self._segments = segments
         self._windows = windows
+        self._backing = backing
         self._processes: dict[Unit, WorkerProcess] = {}
         self._lock = threading.Lock()  # guards adding workers (launch) against stop
         self._stopped = False
@@ -123,7 +131,7 @@ class ProcessExecutor:
         # pipes of replaced workers: the scheduler thread may be reading one, so it closes
         # them itself, when it next builds its poll set
         self._retired: list = []
-        self.kernels = KernelProcesses(segments)  # where clients' own kernels run
+        self.kernels = KernelProcesses(len(segments))  # where clients' own kernels run
         self._kernels_version = -1  # of the kernel processes the poller watches
         # units whose batch a kernel process runs (or the error of getting one)
         self._running: dict[Unit, KernelProcess | OSError] = {}
@@ -167,7 +175,11 @@ class ProcessExecutor:
         process = self._processes.get(unit)
         if process is None:
             raise OSError("the daemon is stopping: its workers are gone")
-        if unit.forget or unit.windows != self._windows.version:
+        if (
+            unit.forget
+            or unit.windows != self._windows.version
+            or unit.backing != self._backing.version
+        ):
             batch = self._mappings(unit) + batch
         try:
             process.conn.send(batch)
@@ -178,14 +190,18 @@ class ProcessExecutor:
             raise
 
     def _mappings(self, unit: Unit) -> list:
-        """What `unit` unmaps and maps before its next batch: the window table if it
-        changed (an aclrtMapMem since), then the segments unlinked since."""
+        """What `unit` unmaps and maps before its next batch: the changes of backing since
+        its last batch (blocks of another owner), the window table if it changed (an
+        aclrtMapMem since), then the segments unlinked since."""
         items = [ForgetSegment.pack(name) for name in unit.forget]
         unit.forget = []
         windows = self._windows
         if unit.windows != windows.version:
             unit.windows = windows.version
             items.insert(0, MapWindows.pack(windows.entries))
+        if unit.backing != self._backing.version:
+            unit.backing, changes, _ = self._backing.since(unit.backing)
+            items.insert(0, MapBacking.pack(changes))
         return items
 
     def _send_to_kernel_process(self, unit: Unit, batch: list, tenant: Owner) -> None:

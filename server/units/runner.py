@@ -32,6 +32,7 @@ from simnpu.server.core.unit_protocol import (
     FillBytes,
     ForgetSegment,
     LoadModule,
+    MapBacking,
     MapWindows,
     RandomNumbers,
     ReduceBytes,
@@ -232,10 +233,11 @@ class WorkRunner:
         device_maps: list,
         device_segments: list[str],
         report: Callable[[object], None],
-        remap: Callable[[tuple], None] | None = None,
+        remap: Callable[[MapWindows | MapBacking], None] | None = None,
     ):
         self.core_id = core_id
-        self.remap = remap  # maps a MapWindows table into the device windows (workers only)
+        # maps a MapWindows table or MapBacking changes into the device windows (workers only)
+        self.remap = remap
         self.maps = device_maps  # what kernels' views and reductions read and write
         self.report = report
         self.modules: dict[int, types.ModuleType] = {}
@@ -292,9 +294,9 @@ class WorkRunner:
             elif kind is LoadModule:
                 self.load(LoadModule.unpack(packed))
                 continue
-            elif kind is MapWindows:
+            elif kind is MapWindows or kind is MapBacking:
                 if self.remap is not None:
-                    self.remap(MapWindows.unpack(packed).windows)
+                    self.remap(kind.unpack(packed))
                 continue
             else:  # ForgetSegment
                 self.forget(ForgetSegment.unpack(packed).name)

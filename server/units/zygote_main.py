@@ -3,8 +3,8 @@
 The daemon never forks (it is multi-threaded: gRPC lives in it). It starts this program at
 start (`python -P -m simnpu.server.units.zygote_main FD`, from
 server/units/kernel_processes.py) in a clean environment (`spawning.clean_environment`:
-nothing of the daemon's reaches a kernel); it imports numpy and the kernel runner and opens
-the device segments the daemon names first on the socket FD; over that socket the
+nothing of the daemon's reaches a kernel); it imports numpy and the kernel runner, and
+learns the number of devices and its scratch root first on the socket FD; over that socket the
 daemon asks it to fork a kernel process (server/units/kernel_process_main.py) for a unit,
 a grant and a notify area, passing the new process's socket with the request, and how one
 it reaped ended. It looks at its kernel processes every `kernel_bounds.WATCH_S` and kills
@@ -22,8 +22,6 @@ import time
 from multiprocessing import reduction
 from multiprocessing.connection import Connection
 
-import posix_ipc
-
 from simnpu.server.core.unit_protocol import DAEMON_GONE
 from simnpu.server.units import kernel_bounds, kernel_process_main, sandbox
 from simnpu.server.units.daemon_child import end_with_daemon, ignore_group_signals
@@ -32,17 +30,17 @@ REAP_WAIT_S = 5.0  # how long a kernel process asked about may take to be reaped
 
 
 def main(conn: Connection) -> None:
-    """The zygote, from the daemon's first message on `conn` (the device segments' names
-    and the scratch root) to its end: open the segments, import what kernels use, then fork
-    a kernel process per request (its scratch directory in the scratch root)."""
+    """The zygote, from the daemon's first message on `conn` (the number of devices and
+    the scratch root) to its end: import what kernels use, then fork a kernel process per
+    request (its scratch directory in the scratch root). It maps no device memory: each
+    kernel process maps its own client's."""
     ignore_group_signals()
-    device_segments, scratch_root = conn.recv()
+    devices, scratch_root = conn.recv()
     daemon_pid = end_with_daemon(lambda: shutil.rmtree(scratch_root, True))
     import numpy  # noqa: F401 - kernels use it: imported once, shared by every fork
 
     import simnpu  # noqa: F401 - the `kernel` decorator kernels import
 
-    memories = [posix_ipc.SharedMemory(name) for name in device_segments]
     readable = _readable_directories()
     ended: dict[int, int] = {}  # pid -> wait status, of kernel processes reaped
     living: set[int] = set()  # kernel processes not reaped yet
@@ -86,7 +84,7 @@ def main(conn: Connection) -> None:
         if request is None:
             break
         if request[0] == "fork":
-            _, core_id, spans, mappings, notify = request
+            _, core_id, mappings, notify = request
             sock = reduction.recv_handle(conn)
             try:
                 pid = os.fork()
@@ -102,7 +100,7 @@ def main(conn: Connection) -> None:
                     scratch = os.path.join(scratch_root, str(os.getpid()))
                     os.mkdir(scratch, 0o700)
                     kernel_process_main.main(
-                        sock, core_id, spans, mappings, notify, memories, readable, scratch
+                        sock, core_id, devices, mappings, notify, readable, scratch
                     )
                     code = 0
                 finally:

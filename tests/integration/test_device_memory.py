@@ -6,6 +6,7 @@ start when a device is first used, and allocations the host cannot back failing 
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -23,8 +24,14 @@ pytestmark = pytest.mark.multiprocess
 
 
 def committed(daemon, device: int) -> int:
-    """Bytes of device `device`'s segment backed by pages (tmpfs blocks of its file)."""
-    return os.stat(f"/dev/shm/simnpu-{daemon.pid}-dev{device}").st_blocks * 512
+    """Bytes of device `device`'s memory backed by pages: tmpfs blocks of its segment and
+    of its clients' files (server/memory/device_backing.py)."""
+    files = re.compile(rf"simnpu-{daemon.pid}(-s\d+)?-dev{device}")
+    return sum(
+        os.stat(f"/dev/shm/{name}").st_blocks * 512
+        for name in os.listdir("/dev/shm")
+        if files.fullmatch(name)
+    )
 
 
 def test_eight_devices_of_64_gib(start_daemon):

@@ -649,6 +649,80 @@ def test_a_kernel_cannot_remap_its_memory_onto_another_clients(start_daemon, how
             victim.close()
 
 
+def shared_files_of(pid: int) -> tuple[set[str], set[str]]:
+    """(the /dev/shm files process `pid` maps, those it holds a descriptor of)."""
+    mapped = set()
+    with open(f"/proc/{pid}/maps") as maps:
+        for line in maps:
+            fields = line.split(maxsplit=5)
+            if len(fields) == 6 and fields[5].startswith("/dev/shm/"):
+                mapped.add(fields[5].strip().removesuffix(" (deleted)"))
+    held = set()
+    for fd in os.listdir(f"/proc/{pid}/fd"):
+        with contextlib.suppress(OSError):
+            target = os.readlink(f"/proc/{pid}/fd/{fd}")
+            if target.startswith("/dev/shm/"):
+                held.add(target.removesuffix(" (deleted)"))
+    return mapped, held
+
+
+def test_a_kernel_process_maps_no_file_that_holds_another_clients_bytes(start_daemon):
+    """The mapping-level guard, whatever calls a kernel makes (mremap, remap_file_pages
+    where no seccomp filter stops them): every file a client's kernel process maps holds
+    that client's memory only -- not the device's segment, not the victim's bytes -- and it
+    holds no descriptor of any. The attacker's own bytes are found in what it maps (the
+    check can see memory), the victim's nowhere."""
+    daemon = start_daemon("--memory", "64MiB")
+    with client_of(daemon.address) as npu:
+        bait = npu.DeviceBuffer.from_array(np.frombuffer(b"attacker" * 512, np.uint8))
+        victim = Victim(daemon.address)
+        try:
+            out = npu.DeviceBuffer(OUT)
+            npu.Module.from_source(MEMORY_ATTACKS, "attacks.py").function("mark").launch(1, out)
+            assert synchronize(npu) == 0
+            processes = own_kernel_processes(daemon)
+            assert processes, "the kernel ran in no kernel process"
+            device_segment = f"/dev/shm/simnpu-{daemon.pid}-dev0"
+            own_bytes_seen = False
+            for pid in processes:
+                mapped, held = shared_files_of(pid)
+                assert device_segment not in mapped, "it maps the device's whole segment"
+                assert not held, f"it holds descriptors of {sorted(held)}"
+                for path in mapped:
+                    with open(path, "rb") as file:  # sparse: holes read as zeros
+                        content = file.read()
+                    assert victim.secret not in content, f"{path} holds the victim's bytes"
+                    own_bytes_seen |= b"attacker" * 512 in content
+            assert own_bytes_seen, "its own memory is in none of the files it maps"
+            assert bait.to_numpy().tobytes() == b"attacker" * 512
+            assert victim.check() == {"intact": True, "works": True}
+        finally:
+            victim.close()
+
+
+def test_a_new_block_never_shows_another_clients_freed_bytes(start_daemon):
+    """A client frees a block holding a secret (too small for its pages to go back at
+    free); another client's next block lands on the same pages and reads zeros, never the
+    secret."""
+    daemon = start_daemon()
+    secret = np.frombuffer(os.urandom(64) * 1024, np.uint8)
+    h2d, d2h = codes.ACL_MEMCPY_HOST_TO_DEVICE, codes.ACL_MEMCPY_DEVICE_TO_HOST
+    with runtime_of(daemon.address) as first, runtime_of(daemon.address) as second:
+        address = first.memory.malloc(secret.nbytes)
+        first.memory.memcpy(address, secret.nbytes, secret.ctypes.data, secret.nbytes, h2d)
+        fence = first.memory.malloc(secret.nbytes)  # after it: its free block stays small
+        assert fence > address
+        first.memory.free(address)
+        first.sync.synchronize_device()  # the free has been done (aclrtFree is posted)
+        reused = second.memory.malloc(secret.nbytes)
+        assert reused == address, "the allocator did not reuse the freed block"
+        seen = np.ones_like(secret)
+        second.memory.memcpy(seen.ctypes.data, seen.nbytes, reused, seen.nbytes, d2h)
+        assert not seen.any(), "the new block shows the last owner's bytes"
+        second.memory.free(reused)
+        first.memory.free(fence)
+
+
 # ---- other processes ---------------------------------------------------------------------------
 ACTS_ON = {
     "prlimit": "import resource; resource.prlimit(PID, resource.RLIMIT_CPU, (1, 1))",

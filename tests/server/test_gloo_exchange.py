@@ -17,7 +17,7 @@ import pytest
 pytest.importorskip("torch", reason="the multihost extra (torch) is not installed")
 
 from simnpu.proto import hccl_types as ht  # noqa: E402
-from simnpu.server.hccl.gloo_exchange import ExchangeProcess  # noqa: E402
+from simnpu.server.hccl.gloo_exchange import ExchangeProcess
 from simnpu.server.hccl.gloo_exchange_protocol import (  # noqa: E402
     Exchange,
     ExchangeLost,
@@ -34,6 +34,7 @@ from simnpu.server.hccl.gloo_exchange_protocol import (  # noqa: E402
     Transfer,
     transfer_tag,
 )
+from simnpu.server.memory.device_backing import BackingLog  # noqa: E402
 from simnpu.server.units import collective_pieces  # noqa: E402
 from simnpu.shm.region import Region, segment_name  # noqa: E402
 
@@ -73,7 +74,7 @@ def form(hosts: int, timeout_s: float = WAIT_S, regions: list[Region] | None = N
         setup = ExchangeSetup(
             h, hosts, "127.0.0.1", port, regions[h].name, timeout_s, WAIT_S, "127.0.0.1"
         )
-        host = Host(ExchangeProcess(setup, reports.put), regions[h], reports)
+        host = Host(ExchangeProcess(setup, reports.put, BackingLog()), regions[h], reports)
         host.exchange.start()
         world.append(host)
         if h == 0:
@@ -286,7 +287,7 @@ def test_a_step_a_peer_never_answers_fails_after_the_worlds_timeout_naming_it():
 def test_stop_ends_the_process_and_a_missing_segment_is_reported():
     reports: queue.Queue = queue.Queue()
     setup = ExchangeSetup(0, 1, "127.0.0.1", 0, "/simnpu-no-such-segment", WAIT_S, WAIT_S)
-    exchange = ExchangeProcess(setup, reports.put)
+    exchange = ExchangeProcess(setup, reports.put, BackingLog())
     exchange.start()
     failed = reports.get(timeout=WAIT_S)
     assert isinstance(failed, StepFailed) and failed.seq == -1

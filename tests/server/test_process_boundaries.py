@@ -204,11 +204,12 @@ def _reports(executor, unit, wanted, timeout_s=60.0) -> object:
 
 
 def test_a_spawned_worker_imports_nothing_of_the_daemons_side(spawn_environment):
+    from simnpu.server.memory.device_backing import BackingLog
     from simnpu.server.memory.window_table import WindowTable
     from simnpu.server.units.process_executor import ProcessExecutor
 
     unit = Unit(UnitKind.AI_CORE, 0, 0, 0)
-    executor = ProcessExecutor([unit], [], WindowTable())
+    executor = ProcessExecutor([unit], [], WindowTable(), BackingLog())
     executor.start([unit])
     try:
         _reports(executor, unit, lambda report: isinstance(report, Ready))

@@ -11,6 +11,7 @@ import time
 
 from simnpu.server.core.executor import LOST, Unit, UnitKind
 from simnpu.server.core.unit_protocol import Ready
+from simnpu.server.memory.device_backing import BackingLog
 from simnpu.server.memory.window_table import WindowTable
 from simnpu.server.units.process_executor import ProcessExecutor
 
@@ -27,7 +28,7 @@ def _until_ready(executor: ProcessExecutor, unit: Unit) -> list:
 
 def test_a_restart_beside_the_polling_thread_retires_the_old_pipe(spawn_environment):
     unit = Unit(UnitKind.AI_CORE, 0, 0, 0)
-    executor = ProcessExecutor([unit], [], WindowTable())
+    executor = ProcessExecutor([unit], [], WindowTable(), BackingLog())
     executor.start([unit])
     try:
         _until_ready(executor, unit)

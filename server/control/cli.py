@@ -12,6 +12,7 @@ from simnpu.proto import codes, service
 from simnpu.proto.observe import parse_checks
 from simnpu.server.control import daemon_config as environment
 from simnpu.server.control.daemon_config import DaemonConfig
+from simnpu.server.core.core_shares import SHARE_WINDOW_S
 from simnpu.server.core.reserves import parse_reserves
 from simnpu.server.memory.quotas import parse_limit
 from simnpu.shm.sizes import parse_size
@@ -106,6 +107,15 @@ def _serve_parser(sub) -> None:
         default=300.0,
         metavar="SECONDS",
         help="default operator execution timeout (aclrtSetOpExecuteTimeOut) (default: %(default)s)",
+    )
+    p.add_argument(
+        "--core-share-window-ms",
+        type=float,
+        default=SHARE_WINDOW_S * 1000,
+        metavar="MS",
+        help="while several clients use a device's AI cores, each may hold only its share of "
+        "them; a client counts for this long after its last AI-core work (0: only while its "
+        "work is ready or running) (default: %(default)s)",
     )
     p.add_argument(
         "--trace",
@@ -244,6 +254,7 @@ def serve(args) -> int:
         tenants=tuple(tokens[1:]),
         idle_exit_s=args.idle_exit,
         op_timeout_s=args.op_timeout,
+        core_share_window_s=args.core_share_window_ms / 1000,
         memory_limit=memory_limit,
         trace_path=args.trace,
         checks=checks,

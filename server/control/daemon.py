@@ -153,7 +153,12 @@ class Daemon:
             self.executor.start(first.all_units())
             for device in self.devices:  # frees end the kernel processes that map the block
                 device.kernels = self.executor.kernels
-            self.scheduler = Scheduler(self.devices, self.executor, self.config.op_timeout_s)
+            self.scheduler = Scheduler(
+                self.devices,
+                self.executor,
+                self.config.op_timeout_s,
+                self.config.core_share_window_s,
+            )
             self.collectives = Collectives(self.scheduler, self.devices)
             self.scheduler.dispatcher = self.collectives  # matched collectives go out first
             worlds = self.collectives.worlds  # worlds across hosts (multihost.md)

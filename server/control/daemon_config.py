@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 
 from simnpu.proto import codes, service
 from simnpu.server.core.cnt_notifies import MAX_CNT_NOTIFIES_PER_DEVICE
+from simnpu.server.core.core_shares import SHARE_WINDOW_S
 from simnpu.server.core.notifies import MAX_NOTIFIES_PER_DEVICE
 from simnpu.server.core.reserves import Reserves
 from simnpu.shm.addresses import MAX_MEMORY
@@ -25,6 +26,7 @@ class DaemonConfig:
     tenants: tuple[tuple[str, str], ...] = ()  # (name, token) of the other TCP tenants
     idle_exit_s: float | None = None  # exit this long after the last session ends
     op_timeout_s: float = 300.0  # default operator execution timeout (aclrtSetOpExecuteTimeOut)
+    core_share_window_s: float = SHARE_WINDOW_S  # --core-share-window-ms (core_shares.py)
     max_sessions: int = 64
     memory_limit: int | None = (
         None  # default per-client device-memory limit (server/memory/quotas.py)
@@ -46,6 +48,8 @@ class DaemonConfig:
             raise ValueError("--devices must be at least 1")
         if self.ai_cores < 1 or self.copy_engines < 1:
             raise ValueError("each device needs at least one AI core and one copy engine")
+        if not 0 <= self.core_share_window_s <= 60:
+            raise ValueError("--core-share-window-ms must be from 0 to 60000")
         if not 1 << 20 <= self.memory_bytes <= MAX_MEMORY:
             raise ValueError(
                 f"--memory must be from 1MiB to {MAX_MEMORY >> 30}GiB "

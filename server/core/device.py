@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 from simnpu.server.core.executor import Unit, UnitKind
 
 if TYPE_CHECKING:
+    from simnpu.server.core.owner import Owner
     from simnpu.server.core.streams import Stream
     from simnpu.shm.region import Region
 
@@ -36,6 +37,8 @@ class Device:
         # streams whose head is device work for units of each kind, in the order they got there
         self.ready: dict[UnitKind, list[Stream]] = {kind: [] for kind in UnitKind}
         self.started = False  # its units' workers were launched (server/units/process_executor.py)
+        # when each client last had AI-core work here, handed out or done (core_shares.py)
+        self.core_clients: dict[Owner, float] = {}
 
     def all_units(self) -> list[Unit]:
         return [unit for units in self.units.values() for unit in units]

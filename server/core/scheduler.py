@@ -40,6 +40,7 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 from simnpu.proto import codes
+from simnpu.server.core.core_shares import SHARE_WINDOW_S, CoreShare, core_share
 from simnpu.server.core.dispatcher import IDLE, Dispatcher
 from simnpu.server.core.executor import LOST, Executor, Unit, UnitKind
 from simnpu.server.core.owner import Owner
@@ -68,10 +69,13 @@ class Scheduler:
         devices: Sequence[Device],
         executor: Executor,
         op_timeout_s: float,
+        core_share_window_s: float = SHARE_WINDOW_S,
     ):
         self.devices = devices
         self.executor = executor
         self.op_timeout_s = op_timeout_s
+        self.core_share_window_s = core_share_window_s  # (server/core/core_shares.py)
+        self._share_lapses: float | None = None  # when a client stops counting for a share
         self.lock = threading.RLock()  # held while any scheduler state is read or changed
         self._sleep_until = 0.0  # when the scheduler thread's wait returns by itself
         self._timers: list = []
@@ -369,16 +373,29 @@ class Scheduler:
                 if not ready:
                     continue
                 units = device.units[kind]
-                for unit, index in _idle_with_work(units, ready, device.index):
+                share, now = None, 0.0
+                if kind is UnitKind.AI_CORE:
+                    now = time.monotonic()
+                    if len(device.core_clients) > 1:
+                        share, lapses = core_share(
+                            units, ready, device.core_clients, now, self.core_share_window_s
+                        )
+                        if lapses is not None:
+                            self._share_lapses = lapses
+                for unit, index in _idle_with_work(units, ready, device.index, share):
                     stream = ready[index]
                     task = stream.tasks[0]
                     assert isinstance(task, DeviceWork)
-                    share = len(units)
+                    cores = len(units)
                     if kind is UnitKind.AI_CORE:  # its client had its turn (pick_client)
-                        stream.owner.core_turns[device.index] = next(self._turns)
+                        owner = stream.owner
+                        owner.core_turns[device.index] = next(self._turns)
+                        device.core_clients[owner] = now
+                        if share is not None:
+                            share.took(owner)
                         if _limited(stream):
-                            share = min(share, _bounding(stream).core_limit(share))
-                    items, whole, finished = task.hand_out(self, unit, share)
+                            cores = min(cores, _bounding(stream).core_limit(cores))
+                    items, whole, finished = task.hand_out(self, unit, cores)
                     if finished:
                         ready.pop(index)
                         stream.queued_ready = False
@@ -442,6 +459,9 @@ class Scheduler:
             unit.lent.take_back()
             unit.lent = None
         inflight = unit.inflight
+        if unit.kind is UnitKind.AI_CORE and inflight:  # its client was active just now
+            owner = next(iter(inflight.values())).stream.owner
+            self.devices[unit.device].core_clients[owner] = time.monotonic()
         for token, code, start_ns, end_ns, message, output, overflow, failed in results:
             took = end_ns - start_ns
             unit.busy_ns += took
@@ -545,6 +565,11 @@ class Scheduler:
             deadlines.append(self._timers[0][0])
         if self.dispatcher.deadline is not None:
             deadlines.append(self.dispatcher.deadline)
+        if self._share_lapses is not None:  # a core kept for a client may be handed out then
+            if self._share_lapses > time.monotonic():
+                deadlines.append(self._share_lapses)
+            else:
+                self._share_lapses = None
         if not deadlines:
             return NAP_S
         return min(max(0.0, min(deadlines) - time.monotonic()), NAP_S)
@@ -569,9 +594,11 @@ class Scheduler:
 
 
 def _idle_with_work(
-    units: Sequence[Unit], ready: list[Stream], device: int
+    units: Sequence[Unit], ready: list[Stream], device: int, share: CoreShare | None = None
 ) -> Iterator[tuple[Unit, int]]:
-    """(idle unit, index of the ready stream it should serve) while both remain."""
+    """(idle unit, index of the ready stream it should serve) while both remain; an AI core
+    serves only a client under its `share` (server/core/core_shares.py), if there is one,
+    and the caller counts what it hands out in the share."""
     for unit in units:
         if not ready:
             return
@@ -579,8 +606,13 @@ def _idle_with_work(
             continue
         if unit.kind is not UnitKind.AI_CORE:
             yield unit, (pick_stream([s.priority for s in ready]) if len(ready) > 1 else 0)
-        elif any(_limited(s) for s in ready):
-            allowed = [i for i, s in enumerate(ready) if _may_run(s, unit, len(units))]
+        elif share is not None or any(_limited(s) for s in ready):
+            allowed = [
+                i
+                for i, s in enumerate(ready)
+                if (share is None or share.may_take(s.owner))
+                and (not _limited(s) or _may_run(s, unit, len(units)))
+            ]
             if allowed:
                 yield unit, _in_turn(ready, allowed, device)
         elif len(ready) == 1:

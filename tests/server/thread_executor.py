@@ -28,7 +28,8 @@ class Memory:
 
 
 class StandInDevice:
-    """What the scheduler reads of a device: its units and its ready streams."""
+    """What the scheduler reads of a device: its units, its ready streams and who used its
+    AI cores lately."""
 
     def __init__(self, index: int, ai_cores: int, copy_engines: int, first_core_id: int):
         self.index = index
@@ -42,6 +43,7 @@ class StandInDevice:
             ],
         }
         self.ready: dict = {kind: [] for kind in UnitKind}
+        self.core_clients: dict = {}  # when each client last had AI-core work here
 
     def all_units(self) -> list[Unit]:
         return [unit for units in self.units.values() for unit in units]

@@ -5,7 +5,8 @@ Trusted test code only. Kernels cannot write files any more, so a kernel that mu
 a trace writes it into a device buffer and the test reads it here, also while the client
 that launched it is stopped or interrupted.
 
-A client's blocks live in a file of that client (server/memory/device_backing.py), mapped
+A client's blocks live in a file of that client (server/memory/device_backing.py), the
+exported pages of a block in a file of that block, mapped
 by the daemon at the block's offset of its window of the device; which file backs an
 address is read from the daemon's /proc/<pid>/maps: the window is where the device's own
 segment is mapped at its own offsets.
@@ -31,7 +32,7 @@ def device_segment(daemon_pid: int, device: int) -> str:
 def backing_file(daemon_pid: int, device: int, offset: int) -> str:
     """The name of the segment the daemon maps at `offset` of `device`'s memory."""
     own = "/dev/shm" + device_segment(daemon_pid, device)
-    clients = re.compile(rf"/dev/shm{NAME_PREFIX}-{daemon_pid}-s\d+-dev{device}")
+    clients = re.compile(rf"/dev/shm{NAME_PREFIX}-{daemon_pid}-s\d+-dev{device}(-b[0-9a-f]+)?")
     vmas = []
     with open(f"/proc/{daemon_pid}/maps") as maps:
         for line in maps:

@@ -30,6 +30,7 @@ would be one more on every launch's path (bench/launch_path.py).
 
 from __future__ import annotations
 
+import contextlib
 import heapq
 import itertools
 import logging
@@ -93,6 +94,12 @@ class Scheduler:
         # who sees the work (server/core/subscriber.py): empty, every hook costs nothing
         self.subscribers: tuple[Subscriber, ...] = ()
         self._started_ns = time.monotonic_ns()
+        # clients waiting for a moment when no unit runs their work (quiet); the clients
+        # held, none of whose work starts meanwhile, with how many wait or are inside; and
+        # their streams that stopped advancing
+        self._quiet: list[_Quiet] = []
+        self._held: dict[Owner, int] = {}
+        self._parked: list[Stream] = []
 
     # ---- any thread ---------------------------------------------------------------------
     def start(self) -> None:
@@ -114,6 +121,43 @@ class Scheduler:
     def call(self, function: Callable, *args: Any) -> None:
         self.post([(function, args)])
 
+    @contextlib.contextmanager
+    def quiet(self, owner: Owner) -> Iterator[None]:
+        """While inside, no unit runs work of `owner` and none of its work starts: its
+        device work is not handed out and its streams do not advance (an export copies the
+        pages it shares into a file of their own: server/memory/device_memory.py, `share`).
+        Entering blocks until no unit runs its work -- at most until its running work ends,
+        or its operator timeout. Other clients' work goes on."""
+        waiting = _Quiet(owner)
+        with self.lock:
+            if self._stopping:
+                raise RuntimeError("the daemon is stopping")
+            self._quiet.append(waiting)
+            self._held[owner] = self._held.get(owner, 0) + 1
+            self._settle_quiet()
+        try:
+            waiting.done.wait()
+            if waiting.error is not None:
+                raise waiting.error
+            yield
+        finally:
+            with self.lock:
+                if waiting in self._quiet:
+                    self._quiet.remove(waiting)
+                left = self._held.pop(owner, 1) - 1
+                if left:
+                    self._held[owner] = left
+                else:  # its streams go on from where they stopped
+                    parked = [stream for stream in self._parked if stream.owner is owner]
+                    self._parked = [stream for stream in self._parked if stream.owner is not owner]
+                    self._dirty.extend(parked)
+                self._pump()
+
+    def holds(self, work: Task | Any) -> bool:
+        """Whether `work` (a task, or a dispatcher's job) waits for a `quiet` client: it
+        touches the memory of one (under the lock)."""
+        return bool(self._held) and any(owner in self._held for owner in work.owners)
+
     def subscribe(self, subscriber: Subscriber) -> None:
         """`subscriber` sees the work from now on (under the lock)."""
         self.subscribers = (*self.subscribers, subscriber)
@@ -127,6 +171,10 @@ class Scheduler:
         self._stopping = True
         self.executor.wake()
         self._thread.join(10)
+        with self.lock:  # nobody will let them in now
+            for waiting in self._quiet:
+                waiting.error = RuntimeError("the daemon is stopping")
+                waiting.done.set()
 
     def utilisation(self, device: Device) -> float:
         """Fraction of the device's AI-core time spent executing since the daemon started.
@@ -154,6 +202,8 @@ class Scheduler:
             for unit, generation, report in reports:
                 if generation == unit.generation:  # (else it came from a unit since replaced)
                     self._on_report(unit, report)
+            if self._quiet:
+                self._settle_quiet()
             self._pump()
             self._expire()
 
@@ -201,6 +251,9 @@ class Scheduler:
 
     def _advance(self, stream: Stream) -> None:
         """Start the tasks at the head of `stream` until one waits."""
+        if self._held and stream.owner in self._held:  # kept quiet: it goes on after
+            self._parked.append(stream)
+            return
         tasks = stream.tasks
         while tasks:
             task = tasks[0]
@@ -364,12 +417,28 @@ class Scheduler:
         unit.inflight[token] = work
         return token
 
+    def _settle_quiet(self) -> None:
+        """Let in the `quiet` clients no unit runs work of now."""
+        running = {
+            owner
+            for device in self.devices
+            for units in device.units.values()
+            for unit in units
+            for work in unit.inflight.values()
+            for owner in work.owners
+        }
+        for waiting in [q for q in self._quiet if q.owner not in running]:
+            self._quiet.remove(waiting)
+            waiting.done.set()
+
     def _dispatch(self) -> None:
         if self.dispatcher.jobs:  # (matched collectives first: every rank of one waits for them)
             self.dispatcher.dispatch()
         lending = not self.subscribers  # (a subscriber sees every report before the client)
+        held = self._held  # clients kept quiet (quiet)
         for device in self.devices:
-            for kind, ready in device.ready.items():
+            for kind, every_ready in device.ready.items():
+                ready = [s for s in every_ready if s.owner not in held] if held else every_ready
                 if not ready:
                     continue
                 units = device.units[kind]
@@ -398,6 +467,8 @@ class Scheduler:
                     items, whole, finished = task.hand_out(self, unit, cores)
                     if finished:
                         ready.pop(index)
+                        if ready is not every_ready:
+                            every_ready.remove(stream)
                         stream.queued_ready = False
                     if whole is not None and lending:
                         self._lend(unit, stream, whole.seq, items)
@@ -591,6 +662,17 @@ class Scheduler:
                 )
         if self._dirty:
             self._pump()
+
+
+class _Quiet:
+    """A client waiting for a moment when no unit runs its work (Scheduler.quiet)."""
+
+    __slots__ = ("done", "error", "owner")
+
+    def __init__(self, owner: Owner):
+        self.owner = owner
+        self.done = threading.Event()
+        self.error: Exception | None = None
 
 
 def _idle_with_work(

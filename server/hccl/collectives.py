@@ -42,6 +42,7 @@ from simnpu.server.hccl.world_membership import Worlds
 
 if TYPE_CHECKING:
     from simnpu.server.core.executor import Unit
+    from simnpu.server.core.owner import Owner
     from simnpu.server.core.scheduler import Scheduler
     from simnpu.server.memory.device_memory import DeviceWithMemory
 
@@ -145,6 +146,11 @@ class Job:
     @property
     def stream(self):
         return self.tasks[0].stream
+
+    @property
+    def owners(self) -> tuple[Owner, ...]:
+        """The ranks' clients, whose memory its pieces touch (Scheduler.holds)."""
+        return tuple(task.stream.owner for task in self.tasks)
 
     @property
     def seq(self) -> int:
@@ -394,6 +400,8 @@ class Collectives:
         """Hand the next pieces of waiting jobs to idle AI cores of their devices, one piece
         per core and at most `parallel` cores per job at a time (before kernels)."""
         for job in list(self.jobs):
+            if self.scheduler.holds(job):  # a rank's client exports memory now
+                continue
             for core in job.cores:
                 if job.next_piece == len(job.pieces) or job.out >= job.parallel:
                     break

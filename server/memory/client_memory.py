@@ -11,12 +11,15 @@ allocators, and IPC exports name it too.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
+from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any
 
 from simnpu.proto import codes
 from simnpu.proto.errors import NpuError, invalid
 from simnpu.server.core.unit_protocol import Grant, Span, page_spans
 from simnpu.server.memory import quotas
+from simnpu.server.memory.host_memory import committed_failure
 from simnpu.server.memory.launch_arguments import LaunchArguments
 from simnpu.server.memory.registered_memory import RegisteredMemory
 from simnpu.server.memory.virtual_memory import VirtualMemory
@@ -114,6 +117,28 @@ class ClientMemory:
         self.registered.release_all()
         for each in self._devices:  # the files of its memory go (once IPC lets them)
             each.owner_gone(self.owner)
+
+    def share(
+        self,
+        device: int,
+        address: int,
+        length: int,
+        quiet: Callable[[Owner], AbstractContextManager[None]],
+    ) -> None:
+        """An export of `[address, +length)` of its own memory on `device`
+        (aclrtIpcMemGetExportKey, aclrtMemExportToShareableHandle): its pages move into a
+        file of their block's own while none of this client's work runs (`quiet`:
+        Scheduler.quiet), so that an importer maps nothing else of this client
+        (docs/kernel-isolation.md). Blocks until then, at the block's first export only;
+        207001 if the host has no memory for the file."""
+        memory = self._devices[device]
+        if not memory.unshared(address, length):
+            return
+        try:
+            with quiet(self.owner):
+                memory.share(address, length, self.owner)
+        except OSError as error:
+            raise committed_failure(length, error) from None
 
     def imported_now(self, key: str, address: int, size: int, device: int) -> None:
         """aclrtIpcMemImportByKey succeeded: `[address, +size)` of `device` is usable."""

@@ -9,12 +9,18 @@ device's own segment. Every process that maps the whole device -- the daemon, th
 an HCCL exchange -- composes its window from these files: a page run is mapped, MAP_FIXED,
 from the file that backs it. The daemon maps a change at once; the others get the changes in
 order before they next touch device memory (`BackingLog`, MapBacking).
+
+Exported memory gets a file of its own: the pages of an allocation that its client exports
+to another (an IPC key, a shareable handle) move, at the first export, into a file of that
+allocation alone (`share`), so that an importer maps nothing else of the exporter; the file
+goes with the allocation (`release`).
 """
 
 from __future__ import annotations
 
 import bisect
 import ctypes
+import os
 import threading
 from typing import NamedTuple
 
@@ -86,6 +92,13 @@ def _make_file(name: str, size: int) -> None:
     posix_ipc.SharedMemory(name, posix_ipc.O_CREX, mode=0o600, size=size).close_fd()
 
 
+def _write_all(fd: int, data: memoryview, offset: int) -> None:
+    """Write all of `data` at `offset` of file `fd` (pwrite writes at most ~2 GiB a call)."""
+    while data:
+        written = os.pwrite(fd, data, offset)
+        data, offset = data[written:], offset + written
+
+
 def _drop_file(name: str) -> None:
     """Give back the pages of segment `name` and unlink it: processes that still map it
     (work that outlived a free) read zeros until their next change of backing."""
@@ -114,6 +127,7 @@ class DeviceBacking:
         self._starts = [0]  # run starts, sorted; the runs cover the whole device
         self._runs: list[tuple[int, str]] = [(region.size, region.name)]  # (end, source)
         self._files: dict[int, str] = {}  # session id -> the name of its file
+        self._shared: dict[int, str] = {}  # block offset -> the file of its exported pages
         log.add(self)
 
     def runs(self) -> list[Backing]:
@@ -149,6 +163,55 @@ class DeviceBacking:
                 self._set(offset, offset + length, source)
                 self.log.record(changes)
 
+    def unshared(self, block: int, offset: int, length: int) -> bool:
+        """Whether pages of `[offset, +length)`, in the block at `block`, are still in a
+        file that holds more than that block's exported pages (`share` has work to do)."""
+        with self._lock:
+            name = self._shared.get(block)
+            return any(source != name for _, _, source in self._pieces(offset, length))
+
+    def share(self, block: int, offset: int, length: int, owner: Owner) -> list[Backing]:
+        """`[offset, +length)` (whole pages of `owner`'s block at `block`) is exported: its
+        pages move into the block's own file (made at its first export), their bytes
+        copied, in the daemon's window and in the log; they are punched out of the owner's
+        file. The caller sees to it that nothing writes them meanwhile (Scheduler.quiet).
+        The copy holds no lock: other devices' and clients' changes go on. Returns the
+        changes. OSError if the file cannot be made or written."""
+        with self._lock:
+            name = self._shared.get(block)
+            if name is None:
+                name = segment_name(f"s{owner.id}", f"dev{self.index}", f"b{block:x}")
+                _make_file(name, self.region.size)
+                self._shared[block] = name
+            pieces = [piece for piece in self._pieces(offset, length) if piece[2] != name]
+        memory = posix_ipc.SharedMemory(name)
+        try:
+            with memoryview(self.region.map) as view:
+                for start, size, _ in pieces:
+                    _write_all(memory.fd, view[start : start + size], start)
+        finally:
+            memory.close_fd()
+        with self._lock:
+            changes = []
+            for start, size, old in pieces:
+                if self._pieces(start, size) != [(start, size, old)]:
+                    continue  # (the block went meanwhile: nothing to move)
+                self.region.decommit(start, size)  # through the old mapping: its file's
+                self._map(name, start, size)
+                self._set(start, start + size, name)
+                changes.append(Backing(self.region.name, start, size, name))
+            self.log.record(changes)
+            return changes
+
+    def release(self, block: int) -> None:
+        """The block at `block` went back to the allocator: the pages of its own file (if
+        it was exported) go back to the device's segment, and the file goes."""
+        with self._lock:
+            name = self._shared.pop(block, None)
+            if name is None:
+                return
+            self._back_to_segment(name)
+
     def sources(self, offset: int, length: int) -> list[tuple[int, int, str]]:
         """(offset, length, file) of the runs that back `[offset, +length)`, in order."""
         with self._lock:
@@ -161,26 +224,30 @@ class DeviceBacking:
             return
         with self._lock:
             name = self._files.pop(owner.id, None)
-            if name is None:
-                return
-            own = self.region.name
-            changes = [
-                Backing(own, start, end - start, own)
-                for start, (end, source) in zip(self._starts, self._runs)
-                if source == name
-            ]
-            for change in changes:
-                self._map(own, change.offset, change.length)
-                self._set(change.offset, change.offset + change.length, own)
-            self.log.record(changes)
-            _drop_file(name)
+            if name is not None:
+                self._back_to_segment(name)
 
     def close(self) -> None:
         """The daemon stops: every client's file goes."""
         with self._lock:
-            for name in self._files.values():
+            for name in [*self._files.values(), *self._shared.values()]:
                 _drop_file(name)
             self._files.clear()
+            self._shared.clear()
+
+    def _back_to_segment(self, name: str) -> None:
+        """Every run of file `name` goes back to the device's segment; the file goes."""
+        own = self.region.name
+        changes = [
+            Backing(own, start, end - start, own)
+            for start, (end, source) in zip(self._starts, self._runs)
+            if source == name
+        ]
+        for change in changes:
+            self._map(own, change.offset, change.length)
+            self._set(change.offset, change.offset + change.length, own)
+        self.log.record(changes)
+        _drop_file(name)
 
     def _source(self, owner: object) -> str:
         if not isinstance(owner, Owner):

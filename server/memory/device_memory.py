@@ -202,6 +202,7 @@ class DeviceWithMemory(Device):
         start, size = self.allocator.freed_block
         if size >= DECOMMIT_MIN:
             self.region.decommit(start, size)  # (the host's estimate catches up by itself)
+        self.backing.release(allocation.offset)  # its own file, if it was exported
         owner = allocation.owner
         if owner in self._gone and not allocator.used_by(owner):
             self._gone.discard(owner)
@@ -216,6 +217,51 @@ class DeviceWithMemory(Device):
                 self._gone.add(owner)
             else:
                 self.backing.owner_gone(owner)
+
+    def unshared(self, address: int, length: int) -> bool:
+        """Whether exporting `[address, +length)` (inside a live block) moves pages into the
+        block's own file (`share`): False once its pages are there."""
+        _, offset = split_device_address(address)
+        with self.lock:
+            block = self.allocator.lookup(offset)
+            if block is None:
+                return False
+            start, end = _pages(offset, length)
+            return self.backing.unshared(block.offset, start, end - start)
+
+    def share(self, address: int, length: int, owner: Owner) -> None:
+        """`owner` exports `[address, +length)` of its block (aclrtIpcMemGetExportKey,
+        aclrtMemExportToShareableHandle): the pages move into the block's own file, so
+        that its importers map nothing else of `owner` (server/memory/device_backing.py);
+        what maps them there (VMM mappings included) follows. Nothing of `owner` may run
+        meanwhile (Scheduler.quiet), so its block stays. Blocks while the pages' bytes are
+        copied, holding no lock that other clients need."""
+        _, offset = split_device_address(address)
+        with self.lock:
+            block = self.allocator.lookup(offset)
+        if block is None or block.owner is not owner:
+            return  # not its memory (any more): nothing to share
+        start, end = _pages(offset, length)
+        was = self.backing.source_of(owner)
+        changes = self.backing.share(block.offset, start, end - start, owner)
+        if not changes:
+            return
+        moved = [(change.offset, change.offset + change.length) for change in changes]
+        with self.lock:
+            stale = [
+                o
+                for o, (n, b, file) in self._mapped.items()
+                if file == was and any(b < stop and first < b + n for first, stop in moved)
+            ]
+            for o in stale:  # VMM mappings of the pages: from their new file
+                n, b, _ = self._mapped.pop(o)
+                for piece, size, file in self.backing.sources(b, n):
+                    self._mapped[o + piece - b] = (size, piece, file)
+            if stale:
+                mappings = {(o, n, b, s) for o, (n, b, s) in self._mapped.items()}
+                self.region.map_reserved(mappings)
+                self.windows.update(self.index, mappings)
+        _changed(owner)
 
     def map_window(self, offset: int, length: int, block: int, source: str = window.OWN) -> None:
         """aclrtMapMem: the block at `block` (of `source`: this device's segment, or a host
@@ -253,6 +299,12 @@ class DeviceWithMemory(Device):
     def close(self) -> None:
         self.backing.close()
         self.region.close()
+
+
+def _pages(offset: int, length: int) -> tuple[int, int]:
+    """[start, end) of the whole pages that hold `[offset, +length)`."""
+    page = mmap.PAGESIZE
+    return offset // page * page, -(-(offset + length) // page) * page
 
 
 def _changed(owner: object) -> None:

@@ -700,6 +700,114 @@ def test_a_kernel_process_maps_no_file_that_holds_another_clients_bytes(start_da
             victim.close()
 
 
+SHARED = """
+import time
+
+import numpy as np
+from simnpu import kernel
+
+
+@kernel("ptr", "ptr", "u32")
+def touch(ctx, shared, out, n):
+    \"\"\"Copy the n bytes at `shared` to `out`, then mark their first 8.\"\"\"
+    seen = ctx.gm(shared, "uint8", n)
+    ctx.gm(out, "uint8", n)[:] = seen
+    seen[:8] = np.frombuffer(b"imported", np.uint8)
+
+
+@kernel("ptr", "ptr", "u32")
+def slow_fill(ctx, buffer, started, n):
+    \"\"\"Write "run!" at `started`, sleep a while, then write "late" all over the n bytes
+    at `buffer`.\"\"\"
+    ctx.gm(started, "uint8", 4)[:] = np.frombuffer(b"run!", np.uint8)
+    time.sleep(1.0)
+    ctx.gm(buffer, "uint8", n)[:] = np.frombuffer(b"late" * (n // 4), np.uint8)
+"""
+
+
+def test_an_importers_kernel_process_maps_nothing_else_of_the_exporter(start_daemon):
+    """The exporter's other bytes are out of an importer's reach, whatever calls its kernel
+    makes: the exported pages live in a file of their block alone (made at the export), so
+    every file the importer's kernel process maps lacks the exporter's secret (which sits in
+    another block) and one of them holds the shared bytes; both sides see each other's
+    writes through it."""
+    daemon = start_daemon("--memory", "64MiB")
+    h2d, d2h = codes.ACL_MEMCPY_HOST_TO_DEVICE, codes.ACL_MEMCPY_DEVICE_TO_HOST
+    secret = os.urandom(32) * 512
+    shared = b"exported" * 2048
+    secret_host = np.frombuffer(secret, np.uint8).copy()
+    shared_host = np.frombuffer(shared, np.uint8).copy()
+    with runtime_of(daemon.address) as exporter, client_of(daemon.address) as npu:
+        hidden = exporter.memory.malloc(len(secret))
+        exporter.memory.memcpy(hidden, len(secret), secret_host.ctypes.data, len(secret), h2d)
+        block = exporter.memory.malloc(len(shared))
+        exporter.memory.memcpy(block, len(shared), shared_host.ctypes.data, len(shared), h2d)
+        key = exporter.memory.ipc_mem_get_export_key(
+            block, len(shared), codes.ACL_RT_IPC_MEM_EXPORT_FLAG_DISABLE_PID_VALIDATION
+        )
+        imported = npu.DeviceBuffer.ipc_import(key)
+        out = npu.DeviceBuffer(len(shared))
+        npu.Module.from_source(SHARED, "shared.py").function("touch").launch(
+            1, imported, out, len(shared)
+        )
+        assert synchronize(npu) == 0
+        assert out.to_numpy().tobytes() == shared, "the importer's kernel read other bytes"
+        seen = np.zeros(16, np.uint8)
+        exporter.memory.memcpy(seen.ctypes.data, 16, block, 16, d2h)
+        assert seen.tobytes() == b"imported" + shared[8:16], "the exporter missed its write"
+        processes = own_kernel_processes(daemon)  # the importer's only: the exporter ran none
+        assert processes, "the kernel ran in no kernel process"
+        shared_seen = False
+        for pid in processes:
+            mapped, held = shared_files_of(pid)
+            assert not held, f"it holds descriptors of {sorted(held)}"
+            for path in mapped:
+                with open(path, "rb") as file:
+                    content = file.read()
+                assert secret[:64] not in content, f"{path} holds the exporter's other bytes"
+                shared_seen |= shared[64:128] in content
+        assert shared_seen, "the shared bytes are in none of the files it maps"
+        imported.free()
+        exporter.memory.ipc_mem_close(key)
+        exporter.memory.free(block)
+        exporter.memory.free(hidden)
+
+
+def test_an_export_waits_for_the_exporters_running_kernel(start_daemon):
+    """aclrtIpcMemGetExportKey while the exporter's kernel is running and has yet to write
+    the buffer: the export moves the pages into their own file only after the kernel
+    ended, so nothing it wrote is lost -- the exporter, its next kernel and the importer
+    all read it."""
+    from device_peek import peek
+
+    daemon = start_daemon()
+    n = 2 * PAGE
+    with client_of(daemon.address) as npu, runtime_of(daemon.address) as importer:
+        buffer, started = npu.DeviceBuffer(n), npu.DeviceBuffer(PAGE)
+        buffer.fill(0)
+        started.fill(0)
+        module = npu.Module.from_source(SHARED, "shared.py")
+        module.function("slow_fill").launch(1, buffer, started, n)
+        deadline = time.monotonic() + 60
+        while peek(daemon.pid, started.ptr, 4) != b"run!":
+            assert time.monotonic() < deadline, "the kernel never started"
+            time.sleep(0.01)
+        key = buffer.ipc_export()  # while the kernel sleeps before it writes
+        assert synchronize(npu) == 0
+        late = b"late" * (n // 4)
+        assert buffer.to_numpy().tobytes() == late, "the kernel's write was lost"
+        out = npu.DeviceBuffer(n)
+        module.function("touch").launch(1, buffer, out, n)  # a kernel process mapping anew
+        assert synchronize(npu) == 0
+        assert out.to_numpy().tobytes() == late
+        address = importer.memory.ipc_mem_import_by_key(key)
+        seen = np.zeros(n, np.uint8)
+        importer.memory.memcpy(seen.ctypes.data, n, address, n, codes.ACL_MEMCPY_DEVICE_TO_HOST)
+        assert seen.tobytes() == b"imported" + late[8:]
+        importer.memory.ipc_mem_close(key)
+        buffer.free()
+
+
 def test_a_new_block_never_shows_another_clients_freed_bytes(start_daemon):
     """A client frees a block holding a secret (too small for its pages to go back at
     free); another client's next block lands on the same pages and reads zeros, never the

@@ -113,3 +113,46 @@ def test_the_log_gives_changes_in_order_or_the_whole_map(device, monkeypatch):
     assert whole and changes == tuple(device.runs())
     _, changes, whole = log.since(3)
     assert not whole and [c.offset for c in changes] == [3 * PAGE]
+
+
+def test_exported_pages_move_into_a_file_of_their_block_with_their_bytes(device):
+    """An export (aclrtIpcMemGetExportKey) moves the exported pages of a block into a file
+    of that block alone: their bytes come along, the owner's file keeps its other blocks
+    and loses the moved pages."""
+    alice = owner(1)
+    device.assign(0, 2 * PAGE, alice)  # another block of alice: stays in her file
+    device.assign(4 * PAGE, 4 * PAGE, alice)  # the block, at 4 pages
+    own = device.source_of(alice)
+    device.region.map[0:6] = b"secret"
+    device.region.map[5 * PAGE : 5 * PAGE + 6] = b"shared"
+    assert device.unshared(4 * PAGE, 5 * PAGE, 2 * PAGE)
+    changes = device.share(4 * PAGE, 5 * PAGE, 2 * PAGE, alice)  # pages 5 and 6 only
+    name = changes[0].source
+    assert name.endswith("-s1-dev0-b4000") and name != own
+    assert [(c.offset, c.length) for c in changes] == [(5 * PAGE, 2 * PAGE)]
+    assert device.region.map[5 * PAGE : 5 * PAGE + 6] == b"shared", "the daemon's window"
+    assert file_bytes(name, 5 * PAGE, 6) == b"shared"
+    assert file_bytes(own, 5 * PAGE, 6) == bytes(6), "punched out of alice's file"
+    assert b"secret" not in file_bytes(name, 0, SIZE), "nothing else of alice's"
+    assert device.sources(4 * PAGE, 4 * PAGE) == [
+        (4 * PAGE, PAGE, own),
+        (5 * PAGE, 2 * PAGE, name),
+        (7 * PAGE, PAGE, own),
+    ]
+    assert device.log.since(device.log.version - 1)[1] == tuple(changes)
+    assert not device.unshared(4 * PAGE, 5 * PAGE, 2 * PAGE)
+    assert device.share(4 * PAGE, 5 * PAGE, 2 * PAGE, alice) == [], "a second export moves nothing"
+    device.release(4 * PAGE)  # the block is freed
+    assert not os.path.exists("/dev/shm" + name)
+    assert device.sources(5 * PAGE, 2 * PAGE) == [(5 * PAGE, 2 * PAGE, device.region.name)]
+    assert device.region.map[5 * PAGE : 5 * PAGE + 6] == bytes(6)
+
+
+def test_the_daemons_end_removes_the_files_of_exported_blocks(device):
+    alice = owner(1)
+    device.assign(0, PAGE, alice)
+    own = device.source_of(alice)
+    name = device.share(0, 0, PAGE, alice)[0].source
+    device.close()
+    assert not os.path.exists("/dev/shm" + name)
+    assert not os.path.exists("/dev/shm" + own)

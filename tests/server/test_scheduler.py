@@ -6,6 +6,7 @@ process."""
 from __future__ import annotations
 
 import gc
+import threading
 import time
 import weakref
 
@@ -605,5 +606,51 @@ def test_a_streams_core_limit_wins_over_its_owners():
         rig.kernel(other, "sleep_ms", 20, blocks=12)
         rig.drain(other)
         assert {unit.core_id for unit, _ in rig.executor.batches} == {0}
+    finally:
+        rig.close()
+
+
+def test_a_quiet_client_is_let_in_once_its_running_work_ends_and_nothing_of_it_starts():
+    """Scheduler.quiet (an export copying its pages into a file of their own): it is
+    entered only once the client's running kernel has ended; while inside, none of the
+    client's work starts -- neither device work on a free core nor a stream's next task
+    -- and another client's work runs; on leaving, the client's work goes on."""
+    rig = Rig()
+    try:
+        mine, flag, seen, later = rig.stream(), rig.cell(), rig.cell(), rig.cell()
+        blocker = rig.kernel(mine, "wait_for", flag)
+        rig.kernel(mine, "store", later, 5)  # behind the blocker, on its stream
+        rig.until(lambda: blocker.state == TaskState.DISPATCHED)
+        inside, leave = threading.Event(), threading.Event()
+        seen_inside: list[tuple[TaskState, int, int]] = []
+
+        def export() -> None:
+            with rig.scheduler.quiet(rig.owner):
+                seen_inside.append((blocker.state, rig.read(seen), rig.read(later)))
+                inside.set()
+                leave.wait(20)
+
+        exporting = threading.Thread(target=export)
+        exporting.start()
+        rig.until(lambda: rig.scheduler.holds(blocker))
+        held = rig.kernel(rig.stream(), "store", seen, 1)  # a free core, but it waits
+        other = rig.stream(context=rig.client())
+        theirs = rig.cell()
+        rig.kernel(other, "store", theirs, 7)
+        rig.drain(other)
+        assert rig.read(theirs) == 7, "another client's work waited too"
+        assert held.state == TaskState.PENDING and rig.read(seen) == 0
+        assert not inside.is_set(), "let in while the client's kernel was running"
+        np.frombuffer(rig.memory.maps[0], np.int64, 1, flag - device_address(0, 0))[0] = 1
+        assert inside.wait(20)
+        assert seen_inside == [(TaskState.DONE, 0, 0)]
+        rig.drain(other)
+        assert held.state == TaskState.PENDING and rig.read(later) == 0, "work started inside"
+        leave.set()
+        exporting.join(20)
+        assert not exporting.is_alive()
+        rig.drain(mine, held.stream)
+        assert rig.read(seen) == 1 and rig.read(later) == 5
+        assert not rig.scheduler.holds(held)
     finally:
         rig.close()

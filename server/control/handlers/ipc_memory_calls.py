@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from simnpu.proto import npu_pb2 as pb
+from simnpu.proto.errors import NpuError
 from simnpu.server.control.handlers.registry import handles
 from simnpu.server.core.untrusted import IPC_KEY, check_length
 
@@ -17,11 +18,17 @@ if TYPE_CHECKING:
 def export(
     session: Session, request: pb.IpcMemExportRequest, reply_to: int
 ) -> pb.IpcMemExportReply:
-    """aclrtIpcMemGetExportKey of [address, +size) inside one of the client's own blocks."""
+    """aclrtIpcMemGetExportKey of [address, +size) inside one of the client's own blocks.
+    Blocks, at the block's first export, until none of the client's work runs."""
     device, block = session.memory.exportable(request.address)
     key = session.daemon.ipc.export(
         session.owner, request.address, request.size, request.flags, block, device
     )
+    try:  # its pages get a file of their own (blocks while the client's work runs)
+        session.memory.share(device, request.address, request.size, session.scheduler.quiet)
+    except NpuError:
+        session.daemon.ipc.close(session.owner, key)
+        raise
     return pb.IpcMemExportReply(key=key)
 
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from simnpu.proto import npu_pb2 as pb
-from simnpu.proto.errors import invalid
+from simnpu.proto.errors import NpuError, invalid
 from simnpu.server.control.handle_kinds import HandleKind
 from simnpu.server.control.handlers.registry import handles
 from simnpu.server.memory.virtual_memory import Physical
@@ -82,10 +82,19 @@ def retain(
 def export_shareable(
     session: Session, request: pb.ExportShareableRequest, reply_to: int
 ) -> pb.ExportShareableReply:
+    """aclrtMemExportToShareableHandle(V2). Blocks until none of the client's work runs
+    (its pages get a file of their own)."""
     physical = session.handles.get(request.handle, Physical, "physical memory handle")
     if physical.owner is not session.owner:
         raise invalid("imported physical memory cannot be exported again")
     shareable = session.daemon.shareable.export(session.owner, physical, request.flags)
+    try:  # its pages get a file of their own (blocks while the client's work runs)
+        session.memory.share(
+            physical.device, physical.address, physical.size, session.scheduler.quiet
+        )
+    except NpuError:
+        session.daemon.shareable.let_go(session.owner, physical)
+        raise
     return pb.ExportShareableReply(shareable=shareable)
 
 

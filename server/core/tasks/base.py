@@ -68,6 +68,11 @@ class Task:
         # core limit bounds it instead of its own stream's (aclrtUseStreamResInCurrentThread)
         self.limits_from: Stream | None = None
 
+    @property
+    def owners(self) -> tuple[Owner, ...]:
+        """The clients whose memory it may touch on units: its stream's (Scheduler.holds)."""
+        return (self.stream.owner,)
+
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.seq}>"
 

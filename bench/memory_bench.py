@@ -316,6 +316,39 @@ def first_touch(address: str, rounds: int, size: int = 256 << 20) -> dict:
     return {f"{key}_s": min(values) for key, values in times.items()}
 
 
+def ipc_exports(address: str, rounds: int, size: int = 64 << 20) -> dict:
+    """Seconds, best of `rounds` fresh blocks of `size` bytes holding data: the block's first
+    aclrtIpcMemGetExportKey (its pages move into a file of their own, docs/kernel-isolation.md),
+    a second export of it (nothing moves), and the pageable H2D copy that filled it."""
+    import numpy as np
+
+    from simnpu.client.runtime import Runtime
+
+    data = np.ones(size, np.uint8)
+    rt = Runtime(address)
+    times: dict[str, list[float]] = {}
+    clock = time.perf_counter
+    try:
+        rt.contexts.set_device(0)
+        for _ in range(rounds):
+            ptr = rt.memory.malloc(size)
+            keys = []
+            start = clock()
+            rt.memory.memcpy(ptr, size, data.ctypes.data, size, codes.ACL_MEMCPY_HOST_TO_DEVICE)
+            times.setdefault("copy", []).append(clock() - start)
+            for name in ("first", "again"):
+                start = clock()
+                keys.append(rt.memory.ipc_mem_get_export_key(ptr, size, 0))
+                times.setdefault(name, []).append(clock() - start)
+            for key in keys:
+                rt.memory.ipc_mem_close(key)
+            rt.memory.free(ptr)
+            rt.sync.synchronize_device()
+    finally:
+        rt.close()
+    return {f"{key}_s": min(values) for key, values in times.items()}
+
+
 def device_pairs(size: int, pairs: int) -> dict:
     """p50 (µs) of DeviceWithMemory.allocate + free of `size` bytes in the daemon's own code
     (commit and, from 2 MiB free blocks, decommit included) on an otherwise empty 8 GiB
@@ -580,6 +613,7 @@ def allocator_and_end_to_end(table: Table, results: dict, quick: bool) -> None:
                 )
                 for size in (4096, 2 << 20)
             }
+            exports = ipc_exports(daemon.address, 3 if quick else 7)
         finally:
             daemon.close()
             bare.close()
@@ -624,6 +658,19 @@ def allocator_and_end_to_end(table: Table, results: dict, quick: bool) -> None:
         large["p50"],
         "us",
         large["launch_p50"],
+    )
+    results["ipc_exports"] = exports
+    table.add(
+        "aclrtIpcMemGetExportKey, a 64 MiB block's first (moves its pages; vs its H2D fill)",
+        exports["first_s"] * 1e3,
+        "ms",
+        exports["copy_s"] * 1e3,
+    )
+    table.add(
+        "aclrtIpcMemGetExportKey, the same block again (moves nothing)",
+        exports["again_s"] * 1e3,
+        "ms",
+        ping_p50 / 1e3,
     )
 
 
